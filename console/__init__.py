@@ -1,0 +1,1 @@
+"""The tfcc console: cluster model, checks and front ends (CLI and GUI)."""

@@ -1,0 +1,82 @@
+"""Start trainer tasks as local processes (the embedded default: two local workers).
+
+Qt-free core used by the headless ``tfcc`` front end and by the tests. Each
+task gets its own run folder ``<run_root>/<task_type>-<index>`` and a
+``TF_CONFIG`` naming every task on localhost.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainer.config import make_tf_config
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct TCP ports that are free right now."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@dataclass
+class LocalTask:
+    task_type: str
+    index: int
+    run_dir: Path
+    process: subprocess.Popen
+
+    @property
+    def name(self) -> str:
+        return f"{self.task_type}-{self.index}"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.run_dir / "metrics.jsonl"
+
+
+def local_cluster(num_workers: int, ports: list[int] | None = None) -> dict[str, list[str]]:
+    ports = ports or free_ports(num_workers)
+    return {"worker": [f"localhost:{p}" for p in ports]}
+
+
+def start_local_tasks(
+    cluster: dict[str, list[str]],
+    run_root: Path,
+    trainer_args: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    python: str = sys.executable,
+) -> list[LocalTask]:
+    """Start every task of ``cluster`` as ``python -m trainer``; stdout/stderr go to files."""
+    project_root = Path(__file__).resolve().parent.parent
+    tasks = []
+    for task_type, addrs in cluster.items():
+        for index in range(len(addrs)):
+            run_dir = Path(run_root) / f"{task_type}-{index}"
+            run_dir.mkdir(parents=True, exist_ok=True)
+            task_env = dict(os.environ, **(env or {}))
+            task_env["TF_CONFIG"] = make_tf_config(cluster, task_type, index)
+            task_env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(project_root), task_env.get("PYTHONPATH", "")) if p
+            )
+            with open(run_dir / "stdout.log", "ab") as out, open(run_dir / "stderr.log", "ab") as err:
+                proc = subprocess.Popen(
+                    [python, "-m", "trainer", "--run-dir", str(run_dir), *trainer_args],
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=task_env,
+                    start_new_session=True,
+                )
+            tasks.append(LocalTask(task_type, index, run_dir, proc))
+    return tasks

@@ -1,0 +1,424 @@
+"""Trainer options, TF_CONFIG validation and batch arithmetic (no TensorFlow import).
+
+Everything here runs before TensorFlow is imported, so a bad TF_CONFIG or a
+batch size that cannot work fails in milliseconds with a message that says what
+to change, instead of after a multi-second import or inside TensorFlow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROLES = ("chief", "worker", "ps", "evaluator")
+STRATEGIES = ("auto", "default", "mirrored", "multi_worker_mirrored", "parameter_server")
+COMMUNICATIONS = ("auto", "ring", "nccl")
+AUTOSHARD_POLICIES = ("auto", "data", "off", "file")
+LR_RULES = ("linear", "sqrt", "none")
+WORKLOADS = ("digits", "synthetic", "file")
+
+
+class ConfigError(Exception):
+    """Bad input: the message says what is wrong and what to change."""
+
+
+# --------------------------------------------------------------------------- TF_CONFIG
+
+
+@dataclass(frozen=True)
+class TaskId:
+    type: str
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.type}:{self.index}"
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """A validated TF_CONFIG (or the single-process case when there is none)."""
+
+    cluster: dict[str, list[str]] = field(default_factory=dict)
+    task: TaskId = TaskId("worker", 0)
+    raw: str | None = None
+
+    @property
+    def is_distributed(self) -> bool:
+        return bool(self.cluster)
+
+    @property
+    def num_workers(self) -> int:
+        """Tasks that hold model replicas in synchronous training (chief + workers)."""
+        if not self.cluster:
+            return 1
+        return len(self.cluster.get("chief", [])) + len(self.cluster.get("worker", []))
+
+    @property
+    def chief(self) -> TaskId:
+        if self.cluster.get("chief"):
+            return TaskId("chief", 0)
+        return TaskId("worker", 0)
+
+    @property
+    def is_chief(self) -> bool:
+        return self.task == self.chief
+
+    @property
+    def worker_rank(self) -> int:
+        """This task's position among chief + workers (the chief first)."""
+        has_chief = bool(self.cluster.get("chief"))
+        if self.task.type == "chief":
+            return 0
+        return self.task.index + (1 if has_chief else 0)
+
+    @property
+    def address(self) -> str | None:
+        if not self.cluster:
+            return None
+        return self.cluster[self.task.type][self.task.index]
+
+    @property
+    def port(self) -> int | None:
+        addr = self.address
+        return None if addr is None else int(addr.rsplit(":", 1)[1])
+
+
+def _check_address(role: str, index: int, addr: object) -> None:
+    where = f"TF_CONFIG cluster {role}:{index}"
+    if not isinstance(addr, str):
+        raise ConfigError(f"{where} is {addr!r}; write each task as a \"host:port\" string")
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host:
+        raise ConfigError(f"{where} address {addr!r} has no port; write it as \"host:port\"")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ConfigError(f"{where} address {addr!r} has port {port!r}; use a number from 1 to 65535")
+
+
+def parse_tf_config(text: str | None) -> ClusterConfig:
+    """Validate a TF_CONFIG string; ``None`` or empty means one process, no cluster."""
+    if text is None or not text.strip():
+        return ClusterConfig()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"TF_CONFIG is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+            'it should look like {"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": 0}}'
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError("TF_CONFIG must be a JSON object with \"cluster\" and \"task\"")
+    cluster = data.get("cluster")
+    task = data.get("task")
+    if not isinstance(cluster, dict) or not cluster:
+        raise ConfigError("TF_CONFIG has no \"cluster\" object; add one that maps roles to \"host:port\" lists")
+    if not isinstance(task, dict):
+        raise ConfigError("TF_CONFIG has no \"task\" object; add {\"type\": \"worker\", \"index\": N} for this process")
+
+    seen: dict[str, str] = {}
+    clean: dict[str, list[str]] = {}
+    for role, addrs in cluster.items():
+        if role not in ROLES:
+            raise ConfigError(
+                f"TF_CONFIG cluster has unknown role {role!r}; roles are {', '.join(ROLES)}"
+            )
+        if isinstance(addrs, str):
+            addrs = [addrs]
+        if not isinstance(addrs, list) or not addrs:
+            raise ConfigError(f"TF_CONFIG cluster role {role!r} must be a non-empty list of \"host:port\"")
+        for i, addr in enumerate(addrs):
+            _check_address(role, i, addr)
+            if addr in seen:
+                raise ConfigError(
+                    f"TF_CONFIG gives {addr} to both {seen[addr]} and {role}:{i}; every task needs its own host:port"
+                )
+            seen[addr] = f"{role}:{i}"
+        clean[role] = list(addrs)
+
+    if len(clean.get("chief", [])) > 1:
+        raise ConfigError(
+            f"TF_CONFIG names {len(clean['chief'])} chiefs; a cluster has at most one chief task "
+            "(make the others \"worker\" tasks)"
+        )
+    if not clean.get("chief") and not clean.get("worker"):
+        raise ConfigError("TF_CONFIG cluster has no chief or worker task; add at least one \"worker\"")
+
+    ttype = task.get("type")
+    tindex = task.get("index", 0)
+    if ttype not in ROLES:
+        raise ConfigError(f"TF_CONFIG task type {ttype!r} is unknown; use one of {', '.join(ROLES)}")
+    if isinstance(tindex, str) and tindex.isdigit():
+        tindex = int(tindex)
+    if not isinstance(tindex, int) or isinstance(tindex, bool) or tindex < 0:
+        raise ConfigError(f"TF_CONFIG task index {tindex!r} must be a whole number from 0")
+    if ttype not in clean:
+        raise ConfigError(
+            f"TF_CONFIG task is {ttype}:{tindex} but the cluster has no {ttype!r} tasks "
+            f"(it has {', '.join(clean)}); fix the task type"
+        )
+    n = len(clean[ttype])
+    if tindex >= n:
+        raise ConfigError(
+            f"TF_CONFIG task {ttype}:{tindex} is out of range: the cluster has {n} {ttype} "
+            f"task{'s' if n != 1 else ''} (index 0 to {n - 1})"
+        )
+    return ClusterConfig(cluster=clean, task=TaskId(ttype, tindex), raw=text)
+
+
+def make_tf_config(cluster: dict[str, list[str]], task_type: str, task_index: int) -> str:
+    """The TF_CONFIG JSON for one task of ``cluster``."""
+    return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": task_index}})
+
+
+# --------------------------------------------------------------------------- batch plan
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """How the global batch splits, and the learning rate that follows from it."""
+
+    num_workers: int
+    replicas_per_worker: int
+    per_replica_batch: int
+    steps_per_epoch: int
+    base_learning_rate: float
+    lr_rule: str
+
+    @property
+    def num_replicas(self) -> int:
+        return self.num_workers * self.replicas_per_worker
+
+    @property
+    def per_worker_batch(self) -> int:
+        return self.per_replica_batch * self.replicas_per_worker
+
+    @property
+    def global_batch(self) -> int:
+        return self.per_replica_batch * self.num_replicas
+
+    @property
+    def learning_rate(self) -> float:
+        if self.lr_rule == "linear":
+            return self.base_learning_rate * self.num_replicas
+        if self.lr_rule == "sqrt":
+            return self.base_learning_rate * math.sqrt(self.num_replicas)
+        return self.base_learning_rate
+
+    def as_dict(self) -> dict:
+        return {
+            "num_workers": self.num_workers,
+            "replicas_per_worker": self.replicas_per_worker,
+            "num_replicas": self.num_replicas,
+            "per_replica_batch": self.per_replica_batch,
+            "per_worker_batch": self.per_worker_batch,
+            "global_batch": self.global_batch,
+            "steps_per_epoch": self.steps_per_epoch,
+            "learning_rate": self.learning_rate,
+            "base_learning_rate": self.base_learning_rate,
+            "lr_rule": self.lr_rule,
+        }
+
+
+def plan_batches(
+    *,
+    per_replica_batch: int,
+    num_workers: int,
+    replicas_per_worker: int,
+    num_examples: int | None,
+    steps_per_epoch: int | None,
+    base_learning_rate: float,
+    lr_rule: str,
+) -> BatchPlan:
+    """Work out the global batch and steps per epoch, or say why it cannot work."""
+    if per_replica_batch < 1:
+        raise ConfigError(f"--per-replica-batch is {per_replica_batch}; it must be at least 1")
+    if lr_rule not in LR_RULES:
+        raise ConfigError(f"learning-rate rule {lr_rule!r} is unknown; use one of {', '.join(LR_RULES)}")
+    if base_learning_rate <= 0:
+        raise ConfigError(f"--learning-rate is {base_learning_rate}; it must be positive")
+    global_batch = per_replica_batch * num_workers * replicas_per_worker
+    if steps_per_epoch is not None:
+        if steps_per_epoch < 1:
+            raise ConfigError(f"--steps-per-epoch is {steps_per_epoch}; it must be at least 1")
+    else:
+        if num_examples is None:
+            raise ConfigError(
+                "the training dataset's size is unknown, so steps per epoch cannot be worked out; "
+                "pass --steps-per-epoch"
+            )
+        steps_per_epoch = num_examples // global_batch
+        if steps_per_epoch < 1:
+            replicas = num_workers * replicas_per_worker
+            raise ConfigError(
+                f"the global batch ({per_replica_batch} per replica x {replicas} replicas = {global_batch}) "
+                f"is larger than the {num_examples} training examples; lower --per-replica-batch to at most "
+                f"{max(1, num_examples // replicas)} or use fewer replicas"
+            )
+    return BatchPlan(
+        num_workers=num_workers,
+        replicas_per_worker=replicas_per_worker,
+        per_replica_batch=per_replica_batch,
+        steps_per_epoch=steps_per_epoch,
+        base_learning_rate=base_learning_rate,
+        lr_rule=lr_rule,
+    )
+
+
+# --------------------------------------------------------------------------- options
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, no usage dump; main() reports it
+        raise ConfigError(f"{message} (see python -m trainer --help)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(p) for p in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape {text!r} should be like 28,28,1") from None
+    if not dims or min(dims) < 1:
+        raise argparse.ArgumentTypeError(f"shape {text!r} needs positive sizes, like 28,28,1")
+    return dims
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m trainer",
+        description="Train one task of a TensorFlow cluster described by TF_CONFIG "
+        "(or a single process when TF_CONFIG is unset), writing metrics to <run-dir>/metrics.jsonl.",
+    )
+    p.add_argument("--run-dir", type=Path, default=Path("tfcc-run"),
+                   help="this task's run folder: metrics, logs, checkpoints, the final model")
+    w = p.add_argument_group("workload")
+    w.add_argument("--workload", choices=WORKLOADS, default=None,
+                   help="digits (default): a small CNN on scikit-learn's handwritten digits; "
+                   "synthetic: random data of --shape; file: your --model-file")
+    w.add_argument("--model-file", type=Path, help="a Python file defining build_model() and train_dataset()")
+    w.add_argument("--shape", type=_shape, default=(28, 28, 1), help="synthetic: input shape (default 28,28,1)")
+    w.add_argument("--classes", type=_positive_int, default=10, help="synthetic: number of classes")
+    w.add_argument("--examples", type=_positive_int, default=4096, help="synthetic: training examples")
+    t = p.add_argument_group("training")
+    t.add_argument("--epochs", type=_positive_int, default=5)
+    t.add_argument("--per-replica-batch", type=int, default=32)
+    t.add_argument("--steps-per-epoch", type=int, default=None,
+                   help="default: training examples // global batch")
+    t.add_argument("--learning-rate", type=float, default=1e-3,
+                   help="base learning rate for one replica; scaled by --lr-scaling")
+    t.add_argument("--lr-scaling", choices=LR_RULES, default="linear",
+                   help="linear: x replicas (default); sqrt: x sqrt(replicas); none")
+    t.add_argument("--seed", type=int, default=1234, help="shuffle and initialisation seed, the same on every worker")
+    d = p.add_argument_group("distribution")
+    d.add_argument("--strategy", choices=STRATEGIES, default="auto")
+    d.add_argument("--communication", choices=COMMUNICATIONS, default="auto",
+                   help="MultiWorkerMirrored collective implementation")
+    d.add_argument("--autoshard", choices=AUTOSHARD_POLICIES, default="auto")
+    d.add_argument("--cpu-devices", type=_positive_int, default=1,
+                   help="present this many logical CPU devices (replicas for MirroredStrategy without GPUs)")
+    d.add_argument("--intra-op-threads", type=int, default=0, help="0: TensorFlow's default")
+    d.add_argument("--inter-op-threads", type=int, default=0, help="0: TensorFlow's default")
+    o = p.add_argument_group("output")
+    o.add_argument("--no-report", dest="report", action="store_false",
+                   help="write no per-step metrics (lifecycle events are still written)")
+    o.add_argument("--no-save", dest="save", action="store_false", help="do not save the final model")
+    o.add_argument("--verbose", action="store_true", help="show Keras' progress bar")
+    return p
+
+
+@dataclass
+class Options:
+    run_dir: Path
+    workload: str
+    model_file: Path | None
+    shape: tuple[int, ...]
+    classes: int
+    examples: int
+    epochs: int
+    per_replica_batch: int
+    steps_per_epoch: int | None
+    learning_rate: float
+    lr_scaling: str
+    seed: int
+    strategy: str
+    communication: str
+    autoshard: str
+    cpu_devices: int
+    intra_op_threads: int
+    inter_op_threads: int
+    report: bool
+    save: bool
+    verbose: bool
+
+
+def parse_options(argv: list[str] | None = None) -> Options:
+    ns = build_parser().parse_args(argv)
+    if ns.model_file is not None:
+        if ns.workload not in (None, "file"):
+            raise ConfigError(f"--model-file goes with --workload file, not {ns.workload}; drop one of them")
+        ns.workload = "file"
+    ns.workload = ns.workload or "digits"
+    if ns.workload == "file":
+        if ns.model_file is None:
+            raise ConfigError("--workload file needs --model-file PATH (a .py file with build_model() and train_dataset())")
+        if not ns.model_file.is_file():
+            raise ConfigError(f"model file {str(ns.model_file)!r} does not exist; check the path")
+    ns.run_dir = Path(os.path.abspath(ns.run_dir))
+    return Options(**vars(ns))
+
+
+# --------------------------------------------------------------------------- strategy
+
+
+def choose_strategy(requested: str, cluster: ClusterConfig, local_devices: int) -> str:
+    """The strategy this task runs, from the request, the cluster and the local devices."""
+    if requested == "parameter_server" or (requested == "auto" and "ps" in cluster.cluster):
+        raise ConfigError(
+            "ParameterServerStrategy is not supported by this version of the trainer yet; "
+            "remove the \"ps\" tasks and use multi_worker_mirrored"
+        )
+    if "evaluator" in cluster.cluster or cluster.task.type == "evaluator":
+        raise ConfigError("evaluator tasks are not supported yet; remove them from TF_CONFIG")
+    if requested == "auto":
+        if cluster.num_workers > 1:
+            return "multi_worker_mirrored"
+        return "mirrored" if local_devices > 1 else "default"
+    if requested in ("mirrored", "default") and cluster.num_workers > 1:
+        raise ConfigError(
+            f"--strategy {requested} trains on one host, but TF_CONFIG has {cluster.num_workers} "
+            "chief/worker tasks; use --strategy multi_worker_mirrored (or auto)"
+        )
+    return requested
+
+
+def replicas_per_worker(strategy: str, local_gpus: int, cpu_devices: int) -> int:
+    if strategy == "mirrored":
+        return local_gpus or cpu_devices
+    if strategy == "multi_worker_mirrored":
+        return max(1, local_gpus)  # MWMS uses every local GPU, or one CPU
+    return 1
+
+
+def check_autoshard(policy: str, in_memory: bool, workload: str, num_workers: int) -> None:
+    if policy == "file" and in_memory:
+        raise ConfigError(
+            f"--autoshard file needs a dataset read from files (e.g. TFRecords); {workload} is held in "
+            "memory: use --autoshard auto or data"
+        )
+    if policy == "off" and in_memory and num_workers > 1:
+        raise ConfigError(
+            f"--autoshard off would give every worker the same {workload} examples in the same order "
+            "(they shuffle with one seed); use --autoshard auto or data"
+        )

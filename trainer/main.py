@@ -1,0 +1,83 @@
+"""Run one trainer task: validate input, then train, and report every outcome.
+
+Bad input (TF_CONFIG, options, model file, a busy port) ends the process with
+exit code 2, one ``tfcc-trainer: error: ...`` line on stderr and a ``failed``
+event in the metrics file; a failure during training exits with 1.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+
+# tf-keras (Keras 2) must be chosen before TensorFlow is imported: Keras 3's
+# fit fails under MultiWorkerMirroredStrategy (keras-team/keras#20585).
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from trainer import workloads  # noqa: E402  (imports no TensorFlow)
+from trainer.config import ClusterConfig, ConfigError, parse_options, parse_tf_config  # noqa: E402
+from trainer.metrics import MetricsWriter  # noqa: E402
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
+
+
+def _say(message: str) -> None:
+    print(f"tfcc-trainer: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        opts = parse_options(argv)
+    except ConfigError as exc:
+        _say(str(exc))
+        return EXIT_BAD_INPUT
+    opts.run_dir.mkdir(parents=True, exist_ok=True)
+    os.environ["TFCC_RUN_DIR"] = str(opts.run_dir)
+    writer = MetricsWriter(opts.run_dir / "metrics.jsonl")
+    cluster = ClusterConfig()
+    try:
+        cluster = parse_tf_config(os.environ.get("TF_CONFIG"))
+        writer.set_base(task_type=cluster.task.type, task_index=cluster.task.index)
+        writer.event(
+            "launched",
+            pid=os.getpid(),
+            address=cluster.address,
+            cluster=cluster.cluster,
+            is_chief=cluster.is_chief,
+            workload=opts.workload,
+            python=sys.version.split()[0],
+        )
+        if opts.model_file is not None:
+            workloads.check_model_file(opts.model_file)
+        from trainer import train  # TensorFlow loads here, after validation
+
+        try:
+            train.run(opts, cluster, writer)
+        except ConfigError:
+            raise
+        except Exception as exc:
+            message = train.describe_error(exc)
+            _fail(writer, message, exc)
+            return EXIT_FAILED
+        return 0
+    except ConfigError as exc:
+        _fail(writer, str(exc), None)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        writer.event("failed", error="interrupted", time=time.time())
+        return 130
+    finally:
+        writer.close()
+
+
+def _fail(writer: MetricsWriter, message: str, exc: BaseException | None) -> None:
+    fields = {"error": message}
+    if exc is not None:
+        fields["traceback"] = "".join(traceback.format_exception(exc))
+        traceback.print_exception(exc, file=sys.stderr)
+    writer.event("failed", **fields)
+    _say(message)

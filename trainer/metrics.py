@@ -1,0 +1,94 @@
+"""Append-only JSON-lines metrics file, written by a background thread.
+
+The training step only puts a dict on a queue; a writer thread serialises each
+record and flushes it line by line, so a reader following the file (the agent)
+sees every record as soon as it is complete and never a half line.
+The record schema is documented in docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import queue
+import threading
+import time
+from pathlib import Path
+
+log = logging.getLogger("trainer.metrics")
+
+SCHEMA_VERSION = 1
+_STOP = object()
+
+
+def _clean(value):
+    """JSON has no NaN or infinity: write null (a diverged loss stays visible as null)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+class MetricsWriter:
+    """Writes records to ``path`` from a background thread.
+
+    ``base`` fields (task type and index) are added to every record.
+    """
+
+    def __init__(self, path: str | os.PathLike, base: dict | None = None):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._base = dict(base or {})
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._file = open(self.path, "a", encoding="utf-8")
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="tfcc-metrics-writer", daemon=True)
+        self._thread.start()
+
+    def set_base(self, **fields) -> None:
+        self._base.update(fields)
+
+    def write(self, record: dict) -> None:
+        """Queue one record; never blocks on the disk."""
+        if self._closed:
+            raise RuntimeError("metrics writer is closed")
+        self._queue.put({**self._base, **record})
+
+    def event(self, name: str, **fields) -> None:
+        self.write({"type": "event", "event": name, "time": time.time(), **fields})
+
+    def _run(self) -> None:
+        while True:
+            record = self._queue.get()
+            if record is _STOP:
+                break
+            try:
+                line = json.dumps(_clean(record), separators=(",", ":"), default=str)
+                self._file.write(line + "\n")
+                self._file.flush()
+            except Exception:  # keep writing the next records whatever one of them holds
+                log.exception("could not write a metrics record")
+        self._file.close()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Write everything queued so far, then close the file."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+
+
+def read_records(path: str | os.PathLike) -> list[dict]:
+    """All complete records of a metrics file (a trailing partial line is ignored)."""
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.endswith("\n"):
+                records.append(json.loads(line))
+    return records

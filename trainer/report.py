@@ -1,0 +1,226 @@
+"""Keras callback that writes tfcc's per-step, per-epoch and lifecycle records.
+
+Use it from any tf-keras ``model.fit``, including your own scripts::
+
+    from trainer.report import MetricsReporter
+    model.fit(ds, epochs=3, callbacks=[MetricsReporter()])   # -> $TFCC_RUN_DIR/metrics.jsonl
+
+Keras's own ``loss`` in the batch logs is the running mean since the start of
+the epoch, not the loss of the step, and under MultiWorkerMirroredStrategy
+tf-keras sums its training metrics over the workers. The reporter therefore
+instruments the model: it wraps ``compute_loss`` and ``train_step`` so each
+step also returns the loss of that step summed over all replicas of the
+cluster, which is the mean loss over the step's global batch (each replica's
+loss is already scaled by 1/num_replicas), and so the training metrics are
+cluster-wide means (see ``_ClusterReduction``). A model whose ``train_step`` does not call
+``compute_loss`` cannot be instrumented; its step records then carry Keras's
+running mean as ``loss_avg`` and no ``loss``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import tensorflow as tf
+
+from trainer.metrics import MetricsWriter
+
+STEP_LOSS_KEY = "tfcc_step_loss"
+STEP_EXAMPLES_KEY = "tfcc_step_examples"
+_INTERNAL_KEYS = (STEP_LOSS_KEY, STEP_EXAMPLES_KEY)
+
+
+def _task_from_tf_config() -> tuple[str, int, int]:
+    try:
+        cfg = json.loads(os.environ.get("TF_CONFIG") or "{}")
+        task = cfg.get("task", {})
+        cluster = cfg.get("cluster", {})
+        workers = len(cluster.get("chief", [])) + len(cluster.get("worker", []))
+        return task.get("type", "worker"), int(task.get("index", 0)), max(1, workers)
+    except (ValueError, TypeError, AttributeError):
+        return "worker", 0, 1
+
+
+def _to_float(value):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def instrument_step_loss(model) -> bool:
+    """Make ``model``'s train step return exact cluster-wide values.
+
+    Adds the global-batch loss and size of the step, and turns Keras's
+    per-replica metric results into the mean over replicas. Returns False when
+    the model cannot be instrumented (no ``compute_loss``).
+    """
+    if getattr(model, "_tfcc_instrumented", False):
+        return True
+    compute_loss = getattr(model, "compute_loss", None)
+    train_step = getattr(model, "train_step", None)
+    if compute_loss is None or train_step is None:
+        return False
+    # MirroredStrategy traces each local replica's step in its own thread: keep
+    # each replica's loss tensor apart by thread.
+    traced: dict = {}
+
+    def compute_loss_and_keep(*args, **kwargs):
+        loss = compute_loss(*args, **kwargs)
+        traced[threading.get_ident()] = loss
+        return loss
+
+    def train_step_with_step_loss(data):
+        traced.pop(threading.get_ident(), None)
+        logs = train_step(data)
+        if not isinstance(logs, dict):
+            return logs
+        reduce = _ClusterReduction(model)
+        logs = {key: reduce.mean(value) for key, value in logs.items()}
+        loss = traced.pop(threading.get_ident(), None)
+        if loss is not None:
+            x, _, _ = tf.keras.utils.unpack_x_y_sample_weight(data)
+            examples = tf.cast(tf.shape(tf.nest.flatten(x)[0])[0], tf.float32)
+            # This replica's loss is its batch mean divided by num_replicas_in_sync;
+            # the sum over every replica of the cluster is the global-batch mean.
+            logs[STEP_LOSS_KEY] = reduce.sum(tf.cast(tf.stop_gradient(loss), tf.float32))
+            logs[STEP_EXAMPLES_KEY] = reduce.sum(examples)
+        return logs
+
+    model.compute_loss = compute_loss_and_keep
+    model.train_step = train_step_with_step_loss
+    model.train_function = None  # rebuild with the wrapped step
+    model._tfcc_instrumented = True
+    return True
+
+
+class _ClusterReduction:
+    """Per-replica outputs that Keras's output reduction turns into cluster-wide values.
+
+    tf-keras reduces train-step outputs with ``distribute_reduction_method``;
+    its default ("auto") sums them over all replicas, so under
+    MultiWorkerMirroredStrategy each worker's own running mean is added up
+    (an accuracy of 1.8 with two workers). Dividing by the replica count first
+    gives the mean over replicas, which for mean metrics (loss, accuracy) over
+    equal per-replica batches is the cluster-wide value. Under "first" the
+    values are all-reduced explicitly instead.
+    """
+
+    def __init__(self, model):
+        method = getattr(model, "distribute_reduction_method", "auto") or "auto"
+        if method == "auto":
+            method = "first" if "TPU" in type(model.distribute_strategy).__name__ else "sum"
+        self.ctx = tf.distribute.get_replica_context()
+        self.replicas = self.ctx.num_replicas_in_sync if self.ctx is not None else 1
+        self.by_sum = method == "sum"
+
+    def _applies(self, value) -> bool:
+        return self.replicas > 1 and tf.is_tensor(value) and value.dtype.is_floating
+
+    def mean(self, value):
+        if not self._applies(value):
+            return value
+        if self.by_sum:
+            return value / self.replicas
+        return self.ctx.all_reduce(tf.distribute.ReduceOp.MEAN, value)
+
+    def sum(self, value):
+        if not self._applies(value) or self.by_sum:
+            return value
+        return self.ctx.all_reduce(tf.distribute.ReduceOp.SUM, value)
+
+
+class MetricsReporter(tf.keras.callbacks.Callback):
+    """Writes step, epoch and lifecycle records to a tfcc metrics file.
+
+    Args:
+        path_or_writer: a metrics file path, or a MetricsWriter to share.
+            Default: ``$TFCC_RUN_DIR/metrics.jsonl``, else ``./metrics.jsonl``.
+        task_type, task_index, num_workers: default from ``TF_CONFIG``.
+        report_steps: write one record per step (True) or only epochs and events.
+    """
+
+    def __init__(self, path_or_writer=None, *, task_type=None, task_index=None,
+                 num_workers=None, report_steps=True):
+        super().__init__()
+        t_type, t_index, workers = _task_from_tf_config()
+        self.task_type = task_type or t_type
+        self.task_index = t_index if task_index is None else task_index
+        self.num_workers = num_workers or workers
+        self.report_steps = report_steps
+        if isinstance(path_or_writer, MetricsWriter):
+            self.writer, self._own_writer = path_or_writer, False
+        else:
+            path = path_or_writer or Path(os.environ.get("TFCC_RUN_DIR", ".")) / "metrics.jsonl"
+            self.writer = MetricsWriter(path, {"task_type": self.task_type, "task_index": self.task_index})
+            self._own_writer = True
+        self.exact_loss = False
+        self._epoch = 0
+        self._global_step = 0
+        self._t_step = 0.0
+        self._t_epoch = 0.0
+        self._t_train = 0.0
+
+    def set_model(self, model):
+        super().set_model(model)
+        if self.report_steps:
+            self.exact_loss = instrument_step_loss(model)
+
+    def on_train_begin(self, logs=None):
+        self._t_train = time.perf_counter()
+        if self._own_writer:
+            self.writer.event("train_begin", exact_step_loss=self.exact_loss)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+        self._t_epoch = time.perf_counter()
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._t_step = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        step_time = time.perf_counter() - self._t_step
+        self._global_step += 1
+        if not self.report_steps:
+            return
+        logs = logs or {}
+        record = {
+            "type": "step",
+            "epoch": self._epoch,
+            "step": batch,
+            "global_step": self._global_step,
+            "step_time": step_time,
+            "time": time.time(),
+        }
+        loss = _to_float(logs.get(STEP_LOSS_KEY))
+        if loss is not None or STEP_LOSS_KEY in logs:
+            record["loss"] = loss
+        else:
+            record["loss_avg"] = _to_float(logs.get("loss"))
+        examples = _to_float(logs.get(STEP_EXAMPLES_KEY))
+        if examples and step_time > 0:
+            record["global_batch"] = int(examples)
+            record["examples_per_sec"] = examples / self.num_workers / step_time
+            record["global_examples_per_sec"] = examples / step_time
+        self.writer.write(record)
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs if logs is not None else {}
+        for key in _INTERNAL_KEYS:  # keep them out of History, TensorBoard and later callbacks
+            logs.pop(key, None)
+        record = {"type": "epoch", "epoch": epoch, "epoch_time": time.perf_counter() - self._t_epoch,
+                  "time": time.time()}
+        for key, value in logs.items():
+            number = _to_float(value)
+            if number is not None or value is None:
+                record[key] = number
+        self.writer.write(record)
+
+    def on_train_end(self, logs=None):
+        if self._own_writer:
+            self.writer.event("train_end", train_time=time.perf_counter() - self._t_train)
+            self.writer.close()

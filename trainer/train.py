@@ -1,0 +1,244 @@
+"""One task of a training run: strategy, data pipeline, fit, chief duties, metrics.
+
+The caller (``trainer.main``) has set ``TF_USE_LEGACY_KERAS=1`` and validated
+TF_CONFIG and the options before this module imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+import time
+
+import tensorflow as tf
+
+from trainer import workloads
+from trainer.config import (
+    ClusterConfig,
+    ConfigError,
+    Options,
+    check_autoshard,
+    choose_strategy,
+    plan_batches,
+    replicas_per_worker,
+)
+from trainer.metrics import MetricsWriter
+from trainer.report import MetricsReporter, instrument_step_loss
+
+log = logging.getLogger("trainer.train")
+# Keras warns that on_train_batch_end is "slow" when the step's own work shows up
+# in it (reading the step's outputs waits for the step): noise for our users.
+tf.get_logger().setLevel("ERROR")
+
+_AUTOSHARD = {
+    "auto": tf.data.experimental.AutoShardPolicy.AUTO,
+    "data": tf.data.experimental.AutoShardPolicy.DATA,
+    "off": tf.data.experimental.AutoShardPolicy.OFF,
+    "file": tf.data.experimental.AutoShardPolicy.FILE,
+}
+_COMMUNICATION = {
+    "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
+    "ring": tf.distribute.experimental.CommunicationImplementation.RING,
+    "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
+}
+MODEL_NAME = "model.keras"
+
+
+class TaskBackupAndRestore(tf.keras.callbacks.BackupAndRestore):
+    """BackupAndRestore where every task keeps a real backup in its own run folder.
+
+    tf-keras lets only the chief keep a backup and has every worker restore
+    from ``backup_dir/chief``, which assumes one shared file system. tfcc's run
+    folders are per task and per host, so each task writes (and restores) its
+    own copy; in synchronous training all copies hold the same state.
+    """
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        state = self._training_state
+        if state.write_checkpoint_manager is not state.read_checkpoint_manager:
+            state.write_checkpoint_manager = state.read_checkpoint_manager
+            state.back_up = lambda epoch, batch=0: state.write_checkpoint_manager.save()
+
+
+def configure_runtime(opts: Options) -> None:
+    """Threads and logical devices: must happen before any TensorFlow op."""
+    if opts.intra_op_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(opts.intra_op_threads)
+    if opts.inter_op_threads:
+        tf.config.threading.set_inter_op_parallelism_threads(opts.inter_op_threads)
+    if opts.cpu_devices > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(opts.cpu_devices)]
+        )
+
+
+def check_port_free(cluster: ClusterConfig) -> None:
+    """TensorFlow binds 0.0.0.0:<port> for this task; say clearly if it cannot."""
+    port = cluster.port
+    if port is None:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError as exc:
+            raise ConfigError(
+                f"port {port} of task {cluster.task} ({cluster.address}) is already in use on this host "
+                f"({exc.strerror}); stop the process that holds it or give this task another port"
+            ) from None
+
+
+def create_strategy(name: str, opts: Options):
+    if name == "multi_worker_mirrored":
+        options = tf.distribute.experimental.CommunicationOptions(
+            implementation=_COMMUNICATION[opts.communication]
+        )
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    if name == "mirrored":
+        gpus = tf.config.list_logical_devices("GPU")
+        devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
+        return tf.distribute.MirroredStrategy(devices=devices)
+    return tf.distribute.get_strategy()
+
+
+def make_datasets(workload, plan, opts: Options):
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = _AUTOSHARD[opts.autoshard]
+    train = workload.train_dataset()
+    buffer = min(workload.num_examples or 10_000, 10_000)
+    # One seed on every worker: all workers see the same order, and sharding
+    # splits each global batch between them.
+    train = train.shuffle(buffer, seed=opts.seed, reshuffle_each_iteration=True)
+    train = train.batch(plan.global_batch, drop_remainder=True).repeat()
+    train = train.prefetch(tf.data.AUTOTUNE).with_options(options)
+    val = None
+    if workload.val_dataset is not None:
+        val = workload.val_dataset().batch(plan.global_batch).with_options(options)
+    return train, val
+
+
+def _temp_dir(run_dir, cluster: ClusterConfig, name: str):
+    """Where a non-chief writes what only the chief keeps; removed after use."""
+    return run_dir / f".tmp-{name}-{cluster.task.type}-{cluster.task.index}"
+
+
+def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
+    """Train this task to the end; returns the final metrics."""
+    configure_runtime(opts)
+    if opts.workload != "file":
+        workload = workloads.load(opts)
+    gpus = tf.config.list_physical_devices("GPU")
+    strategy_name = choose_strategy(opts.strategy, cluster, len(gpus) or opts.cpu_devices)
+    if cluster.is_distributed:
+        check_port_free(cluster)
+    strategy = create_strategy(strategy_name, opts)  # MWMS: waits here until every task has joined
+    writer.event("cluster_formed", strategy=strategy_name, num_replicas=strategy.num_replicas_in_sync)
+
+    if opts.workload == "file":
+        workload = workloads.load(opts)
+    check_autoshard(opts.autoshard, workload.in_memory, workload.name, cluster.num_workers)
+    per_worker = replicas_per_worker(strategy_name, len(gpus), opts.cpu_devices)
+    if per_worker * cluster.num_workers != strategy.num_replicas_in_sync:
+        per_worker = max(1, strategy.num_replicas_in_sync // cluster.num_workers)
+    plan = plan_batches(
+        per_replica_batch=opts.per_replica_batch,
+        num_workers=cluster.num_workers,
+        replicas_per_worker=per_worker,
+        num_examples=workload.num_examples,
+        steps_per_epoch=opts.steps_per_epoch,
+        base_learning_rate=opts.learning_rate,
+        lr_rule=opts.lr_scaling,
+    )
+
+    tf.keras.utils.set_random_seed(opts.seed)
+    with strategy.scope():
+        model = workload.build_model()
+        if model.optimizer is None or not getattr(model, "compiled_loss", None):
+            model.compile(
+                optimizer=tf.keras.optimizers.Adam(plan.learning_rate),
+                loss=workload.loss,
+                metrics=workload.metrics,
+            )
+        else:
+            model.optimizer.learning_rate = plan.learning_rate
+        exact_step_loss = instrument_step_loss(model) if opts.report else False
+    train_ds, val_ds = make_datasets(workload, plan, opts)
+
+    run_dir = opts.run_dir
+    tb_dir = run_dir / "tensorboard" if cluster.is_chief else _temp_dir(run_dir, cluster, "tensorboard")
+    reporter = MetricsReporter(writer, task_type=cluster.task.type, task_index=cluster.task.index,
+                               num_workers=cluster.num_workers, report_steps=opts.report)
+    callbacks = [
+        reporter,  # first: it takes its own keys out of the logs before other callbacks see them
+        TaskBackupAndRestore(str(run_dir / "backup")),
+        tf.keras.callbacks.TensorBoard(str(tb_dir), update_freq="epoch", profile_batch=0, write_graph=False),
+    ]
+    if workload.extra_callbacks is not None:
+        callbacks += list(workload.extra_callbacks(run_dir, cluster.task) or [])
+
+    writer.event(
+        "started",
+        strategy=strategy_name,
+        communication=opts.communication if strategy_name == "multi_worker_mirrored" else None,
+        autoshard=opts.autoshard,
+        workload=workload.name,
+        epochs=opts.epochs,
+        is_chief=cluster.is_chief,
+        chief=str(cluster.chief),
+        exact_step_loss=exact_step_loss,
+        tensorflow=tf.__version__,
+        **plan.as_dict(),
+    )
+    t0 = time.perf_counter()
+    history = model.fit(
+        train_ds,
+        epochs=opts.epochs,
+        steps_per_epoch=plan.steps_per_epoch,
+        validation_data=val_ds,
+        callbacks=callbacks,
+        verbose=2 if opts.verbose else 0,
+    )
+    train_time = time.perf_counter() - t0
+    if not cluster.is_chief:
+        shutil.rmtree(tb_dir, ignore_errors=True)
+
+    final = {k: float(v[-1]) for k, v in history.history.items() if v}
+    model_path = None
+    if opts.save:
+        # Every worker must take part in saving (variables are read collectively);
+        # only the chief keeps the result.
+        if cluster.is_chief:
+            model_path = run_dir / MODEL_NAME
+            model.save(model_path)
+        else:
+            tmp = _temp_dir(run_dir, cluster, "model")
+            tmp.mkdir(parents=True, exist_ok=True)
+            model.save(tmp / MODEL_NAME)
+            shutil.rmtree(tmp, ignore_errors=True)
+    writer.event(
+        "finished",
+        metrics=final,
+        train_time=train_time,
+        model=str(model_path) if model_path else None,
+    )
+    return final
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line a person can act on, for errors raised inside TensorFlow."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    if "Could not start gRPC server" in text:
+        return (
+            "TensorFlow could not start this task's gRPC server: its port is taken or cannot be bound "
+            "on this host; free the port or give this task another one"
+        )
+    if "unshardable source dataset" in text:
+        return "--autoshard file needs a dataset read from files (e.g. TFRecords); use --autoshard auto or data"
+    if isinstance(exc, tf.errors.UnavailableError):
+        return f"lost contact with another task of the cluster ({first}); restart every task of the run"
+    return f"{type(exc).__name__}: {first}"
+

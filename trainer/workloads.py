@@ -1,0 +1,202 @@
+"""Built-in workloads (digits, synthetic) and users' model files.
+
+A workload gives unbatched ``(x, y)`` datasets and an uncompiled model; the
+trainer shuffles, batches, shards and compiles. A user's model file is a
+Python file with::
+
+    def build_model():            # -> tf.keras.Model, compiled or not
+    def train_dataset():          # -> tf.data.Dataset of unbatched (x, y)
+    def val_dataset():            # optional, same form
+    LOSS = "sparse_categorical_crossentropy"   # optional, when build_model() does not compile
+    METRICS = ["accuracy"]                     # optional
+    def callbacks(run_dir, task):  # optional: extra Keras callbacks
+
+The file is checked before TensorFlow starts (it exists, it parses, it defines
+the two functions) and imported only after the distribution strategy exists,
+because TensorFlow ops run at import time would stop collectives from being
+configured.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from trainer.config import ConfigError, Options
+
+DIGITS_VAL_FRACTION = 0.2
+DIGITS_SPLIT_SEED = 0
+
+
+@dataclass
+class Workload:
+    name: str
+    build_model: Callable
+    train_dataset: Callable
+    val_dataset: Callable | None
+    num_examples: int | None
+    in_memory: bool
+    loss: object = None
+    metrics: list = field(default_factory=lambda: ["accuracy"])
+    extra_callbacks: Callable | None = None
+
+
+def _logits_loss():
+    import tensorflow as tf
+
+    return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+# --------------------------------------------------------------------------- digits
+
+
+def digits_arrays():
+    """The scikit-learn digits as (x_train, y_train, x_val, y_val), a fixed held-out split."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    x = (data.images / 16.0).astype("float32")[..., None]  # (1797, 8, 8, 1) in [0, 1]
+    y = data.target.astype("int64")
+    order = np.random.default_rng(DIGITS_SPLIT_SEED).permutation(len(x))
+    n_val = int(round(len(x) * DIGITS_VAL_FRACTION))
+    val, train = order[:n_val], order[n_val:]
+    return x[train], y[train], x[val], y[val]
+
+
+def digits_model():
+    import tensorflow as tf
+
+    layers = tf.keras.layers
+    return tf.keras.Sequential(
+        [
+            tf.keras.Input(shape=(8, 8, 1)),
+            layers.Conv2D(32, 3, padding="same", activation="relu"),
+            layers.Conv2D(64, 3, padding="same", activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Flatten(),
+            layers.Dense(128, activation="relu"),
+            layers.Dense(10),
+        ],
+        name="digits_cnn",
+    )
+
+
+def digits() -> Workload:
+    import tensorflow as tf
+
+    x_train, y_train, x_val, y_val = digits_arrays()
+    return Workload(
+        name="digits",
+        build_model=digits_model,
+        train_dataset=lambda: tf.data.Dataset.from_tensor_slices((x_train, y_train)),
+        val_dataset=lambda: tf.data.Dataset.from_tensor_slices((x_val, y_val)),
+        num_examples=len(x_train),
+        in_memory=True,
+        loss=_logits_loss(),
+    )
+
+
+# --------------------------------------------------------------------------- synthetic
+
+
+def synthetic(shape: tuple[int, ...], classes: int, examples: int, seed: int) -> Workload:
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(seed)
+    x = rng.random((examples, *shape), dtype="float32")
+    y = rng.integers(0, classes, size=examples).astype("int64")
+
+    def build():
+        layers = tf.keras.layers
+        body = [tf.keras.Input(shape=shape)]
+        if len(shape) == 3:
+            body += [
+                layers.Conv2D(32, 3, padding="same", activation="relu"),
+                layers.MaxPooling2D(),
+                layers.Conv2D(64, 3, padding="same", activation="relu"),
+                layers.GlobalAveragePooling2D(),
+            ]
+        else:
+            body += [layers.Flatten(), layers.Dense(256, activation="relu")]
+        body += [layers.Dense(128, activation="relu"), layers.Dense(classes)]
+        return tf.keras.Sequential(body, name="synthetic")
+
+    return Workload(
+        name="synthetic",
+        build_model=build,
+        train_dataset=lambda: tf.data.Dataset.from_tensor_slices((x, y)),
+        val_dataset=None,
+        num_examples=examples,
+        in_memory=True,
+        loss=_logits_loss(),
+    )
+
+
+# --------------------------------------------------------------------------- model files
+
+REQUIRED_FUNCTIONS = ("build_model", "train_dataset")
+
+
+def check_model_file(path: Path) -> None:
+    """Fail before TensorFlow starts when a model file cannot work."""
+    try:
+        source = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read model file {str(path)!r}: {exc.strerror}") from None
+    try:
+        tree = ast.parse(source, filename=str(path))
+    except SyntaxError as exc:
+        raise ConfigError(f"model file {str(path)!r} has a syntax error at line {exc.lineno}: {exc.msg}") from None
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    defined |= {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
+    missing = [name for name in REQUIRED_FUNCTIONS if name not in defined]
+    if missing:
+        raise ConfigError(
+            f"model file {str(path)!r} does not define {' or '.join(missing)}(); "
+            "it needs build_model() returning a tf.keras model and train_dataset() returning "
+            "a tf.data.Dataset of unbatched (x, y)"
+        )
+
+
+def from_file(path: Path) -> Workload:
+    import tensorflow as tf
+
+    name = f"tfcc_user_model_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    sys.path.insert(0, str(path.parent))  # the file may import its neighbours
+    spec.loader.exec_module(module)
+    probe = module.train_dataset()
+    if not isinstance(probe, tf.data.Dataset):
+        raise ConfigError(
+            f"train_dataset() in {str(path)!r} returned {type(probe).__name__}; return a tf.data.Dataset "
+            "of unbatched (x, y) examples"
+        )
+    card = int(probe.cardinality())
+    return Workload(
+        name=path.stem,
+        build_model=module.build_model,
+        train_dataset=module.train_dataset,
+        val_dataset=getattr(module, "val_dataset", None),
+        num_examples=card if card >= 0 else None,
+        in_memory=False,
+        loss=getattr(module, "LOSS", "sparse_categorical_crossentropy"),
+        metrics=list(getattr(module, "METRICS", ["accuracy"])),
+        extra_callbacks=getattr(module, "callbacks", None),
+    )
+
+
+def load(opts: Options) -> Workload:
+    if opts.workload == "digits":
+        return digits()
+    if opts.workload == "synthetic":
+        return synthetic(opts.shape, opts.classes, opts.examples, opts.seed)
+    return from_file(opts.model_file)
