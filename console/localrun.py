@@ -59,8 +59,14 @@ def start_local_tasks(
     *,
     env: dict[str, str] | None = None,
     python: str = sys.executable,
+    script: str | None = None,
 ) -> list[LocalTask]:
-    """Start every task of ``cluster`` as ``python -m trainer``; stdout/stderr go to files."""
+    """Start every task of ``cluster``; stdout and stderr go to files in its run folder.
+
+    Each task runs ``python -m trainer --run-dir DIR ARGS``, or with ``script``
+    a user's own program ``python SCRIPT ARGS`` that reads TF_CONFIG itself
+    (it finds its run folder in ``$TFCC_RUN_DIR``).
+    """
     project_root = Path(__file__).resolve().parent.parent
     tasks = []
     for task_type, addrs in cluster.items():
@@ -69,12 +75,17 @@ def start_local_tasks(
             run_dir.mkdir(parents=True, exist_ok=True)
             task_env = dict(os.environ, **(env or {}))
             task_env["TF_CONFIG"] = make_tf_config(cluster, task_type, index)
+            task_env["TFCC_RUN_DIR"] = str(run_dir)
             task_env["PYTHONPATH"] = os.pathsep.join(
                 p for p in (str(project_root), task_env.get("PYTHONPATH", "")) if p
             )
             with open(run_dir / "stdout.log", "ab") as out, open(run_dir / "stderr.log", "ab") as err:
+                if script is None:
+                    argv = [python, "-m", "trainer", "--run-dir", str(run_dir), *trainer_args]
+                else:
+                    argv = [python, script, *trainer_args]
                 proc = subprocess.Popen(
-                    [python, "-m", "trainer", "--run-dir", str(run_dir), *trainer_args],
+                    argv,
                     stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=task_env,
                     start_new_session=True,
                 )

@@ -125,25 +125,12 @@ def _temp_dir(run_dir, cluster: ClusterConfig, name: str):
     return run_dir / f".tmp-{name}-{cluster.task.type}-{cluster.task.index}"
 
 
-def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
-    """Train this task to the end; returns the final metrics."""
-    configure_runtime(opts)
-    if opts.workload != "file":
-        workload = workloads.load(opts)
-    gpus = tf.config.list_physical_devices("GPU")
-    strategy_name = choose_strategy(opts.strategy, cluster, len(gpus) or opts.cpu_devices)
-    if cluster.is_distributed:
-        check_port_free(cluster)
-    strategy = create_strategy(strategy_name, opts)  # MWMS: waits here until every task has joined
-    writer.event("cluster_formed", strategy=strategy_name, num_replicas=strategy.num_replicas_in_sync)
-
-    if opts.workload == "file":
-        workload = workloads.load(opts)
+def _plan(opts: Options, cluster: ClusterConfig, workload, strategy_name: str, gpus: int, replicas=None):
     check_autoshard(opts.autoshard, workload.in_memory, workload.name, cluster.num_workers)
-    per_worker = replicas_per_worker(strategy_name, len(gpus), opts.cpu_devices)
-    if per_worker * cluster.num_workers != strategy.num_replicas_in_sync:
-        per_worker = max(1, strategy.num_replicas_in_sync // cluster.num_workers)
-    plan = plan_batches(
+    per_worker = replicas_per_worker(strategy_name, gpus, opts.cpu_devices)
+    if replicas is not None and per_worker * cluster.num_workers != replicas:
+        per_worker = max(1, replicas // cluster.num_workers)
+    return plan_batches(
         per_replica_batch=opts.per_replica_batch,
         num_workers=cluster.num_workers,
         replicas_per_worker=per_worker,
@@ -152,6 +139,26 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
         base_learning_rate=opts.learning_rate,
         lr_rule=opts.lr_scaling,
     )
+
+
+def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
+    """Train this task to the end; returns the final metrics."""
+    configure_runtime(opts)
+    gpus = len(tf.config.list_physical_devices("GPU"))
+    strategy_name = choose_strategy(opts.strategy, cluster, gpus or opts.cpu_devices)
+    workload = None
+    if opts.workload != "file":
+        # Built-in data needs no TensorFlow op: check the batch plan before
+        # MultiWorkerMirroredStrategy() waits for the other tasks.
+        workload = workloads.load(opts)
+        _plan(opts, cluster, workload, strategy_name, gpus)
+    if cluster.is_distributed:
+        check_port_free(cluster)
+    strategy = create_strategy(strategy_name, opts)  # MWMS: waits here until every task has joined
+    writer.event("cluster_formed", strategy=strategy_name, num_replicas=strategy.num_replicas_in_sync)
+    if workload is None:
+        workload = workloads.load(opts)  # user code may run TensorFlow ops: only now
+    plan = _plan(opts, cluster, workload, strategy_name, gpus, strategy.num_replicas_in_sync)
 
     tf.keras.utils.set_random_seed(opts.seed)
     with strategy.scope():
@@ -202,6 +209,9 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
         verbose=2 if opts.verbose else 0,
     )
     train_time = time.perf_counter() - t0
+    # A finished run needs no backup (tf-keras deletes its checkpoints; this
+    # takes the folders it leaves, such as a non-chief's workertemp_<id>).
+    shutil.rmtree(run_dir / "backup", ignore_errors=True)
     if not cluster.is_chief:
         shutil.rmtree(tb_dir, ignore_errors=True)
 

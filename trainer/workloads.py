@@ -173,8 +173,14 @@ def from_file(path: Path) -> Workload:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     sys.path.insert(0, str(path.parent))  # the file may import its neighbours
-    spec.loader.exec_module(module)
-    probe = module.train_dataset()
+    try:
+        spec.loader.exec_module(module)
+        probe = module.train_dataset()
+    except Exception as exc:
+        raise ConfigError(
+            f"{path.name}: loading the model file or calling train_dataset() failed with "
+            f"{type(exc).__name__}: {exc}; fix the file or the data it reads"
+        ) from exc
     if not isinstance(probe, tf.data.Dataset):
         raise ConfigError(
             f"train_dataset() in {str(path)!r} returned {type(probe).__name__}; return a tf.data.Dataset "

@@ -1,0 +1,142 @@
+"""TF_CONFIG validation, batch arithmetic and strategy choice (no TensorFlow)."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from trainer.config import (
+    ClusterConfig,
+    ConfigError,
+    TaskId,
+    check_autoshard,
+    choose_strategy,
+    make_tf_config,
+    parse_options,
+    parse_tf_config,
+    plan_batches,
+)
+
+TWO = {"worker": ["a:1000", "b:1000"]}
+
+
+def tf_config(cluster, ttype="worker", index=0):
+    return json.dumps({"cluster": cluster, "task": {"type": ttype, "index": index}})
+
+
+def test_no_tf_config_is_one_process():
+    cfg = parse_tf_config(None)
+    assert not cfg.is_distributed
+    assert cfg.num_workers == 1 and cfg.is_chief and cfg.port is None
+
+
+def test_valid_tf_config_roundtrip():
+    cfg = parse_tf_config(make_tf_config({"chief": ["c:1"], "worker": ["w:2", "w:3"]}, "worker", 1))
+    assert cfg.task == TaskId("worker", 1)
+    assert cfg.num_workers == 3
+    assert cfg.chief == TaskId("chief", 0) and not cfg.is_chief
+    assert cfg.worker_rank == 2 and cfg.address == "w:3" and cfg.port == 3
+
+
+def test_worker_zero_is_chief_without_chief_task():
+    assert parse_tf_config(tf_config(TWO, "worker", 0)).is_chief
+    assert not parse_tf_config(tf_config(TWO, "worker", 1)).is_chief
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('{"cluster": {"worker": ["a:1"]', "TF_CONFIG is not valid JSON"),
+        ("[1, 2]", "must be a JSON object"),
+        ('{"task": {"type": "worker", "index": 0}}', 'no "cluster" object'),
+        ('{"cluster": {"worker": ["a:1"]}}', 'no "task" object'),
+        (tf_config({"master": ["a:1"]}), "unknown role 'master'; roles are chief, worker, ps, evaluator"),
+        (tf_config(TWO, "worker", 2), "task worker:2 is out of range: the cluster has 2 worker tasks (index 0 to 1)"),
+        (tf_config(TWO, "worker", -1), "task index -1 must be a whole number"),
+        (tf_config(TWO, "chief", 0), "the cluster has no 'chief' tasks"),
+        (tf_config(TWO, "boss", 0), "task type 'boss' is unknown"),
+        (tf_config({"chief": ["a:1", "b:1"], "worker": ["c:1"]}), "names 2 chiefs; a cluster has at most one chief"),
+        (tf_config({"worker": ["a:1", "a:1"]}), "gives a:1 to both worker:0 and worker:1"),
+        (tf_config({"worker": ["localhost"]}), "address 'localhost' has no port"),
+        (tf_config({"worker": ["a:99999"]}), "use a number from 1 to 65535"),
+        (tf_config({"worker": []}), "must be a non-empty list"),
+        (tf_config({"ps": ["a:1"]}, "ps", 0), "no chief or worker task"),
+    ],
+)
+def test_bad_tf_config_says_what_is_wrong(text, expected):
+    with pytest.raises(ConfigError) as err:
+        parse_tf_config(text)
+    assert expected in str(err.value)
+
+
+def test_batch_plan_arithmetic_and_lr_rules():
+    kw = dict(per_replica_batch=32, num_workers=2, replicas_per_worker=2, num_examples=1437,
+              steps_per_epoch=None, base_learning_rate=0.001)
+    plan = plan_batches(lr_rule="linear", **kw)
+    assert (plan.num_replicas, plan.per_worker_batch, plan.global_batch) == (4, 64, 128)
+    assert plan.steps_per_epoch == 1437 // 128
+    assert plan.learning_rate == pytest.approx(0.004)
+    assert plan_batches(lr_rule="sqrt", **kw).learning_rate == pytest.approx(0.001 * math.sqrt(4))
+    assert plan_batches(lr_rule="none", **kw).learning_rate == pytest.approx(0.001)
+    assert plan_batches(lr_rule="none", **{**kw, "steps_per_epoch": 7}).steps_per_epoch == 7
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        ({"per_replica_batch": 0}, "--per-replica-batch is 0; it must be at least 1"),
+        ({"per_replica_batch": 1000}, "is larger than the 1437 training examples; lower --per-replica-batch to at most 359"),
+        ({"num_examples": None}, "dataset's size is unknown"),
+        ({"steps_per_epoch": 0}, "--steps-per-epoch is 0"),
+        ({"base_learning_rate": -1.0}, "--learning-rate is -1.0; it must be positive"),
+    ],
+)
+def test_batch_plans_that_cannot_work(overrides, expected):
+    kw = dict(per_replica_batch=32, num_workers=2, replicas_per_worker=2, num_examples=1437,
+              steps_per_epoch=None, base_learning_rate=0.001, lr_rule="linear")
+    with pytest.raises(ConfigError) as err:
+        plan_batches(**{**kw, **overrides})
+    assert expected in str(err.value)
+
+
+def test_strategy_choice():
+    one = ClusterConfig()
+    two = parse_tf_config(tf_config(TWO))
+    assert choose_strategy("auto", one, 1) == "default"
+    assert choose_strategy("auto", one, 2) == "mirrored"
+    assert choose_strategy("auto", two, 1) == "multi_worker_mirrored"
+    assert choose_strategy("multi_worker_mirrored", one, 1) == "multi_worker_mirrored"
+    with pytest.raises(ConfigError, match="--strategy mirrored trains on one host, but TF_CONFIG has 2"):
+        choose_strategy("mirrored", two, 2)
+    with pytest.raises(ConfigError, match="ParameterServerStrategy is not supported"):
+        choose_strategy("auto", parse_tf_config(tf_config({"worker": ["a:1"], "ps": ["b:1"]})), 1)
+
+
+def test_autoshard_rules():
+    check_autoshard("data", True, "digits", 2)
+    check_autoshard("off", True, "digits", 1)
+    check_autoshard("file", False, "mine", 2)
+    with pytest.raises(ConfigError, match="--autoshard file needs a dataset read from files"):
+        check_autoshard("file", True, "digits", 2)
+    with pytest.raises(ConfigError, match="would give every worker the same digits examples"):
+        check_autoshard("off", True, "digits", 2)
+
+
+def test_option_errors(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        parse_options(["--model-file", str(tmp_path / "nope.py")])
+    with pytest.raises(ConfigError, match="--model-file goes with --workload file"):
+        (tmp_path / "m.py").write_text("")
+        parse_options(["--workload", "digits", "--model-file", str(tmp_path / "m.py")])
+    with pytest.raises(ConfigError, match="'abc' is not a whole number"):
+        parse_options(["--epochs", "abc"])
+
+
+def test_importing_trainer_loads_no_tensorflow():
+    """tf-keras must be selected before TensorFlow loads, and users' scripts import TF themselves."""
+    code = "import sys, trainer, trainer.main, trainer.config, trainer.workloads, trainer.metrics; " \
+           "print('tensorflow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

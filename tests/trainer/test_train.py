@@ -1,0 +1,153 @@
+"""Real multi-worker training on localhost: correctness of what the trainer reports."""
+
+from __future__ import annotations
+
+import re
+import statistics
+
+import numpy as np
+import pytest
+
+from .conftest import DATA, run_cluster
+
+pytestmark = pytest.mark.slow
+
+DIGITS_EPOCHS = 4
+
+
+@pytest.fixture(scope="module")
+def digits2(tmp_path_factory):
+    """Two workers training digits (shared by several tests: each run costs seconds)."""
+    return run_cluster(tmp_path_factory.mktemp("digits2"), 2, ["--epochs", str(DIGITS_EPOCHS)])
+
+
+@pytest.fixture(scope="module")
+def idrun(tmp_path_factory):
+    """Two workers on the id-carrying test model: 96 examples, global batch 16, 2 epochs."""
+    return run_cluster(tmp_path_factory.mktemp("idrun"), 2,
+                       ["--model-file", str(DATA / "idmodel.py"), "--epochs", "2", "--per-replica-batch", "8"])
+
+
+def step_losses(run, index):
+    return [r["loss"] for r in run.records(index, "step")]
+
+
+def test_two_workers_record_every_step(digits2):
+    for i in range(2):
+        started = digits2.events(i, "started")[0]
+        assert started["strategy"] == "multi_worker_mirrored"
+        assert (started["num_replicas"], started["per_replica_batch"], started["global_batch"]) == (2, 32, 64)
+        assert started["is_chief"] == (i == 0)
+        steps = digits2.records(i, "step")
+        expected = [(e, s) for e in range(DIGITS_EPOCHS) for s in range(started["steps_per_epoch"])]
+        assert [(r["epoch"], r["step"]) for r in steps] == expected
+        for r in steps:
+            assert r["task_type"] == "worker" and r["task_index"] == i
+            assert r["step_time"] > 0 and r["examples_per_sec"] > 0 and r["global_batch"] == 64
+        assert [e["event"] for e in digits2.records(i, "event")] == \
+            ["launched", "cluster_formed", "started", "finished"]
+    # Synchronous training: both workers report the same loss for every step.
+    assert step_losses(digits2, 0) == pytest.approx(step_losses(digits2, 1), rel=1e-6)
+
+
+def test_digits_reaches_95_percent(digits2):
+    final = digits2.events(0, "finished")[0]["metrics"]
+    assert final["val_accuracy"] >= 0.95
+
+
+def test_epoch_metrics_are_cluster_wide_means(digits2):
+    """tf-keras sums training metrics over workers; the trainer reports the true means."""
+    for epoch in digits2.records(0, "epoch"):
+        losses = [r["loss"] for r in digits2.records(0, "step") if r["epoch"] == epoch["epoch"]]
+        assert epoch["loss"] == pytest.approx(statistics.fmean(losses), rel=1e-5)
+        assert 0.0 <= epoch["accuracy"] <= 1.0
+
+
+def test_chief_keeps_outputs_and_other_workers_leave_nothing(digits2):
+    chief, other = digits2.tasks[0].run_dir, digits2.tasks[1].run_dir
+    assert (chief / "model.keras").is_file()
+    assert list((chief / "tensorboard").rglob("events.out.tfevents.*"))
+    leftovers = sorted(p.name for p in other.iterdir())
+    assert leftovers == ["metrics.jsonl", "stderr.log", "stdout.log"]
+    assert digits2.events(1, "finished")[0]["model"] is None
+
+
+def test_saved_model_reloads_and_matches_final_metrics(digits2):
+    import tensorflow as tf
+
+    from trainer.workloads import digits_arrays
+
+    final = digits2.events(0, "finished")[0]
+    model = tf.keras.models.load_model(final["model"])
+    _, _, x_val, y_val = digits_arrays()
+    loss, accuracy = model.evaluate(x_val, y_val, batch_size=64, verbose=0)
+    assert loss == pytest.approx(final["metrics"]["val_loss"], rel=1e-4)
+    assert accuracy == pytest.approx(final["metrics"]["val_accuracy"], abs=1e-6)
+
+
+def test_three_workers(tmp_path):
+    run = run_cluster(tmp_path, 3, ["--epochs", "1", "--per-replica-batch", "16"])
+    for i in range(3):
+        started = run.events(i, "started")[0]
+        assert (started["num_replicas"], started["global_batch"], started["steps_per_epoch"]) == (3, 48, 1438 // 48)
+        assert len(run.records(i, "step")) == started["steps_per_epoch"]
+        assert run.events(i, "finished")
+    assert sum(t.run_dir.joinpath("model.keras").exists() for t in run.tasks) == 1
+
+
+def test_mirrored_over_two_logical_cpus_matches_two_workers(tmp_path, digits2):
+    """One process with 2 replicas sees the same global batches as 2 workers: same losses."""
+    run = run_cluster(tmp_path, 1, ["--epochs", "1", "--cpu-devices", "2"])
+    started = run.events(0, "started")[0]
+    assert started["strategy"] == "mirrored"
+    assert (started["num_replicas"], started["replicas_per_worker"], started["global_batch"]) == (2, 2, 64)
+    mirrored = step_losses(run, 0)
+    assert len(mirrored) == started["steps_per_epoch"]
+    assert mirrored == pytest.approx(step_losses(digits2, 0)[: len(mirrored)], rel=1e-4)
+
+
+def read_ids(run, index) -> list[list[int]]:
+    text = (run.tasks[index].run_dir / "ids.txt").read_text()
+    return [[int(v) for v in re.findall(r"-?\d+", line)] for line in text.splitlines() if line.strip()]
+
+
+def test_step_loss_is_the_global_batch_loss(idrun):
+    import tensorflow as tf
+
+    from tests.trainer.data import idmodel
+
+    ids = [read_ids(idrun, 0), read_ids(idrun, 1)]
+    records = idrun.records(0, "step")
+    assert len(records) == len(ids[0]) == len(ids[1]) == 12
+    model = idmodel.build_model(record_ids=False)
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy()
+    weights_dir = idrun.tasks[0].run_dir / "weights"
+    local_differs = False
+    for k, record in enumerate(records):
+        with np.load(weights_dir / f"{k:04d}.npz") as saved:
+            model.set_weights([saved[f"arr_{i}"] for i in range(len(saved.files))])
+        batch = ids[0][k] + ids[1][k]
+        assert len(batch) == 16
+        x, y = idmodel.X_WITH_IDS[batch], idmodel.Y[batch]
+        expected = float(loss_fn(y, model(x, training=False)))
+        assert record["loss"] == pytest.approx(expected, rel=1e-5), f"step {k}"
+        # The test can tell: one worker's half-batch loss is a different number.
+        half = float(loss_fn(y[:8], model(x[:8], training=False)))
+        local_differs |= abs(half - expected) > 1e-3
+    assert local_differs
+    assert [r["loss"] for r in idrun.records(1, "step")] == pytest.approx([r["loss"] for r in records], rel=1e-6)
+
+
+def test_every_example_is_seen_exactly_once_per_epoch(idrun):
+    ids = [read_ids(idrun, 0), read_ids(idrun, 1)]
+    steps_per_epoch = idrun.events(0, "started")[0]["steps_per_epoch"]
+    assert steps_per_epoch == 96 // 16
+    for epoch in range(2):
+        window = slice(epoch * steps_per_epoch, (epoch + 1) * steps_per_epoch)
+        seen = [i for worker in ids for line in worker[window] for i in line]
+        assert sorted(seen) == list(range(96)), f"epoch {epoch}"
+        for worker in ids:
+            assert sum(len(line) for line in worker[window]) == 48
+    # Reshuffled between epochs, and the two workers never train on the same example in a step.
+    assert ids[0][0] != ids[0][steps_per_epoch]
+    assert all(not set(a) & set(b) for a, b in zip(*ids))
