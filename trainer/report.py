@@ -29,6 +29,8 @@ import tensorflow as tf
 
 from trainer.metrics import MetricsWriter
 
+# Scalars: tf-keras's "sum" output reduction under MirroredStrategy sums every
+# element of an output, so a packed vector would not survive.
 STEP_LOSS_KEY = "tfcc_step_loss"
 STEP_EXAMPLES_KEY = "tfcc_step_examples"
 _INTERNAL_KEYS = (STEP_LOSS_KEY, STEP_EXAMPLES_KEY)
@@ -47,7 +49,7 @@ def _task_from_tf_config() -> tuple[str, int, int]:
 
 def _to_float(value):
     try:
-        return float(value)
+        return float(value.numpy() if hasattr(value, "numpy") else value)
     except (TypeError, ValueError):
         return None
 
@@ -147,6 +149,9 @@ class MetricsReporter(tf.keras.callbacks.Callback):
     def __init__(self, path_or_writer=None, *, task_type=None, task_index=None,
                  num_workers=None, report_steps=True):
         super().__init__()
+        # Take Keras's logs as tensors: the same dict TensorBoard gets, so that
+        # removing tfcc's own output in on_epoch_end reaches every callback.
+        self._supports_tf_logs = True
         t_type, t_index, workers = _task_from_tf_config()
         self.task_type = task_type or t_type
         self.task_index = t_index if task_index is None else task_index
@@ -167,8 +172,11 @@ class MetricsReporter(tf.keras.callbacks.Callback):
 
     def set_model(self, model):
         super().set_model(model)
-        if self.report_steps:
-            self.exact_loss = instrument_step_loss(model)
+        self.exact_loss = instrument_step_loss(model)  # also makes epoch metrics cluster-wide
+
+    def _implements_train_batch_hooks(self):
+        # Without step records Keras need not call (and wait for) any batch hook.
+        return self.report_steps
 
     def on_train_begin(self, logs=None):
         self._t_train = time.perf_counter()
@@ -177,17 +185,23 @@ class MetricsReporter(tf.keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
-        self._t_epoch = time.perf_counter()
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self._t_step = time.perf_counter()
+        self._t_epoch = self._t_step = time.perf_counter()
 
     def on_train_batch_end(self, batch, logs=None):
-        step_time = time.perf_counter() - self._t_step
-        self._global_step += 1
+        # Step time: from the end of the previous step (or the epoch's start) to
+        # the end of this one, read after the step's outputs are ready. One hook
+        # per step instead of two: under MultiWorkerMirroredStrategy every
+        # worker's per-step Python time holds back the whole cluster.
+        now = time.perf_counter()
+        step_time, self._t_step = now - self._t_step, now
+        steps = (self.params or {}).get("steps")
+        # From the epoch, so that a resumed run numbers its steps as the first run did.
+        self._global_step = self._epoch * steps + batch + 1 if steps else self._global_step + 1
+        logs = logs if logs is not None else {}
+        # This dict is the one later callbacks (TensorBoard) and the epoch logs get.
+        loss, examples = (_to_float(logs.pop(key, None)) for key in _INTERNAL_KEYS)
         if not self.report_steps:
             return
-        logs = logs or {}
         record = {
             "type": "step",
             "epoch": self._epoch,
@@ -196,12 +210,10 @@ class MetricsReporter(tf.keras.callbacks.Callback):
             "step_time": step_time,
             "time": time.time(),
         }
-        loss = _to_float(logs.get(STEP_LOSS_KEY))
-        if loss is not None or STEP_LOSS_KEY in logs:
+        if examples is not None:
             record["loss"] = loss
         else:
             record["loss_avg"] = _to_float(logs.get("loss"))
-        examples = _to_float(logs.get(STEP_EXAMPLES_KEY))
         if examples and step_time > 0:
             record["global_batch"] = int(examples)
             record["examples_per_sec"] = examples / self.num_workers / step_time

@@ -171,7 +171,7 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
             )
         else:
             model.optimizer.learning_rate = plan.learning_rate
-        exact_step_loss = instrument_step_loss(model) if opts.report else False
+        exact_step_loss = instrument_step_loss(model)
     train_ds, val_ds = make_datasets(workload, plan, opts)
 
     run_dir = opts.run_dir

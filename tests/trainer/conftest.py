@@ -24,7 +24,8 @@ class ClusterRun:
     tasks: list[LocalTask]
 
     def records(self, index: int = 0, kind: str | None = None) -> list[dict]:
-        recs = read_records(self.tasks[index].metrics_path)
+        path = self.tasks[index].metrics_path
+        recs = read_records(path) if path.exists() else []
         return [r for r in recs if kind is None or r["type"] == kind]
 
     def events(self, index: int, name: str) -> list[dict]:

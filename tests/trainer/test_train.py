@@ -67,9 +67,21 @@ def test_chief_keeps_outputs_and_other_workers_leave_nothing(digits2):
     chief, other = digits2.tasks[0].run_dir, digits2.tasks[1].run_dir
     assert (chief / "model.keras").is_file()
     assert list((chief / "tensorboard").rglob("events.out.tfevents.*"))
+    tags = tensorboard_tags(chief / "tensorboard")
+    assert {"epoch_loss", "epoch_accuracy"} <= tags and not any("tfcc" in t for t in tags)
     leftovers = sorted(p.name for p in other.iterdir())
     assert leftovers == ["metrics.jsonl", "stderr.log", "stdout.log"]
     assert digits2.events(1, "finished")[0]["model"] is None
+
+
+def tensorboard_tags(folder) -> set[str]:
+    import tensorflow as tf
+
+    tags = set()
+    for path in folder.rglob("events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            tags |= {v.tag for v in event.summary.value}
+    return tags
 
 
 def test_saved_model_reloads_and_matches_final_metrics(digits2):

@@ -1,0 +1,93 @@
+"""MetricsReporter in a user's own script, and records that survive a crash."""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import threading
+import time
+
+import pytest
+
+from console.localrun import local_cluster, start_local_tasks
+from trainer.metrics import MetricsWriter, read_records
+
+from .conftest import DATA, THREADS, ClusterRun, run_cluster
+
+
+def wait_until(condition, timeout: float, what: str, processes=()) -> None:
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while not condition():
+        exited = [p.args for p in processes if p.poll() is not None]
+        if exited:
+            pytest.fail(f"a process exited while waiting for {what}: {exited[0]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        pause.wait(0.1)
+
+
+def test_writer_keeps_lines_whole_and_nan_readable(tmp_path):
+    writer = MetricsWriter(tmp_path / "m.jsonl", {"task_type": "worker", "task_index": 3})
+    for i in range(1000):
+        writer.write({"type": "step", "step": i, "loss": float("nan") if i == 7 else 0.5})
+    writer.close()
+    records = read_records(tmp_path / "m.jsonl")
+    assert [r["step"] for r in records] == list(range(1000))
+    assert records[7]["loss"] is None and records[8]["loss"] == 0.5
+    assert all(r["task_index"] == 3 for r in records)
+
+
+@pytest.mark.slow
+def test_users_own_script_reports_exact_cluster_metrics(tmp_path):
+    run = run_cluster(tmp_path, 2, [], script=str(DATA / "user_script_with_reporter.py"))
+    losses = []
+    for i in range(2):
+        steps = run.records(i, "step")
+        assert [(r["epoch"], r["step"]) for r in steps] == [(e, s) for e in range(2) for s in range(8)]
+        assert all("loss" in r and r["global_batch"] == 32 for r in steps)
+        losses.append([r["loss"] for r in steps])
+        for epoch in run.records(i, "epoch"):
+            in_epoch = [r["loss"] for r in steps if r["epoch"] == epoch["epoch"]]
+            assert epoch["loss"] == pytest.approx(statistics.fmean(in_epoch), rel=1e-5)
+            assert 0 <= epoch["accuracy"] <= 1
+            assert "tfcc_step_loss" not in epoch
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+
+
+@pytest.mark.slow
+def test_relaunch_with_same_tf_config_resumes(tmp_path):
+    """Kill every task after an epoch; the relaunch goes on from the next epoch."""
+    cluster = local_cluster(2)
+    args = ["--epochs", "3", "--per-replica-batch", "16"]
+    tasks = start_local_tasks(cluster, tmp_path, args, env=THREADS)
+    run = ClusterRun(tasks)
+    try:
+        # A step of epoch 1 on both workers: epoch 0's backup is complete everywhere.
+        wait_until(lambda: all(any(r["epoch"] == 1 for r in run.records(i, "step")) for i in range(2)),
+                   180, "a step of epoch 1 on both workers", [t.process for t in tasks])
+    finally:
+        for t in tasks:
+            if t.process.poll() is None:
+                os.killpg(t.process.pid, signal.SIGKILL)
+            t.process.wait()
+    assert (tmp_path / "worker-1" / "backup" / "chief").is_dir()  # each task keeps its own backup
+
+    tasks = start_local_tasks(cluster, tmp_path, args, env=THREADS)
+    again = ClusterRun(tasks)
+    try:
+        for t in tasks:
+            assert t.process.wait(timeout=300) == 0
+    finally:
+        for t in tasks:
+            if t.process.poll() is None:
+                os.killpg(t.process.pid, signal.SIGKILL)
+    for i in range(2):
+        events = again.records(i, "event")
+        second_launch = max(j for j, r in enumerate(events) if r["event"] == "launched")
+        records = again.records(i)
+        start = records.index(events[second_launch])
+        resumed_epochs = sorted({r["epoch"] for r in records[start:] if r["type"] == "step"})
+        assert resumed_epochs == [1, 2]  # epoch 0 is not trained again
+        assert events[-1]["event"] == "finished"
