@@ -188,18 +188,19 @@ class MetricsReporter(tf.keras.callbacks.Callback):
         self._t_epoch = self._t_step = time.perf_counter()
 
     def on_train_batch_end(self, batch, logs=None):
+        logs = logs if logs is not None else {}
+        # Take tfcc's outputs out of the dict later callbacks (TensorBoard) and
+        # the epoch logs get; reading them waits for the step to complete.
+        loss, examples = (_to_float(logs.pop(key, None)) for key in _INTERNAL_KEYS)
         # Step time: from the end of the previous step (or the epoch's start) to
-        # the end of this one, read after the step's outputs are ready. One hook
-        # per step instead of two: under MultiWorkerMirroredStrategy every
-        # worker's per-step Python time holds back the whole cluster.
+        # the end of this one. One hook per step instead of two: under
+        # MultiWorkerMirroredStrategy each worker's per-step Python time holds
+        # back the whole cluster.
         now = time.perf_counter()
         step_time, self._t_step = now - self._t_step, now
         steps = (self.params or {}).get("steps")
         # From the epoch, so that a resumed run numbers its steps as the first run did.
         self._global_step = self._epoch * steps + batch + 1 if steps else self._global_step + 1
-        logs = logs if logs is not None else {}
-        # This dict is the one later callbacks (TensorBoard) and the epoch logs get.
-        loss, examples = (_to_float(logs.pop(key, None)) for key in _INTERNAL_KEYS)
         if not self.report_steps:
             return
         record = {
