@@ -5,6 +5,11 @@ metrics (``--no-report``), on one process and on two local MWMS workers, and
 prints throughput (examples/s over the epochs after the first, which excludes
 tracing) and the ratio on/off. Goal: ratio >= 0.98.
 
+The machines this runs on are shared and noisy (two cores; the same
+configuration's throughput can move by tens of percent between runs), so the
+rounds are interleaved and the verdict uses each configuration's best round,
+the one least disturbed by its neighbours; the median is printed beside it.
+
     python bench/reporting_overhead.py [--rounds 3] [--steps 150]
 """
 
@@ -55,13 +60,17 @@ def main() -> None:
         for _ in range(ns.rounds):  # interleaved so drift hits both alike
             off.append(throughput(workers, False, ns.steps, ns.epochs))
             on.append(throughput(workers, True, ns.steps, ns.epochs))
-        rows.append((workers, statistics.median(off), statistics.median(on)))
-    print(f"\nreporting overhead ({time.strftime('%Y-%m-%d')}, {ns.rounds} rounds, median, "
-          f"{ns.steps} steps x {ns.epochs - 1} timed epochs)")
-    print(f"{'workers':>7} | {'off ex/s':>10} | {'on ex/s':>10} | {'on/off':>7} | goal")
+        rows.append((workers, off, on))
+    print(f"\nreporting overhead ({time.strftime('%Y-%m-%d')}, {ns.rounds} interleaved rounds, "
+          f"{ns.steps} steps x {ns.epochs - 1} timed epochs; examples/s)")
+    print(f"{'workers':>7} | {'off best':>9} | {'on best':>9} | {'ratio best':>10} | "
+          f"{'off median':>10} | {'on median':>10} | {'ratio median':>12} | goal >= 0.98")
     for workers, off, on in rows:
-        ratio = on / off
-        print(f"{workers:>7} | {off:>10.0f} | {on:>10.0f} | {ratio:>7.3f} | {'ok' if ratio >= 0.98 else 'MISSED'} (>= 0.98)")
+        best = max(on) / max(off)
+        median = statistics.median(on) / statistics.median(off)
+        print(f"{workers:>7} | {max(off):>9.0f} | {max(on):>9.0f} | {best:>10.3f} | "
+              f"{statistics.median(off):>10.0f} | {statistics.median(on):>10.0f} | {median:>12.3f} | "
+              f"{'ok' if best >= 0.98 else 'MISSED'}")
 
 
 if __name__ == "__main__":

@@ -76,6 +76,8 @@ def start_local_tasks(
             task_env = dict(os.environ, **(env or {}))
             task_env["TF_CONFIG"] = make_tf_config(cluster, task_type, index)
             task_env["TFCC_RUN_DIR"] = str(run_dir)
+            # tf-keras for users' scripts too: Keras 3's fit fails under MWMS.
+            task_env.setdefault("TF_USE_LEGACY_KERAS", "1")
             task_env["PYTHONPATH"] = os.pathsep.join(
                 p for p in (str(project_root), task_env.get("PYTHONPATH", "")) if p
             )

@@ -91,3 +91,12 @@ def test_relaunch_with_same_tf_config_resumes(tmp_path):
         resumed_epochs = sorted({r["epoch"] for r in records[start:] if r["type"] == "step"})
         assert resumed_epochs == [1, 2]  # epoch 0 is not trained again
         assert events[-1]["event"] == "finished"
+
+
+@pytest.mark.slow
+def test_unmodified_tutorial_script_runs_as_two_workers(tmp_path, monkeypatch):
+    """Nothing tfcc puts in a task's environment gets in the way of a user's own script."""
+    monkeypatch.delenv("TF_USE_LEGACY_KERAS")  # the launcher itself must select tf-keras
+    run = run_cluster(tmp_path, 2, [], script=str(DATA / "tutorial_mwms.py"))
+    for t in run.tasks:
+        assert "Epoch 2/2" in (t.run_dir / "stdout.log").read_text()
