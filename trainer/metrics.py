@@ -8,6 +8,7 @@ The record schema is documented in docs/metrics.md.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import math
@@ -49,6 +50,7 @@ class MetricsWriter:
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="tfcc-metrics-writer", daemon=True)
         self._thread.start()
+        atexit.register(self.close)  # what is queued reaches the file before the process ends
 
     def set_base(self, **fields) -> None:
         self._base.update(fields)

@@ -235,5 +235,5 @@ class MetricsReporter(tf.keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         if self._own_writer:
+            # The writer stays open for the next fit(); it is drained at exit.
             self.writer.event("train_end", train_time=time.perf_counter() - self._t_train)
-            self.writer.close()

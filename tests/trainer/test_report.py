@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 import signal
 import statistics
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -100,3 +103,12 @@ def test_unmodified_tutorial_script_runs_as_two_workers(tmp_path, monkeypatch):
     run = run_cluster(tmp_path, 2, [], script=str(DATA / "tutorial_mwms.py"))
     for t in run.tasks:
         assert "Epoch 2/2" in (t.run_dir / "stdout.log").read_text()
+
+
+def test_writer_drains_its_queue_when_the_process_exits(tmp_path):
+    code = ("import sys; sys.path.insert(0, %r); from trainer.metrics import MetricsWriter; "
+            "w = MetricsWriter(%r); [w.write({'type': 'step', 'step': i}) for i in range(5000)]")
+    path = tmp_path / "m.jsonl"
+    subprocess.run([sys.executable, "-c", code % (str(Path(__file__).resolve().parents[2]), str(path))],
+                   check=True, timeout=60)
+    assert [r["step"] for r in read_records(path)] == list(range(5000))

@@ -1,0 +1,278 @@
+"""Run folders on this host: start a task detached, read its state, follow, stop, clean.
+
+Layout: ``<home>/runs/<run-id>/<task>/`` with ``spec.json`` (what to run),
+``tf_config.json``, ``state.json`` (the supervisor's pid and start time),
+``exit.json`` (written when the task ends), ``metrics.jsonl``, ``stdout.log``
+and ``stderr.log``. ``<home>`` is ``$TFCC_HOME`` or ``~/.tfcc``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+STREAMS = ("metrics.jsonl", "stdout.log", "stderr.log")
+
+
+class AgentError(Exception):
+    """A request that cannot be carried out; the message says why and what to do."""
+
+
+def home() -> Path:
+    return Path(os.environ.get("TFCC_HOME") or Path.home() / ".tfcc")
+
+
+def _check_name(kind: str, value) -> str:
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise AgentError(
+            f"{kind} {value!r} is not a valid name: use letters, digits, '.', '_' and '-' (at most 128)"
+        )
+    return value
+
+
+def task_dir(run_id: str, task: str) -> Path:
+    return home() / "runs" / _check_name("run id", run_id) / _check_name("task", task)
+
+
+def write_json(path: Path, data) -> None:
+    """Atomically: a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def proc_start_time(pid: int):
+    """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    if fields and fields[0] == "Z":  # a zombie has ended
+        return None
+    return int(fields[19])
+
+
+def is_same_process(pid, start_time) -> bool:
+    """True only if ``pid`` is still the process that was started (PIDs are reused)."""
+    return bool(pid) and start_time is not None and proc_start_time(pid) == start_time
+
+
+def group_members(pgid: int) -> list:
+    """PIDs of live processes in process group ``pgid``."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry))
+    return members
+
+
+# --------------------------------------------------------------------------- start
+
+
+def start(req: dict) -> dict:
+    """Write the run folder and start the task detached; return at once."""
+    run_id = _check_name("run id", req.get("run_id"))
+    task = _check_name("task", req.get("task"))
+    argv = req.get("argv")
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        raise AgentError("start needs \"argv\": the command to run as a list of strings")
+    folder = task_dir(run_id, task)
+    state = read_json(folder / "state.json")
+    if state and is_same_process(state.get("pid"), state.get("start_time")):
+        raise AgentError(f"task {task} of run {run_id} is already running (pid {state['pid']}); stop it first")
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in ("exit.json", "state.json"):
+        try:
+            (folder / stale).unlink()
+        except FileNotFoundError:
+            pass
+    env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
+    tf_config = req.get("tf_config")
+    if tf_config is not None:
+        if not isinstance(tf_config, str):
+            tf_config = json.dumps(tf_config)
+        (folder / "tf_config.json").write_text(tf_config, encoding="utf-8")
+        env["TF_CONFIG"] = tf_config
+    env["TFCC_RUN_DIR"] = str(folder)
+    env["TFCC_RUN_ID"] = run_id
+    env["TFCC_TASK"] = task
+    spec = {
+        "run_id": run_id,
+        "task": task,
+        "argv": [a.replace("{run_dir}", str(folder)) for a in argv],
+        "env": env,
+        "cwd": req.get("cwd") or str(folder),
+        "python_path": req.get("python_path") or [],
+        "created": time.time(),
+    }
+    write_json(folder / "spec.json", spec)
+    agent_root = str(Path(__file__).resolve().parent.parent)
+    child_env = dict(os.environ)
+    child_env["PYTHONPATH"] = agent_root
+    # The supervisor leads its own session (no terminal, no hang-up when the
+    # SSH channel closes) and the task runs in its process group.
+    with open(os.devnull, "rb") as devnull, open(folder / "supervisor.log", "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agent.supervise", str(folder)],
+            stdin=devnull, stdout=log, stderr=log,
+            cwd=str(folder), env=child_env, start_new_session=True, close_fds=True,
+        )
+    start_time = None
+    deadline = time.monotonic() + 5
+    while start_time is None and time.monotonic() < deadline:
+        start_time = proc_start_time(proc.pid)
+    state = {"pid": proc.pid, "pgid": proc.pid, "start_time": start_time, "started": time.time()}
+    write_json(folder / "state.json", state)
+    return {"run_id": run_id, "task": task, "run_dir": str(folder), "pid": proc.pid, "start_time": start_time}
+
+
+# --------------------------------------------------------------------------- status
+
+
+def status(run_id: str, task: str) -> dict:
+    folder = task_dir(run_id, task)
+    if not folder.is_dir():
+        raise AgentError(f"no task {task} in run {run_id} on this host (tfcc runs lists what is here)")
+    state = read_json(folder / "state.json") or {}
+    ended = read_json(folder / "exit.json")
+    running = is_same_process(state.get("pid"), state.get("start_time"))
+    if ended is not None:
+        phase = "finished" if ended.get("returncode") == 0 else "failed"
+    elif running:
+        phase = "running"
+    else:
+        phase = "lost"  # the supervisor vanished without writing exit.json (killed)
+    sizes = {}
+    for name in STREAMS:
+        try:
+            sizes[name] = (folder / name).stat().st_size
+        except FileNotFoundError:
+            sizes[name] = 0
+    return {"run_id": run_id, "task": task, "run_dir": str(folder), "phase": phase,
+            "pid": state.get("pid"), "exit": ended, "sizes": sizes}
+
+
+def list_runs() -> list:
+    root = home() / "runs"
+    out = []
+    if not root.is_dir():
+        return out
+    for run in sorted(root.iterdir()):
+        if not run.is_dir():
+            continue
+        for task in sorted(run.iterdir()):
+            if (task / "spec.json").is_file():
+                try:
+                    out.append(status(run.name, task.name))
+                except AgentError:
+                    continue
+    return out
+
+
+# --------------------------------------------------------------------------- stop and clean
+
+
+def stop(run_id: str, task: str, grace: float = 10.0) -> dict:
+    """SIGTERM the task's process group, SIGKILL what is left after ``grace`` seconds.
+
+    TensorFlow catches SIGTERM and a training worker may keep running, hence
+    the SIGKILL. A PID that now belongs to another process is never signalled.
+    """
+    folder = task_dir(run_id, task)
+    state = read_json(folder / "state.json") or {}
+    pid, start_time = state.get("pid"), state.get("start_time")
+    if not is_same_process(pid, start_time):
+        return {"run_id": run_id, "task": task, "stopped": False, "reason": "not running"}
+    pgid = state.get("pgid", pid)
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    killed = bool(group_members(pgid))
+    if killed and is_same_process(pid, start_time):
+        _signal_group(pgid, signal.SIGKILL)
+    elif killed:  # the supervisor is gone but its children are not: kill them one by one
+        for member in group_members(pgid):
+            _signal_pid(member, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if read_json(folder / "exit.json") is None:
+        write_json(folder / "exit.json", {"returncode": -int(signal.SIGKILL if killed else signal.SIGTERM),
+                                          "ended": time.time(), "stopped": True})
+    return {"run_id": run_id, "task": task, "stopped": True, "killed": killed}
+
+
+def _signal_group(pgid: int, sig) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _signal_pid(pid: int, sig) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def clean(run_id: str) -> dict:
+    run = home() / "runs" / _check_name("run id", run_id)
+    if not run.is_dir():
+        return {"run_id": run_id, "removed": False}
+    for task in run.iterdir():
+        state = read_json(task / "state.json") or {}
+        if is_same_process(state.get("pid"), state.get("start_time")):
+            raise AgentError(f"task {task.name} of run {run_id} is still running; stop the run before cleaning it")
+    shutil.rmtree(run)
+    return {"run_id": run_id, "removed": True}
+
+
+# --------------------------------------------------------------------------- follow
+
+
+def read_new(path: Path, offset: int, limit: int = 1 << 20):
+    """Complete lines of ``path`` from byte ``offset``: (lines as bytes, new offset)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(limit)
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    if end == 0:
+        return [], offset
+    return data[:end].splitlines(), offset + end

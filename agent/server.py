@@ -1,0 +1,173 @@
+"""The agent's JSON-lines protocol over stdin/stdout.
+
+Each request is one JSON object on a line: ``{"id": N, "op": "...", ...}``.
+Each answer carries the request's ``id``: ``{"id": N, "ok": true, ...}`` or
+``{"id": N, "ok": false, "error": "what is wrong and what to do"}``. A
+``follow`` answers with a stream of ``{"id": N, "type": ...}`` messages and
+ends with ``{"id": N, "type": "end", ...}``. Requests run concurrently (a
+``stop`` can come while a ``follow`` streams). The agent exits when stdin
+closes; the tasks it started keep running.
+
+Operations: hello, start, follow, status, list, stop, clean.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import sys
+import threading
+
+from agent import PROTOCOL_VERSION, __version__, runs
+from agent.runs import AgentError
+
+
+class Server:
+    def __init__(self, inp, out):
+        self._in = inp
+        self._out = out
+        self._lock = threading.Lock()
+        self.closed = threading.Event()
+
+    def send(self, message: dict) -> bool:
+        data = (json.dumps(message, separators=(",", ":")) + "\n").encode("utf-8")
+        with self._lock:
+            if self.closed.is_set():
+                return False
+            try:
+                self._out.write(data)
+                self._out.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                self.closed.set()
+                return False
+        return True
+
+    def serve(self) -> None:
+        requests = []
+        for raw in self._in:
+            if not raw.strip():
+                continue
+            try:
+                req = json.loads(raw)
+                if not isinstance(req, dict):
+                    raise ValueError("a request is a JSON object")
+            except ValueError as exc:
+                self.send({"id": None, "ok": False, "error": f"bad request line ({exc}); send one JSON object per line"})
+                continue
+            worker = threading.Thread(target=self._handle, args=(req,), daemon=True)
+            worker.start()
+            if req.get("op") != "follow":
+                requests.append(worker)
+        # stdin closed: answer what was asked, then stop streaming and exit.
+        for worker in requests:
+            worker.join(timeout=60)
+        self.closed.set()
+
+    def _handle(self, req: dict) -> None:
+        rid = req.get("id")
+        op = req.get("op")
+        handler = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
+        if handler is None:
+            self.send({"id": rid, "ok": False,
+                       "error": f"unknown op {op!r}; ops are hello, start, follow, status, list, stop, clean"})
+            return
+        try:
+            result = handler(req)
+        except AgentError as exc:
+            self.send({"id": rid, "ok": False, "error": str(exc)})
+        except Exception as exc:  # an agent bug must not kill the other requests
+            self.send({"id": rid, "ok": False, "error": f"agent error: {type(exc).__name__}: {exc}"})
+        else:
+            if result is not None:
+                self.send({"id": rid, "ok": True, **result})
+
+    # ----------------------------------------------------------------- operations
+
+    def op_hello(self, req):
+        theirs = req.get("protocol")
+        if theirs is not None and theirs != PROTOCOL_VERSION:
+            raise AgentError(
+                f"the console speaks agent protocol {theirs} but this agent speaks {PROTOCOL_VERSION}; "
+                "deploy the console's agent to this host again"
+            )
+        return {
+            "agent_version": __version__,
+            "protocol": PROTOCOL_VERSION,
+            "python": platform.python_version(),
+            "python_executable": sys.executable,
+            "platform": platform.platform(),
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "home": str(runs.home()),
+        }
+
+    def op_start(self, req):
+        return runs.start(req)
+
+    def op_status(self, req):
+        return runs.status(req.get("run_id"), req.get("task"))
+
+    def op_list(self, req):
+        return {"tasks": runs.list_runs()}
+
+    def op_stop(self, req):
+        return runs.stop(req.get("run_id"), req.get("task"), float(req.get("grace", 10.0)))
+
+    def op_clean(self, req):
+        return runs.clean(req.get("run_id"))
+
+    def op_follow(self, req):
+        """Stream metrics records and log text from byte offsets until the task ends."""
+        rid = req.get("id")
+        run_id, task = req.get("run_id"), req.get("task")
+        folder = runs.task_dir(run_id, task)
+        runs.status(run_id, task)  # a clear error for a task that is not here
+        offsets = {name: int((req.get("offsets") or {}).get(name, 0)) for name in runs.STREAMS}
+        poll = float(req.get("poll", 0.2))
+        self.send({"id": rid, "ok": True, "type": "following", "offsets": offsets})
+        while not self.closed.is_set():
+            # Read the end state first: whatever was written before it is read below.
+            state = runs.status(run_id, task)
+            ended = state["phase"] != "running"
+            while True:
+                sent_any = self._send_new(rid, folder, offsets)
+                if sent_any is None:
+                    return None  # channel closed
+                if not sent_any:
+                    break
+            if ended:
+                self.send({"id": rid, "type": "end", "phase": state["phase"], "exit": state["exit"],
+                           "offsets": offsets})
+                return None
+            self.closed.wait(poll)
+        return None
+
+    def _send_new(self, rid, folder, offsets):
+        sent = False
+        for name in runs.STREAMS:
+            lines, end = runs.read_new(folder / name, offsets[name])
+            if not lines:
+                continue
+            if name == "metrics.jsonl":
+                records = []
+                for line in lines:
+                    try:
+                        records.append(json.loads(line))
+                    except ValueError:
+                        records.append({"type": "unreadable", "raw": line.decode("utf-8", "replace")})
+                message = {"id": rid, "type": "metrics", "records": records, "offset": end}
+            else:
+                message = {"id": rid, "type": "log", "stream": name,
+                           "text": b"\n".join(lines).decode("utf-8", "replace") + "\n", "offset": end}
+            if not self.send(message):
+                return None
+            offsets[name] = end
+            sent = True
+        return sent
+
+
+def main() -> int:
+    Server(sys.stdin.buffer, sys.stdout.buffer).serve()
+    return 0

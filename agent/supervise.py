@@ -1,0 +1,62 @@
+"""``python -m agent.supervise TASK_DIR``: run one task and record how it ended.
+
+Started detached by the agent (its own session, stdin from /dev/null). It runs
+the command of ``spec.json`` with stdout and stderr to ``stdout.log`` and
+``stderr.log`` and, when the command ends, writes ``exit.json``. It outlives
+the agent and the console, so a run keeps going when they go away.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from agent.runs import read_json, write_json
+
+
+def main(argv) -> int:
+    folder = Path(argv[1])
+    spec = read_json(folder / "spec.json")
+    env = dict(os.environ)
+    env.update(spec["env"])
+    paths = list(spec.get("python_path") or [])
+    if spec["env"].get("PYTHONPATH"):
+        paths.append(spec["env"]["PYTHONPATH"])
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    else:
+        env.pop("PYTHONPATH", None)
+    received = []
+    # A stop signals the whole process group: stay alive to record the task's end.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda signum, frame: received.append(signum))
+    with open(os.devnull, "rb") as devnull, open(folder / "stdout.log", "ab") as out, \
+            open(folder / "stderr.log", "ab") as err:
+        try:
+            child = subprocess.Popen(spec["argv"], stdin=devnull, stdout=out, stderr=err,
+                                     cwd=spec.get("cwd") or str(folder), env=env)
+        except OSError as exc:
+            err.write(f"tfcc-agent: cannot start {spec['argv'][0]!r}: {exc.strerror}\n".encode())
+            write_json(folder / "exit.json", {"returncode": 127, "ended": time.time(),
+                                              "error": f"cannot start {spec['argv'][0]!r}: {exc.strerror}"})
+            return 127
+        write_json(folder / "child.json", {"pid": child.pid})
+        while True:
+            try:
+                returncode = child.wait()
+                break
+            except InterruptedError:
+                continue
+    result = {"returncode": returncode, "ended": time.time()}
+    if received:
+        result["signals"] = [signal.Signals(s).name for s in received]
+    write_json(folder / "exit.json", result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

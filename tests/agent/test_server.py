@@ -1,0 +1,214 @@
+"""The agent over its local transport: real agent processes, real detached tasks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agent import runs
+from console.agent_client import AgentClient, AgentRequestError, LocalTransport
+
+FAKE = str(Path(__file__).parent / "data" / "fake_task.py")
+
+
+@pytest.fixture
+def tfcc_home(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("TFCC_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def clients(tfcc_home):
+    opened = []
+
+    def open_client() -> AgentClient:
+        client = AgentClient(LocalTransport().open_channel())
+        opened.append(client)
+        return client
+
+    yield open_client
+    for client in opened:
+        client.close()
+
+
+@pytest.fixture
+def stop_all(tfcc_home):
+    started = []
+    yield started
+    for run_id, task in started:  # never leave a task behind
+        runs.stop(run_id, task, grace=0.5)
+
+
+class Collector:
+    """Gathers a follow's records; waits on a count with a timeout."""
+
+    def __init__(self):
+        self.records: list[dict] = []
+        self.offset = 0
+        self.cond = threading.Condition()
+
+    def __call__(self, message):
+        with self.cond:
+            if message.get("type") == "metrics":
+                self.records += message["records"]
+                self.offset = message["offset"]
+            self.cond.notify_all()
+
+    def wait_for(self, count: int, timeout: float = 30) -> None:
+        with self.cond:
+            assert self.cond.wait_for(lambda: len(self.records) >= count, timeout), \
+                f"only {len(self.records)} of {count} records after {timeout} s"
+
+
+def start_fake(client, stop_all, run_id="r1", task="worker-0", first=10, second=10, code=0, extra=()):
+    stop_all.append((run_id, task))
+    return client.call("start", run_id=run_id, task=task, argv=[sys.executable, FAKE, str(first), str(second),
+                                                                 str(code), *extra])
+
+
+def test_hello_and_protocol_mismatch(clients):
+    client = clients()
+    hello = client.hello()
+    assert hello["protocol"] == 1 and hello["python"] == ".".join(map(str, sys.version_info[:3]))
+    with pytest.raises(AgentRequestError, match="console speaks agent protocol 99 but this agent speaks 1; deploy"):
+        client.call("hello", protocol=99)
+
+
+def test_bad_requests_get_clear_errors(clients):
+    client = clients()
+    with pytest.raises(AgentRequestError, match="unknown op 'launch'; ops are hello, start"):
+        client.call("launch")
+    with pytest.raises(AgentRequestError, match="run id '../etc' is not a valid name"):
+        client.call("start", run_id="../etc", task="w", argv=["true"])
+    with pytest.raises(AgentRequestError, match="start needs \"argv\""):
+        client.call("start", run_id="r", task="w")
+    with pytest.raises(AgentRequestError, match="no task w in run nope on this host"):
+        client.call("status", run_id="nope", task="w")
+
+
+def test_start_writes_run_folder_and_follow_streams_every_line_once(clients, stop_all, tfcc_home):
+    client = clients()
+    started = client.call("start", run_id="r1", task="worker-0", tf_config='{"cluster": {}}',
+                          argv=[sys.executable, FAKE, "10", "10", "0"], env={"EXTRA": "1"})
+    stop_all.append(("r1", "worker-0"))
+    folder = tfcc_home / "runs" / "r1" / "worker-0"
+    assert started["run_dir"] == str(folder)
+    assert (folder / "tf_config.json").read_text() == '{"cluster": {}}'
+    spec = json.loads((folder / "spec.json").read_text())
+    assert spec["env"]["TF_CONFIG"] == '{"cluster": {}}' and spec["env"]["EXTRA"] == "1"
+    got = Collector()
+    follow = client.follow("r1", "worker-0", got)
+    got.wait_for(10)
+    (folder / "release").touch()
+    assert follow.done.wait(30)
+    assert [r["step"] for r in got.records] == list(range(20))
+    assert follow.end["phase"] == "finished" and follow.end["exit"]["returncode"] == 0
+    assert "done" in (folder / "stdout.log").read_text()
+
+
+def test_task_outlives_agent_and_reattach_replays_from_offset(clients, stop_all, tfcc_home):
+    first = clients()
+    start_fake(first, stop_all)
+    got = Collector()
+    first.follow("r1", "worker-0", got)
+    got.wait_for(10)
+    first.channel.process.kill()  # the console (or the SSH connection) goes away
+    first.close()
+    second = clients()
+    assert second.call("status", run_id="r1", task="worker-0")["phase"] == "running"
+    (tfcc_home / "runs" / "r1" / "worker-0" / "release").touch()
+    rest = Collector()
+    follow = second.follow("r1", "worker-0", rest, offsets={"metrics.jsonl": got.offset})
+    assert follow.done.wait(30)
+    assert [r["step"] for r in got.records + rest.records] == list(range(20))
+    listed = second.call("list")["tasks"]
+    assert [(t["run_id"], t["task"], t["phase"]) for t in listed] == [("r1", "worker-0", "finished")]
+
+
+def _alive(pid: int) -> bool:
+    return runs.proc_start_time(pid) is not None
+
+
+def test_stop_kills_a_task_that_ignores_sigterm(clients, stop_all, tfcc_home):
+    client = clients()
+    started = start_fake(client, stop_all, extra=["--ignore-term"])
+    folder = Path(started["run_dir"])
+    got = Collector()
+    client.follow("r1", "worker-0", got)
+    got.wait_for(10)  # the task is up and has installed its handler
+    child = json.loads((folder / "child.json").read_text())["pid"]
+    t0 = time.monotonic()
+    result = client.call("stop", run_id="r1", task="worker-0", grace=1.0)
+    assert result["stopped"] and result["killed"]
+    assert time.monotonic() - t0 < 1.0 + 5
+    assert not _alive(started["pid"]) and not _alive(child)
+    status = client.call("status", run_id="r1", task="worker-0")
+    assert status["phase"] == "failed" and status["exit"]["returncode"] < 0
+
+
+def test_stop_never_signals_a_reused_pid(clients, tfcc_home):
+    bystander = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        folder = tfcc_home / "runs" / "old" / "worker-0"
+        folder.mkdir(parents=True)
+        (folder / "spec.json").write_text("{}")
+        real = runs.proc_start_time(bystander.pid)
+        runs.write_json(folder / "state.json", {"pid": bystander.pid, "pgid": bystander.pid, "start_time": real - 1})
+        client = clients()
+        assert client.call("stop", run_id="old", task="worker-0", grace=0.5)["stopped"] is False
+        assert bystander.poll() is None
+        assert client.call("status", run_id="old", task="worker-0")["phase"] == "lost"
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_command_that_cannot_start_fails_with_its_reason(clients, stop_all):
+    client = clients()
+    stop_all.append(("r1", "worker-0"))
+    client.call("start", run_id="r1", task="worker-0", argv=["/nonexistent/python3"])
+    got = Collector()
+    follow = client.follow("r1", "worker-0", got)
+    assert follow.done.wait(30)
+    assert follow.end["phase"] == "failed"
+    assert follow.end["exit"]["returncode"] == 127 and "No such file" in follow.end["exit"]["error"]
+
+
+def _listening_inodes() -> set[str]:
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A":  # LISTEN
+                    inodes.add(fields[9])
+    return inodes
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    out = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            out.add(target[8:-1])
+    return out
+
+
+def test_agent_and_supervisor_open_no_listening_socket(clients, stop_all):
+    client = clients()
+    started = start_fake(client, stop_all)
+    listening = _listening_inodes()
+    for pid in (client.channel.process.pid, started["pid"]):
+        assert not _socket_inodes(pid) & listening
