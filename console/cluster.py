@@ -1,0 +1,286 @@
+"""The cluster file: hosts, tasks and the training spec, as human-editable TOML (Qt-free).
+
+See docs/cluster-file.md for the format. ``load``/``loads`` validate and say,
+for every problem, which field is wrong and what to do; ``dumps`` writes a
+file that ``loads`` reads back unchanged. ``tf_config`` builds each task's
+TF_CONFIG from the cluster.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import tomli_w
+
+from trainer.config import AUTOSHARD_POLICIES, COMMUNICATIONS, LR_RULES, STRATEGIES, WORKLOADS, make_tf_config
+
+DEFAULT_CLUSTER = Path(__file__).resolve().parent.parent / "resources" / "default_cluster.toml"
+ROLES = ("chief", "worker")
+
+
+class ClusterFileError(ValueError):
+    """A cluster file that cannot work; the message names the field and says what to do."""
+
+
+@dataclass
+class Host:
+    name: str
+    address: str = ""          # how other hosts (and SSH) reach it: name, IP or ~/.ssh/config alias
+    local: bool = False        # this machine: the agent runs as a subprocess, no SSH
+    user: str = ""
+    port: int = 22             # SSH port
+    key: str = ""              # SSH private key file
+    python: str = "python3"    # the interpreter on the host (it needs TensorFlow to train)
+
+    @property
+    def tf_host(self) -> str:
+        return self.address or ("localhost" if self.local else self.name)
+
+
+@dataclass
+class Task:
+    host: str
+    role: str = "worker"
+    port: int | str = "auto"   # the task's TensorFlow port, or "auto"
+    gpus: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Training:
+    workload: str = "digits"
+    model_file: str = ""
+    script: str = ""           # a user's own script, run instead of the trainer
+    args: list[str] = field(default_factory=list)
+    epochs: int = 5
+    per_replica_batch: int = 32
+    learning_rate: float = 0.001
+    lr_scaling: str = "linear"
+    strategy: str = "auto"
+    communication: str = "auto"
+    autoshard: str = "auto"
+
+    def trainer_args(self) -> list[str]:
+        """Options for ``python -m trainer`` (or, with ``script``, just ``args``)."""
+        if self.script:
+            return list(self.args)
+        out = ["--epochs", str(self.epochs), "--per-replica-batch", str(self.per_replica_batch),
+               "--learning-rate", repr(self.learning_rate), "--lr-scaling", self.lr_scaling,
+               "--strategy", self.strategy, "--communication", self.communication,
+               "--autoshard", self.autoshard]
+        if self.model_file:
+            out += ["--model-file", self.model_file]
+        else:
+            out += ["--workload", self.workload]
+        return out + list(self.args)
+
+
+@dataclass
+class Cluster:
+    hosts: list[Host]
+    tasks: list[Task]
+    training: Training = field(default_factory=Training)
+
+    def host(self, name: str) -> Host:
+        return next(h for h in self.hosts if h.name == name)
+
+    def task_names(self) -> list[str]:
+        """``worker-0``, ``chief-0``, ...: each task's index counts within its role."""
+        counts: dict[str, int] = {}
+        names = []
+        for task in self.tasks:
+            index = counts.get(task.role, 0)
+            counts[task.role] = index + 1
+            names.append(f"{task.role}-{index}")
+        return names
+
+    def tf_cluster(self, ports: list[int] | None = None) -> dict[str, list[str]]:
+        """The TF_CONFIG cluster; ``ports`` resolves ``"auto"`` (one per task, in order)."""
+        spec: dict[str, list[str]] = {}
+        for i, task in enumerate(self.tasks):
+            port = ports[i] if ports is not None else task.port
+            if port == "auto":
+                raise ClusterFileError(f"tasks[{i}].port is \"auto\": pick free ports before building TF_CONFIG")
+            spec.setdefault(task.role, []).append(f"{self.host(task.host).tf_host}:{port}")
+        return spec
+
+    def tf_config(self, index: int, ports: list[int] | None = None) -> str:
+        role, number = self.task_names()[index].rsplit("-", 1)
+        return make_tf_config(self.tf_cluster(ports), role, int(number))
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _is_loopback(address: str) -> bool:
+    if address in ("localhost", "localhost.localdomain", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+_TYPES = {
+    Host: {"name": str, "address": str, "local": bool, "user": str, "port": int, "key": str, "python": str},
+    Task: {"host": str, "role": str},
+    Training: {"workload": str, "model_file": str, "script": str, "epochs": int, "per_replica_batch": int,
+               "learning_rate": float, "lr_scaling": str, "strategy": str, "communication": str,
+               "autoshard": str},
+}
+
+
+def _check_value(where: str, name: str, value, expected: type):
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, bool) != (expected is bool) or not isinstance(value, expected):
+        raise ClusterFileError(f"{where}.{name} is {value!r}; it must be a {expected.__name__}")
+    return value
+
+
+def _build(cls, data, where: str):
+    if not isinstance(data, dict):
+        raise ClusterFileError(f"{where} must be a table of settings")
+    known = [f.name for f in fields(cls)]
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ClusterFileError(f"{where} has unknown key {unknown[0]!r}; known keys are {', '.join(known)}")
+    values = {}
+    for name, value in data.items():
+        if name in _TYPES[cls]:
+            value = _check_value(where, name, value, _TYPES[cls][name])
+        elif name == "port":  # a task's port
+            if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535):
+                raise ClusterFileError(f"{where}.port is {value!r}; use a number from 1 to 65535 or \"auto\"")
+        elif name == "gpus":
+            if not isinstance(value, list) or not all(isinstance(g, int) and not isinstance(g, bool) and g >= 0
+                                                      for g in value):
+                raise ClusterFileError(f"{where}.gpus is {value!r}; list GPU indices, like [0, 1], or leave it []")
+        elif name == "args":
+            if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+                raise ClusterFileError(f"{where}.args must be a list of strings, like [\"--seed\", \"7\"]")
+        values[name] = value
+    try:
+        return cls(**values)
+    except TypeError as exc:
+        missing = str(exc).rsplit(":", 1)[-1].strip()
+        raise ClusterFileError(f"{where} needs {missing}") from None
+
+
+def _choice(where: str, value: str, choices) -> None:
+    if value not in choices:
+        raise ClusterFileError(f"{where} is {value!r}; use one of {', '.join(choices)}")
+
+
+def loads(text: str, source: str = "cluster file") -> Cluster:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ClusterFileError(f"{source} is not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - {"hosts", "tasks", "training"})
+    if unknown:
+        raise ClusterFileError(f"{source} has unknown section {unknown[0]!r}; sections are [[hosts]], [[tasks]], [training]")
+    hosts = [_build(Host, h, f"hosts[{i}]") for i, h in enumerate(data.get("hosts", []))]
+    tasks = [_build(Task, t, f"tasks[{i}]") for i, t in enumerate(data.get("tasks", []))]
+    training = _build(Training, data.get("training", {}), "training")
+    cluster = Cluster(hosts, tasks, training)
+    validate(cluster)
+    return cluster
+
+
+def load(path: str | Path) -> Cluster:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ClusterFileError(f"cluster file {str(path)!r} does not exist; check the path") from None
+    return loads(text, source=str(path))
+
+
+def validate(cluster: Cluster) -> None:
+    if not cluster.hosts:
+        raise ClusterFileError("the cluster has no hosts; add a [[hosts]] table with a name")
+    if not cluster.tasks:
+        raise ClusterFileError("the cluster has no tasks; add a [[tasks]] table with a host and a role")
+    names = set()
+    for i, host in enumerate(cluster.hosts):
+        if not host.name:
+            raise ClusterFileError(f"hosts[{i}].name is empty; give every host a name")
+        if host.name in names:
+            raise ClusterFileError(f"hosts[{i}].name {host.name!r} is used twice; host names must be unique")
+        names.add(host.name)
+        if not host.local and not host.address:
+            raise ClusterFileError(
+                f"hosts[{i}] ({host.name}) has no address; set address (a name, an IP or a ~/.ssh/config alias) "
+                "or local = true for this machine"
+            )
+        if not 1 <= host.port <= 65535:
+            raise ClusterFileError(f"hosts[{i}].port is {host.port}; use the host's SSH port, 1 to 65535")
+    seen: dict[str, int] = {}
+    for i, task in enumerate(cluster.tasks):
+        if task.host not in names:
+            raise ClusterFileError(
+                f"tasks[{i}].host {task.host!r} is not a host of this cluster (hosts: {', '.join(sorted(names))})"
+            )
+        _choice(f"tasks[{i}].role", task.role, ROLES)
+        if task.port != "auto":
+            key = f"{cluster.host(task.host).tf_host}:{task.port}"
+            if key in seen:
+                raise ClusterFileError(
+                    f"tasks[{i}] and tasks[{seen[key]}] both use {key}; give each task on a host its own port"
+                )
+            seen[key] = i
+    chiefs = [i for i, t in enumerate(cluster.tasks) if t.role == "chief"]
+    if len(chiefs) > 1:
+        raise ClusterFileError(
+            f"tasks[{chiefs[0]}] and tasks[{chiefs[1]}] are both chief; a cluster has at most one chief "
+            "(make the others role = \"worker\")"
+        )
+    used = {t.host for t in cluster.tasks}
+    remote = sorted(h.name for h in cluster.hosts if h.name in used and not _is_loopback(h.tf_host))
+    for host in cluster.hosts:
+        if host.name in used and _is_loopback(host.tf_host) and remote:
+            raise ClusterFileError(
+                f"host {host.name!r} has the loopback address {host.tf_host!r}, but tasks also run on "
+                f"{', '.join(remote)}, which cannot reach it there; give {host.name!r} an address the other hosts can reach"
+            )
+    t = cluster.training
+    _choice("training.workload", t.workload, WORKLOADS)
+    _choice("training.strategy", t.strategy, STRATEGIES)
+    _choice("training.communication", t.communication, COMMUNICATIONS)
+    _choice("training.autoshard", t.autoshard, AUTOSHARD_POLICIES)
+    _choice("training.lr_scaling", t.lr_scaling, LR_RULES)
+    if t.epochs < 1:
+        raise ClusterFileError(f"training.epochs is {t.epochs}; train at least 1 epoch")
+    if t.per_replica_batch < 1:
+        raise ClusterFileError(f"training.per_replica_batch is {t.per_replica_batch}; it must be at least 1")
+    if t.learning_rate <= 0:
+        raise ClusterFileError(f"training.learning_rate is {t.learning_rate}; it must be positive")
+    if t.workload == "file" and not t.model_file:
+        raise ClusterFileError("training.workload is \"file\" but training.model_file is empty; name your model file")
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def dumps(cluster: Cluster) -> str:
+    data = {
+        "training": {k: v for k, v in asdict(cluster.training).items() if v not in ("", [])},
+        "hosts": [{k: v for k, v in asdict(h).items() if v not in ("", [])} for h in cluster.hosts],
+        "tasks": [asdict(t) for t in cluster.tasks],
+    }
+    return tomli_w.dumps(data)
+
+
+def save(cluster: Cluster, path: str | Path) -> None:
+    """Atomically: a crash never leaves half a cluster file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(dumps(cluster), encoding="utf-8")
+    tmp.replace(path)
+
+
+def default() -> Cluster:
+    return load(DEFAULT_CLUSTER)

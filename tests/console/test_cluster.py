@@ -1,0 +1,118 @@
+"""The cluster file: reading, writing, TF_CONFIG, and every validation case with its message."""
+
+import json
+
+import pytest
+
+from console import cluster as cl
+from console.cluster import ClusterFileError
+
+BASE = """
+[training]
+workload = "digits"
+
+[[hosts]]
+name = "a"
+address = "10.0.0.1"
+
+[[hosts]]
+name = "b"
+address = "10.0.0.2"
+user = "me"
+port = 2222
+
+[[tasks]]
+host = "a"
+role = "chief"
+port = 12345
+
+[[tasks]]
+host = "b"
+port = 12345
+gpus = [0, 1]
+"""
+
+
+def test_default_is_two_local_workers_on_digits():
+    c = cl.default()
+    assert [h.local for h in c.hosts] == [True]
+    assert c.task_names() == ["worker-0", "worker-1"]
+    assert c.training.workload == "digits"
+
+
+def test_tf_config_names_each_hosts_address():
+    c = cl.loads(BASE)
+    assert c.task_names() == ["chief-0", "worker-0"]
+    config = json.loads(c.tf_config(1))
+    assert config == {"cluster": {"chief": ["10.0.0.1:12345"], "worker": ["10.0.0.2:12345"]},
+                      "task": {"type": "worker", "index": 0}}
+    assert c.tasks[1].gpus == [0, 1] and c.host("b").port == 2222
+
+
+def test_auto_ports_must_be_resolved_before_tf_config():
+    c = cl.default()
+    with pytest.raises(ClusterFileError, match="port is \"auto\": pick free ports"):
+        c.tf_config(0)
+    assert json.loads(c.tf_config(0, [5000, 5001]))["cluster"]["worker"] == ["localhost:5000", "localhost:5001"]
+
+
+def test_dumps_loads_round_trip(tmp_path):
+    c = cl.loads(BASE)
+    cl.save(c, tmp_path / "c.toml")
+    assert cl.load(tmp_path / "c.toml") == c
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_trainer_args_follow_the_training_spec():
+    c = cl.loads(BASE.replace('workload = "digits"', 'workload = "synthetic"\nepochs = 2\nargs = ["--seed", "7"]'))
+    args = c.training.trainer_args()
+    assert args[args.index("--epochs") + 1] == "2" and args[args.index("--workload") + 1] == "synthetic"
+    assert args[-2:] == ["--seed", "7"]
+
+
+@pytest.mark.parametrize(
+    "edit, expected",
+    [
+        (lambda t: t.replace("port = 12345\ngpus", "port = 12345\nhost_typo = 1\ngpus"),
+         "tasks[1] has unknown key 'host_typo'; known keys are host, role, port, gpus"),
+        (lambda t: t.replace('address = "10.0.0.2"', 'address = "10.0.0.1"'),
+         "tasks[1] and tasks[0] both use 10.0.0.1:12345; give each task on a host its own port"),
+        (lambda t: t.replace('address = "10.0.0.1"', 'address = "localhost"'),
+         "host 'a' has the loopback address 'localhost', but tasks also run on b, which cannot reach it"),
+        (lambda t: t.replace("gpus = [0, 1]", 'role = "chief"'),
+         "tasks[0] and tasks[1] are both chief; a cluster has at most one chief"),
+        (lambda t: t.replace("port = 12345\ngpus", "port = 70000\ngpus"),
+         "tasks[1].port is 70000; use a number from 1 to 65535 or \"auto\""),
+        (lambda t: t.replace("port = 12345\ngpus", "port = \"any\"\ngpus"),
+         "tasks[1].port is 'any'; use a number from 1 to 65535 or \"auto\""),
+        (lambda t: t.replace('host = "b"', 'host = "c"'),
+         "tasks[1].host 'c' is not a host of this cluster (hosts: a, b)"),
+        (lambda t: t.replace('role = "chief"', 'role = "ps"'),
+         "tasks[0].role is 'ps'; use one of chief, worker"),
+        (lambda t: t.replace('name = "b"', 'name = "a"'), "hosts[1].name 'a' is used twice"),
+        (lambda t: t.replace('address = "10.0.0.2"\n', ""), "hosts[1] (b) has no address"),
+        (lambda t: t.replace("port = 2222", "port = \"22\""), "hosts[1].port is '22'; it must be a int"),
+        (lambda t: t.replace("gpus = [0, 1]", "gpus = [\"0\"]"), "tasks[1].gpus is ['0']; list GPU indices"),
+        (lambda t: t.replace('workload = "digits"', 'workload = "mnist"'),
+         "training.workload is 'mnist'; use one of digits, synthetic, file"),
+        (lambda t: t.replace('workload = "digits"', 'workload = "digits"\nepochs = 0'),
+         "training.epochs is 0; train at least 1 epoch"),
+        (lambda t: t.replace('workload = "digits"', 'workload = "file"'),
+         "training.workload is \"file\" but training.model_file is empty"),
+        (lambda t: t + "\n[extra]\n", "has unknown section 'extra'"),
+        (lambda t: t.replace("[training]", "[training"), "is not valid TOML"),
+        (lambda t: t.split("[[tasks]]")[0], "the cluster has no tasks; add a [[tasks]] table"),
+    ],
+    ids=["unknown-key", "duplicate-host-port", "loopback-with-remote", "two-chiefs", "port-range", "port-word",
+         "unknown-host", "bad-role", "duplicate-host-name", "no-address", "ssh-port-type", "gpus-type",
+         "bad-workload", "zero-epochs", "file-without-model", "unknown-section", "bad-toml", "no-tasks"],
+)
+def test_validation_names_the_field_and_the_fix(edit, expected):
+    with pytest.raises(ClusterFileError) as err:
+        cl.loads(edit(BASE))
+    assert expected in str(err.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ClusterFileError, match="does not exist; check the path"):
+        cl.load(tmp_path / "nope.toml")
