@@ -8,7 +8,7 @@ ends with ``{"id": N, "type": "end", ...}``. Requests run concurrently (a
 ``stop`` can come while a ``follow`` streams). The agent exits when stdin
 closes; the tasks it started keep running.
 
-Operations: hello, start, follow, status, list, stop, clean.
+Operations: hello, start, follow, status, list, stop, clean, ports.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class Server:
         handler = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
         if handler is None:
             self.send({"id": rid, "ok": False,
-                       "error": f"unknown op {op!r}; ops are hello, start, follow, status, list, stop, clean"})
+                       "error": f"unknown op {op!r}; ops are hello, start, follow, status, list, stop, clean, ports"})
             return
         try:
             result = handler(req)
@@ -114,6 +114,22 @@ class Server:
 
     def op_stop(self, req):
         return runs.stop(req.get("run_id"), req.get("task"), float(req.get("grace", 10.0)))
+
+    def op_ports(self, req):
+        """``count`` TCP ports that are free on this host now (for port = "auto")."""
+        count = int(req.get("count", 1))
+        if not 1 <= count <= 256:
+            raise AgentError(f"ports: count {count} must be from 1 to 256")
+        socks = []
+        try:
+            for _ in range(count):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.bind(("0.0.0.0", 0))
+                socks.append(s)
+            return {"ports": [s.getsockname()[1] for s in socks]}
+        finally:
+            for s in socks:
+                s.close()
 
     def op_clean(self, req):
         return runs.clean(req.get("run_id"))

@@ -1,10 +1,13 @@
-"""The ``tfcc`` command: for now, trains the embedded default headless.
+"""``tfcc``: the headless front end on the console core.
 
-``tfcc`` starts two local workers training ``digits`` (the embedded default
-cluster), follows their metrics files and prints one line per worker as they
-train. Trainer options after ``--`` go to every task, e.g.
-``tfcc --workers 3 -- --epochs 2``. Agents, cluster files and the window come
-with later work; this front end already runs on the Qt-free core.
+    tfcc                       run the embedded default (two local workers, digits)
+    tfcc run [CLUSTER]         deploy, start every task, follow them; --json for JSON lines
+    tfcc runs                  runs this console started, and their state
+    tfcc attach RUN            follow a run again from its first record
+    tfcc stop RUN              stop every task of a run (SIGTERM, then SIGKILL)
+
+Ctrl-C detaches and leaves the run going (``--stop-on-exit`` stops it instead).
+``tfcc run`` exits 0 only when every task finished.
 """
 
 from __future__ import annotations
@@ -12,118 +15,179 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
-from pathlib import Path
 
-from console.localrun import LocalTask, local_cluster, start_local_tasks
+from console import cluster as cl
+from console.agent_client import AgentRequestError
+from console.runner import Run, RunError, TaskState, known_runs, new_run_id
 
-
-def default_run_root() -> Path:
-    return Path.home() / ".tfcc" / "runs" / time.strftime("%Y%m%d-%H%M%S")
-
-
-class _Follower:
-    """Reads new complete lines of one task's metrics file from an offset."""
-
-    def __init__(self, task: LocalTask):
-        self.task = task
-        self.offset = 0
-        self.last_step: dict | None = None
-        self.started: dict | None = None
-        self.outcome: dict | None = None
-
-    def poll(self) -> list[dict]:
-        path = self.task.metrics_path
-        if not path.exists():
-            return []
-        with open(path, "rb") as f:
-            f.seek(self.offset)
-            data = f.read()
-        end = data.rfind(b"\n") + 1
-        self.offset += end
-        records = [json.loads(line) for line in data[:end].splitlines() if line.strip()]
-        for r in records:
-            if r["type"] == "step":
-                self.last_step = r
-            elif r.get("event") == "started":
-                self.started = r
-            elif r.get("event") in ("finished", "failed"):
-                self.outcome = r
-        return records
+WATCHDOG_SECONDS = 120.0
 
 
-def _describe(name: str, r: dict) -> str | None:
-    if r["type"] == "epoch":
-        val = f"  val_loss {r['val_loss']:.4f}  val_accuracy {r['val_accuracy']:.4f}" if "val_loss" in r else ""
-        return f"{name}: epoch {r['epoch'] + 1} done  loss {r.get('loss', float('nan')):.4f}{val}"
-    if r["type"] != "event":
-        return None
-    if r["event"] == "started":
-        return (f"{name}: training with {r['strategy']}: global batch {r['global_batch']} = "
-                f"{r['num_workers']} workers x {r['replicas_per_worker']} replicas x {r['per_replica_batch']}")
-    if r["event"] == "finished":
-        where = f", model in {r['model']}" if r.get("model") else ""
-        return f"{name}: finished in {r['train_time']:.1f} s{where}"
-    if r["event"] == "failed":
-        return f"{name}: FAILED: {r['error']}"
-    return None
+class Printer:
+    """Turns follow messages into lines: one per event and epoch, a status line per worker."""
+
+    def __init__(self, as_json: bool, out=None):
+        self.as_json = as_json
+        self.out = out  # None: sys.stdout as it is when printing
+        self.lock = threading.Lock()
+        self.last_step: dict[str, dict] = {}
+        self.steps_per_epoch: dict[str, int] = {}
+
+    def emit(self, line: str) -> None:
+        with self.lock:
+            print(line, file=self.out or sys.stdout, flush=True)
+
+    def on_message(self, task: TaskState, message: dict) -> None:
+        kind = message.get("type")
+        if self.as_json:
+            if kind == "metrics":
+                for record in message["records"]:
+                    self.emit(json.dumps({"task": task.name, "host": task.host, **record}))
+            elif kind in ("end", "error"):
+                self.emit(json.dumps({"task": task.name, "host": task.host, "type": kind,
+                                      **{k: v for k, v in message.items() if k not in ("id", "type")}}))
+            return
+        if kind == "metrics":
+            for record in message["records"]:
+                self._record(task.name, record)
+        elif kind == "end":
+            code = (message.get("exit") or {}).get("returncode")
+            self.emit(f"{task.name}: {message['phase']} (exit code {code})")
+        elif kind == "error":
+            self.emit(f"{task.name}: {message['error']}")
+
+    def _record(self, name: str, r: dict) -> None:
+        if r["type"] == "step":
+            self.last_step[name] = r
+        elif r["type"] == "epoch":
+            val = (f"  val_loss {r['val_loss']:.4f}  val_accuracy {r['val_accuracy']:.4f}"
+                   if r.get("val_loss") is not None else "")
+            loss = r.get("loss")
+            self.emit(f"{name}: epoch {r['epoch'] + 1} done  loss {loss if loss is None else f'{loss:.4f}'}{val}")
+        elif r.get("event") == "started":
+            self.steps_per_epoch[name] = r["steps_per_epoch"]
+            self.emit(f"{name}: training with {r['strategy']}: global batch {r['global_batch']} = "
+                      f"{r['num_workers']} workers x {r['replicas_per_worker']} replicas x {r['per_replica_batch']}")
+        elif r.get("event") == "failed":
+            self.emit(f"{name}: FAILED: {r['error']}")
+        elif r.get("event") == "finished" and r.get("model"):
+            self.emit(f"{name}: model saved to {r['model']}")
+
+    def status_line(self, run: Run) -> None:
+        if self.as_json:
+            return
+        parts = []
+        for task in run.tasks:
+            s = self.last_step.get(task.name)
+            if s and task.phase == "training":
+                loss = s.get("loss", s.get("loss_avg"))
+                parts.append(f"{task.name} e{s['epoch'] + 1} {s['step'] + 1}/{self.steps_per_epoch.get(task.name, '?')}"
+                             f" loss {loss:.4f} {s['step_time'] * 1000:.0f} ms")
+        if parts:
+            self.emit("  " + " | ".join(parts))
 
 
-def run_default(num_workers: int, run_root: Path, trainer_args: list[str]) -> int:
-    tasks = start_local_tasks(local_cluster(num_workers), run_root, trainer_args)
-    print(f"tfcc: {num_workers} local workers, run folder {run_root}", flush=True)
-    followers = [_Follower(t) for t in tasks]
-    last_status = 0.0
+def _follow(run: Run, printer: Printer, stop_on_exit: bool) -> int:
+    run.follow(printer.on_message)
+    warned = False
     try:
-        while True:
-            for f in followers:
-                for r in f.poll():
-                    line = _describe(f.task.name, r)
-                    if line:
-                        print(line, flush=True)
-            if all(t.process.poll() is not None for t in tasks):
-                for f in followers:  # what was written just before the exit
-                    for r in f.poll():
-                        line = _describe(f.task.name, r)
-                        if line:
-                            print(line, flush=True)
-                break
-            if time.monotonic() - last_status >= 2.0:
-                last_status = time.monotonic()
-                parts = []
-                for f in followers:
-                    s = f.last_step
-                    if s and f.started and f.outcome is None:
-                        parts.append(f"{f.task.name} epoch {s['epoch'] + 1} step {s['step'] + 1}/"
-                                     f"{f.started['steps_per_epoch']} loss {s['loss']:.4f}")
-                if parts:
-                    print("  " + " | ".join(parts), flush=True)
-            try:
-                tasks[0].process.wait(timeout=0.25)
-            except Exception:
-                pass
+        last = 0.0
+        while not run.wait(timeout=0.5):
+            if time.monotonic() - last >= 2.0:
+                last = time.monotonic()
+                printer.status_line(run)
+            report = run.waiting_report(WATCHDOG_SECONDS)
+            if report and not warned:
+                warned = True
+                printer.emit(("" if printer.as_json else "tfcc: ") + report if not printer.as_json
+                             else json.dumps({"type": "watchdog", "message": report}))
     except KeyboardInterrupt:
-        print("tfcc: interrupted; stopping the workers", file=sys.stderr)
-        for t in tasks:
-            t.process.kill()
+        if stop_on_exit:
+            print(f"tfcc: stopping run {run.run_id}", file=sys.stderr)
+            run.detach()
+            run.stop()
+            return 130
+        print(f"tfcc: detached; run {run.run_id} goes on (tfcc attach {run.run_id}, tfcc stop {run.run_id})",
+              file=sys.stderr)
+        run.detach()
         return 130
-    failed = [t for t in tasks if t.process.returncode != 0]
+    run.detach()
+    failed = [t for t in run.tasks if t.phase != "finished"]
     for t in failed:
-        print(f"tfcc: {t.name} exited with {t.process.returncode}; see {t.run_dir / 'stderr.log'}", file=sys.stderr)
+        print(f"tfcc: {t.name} on {t.host} ended {t.phase}; its log: tfcc logs {run.run_id} {t.name}",
+              file=sys.stderr)
     return 1 if failed else 0
 
 
+def cmd_run(ns) -> int:
+    cluster = cl.load(ns.cluster) if ns.cluster else cl.default()
+    run = Run(cluster, ns.run_id or new_run_id())
+    run.start()
+    print(f"tfcc: run {run.run_id}: {len(run.tasks)} tasks on {len(run.links)} host(s)", file=sys.stderr)
+    return _follow(run, Printer(ns.json), ns.stop_on_exit)
+
+
+def cmd_attach(ns) -> int:
+    run = Run.load(ns.run)
+    return _follow(run, Printer(ns.json), stop_on_exit=False)
+
+
+def cmd_stop(ns) -> int:
+    run = Run.load(ns.run)
+    for task, result in zip(run.tasks, run.stop(grace=ns.grace)):
+        state = "stopped" if result["stopped"] else "was not running"
+        print(f"{task.name} on {task.host}: {state}{' (killed after the grace period)' if result.get('killed') else ''}")
+    run.detach()
+    return 0
+
+
+def cmd_runs(ns) -> int:
+    for run_id in known_runs():
+        try:
+            run = Run.load(run_id)
+            phases = ", ".join(f"{s['task']} {s['phase']}" for s in run.status())
+            run.detach()
+        except (RunError, AgentRequestError, cl.ClusterFileError) as exc:
+            phases = f"unknown ({exc})"
+        print(f"{run_id}: {phases}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tfcc", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    sub = parser.add_subparsers(dest="command")
+    run = sub.add_parser("run", help="deploy, start and follow a cluster (default: the embedded default)")
+    run.add_argument("cluster", nargs="?", help="a cluster file (TOML); default: two local workers on digits")
+    run.add_argument("--json", action="store_true", help="print the event stream as JSON lines")
+    run.add_argument("--stop-on-exit", action="store_true", help="Ctrl-C stops the run instead of detaching")
+    run.add_argument("--run-id", help="name the run (default: time and a random suffix)")
+    run.set_defaults(func=cmd_run)
+    attach = sub.add_parser("attach", help="follow a run again from its first record")
+    attach.add_argument("run")
+    attach.add_argument("--json", action="store_true")
+    attach.set_defaults(func=cmd_attach)
+    stop = sub.add_parser("stop", help="stop every task of a run")
+    stop.add_argument("run")
+    stop.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
+    stop.set_defaults(func=cmd_stop)
+    runs = sub.add_parser("runs", help="list runs and their state")
+    runs.set_defaults(func=cmd_runs)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tfcc", description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=2, help="local workers (default 2)")
-    parser.add_argument("--run-root", type=Path, default=None, help="default: ~/.tfcc/runs/<time>")
-    parser.add_argument("trainer_args", nargs=argparse.REMAINDER,
-                        help="after --: options for python -m trainer, e.g. -- --epochs 2")
+    parser = build_parser()
     ns = parser.parse_args(argv)
-    if ns.workers < 1:
-        parser.error("--workers must be at least 1")
-    args = [a for a in ns.trainer_args if a != "--"] if ns.trainer_args[:1] == ["--"] else ns.trainer_args
-    return run_default(ns.workers, ns.run_root or default_run_root(), args)
+    if ns.command is None:
+        ns = parser.parse_args(["run", *(argv or [])])
+    try:
+        return ns.func(ns)
+    except (cl.ClusterFileError, RunError, AgentRequestError) as exc:
+        print(f"tfcc: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

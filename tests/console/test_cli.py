@@ -1,26 +1,136 @@
-"""``tfcc``: the embedded default (two local workers on digits), headless."""
+"""``tfcc run/attach/stop`` on local hosts: real agents, real detached TensorFlow workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
+from agent import runs
 from console.cli import main
+from trainer.metrics import read_records
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+
+QUICK = """
+[training]
+epochs = {epochs}
+per_replica_batch = 16
+
+[[hosts]]
+name = "local"
+local = true
+
+[[tasks]]
+host = "local"
+
+[[tasks]]
+host = "local"
+"""
 
 
-def test_default_run_trains_two_local_workers(tmp_path, capsys, monkeypatch):
+@pytest.fixture
+def homes(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFCC_HOME", str(tmp_path / "host-home"))
+    monkeypatch.setenv("TFCC_CONSOLE_HOME", str(tmp_path / "console-home"))
     monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
     monkeypatch.setenv("TF_NUM_INTEROP_THREADS", "2")
-    assert main(["--run-root", str(tmp_path), "--", "--epochs", "1"]) == 0
-    out = capsys.readouterr().out
-    for name in ("worker-0", "worker-1"):
-        assert f"{name}: training with multi_worker_mirrored: global batch 64 = 2 workers x 1 replicas x 32" in out
-        assert f"{name}: epoch 1 done" in out
-        assert f"{name}: finished" in out
-    assert (tmp_path / "worker-0" / "model.keras").is_file()
+    return tmp_path
 
 
-def test_failed_worker_makes_tfcc_fail(tmp_path, capsys):
-    assert main(["--run-root", str(tmp_path), "--", "--per-replica-batch", "0"]) == 1
-    captured = capsys.readouterr()
-    assert "FAILED: --per-replica-batch is 0; it must be at least 1" in captured.out
-    assert "exited with 2" in captured.err
+def cluster_file(tmp_path, epochs: int) -> str:
+    path = tmp_path / f"quick{epochs}.toml"
+    path.write_text(QUICK.format(epochs=epochs))
+    return str(path)
+
+
+def task_dirs(homes, run_id):
+    return sorted((homes / "host-home" / "runs" / run_id).iterdir())
+
+
+def test_run_json_stream_has_every_step_of_both_workers(homes, capsys):
+    assert main(["run", cluster_file(homes, 1), "--json", "--run-id", "r1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    stream = [json.loads(line) for line in lines]  # every line parses
+    for folder in task_dirs(homes, "r1"):
+        in_file = read_records(folder / "metrics.jsonl")
+        streamed = [{k: v for k, v in r.items() if k not in ("task", "host")}
+                    for r in stream if r.get("task") == folder.name and r.get("type") in ("step", "epoch", "event")]
+        assert streamed == in_file
+        assert sum(r["type"] == "step" for r in in_file) == 1438 // 32
+    assert [r["type"] for r in stream if r["type"] == "end"] == ["end", "end"]
+
+
+def _stop_everything(homes, run_id):
+    for folder in task_dirs(homes, run_id):
+        runs.stop(run_id, folder.name, grace=0.5)
+
+
+def test_attach_after_the_console_dies_replays_every_line_once(homes, capsys):
+    proc = subprocess.Popen([sys.executable, "-m", "console.cli", "run", cluster_file(homes, 3), "--json",
+                             "--run-id", "r2"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        seen_steps = 0
+        for line in proc.stdout:  # the console streams; kill it once training is under way
+            seen_steps += json.loads(line).get("type") == "step"
+            if seen_steps >= 10:
+                break
+        proc.kill()
+        proc.wait()
+        assert seen_steps >= 10
+        status = [runs.status("r2", d.name)["phase"] for d in task_dirs(homes, "r2")]
+        assert status == ["running", "running"]  # the run outlived its console
+        assert main(["attach", "r2", "--json"]) == 0
+        stream = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        for folder in task_dirs(homes, "r2"):
+            in_file = read_records(folder / "metrics.jsonl")
+            replayed = [{k: v for k, v in r.items() if k not in ("task", "host")}
+                        for r in stream if r.get("task") == folder.name and r.get("type") in ("step", "epoch", "event")]
+            assert replayed == in_file  # from the first record, each exactly once
+            assert in_file[-1]["event"] == "finished"
+    finally:
+        proc.kill()
+        _stop_everything(homes, "r2")
+
+
+def test_stop_ends_every_process_of_the_run(homes, capsys):
+    proc = subprocess.Popen([sys.executable, "-m", "console.cli", "run", cluster_file(homes, 20), "--json",
+                             "--run-id", "r3"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        for line in proc.stdout:
+            if json.loads(line).get("type") == "step":
+                break
+        proc.kill()
+        proc.wait()
+        pids = []
+        for folder in task_dirs(homes, "r3"):
+            pids.append(json.loads((folder / "state.json").read_text())["pid"])
+            pids.append(json.loads((folder / "child.json").read_text())["pid"])
+        assert all(runs.proc_start_time(p) is not None for p in pids)
+        t0 = time.monotonic()
+        assert main(["stop", "r3", "--grace", "2"]) == 0
+        assert time.monotonic() - t0 < 2 * (2 + 5)  # each task within its grace period plus 5 s
+        assert [p for p in pids if runs.proc_start_time(p) is not None] == []
+        assert "worker-0 on local: stopped" in capsys.readouterr().out
+    finally:
+        proc.kill()
+        _stop_everything(homes, "r3")
+
+
+def test_unknown_run_and_bad_cluster_file_say_what_to_do(homes, capsys, tmp_path):
+    assert main(["attach", "nope"]) == 2
+    assert "no run 'nope' is known to this console; tfcc runs lists them" in capsys.readouterr().err
+    bad = tmp_path / "bad.toml"
+    bad.write_text(QUICK.format(epochs=1).replace("[[tasks]]\nhost = \"local\"\n\n[[tasks]]", "[[tasks]]\nhost = \"gone\"\n\n[[tasks]]"))
+    assert main(["run", str(bad)]) == 2
+    assert "tasks[0].host 'gone' is not a host of this cluster (hosts: local)" in capsys.readouterr().err

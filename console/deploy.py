@@ -1,0 +1,101 @@
+"""Deploy tfcc's code to a host, content-addressed (Qt-free).
+
+``agent/`` and ``trainer/`` (and a run's own files) go to
+``<home>/dist/<hash>/`` on the host, where the hash covers every file's path
+and bytes. Deploying the same code again finds the folder and uploads nothing;
+an upload goes to a temporary name first and is renamed into place, so an
+interrupted upload never becomes visible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("console.deploy")
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("agent", "trainer")
+
+
+@dataclass(frozen=True)
+class Bundle:
+    files: tuple[tuple[str, Path], ...]   # (relative path on the host, local file)
+    digest: str
+
+    @property
+    def name(self) -> str:
+        return self.digest[:16]
+
+    @property
+    def size(self) -> int:
+        return sum(p.stat().st_size for _, p in self.files)
+
+
+def make_bundle(extra: dict[str, Path] | None = None) -> Bundle:
+    """The code to deploy: agent/, trainer/ and ``extra`` {relative path: local file}."""
+    files = []
+    for package in PACKAGES:
+        for path in sorted((PROJECT_ROOT / package).rglob("*.py")):
+            files.append((path.relative_to(PROJECT_ROOT).as_posix(), path))
+    for rel, path in sorted((extra or {}).items()):
+        files.append((rel, Path(path)))
+    digest = hashlib.sha256()
+    for rel, path in files:
+        digest.update(rel.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return Bundle(tuple(files), digest.hexdigest())
+
+
+class LocalFiles:
+    """File operations on this machine (for hosts marked local)."""
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def put(self, local: Path, remote: str) -> None:
+        shutil.copyfile(local, remote)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.rename(src, dst)
+
+    def remove_tree(self, path: str) -> None:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def deploy(bundle: Bundle, files, home: str, on_progress=None) -> tuple[str, int]:
+    """Put ``bundle`` under ``<home>/dist/<name>``; returns (that folder, bytes uploaded)."""
+    target = f"{home}/dist/{bundle.name}"
+    if files.exists(f"{target}/.complete"):
+        return target, 0
+    tmp = f"{home}/dist/.{bundle.name}.{uuid.uuid4().hex[:8]}.tmp"
+    sent = 0
+    total = bundle.size
+    try:
+        for rel, local in bundle.files:
+            parent = f"{tmp}/{rel}".rsplit("/", 1)[0]
+            files.makedirs(parent)
+            files.put(local, f"{tmp}/{rel}")
+            sent += local.stat().st_size
+            if on_progress:
+                on_progress(sent, total)
+        with_marker = f"{tmp}/.complete"
+        marker = PROJECT_ROOT / "pyproject.toml"  # any small file: its presence is the marker
+        files.put(marker, with_marker)
+        try:
+            files.rename(tmp, target)
+        except OSError:
+            if not files.exists(f"{target}/.complete"):  # not another deploy that won the race
+                raise
+            files.remove_tree(tmp)
+    except BaseException:
+        files.remove_tree(tmp)
+        raise
+    log.info("deployed %s (%d bytes) to %s", bundle.name, sent, target)
+    return target, sent
