@@ -8,7 +8,7 @@ ends with ``{"id": N, "type": "end", ...}``. Requests run concurrently (a
 ``stop`` can come while a ``follow`` streams). The agent exits when stdin
 closes; the tasks it started keep running.
 
-Operations: hello, start, follow, status, list, stop, clean, ports.
+Operations: hello, start, follow, status, list, stop, clean, ports, logs.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class Server:
         handler = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
         if handler is None:
             self.send({"id": rid, "ok": False,
-                       "error": f"unknown op {op!r}; ops are hello, start, follow, status, list, stop, clean, ports"})
+                       "error": f"unknown op {op!r}; ops are hello, start, follow, status, list, stop, clean, ports, logs"})
             return
         try:
             result = handler(req)
@@ -114,6 +114,22 @@ class Server:
 
     def op_stop(self, req):
         return runs.stop(req.get("run_id"), req.get("task"), float(req.get("grace", 10.0)))
+
+    def op_logs(self, req):
+        """The last ``max_bytes`` of a task's stdout and stderr."""
+        folder = runs.task_dir(req.get("run_id"), req.get("task"))
+        runs.status(req.get("run_id"), req.get("task"))
+        limit = int(req.get("max_bytes", 65536))
+        out = {}
+        for name in ("stdout.log", "stderr.log"):
+            try:
+                with open(folder / name, "rb") as f:
+                    f.seek(0, os.SEEK_END)
+                    f.seek(max(0, f.tell() - limit))
+                    out[name] = f.read().decode("utf-8", "replace")
+            except FileNotFoundError:
+                out[name] = ""
+        return {"logs": out}
 
     def op_ports(self, req):
         """``count`` TCP ports that are free on this host now (for port = "auto")."""

@@ -5,6 +5,7 @@
     tfcc runs                  runs this console started, and their state
     tfcc attach RUN            follow a run again from its first record
     tfcc stop RUN              stop every task of a run (SIGTERM, then SIGKILL)
+    tfcc logs RUN [TASK]       the end of the tasks' stdout and stderr
 
 Ctrl-C detaches and leaves the run going (``--stop-on-exit`` stops it instead).
 ``tfcc run`` exits 0 only when every task finished.
@@ -143,6 +144,23 @@ def cmd_stop(ns) -> int:
     return 0
 
 
+def cmd_logs(ns) -> int:
+    run = Run.load(ns.run)
+    names = [t.name for t in run.tasks]
+    if ns.task and ns.task not in names:
+        raise RunError(f"run {ns.run} has no task {ns.task!r}; its tasks are {', '.join(names)}")
+    for task in run.tasks:
+        if ns.task and task.name != ns.task:
+            continue
+        logs = run.links[task.host].connect().call("logs", run_id=run.run_id, task=task.name,
+                                                   max_bytes=ns.bytes)["logs"]
+        for stream, text in logs.items():
+            print(f"==> {task.name} on {task.host}: {stream} <==")
+            print(text, end="" if text.endswith("\n") or not text else "\n")
+    run.detach()
+    return 0
+
+
 def cmd_runs(ns) -> int:
     for run_id in known_runs():
         try:
@@ -173,6 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
     stop.add_argument("run")
     stop.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
     stop.set_defaults(func=cmd_stop)
+    logs = sub.add_parser("logs", help="the end of a run's task logs (stdout and stderr)")
+    logs.add_argument("run")
+    logs.add_argument("task", nargs="?", help="one task, e.g. worker-1 (default: all)")
+    logs.add_argument("--bytes", type=int, default=65536, help="how much of the end of each log")
+    logs.set_defaults(func=cmd_logs)
     runs = sub.add_parser("runs", help="list runs and their state")
     runs.set_defaults(func=cmd_runs)
     return parser

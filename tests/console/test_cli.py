@@ -134,3 +134,17 @@ def test_unknown_run_and_bad_cluster_file_say_what_to_do(homes, capsys, tmp_path
     bad.write_text(QUICK.format(epochs=1).replace("[[tasks]]\nhost = \"local\"\n\n[[tasks]]", "[[tasks]]\nhost = \"gone\"\n\n[[tasks]]"))
     assert main(["run", str(bad)]) == 2
     assert "tasks[0].host 'gone' is not a host of this cluster (hosts: local)" in capsys.readouterr().err
+
+
+def test_users_unmodified_script_runs_as_a_two_worker_job(homes, capsys):
+    path = homes / "tutorial.toml"
+    script = ROOT / "tests" / "trainer" / "data" / "tutorial_mwms.py"
+    path.write_text(QUICK.format(epochs=1).replace("per_replica_batch = 16", f"script = {str(script)!r}"))
+    assert main(["run", str(path), "--run-id", "r4"]) == 0
+    capsys.readouterr()
+    assert main(["logs", "r4", "worker-1"]) == 0
+    out = capsys.readouterr().out
+    assert "==> worker-1 on local: stdout.log <==" in out and "Epoch 2/2" in out
+    assert "worker-0" not in out
+    assert main(["logs", "r4", "worker-7"]) == 2
+    assert "run r4 has no task 'worker-7'; its tasks are worker-0, worker-1" in capsys.readouterr().err
