@@ -22,6 +22,7 @@ import time
 from console import cluster as cl
 from console.agent_client import AgentRequestError
 from console.runner import Run, RunError, TaskState, known_runs, new_run_id
+from console.ssh import SSHError
 
 WATCHDOG_SECONDS = 120.0
 
@@ -122,16 +123,32 @@ def _follow(run: Run, printer: Printer, stop_on_exit: bool) -> int:
     return 1 if failed else 0
 
 
+def make_asker(accept_new: bool):
+    """Unknown host keys: the flag accepts them, a terminal asks, anything else refuses."""
+
+    def ask(hostname: str, key_type: str, fp: str) -> bool:
+        if accept_new:
+            print(f"tfcc: accepting new host key of {hostname}: {key_type} {fp}", file=sys.stderr)
+            return True
+        if not sys.stdin.isatty():
+            return False
+        answer = input(f"The authenticity of host {hostname} can't be established.\n"
+                       f"{key_type} key fingerprint is {fp}.\nTrust it and remember it (yes/no)? ")
+        return answer.strip().lower() in ("y", "yes")
+
+    return ask
+
+
 def cmd_run(ns) -> int:
     cluster = cl.load(ns.cluster) if ns.cluster else cl.default()
-    run = Run(cluster, ns.run_id or new_run_id())
+    run = Run(cluster, ns.run_id or new_run_id(), make_asker(ns.accept_new_host_keys))
     run.start()
     print(f"tfcc: run {run.run_id}: {len(run.tasks)} tasks on {len(run.links)} host(s)", file=sys.stderr)
     return _follow(run, Printer(ns.json), ns.stop_on_exit)
 
 
 def cmd_attach(ns) -> int:
-    run = Run.load(ns.run)
+    run = Run.load(ns.run, make_asker(False))
     return _follow(run, Printer(ns.json), stop_on_exit=False)
 
 
@@ -182,6 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print the event stream as JSON lines")
     run.add_argument("--stop-on-exit", action="store_true", help="Ctrl-C stops the run instead of detaching")
     run.add_argument("--run-id", help="name the run (default: time and a random suffix)")
+    run.add_argument("--accept-new-host-keys", action="store_true",
+                     help="trust hosts whose SSH key is not in known_hosts yet (a changed key is always refused)")
     run.set_defaults(func=cmd_run)
     attach = sub.add_parser("attach", help="follow a run again from its first record")
     attach.add_argument("run")
@@ -208,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         ns = parser.parse_args(["run", *(argv or [])])
     try:
         return ns.func(ns)
-    except (cl.ClusterFileError, RunError, AgentRequestError) as exc:
+    except (cl.ClusterFileError, RunError, AgentRequestError, SSHError) as exc:
         print(f"tfcc: error: {exc}", file=sys.stderr)
         return 2
 

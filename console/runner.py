@@ -55,29 +55,52 @@ class TaskState:
 
 
 class HostLink:
-    """The console's connection to one host's agent."""
+    """The console's connection to one host's agent: a local subprocess or over SSH."""
 
-    def __init__(self, host: cl.Host):
+    def __init__(self, host: cl.Host, ask_host_key=None):
         self.host = host
+        self.ssh = None
         if not host.local:
-            raise RunError(
-                f"host {host.name!r} is remote: the SSH transport is not in this version yet; "
-                "mark this machine's host local = true or use only local hosts"
-            )
-        self.home = os.environ.get("TFCC_HOME") or str(Path.home() / ".tfcc")
+            from console.ssh import SSHConnection
+
+            self.ssh = SSHConnection(host.address, user=host.user, port=host.port, key=host.key, ask=ask_host_key)
+        self.home: str | None = None
         self.dist: str | None = None
         self.client: AgentClient | None = None
         self.lock = threading.Lock()
+
+    def _deploy(self, bundle) -> None:
+        if self.ssh is None:
+            self.home = os.environ.get("TFCC_HOME") or str(Path.home() / ".tfcc")
+            self.dist, _ = deploy(bundle or make_bundle(), LocalFiles(), self.home)
+            return
+        code, out, err = self.ssh.run('printf %s "${TFCC_HOME:-$HOME/.tfcc}"')
+        if code != 0 or not out.startswith("/"):
+            raise RunError(f"host {self.host.name}: cannot find the home folder for tfcc ({err.strip() or out!r})")
+        self.home = out
+        files = self.ssh.sftp()
+        try:
+            self.dist, _ = deploy(bundle or make_bundle(), files, self.home)
+        finally:
+            files.close()
 
     def connect(self, bundle=None) -> AgentClient:
         with self.lock:
             if self.client is not None and not self.client.closed.is_set():
                 return self.client
             if self.dist is None:
-                self.dist, _ = deploy(bundle or make_bundle(), LocalFiles(), self.home)
-            self.client = AgentClient(LocalTransport(python=self.host.python, agent_root=Path(self.dist))
-                                      .open_channel())
-            self.client.hello()
+                self._deploy(bundle)
+            if self.ssh is None:
+                channel = LocalTransport(python=self.host.python, agent_root=Path(self.dist)).open_channel()
+            else:
+                channel = self.ssh.open_agent_channel(self.dist, self.host.python)
+            self.client = AgentClient(channel)
+            try:
+                self.client.hello()
+            except ChannelClosed:
+                self.client = None
+                raise RunError(f"host {self.host.name}: the agent did not start with {self.host.python!r}; "
+                               "set python in the host's entry to a Python 3.9+ interpreter") from None
             return self.client
 
     def close(self, client: AgentClient | None = None) -> None:
@@ -87,16 +110,23 @@ class HostLink:
                 self.client.close()
                 self.client = None
 
+    def drop(self) -> None:
+        """Close the whole connection (for a new one later)."""
+        self.close()
+        if self.ssh is not None:
+            self.ssh.close()
+
 
 class Run:
     """A run of a cluster: the tasks, their hosts, and what has been read of each."""
 
-    def __init__(self, cluster: cl.Cluster, run_id: str):
+    def __init__(self, cluster: cl.Cluster, run_id: str, ask_host_key=None):
         self.cluster = cluster
         self.run_id = run_id
         names = cluster.task_names()
         self.tasks = [TaskState(name, t.host) for name, t in zip(names, cluster.tasks)]
-        self.links = {h.name: HostLink(h) for h in cluster.hosts if any(t.host == h.name for t in cluster.tasks)}
+        self.links = {h.name: HostLink(h, ask_host_key) for h in cluster.hosts
+                      if any(t.host == h.name for t in cluster.tasks)}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -116,14 +146,14 @@ class Run:
         tmp.replace(path)
 
     @classmethod
-    def load(cls, run_id: str) -> "Run":
+    def load(cls, run_id: str, ask_host_key=None) -> "Run":
         path = state_dir() / "runs" / f"{run_id}.json"
         if not path.exists():
             known = sorted(p.stem for p in (state_dir() / "runs").glob("*.json"))
             raise RunError(f"no run {run_id!r} is known to this console; tfcc runs lists them"
                            + (f" (the newest is {known[-1]})" if known else ""))
         data = json.loads(path.read_text())
-        run = cls(cl.loads(data["cluster"]), run_id)
+        run = cls(cl.loads(data["cluster"]), run_id, ask_host_key)
         for task, saved in zip(run.tasks, data["tasks"]):
             task.address = json.loads(saved["tf_config"])["cluster"][task.name.rsplit("-", 1)[0]][
                 int(task.name.rsplit("-", 1)[1])]
@@ -258,7 +288,7 @@ class Run:
     def detach(self) -> None:
         self._stop.set()
         for link in self.links.values():
-            link.close()
+            link.drop()
         self.wait(timeout=5)
 
 

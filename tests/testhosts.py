@@ -1,0 +1,196 @@
+"""Test hosts: network namespaces on a bridge, each with its own OpenSSH sshd.
+
+Each host ``tfcch<i>`` gets the address 10.213.0.<10+i> on the bridge
+``tfccbr0`` (this machine is 10.213.0.1), a generated host key, and an sshd that
+lets root in with the suite's own client key. The namespaces share this
+machine's file system; each host's sshd sets its own ``TFCC_HOME`` so their run
+folders stay apart. Needs root, iproute2 and openssh-server.
+
+By hand:  python -m tests.testhosts up 2 /tmp/tfcc-hosts   (prints the hosts)
+          python -m tests.testhosts down 2
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+BRIDGE = "tfccbr0"
+SUBNET = "10.213.0"
+SSHD = "/usr/sbin/sshd"
+
+
+def missing_requirements() -> str | None:
+    if os.geteuid() != 0:
+        return "test hosts need root (ip netns)"
+    for tool in ("ip", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            return f"test hosts need {tool} (apt-get install iproute2 openssh-server)"
+    if not os.path.exists(SSHD):
+        return "test hosts need sshd (apt-get install openssh-server)"
+    return None
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+
+
+@dataclass
+class TestHost:
+    index: int
+    folder: Path
+    sshd: subprocess.Popen | None = None
+
+    @property
+    def name(self) -> str:
+        return f"tfcch{self.index}"
+
+    @property
+    def address(self) -> str:
+        return f"{SUBNET}.{10 + self.index}"
+
+    @property
+    def host_key(self) -> Path:
+        return self.folder / "host_key"
+
+    @property
+    def tfcc_home(self) -> Path:
+        return self.folder / "tfcc-home"
+
+    def host_key_line(self) -> str:
+        kind, data = Path(str(self.host_key) + ".pub").read_text().split()[:2]
+        return f"{self.address} {kind} {data}"
+
+    def exec(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run(["ip", "netns", "exec", self.name, *argv], capture_output=True, text=True, check=check)
+
+
+class TestHosts:
+    def __init__(self, count: int, workdir: Path, env: dict[str, str] | None = None):
+        self.workdir = Path(workdir)
+        self.hosts = [TestHost(i, self.workdir / f"h{i}") for i in range(count)]
+        self.client_key = self.workdir / "client_key"
+        self.env = env or {}
+
+    def up(self) -> "TestHosts":
+        self.down()  # what an interrupted run left
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+        if not self.client_key.exists():
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.client_key)], check=True)
+        authorized = self.workdir / "authorized_keys"
+        authorized.write_text(Path(str(self.client_key) + ".pub").read_text())
+        _ip("link", "add", BRIDGE, "type", "bridge")
+        _ip("addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
+        _ip("link", "set", BRIDGE, "up")
+        for host in self.hosts:
+            self._make(host, authorized)
+        for host in self.hosts:
+            self.wait_for_ssh(host)
+        return self
+
+    def _make(self, host: TestHost, authorized: Path) -> None:
+        host.folder.mkdir(parents=True, exist_ok=True)
+        host.tfcc_home.mkdir(exist_ok=True)
+        _ip("netns", "add", host.name)
+        veth = f"tfccv{host.index}"
+        _ip("link", "add", veth, "type", "veth", "peer", "name", f"{veth}p")
+        _ip("link", "set", f"{veth}p", "netns", host.name)
+        _ip("link", "set", veth, "master", BRIDGE, "up")
+        _ip("-n", host.name, "addr", "add", f"{host.address}/24", "dev", f"{veth}p")
+        _ip("-n", host.name, "link", "set", f"{veth}p", "up")
+        _ip("-n", host.name, "link", "set", "lo", "up")
+        self.new_host_key(host)
+        self.start_sshd(host, authorized)
+
+    def new_host_key(self, host: TestHost) -> None:
+        for path in (host.host_key, Path(str(host.host_key) + ".pub")):
+            path.unlink(missing_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host.host_key)], check=True)
+
+    def start_sshd(self, host: TestHost, authorized: Path | None = None) -> None:
+        authorized = authorized or self.workdir / "authorized_keys"
+        env = " ".join(f"{k}={v}" for k, v in {"TFCC_HOME": str(host.tfcc_home), **self.env}.items())
+        config = host.folder / "sshd_config"
+        config.write_text(
+            f"Port 22\nListenAddress {host.address}\nHostKey {host.host_key}\nPidFile none\n"
+            f"AuthorizedKeysFile {authorized}\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+            "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nSubsystem sftp internal-sftp\n"
+            f"SetEnv {env}\nLogLevel ERROR\n"
+        )
+        host.sshd = subprocess.Popen(["ip", "netns", "exec", host.name, SSHD, "-D", "-e", "-f", str(config)],
+                                     stdout=subprocess.DEVNULL, stderr=open(host.folder / "sshd.log", "ab"))
+
+    def stop_sshd(self, host: TestHost) -> None:
+        """Stop the host's sshd and every SSH session it started."""
+        if host.sshd is not None:
+            host.sshd.terminate()
+            host.sshd.wait(timeout=10)
+            host.sshd = None
+        host.exec("pkill", "-f", f"sshd: root", check=False)
+
+    def wait_for_ssh(self, host: TestHost, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with socket.create_connection((host.address, 22), timeout=1):
+                    return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"sshd on {host.address} did not start: "
+                                       f"{(host.folder / 'sshd.log').read_text(errors='replace')[-2000:]}")
+                if host.sshd is not None and host.sshd.poll() is not None:
+                    raise RuntimeError(f"sshd on {host.address} exited: "
+                                       f"{(host.folder / 'sshd.log').read_text(errors='replace')[-2000:]}")
+                time.sleep(0.05)
+
+    def known_hosts(self, path: Path) -> Path:
+        path.write_text("".join(h.host_key_line() + "\n" for h in self.hosts))
+        return path
+
+    def down(self) -> None:
+        for host in self.hosts:
+            if host.sshd is not None:
+                host.sshd.kill()
+                host.sshd.wait()
+                host.sshd = None
+            # Whatever still runs in the namespace (tasks, agents) goes with it.
+            pids = _ip("netns", "pids", host.name, check=False).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), 9)
+                except (ProcessLookupError, ValueError):
+                    pass
+            _ip("netns", "del", host.name, check=False)
+            _ip("link", "del", f"tfccv{host.index}", check=False)
+        _ip("link", "del", BRIDGE, check=False)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3 or argv[1] not in ("up", "down"):
+        print(__doc__)
+        return 2
+    count = int(argv[2])
+    hosts = TestHosts(count, Path(argv[3] if len(argv) > 3 else "/tmp/tfcc-hosts"))
+    if argv[1] == "down":
+        hosts.down()
+        return 0
+    problem = missing_requirements()
+    if problem:
+        print(problem, file=sys.stderr)
+        return 1
+    hosts.up()
+    for h in hosts.hosts:
+        h.sshd = None  # leave them running for the developer
+        print(f"{h.name}: ssh -i {hosts.client_key} root@{h.address}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
