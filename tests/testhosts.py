@@ -127,13 +127,18 @@ class TestHosts:
         host.sshd = subprocess.Popen(["ip", "netns", "exec", host.name, SSHD, "-D", "-e", "-f", str(config)],
                                      stdout=subprocess.DEVNULL, stderr=open(host.folder / "sshd.log", "ab"))
 
+    def cut_sessions(self, host: TestHost) -> None:
+        """End every SSH session of this host (the namespaces share one PID space: only its sshd's children)."""
+        if host.sshd is not None:
+            subprocess.run(["pkill", "-KILL", "-P", str(host.sshd.pid)], check=False)
+
     def stop_sshd(self, host: TestHost) -> None:
         """Stop the host's sshd and every SSH session it started."""
+        self.cut_sessions(host)
         if host.sshd is not None:
             host.sshd.terminate()
             host.sshd.wait(timeout=10)
             host.sshd = None
-        host.exec("pkill", "-f", f"sshd: root", check=False)
 
     def wait_for_ssh(self, host: TestHost, timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout

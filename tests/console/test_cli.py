@@ -148,3 +148,51 @@ def test_users_unmodified_script_runs_as_a_two_worker_job(homes, capsys):
     assert "worker-0" not in out
     assert main(["logs", "r4", "worker-7"]) == 2
     assert "run r4 has no task 'worker-7'; its tasks are worker-0, worker-1" in capsys.readouterr().err
+
+
+def _listening_ports_of(pids: set[int]) -> set[int]:
+    inodes = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A":
+                    inodes[fields[9]] = int(fields[1].rsplit(":", 1)[1], 16)
+    ports = set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                ports.add(inodes[target[8:-1]])
+    return ports
+
+
+def test_only_tensorflows_task_ports_listen_during_a_run(homes, capsys):
+    proc = subprocess.Popen([sys.executable, "-m", "console.cli", "run", cluster_file(homes, 20), "--json",
+                             "--run-id", "r5"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        for line in proc.stdout:
+            if json.loads(line).get("type") == "step":
+                break
+        tfcc_pids = {proc.pid}
+        task_ports = set()
+        for folder in task_dirs(homes, "r5"):
+            state = json.loads((folder / "state.json").read_text())
+            tfcc_pids |= set(runs.group_members(state["pgid"]))  # supervisor and trainer
+            task_ports.add(int(json.loads((folder / "tf_config.json").read_text())["cluster"]["worker"][
+                int(folder.name.rsplit("-", 1)[1])].rsplit(":", 1)[1]))
+        children = open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()
+        tfcc_pids |= {int(c) for c in children}  # the local agent
+        assert len(tfcc_pids) >= 6
+        assert _listening_ports_of(tfcc_pids) == task_ports
+    finally:
+        proc.kill()
+        _stop_everything(homes, "r5")

@@ -1,0 +1,33 @@
+"""Fixtures for the console: SSH test hosts in network namespaces."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.testhosts import TestHosts, missing_requirements
+
+
+@pytest.fixture(scope="module")
+def ssh_hosts(tmp_path_factory):
+    """Two test hosts, each a network namespace with its own sshd (root only)."""
+    problem = missing_requirements()
+    if problem:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the SSH tests: {problem}")
+        pytest.skip(problem)
+    hosts = TestHosts(2, tmp_path_factory.mktemp("hosts"),
+                      env={"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "2"}).up()
+    yield hosts
+    hosts.down()
+
+
+@pytest.fixture
+def ssh_env(tmp_path, monkeypatch):
+    """No test reads the developer's ~/.ssh: known_hosts and ssh config are the test's own."""
+    monkeypatch.setenv("TFCC_KNOWN_HOSTS", str(tmp_path / "known_hosts"))
+    monkeypatch.setenv("TFCC_SSH_CONFIG", str(tmp_path / "ssh_config"))
+    monkeypatch.setenv("TFCC_CONSOLE_HOME", str(tmp_path / "console-home"))
+    monkeypatch.setenv("TFCC_HOME", str(tmp_path / "local-home"))
+    return tmp_path

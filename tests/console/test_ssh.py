@@ -1,0 +1,125 @@
+"""SSH against real sshd test hosts: host keys, a 2-host run, a dropped connection."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+
+import paramiko
+import pytest
+
+from console import cluster as cl
+from console.cli import main
+from console.runner import Run
+from console.ssh import SSHConnection, SSHError, fingerprint
+from trainer.metrics import read_records
+
+
+def host_fp(host) -> str:
+    return fingerprint(paramiko.Ed25519Key.from_private_key_file(str(host.host_key)))
+
+
+def connect(ssh_hosts, host, ask=None) -> SSHConnection:
+    conn = SSHConnection(host.address, user="root", key=str(ssh_hosts.client_key), ask=ask)
+    conn.connect()
+    return conn
+
+
+def test_unknown_key_is_asked_then_remembered(ssh_hosts, ssh_env):
+    host = ssh_hosts.hosts[0]
+    asked = []
+    conn = connect(ssh_hosts, host, ask=lambda h, kind, fp: asked.append((h, kind, fp)) or True)
+    assert conn.run("echo $TFCC_HOME")[1].strip() == str(host.tfcc_home)
+    conn.close()
+    assert asked == [(host.address, "ssh-ed25519", host_fp(host))]
+    assert (ssh_env / "known_hosts").read_text().split()[:2] == [host.address, "ssh-ed25519"]
+    again = connect(ssh_hosts, host, ask=lambda *a: pytest.fail("a remembered key must not be asked again"))
+    again.close()
+
+
+def test_declined_key_is_refused(ssh_hosts, ssh_env):
+    host = ssh_hosts.hosts[1]
+    with pytest.raises(SSHError, match=f"the host key of {host.address} is not known \\(ssh-ed25519 SHA256:"):
+        connect(ssh_hosts, host, ask=lambda *a: False)
+    assert not (ssh_env / "known_hosts").exists()
+
+
+def test_changed_key_is_refused_with_both_fingerprints(ssh_hosts, ssh_env):
+    host = ssh_hosts.hosts[1]
+    ssh_hosts.known_hosts(ssh_env / "known_hosts")
+    old = host_fp(host)
+    ssh_hosts.stop_sshd(host)
+    ssh_hosts.new_host_key(host)
+    ssh_hosts.start_sshd(host)
+    ssh_hosts.wait_for_ssh(host)
+    try:
+        with pytest.raises(SSHError) as err:
+            connect(ssh_hosts, host, ask=lambda *a: pytest.fail("a changed key must never be asked"))
+        message = str(err.value)
+        assert f"the host key of {host.address} has CHANGED: known_hosts has {old}, the host sent {host_fp(host)}" \
+            in message
+        assert "remove its line from" in message
+    finally:
+        ssh_hosts.known_hosts(ssh_env / "known_hosts")  # later tests pin the new key
+
+
+def two_host_cluster(ssh_hosts, epochs: int) -> cl.Cluster:
+    hosts = [cl.Host(name=h.name, address=h.address, user="root", key=str(ssh_hosts.client_key),
+                     python=sys.executable) for h in ssh_hosts.hosts]
+    tasks = [cl.Task(host=h.name) for h in ssh_hosts.hosts]
+    return cl.Cluster(hosts, tasks, cl.Training(epochs=epochs, per_replica_batch=16))
+
+
+@pytest.mark.slow
+def test_two_host_run_over_ssh(ssh_hosts, ssh_env, capsys):
+    ssh_hosts.known_hosts(ssh_env / "known_hosts")
+    path = ssh_env / "two.toml"
+    cl.save(two_host_cluster(ssh_hosts, 1), path)
+    assert main(["run", str(path), "--json", "--run-id", "ssh1"]) == 0
+    stream = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    addresses = [h.address for h in ssh_hosts.hosts]
+    for i, host in enumerate(ssh_hosts.hosts):
+        folder = host.tfcc_home / "runs" / "ssh1" / f"worker-{i}"
+        config = json.loads((folder / "tf_config.json").read_text())
+        assert [a.rsplit(":", 1)[0] for a in config["cluster"]["worker"]] == addresses
+        assert config["task"] == {"type": "worker", "index": i}
+        steps = [r for r in stream if r.get("task") == f"worker-{i}" and r["type"] == "step"]
+        assert len(steps) == 1438 // 32 and steps == [
+            {"task": f"worker-{i}", "host": host.name, **r} for r in read_records(folder / "metrics.jsonl")
+            if r["type"] == "step"]
+
+
+@pytest.mark.slow
+def test_dropped_connection_loses_and_repeats_nothing(ssh_hosts, ssh_env):
+    ssh_hosts.known_hosts(ssh_env / "known_hosts")
+    run = Run(two_host_cluster(ssh_hosts, 2), "ssh2")
+    run.start()
+    got: dict[str, list] = {t.name: [] for t in run.tasks}
+    cond = threading.Condition()
+
+    def on_message(task, message):
+        with cond:
+            if message.get("type") == "metrics":
+                got[task.name] += message["records"]
+            cond.notify_all()
+
+    run.follow(on_message)
+    try:
+        with cond:
+            assert cond.wait_for(lambda: sum(r["type"] == "step" for r in got["worker-1"]) >= 5, 180)
+        # Cut every SSH session to host 1 (the agent's channel with it); training goes on.
+        link = run.links[ssh_hosts.hosts[1].name]
+        before = link.client
+        ssh_hosts.cut_sessions(ssh_hosts.hosts[1])
+        with cond:
+            assert cond.wait_for(lambda: before.closed.is_set(), 30)
+        assert run.wait(timeout=300)
+        assert link.client is not None and link.client is not before  # it reconnected
+        for i, h in enumerate(ssh_hosts.hosts):
+            in_file = read_records(h.tfcc_home / "runs" / "ssh2" / f"worker-{i}" / "metrics.jsonl")
+            assert got[f"worker-{i}"] == in_file
+            assert in_file[-1]["event"] == "finished"
+        assert [t.phase for t in run.tasks] == ["finished", "finished"]
+    finally:
+        run.detach()
