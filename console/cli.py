@@ -91,7 +91,7 @@ class Printer:
             self.emit("  " + " | ".join(parts))
 
 
-def _follow(run: Run, printer: Printer, stop_on_exit: bool) -> int:
+def _follow(run: Run, printer: Printer, stop_on_exit: bool, watchdog: float = WATCHDOG_SECONDS) -> int:
     run.follow(printer.on_message)
     warned = False
     try:
@@ -100,11 +100,11 @@ def _follow(run: Run, printer: Printer, stop_on_exit: bool) -> int:
             if time.monotonic() - last >= 2.0:
                 last = time.monotonic()
                 printer.status_line(run)
-            report = run.waiting_report(WATCHDOG_SECONDS)
+            report = run.waiting_report(watchdog)
             if report and not warned:
                 warned = True
-                printer.emit(("" if printer.as_json else "tfcc: ") + report if not printer.as_json
-                             else json.dumps({"type": "watchdog", "message": report}))
+                printer.emit(json.dumps({"type": "watchdog", "message": report}) if printer.as_json
+                             else f"tfcc: {report}")
     except KeyboardInterrupt:
         if stop_on_exit:
             print(f"tfcc: stopping run {run.run_id}", file=sys.stderr)
@@ -144,7 +144,7 @@ def cmd_run(ns) -> int:
     run = Run(cluster, ns.run_id or new_run_id(), make_asker(ns.accept_new_host_keys))
     run.start()
     print(f"tfcc: run {run.run_id}: {len(run.tasks)} tasks on {len(run.links)} host(s)", file=sys.stderr)
-    return _follow(run, Printer(ns.json), ns.stop_on_exit)
+    return _follow(run, Printer(ns.json), ns.stop_on_exit, ns.watchdog)
 
 
 def cmd_attach(ns) -> int:
@@ -199,6 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print the event stream as JSON lines")
     run.add_argument("--stop-on-exit", action="store_true", help="Ctrl-C stops the run instead of detaching")
     run.add_argument("--run-id", help="name the run (default: time and a random suffix)")
+    run.add_argument("--watchdog", type=float, default=WATCHDOG_SECONDS,
+                     help="seconds before saying which task the cluster waits for (default 120)")
     run.add_argument("--accept-new-host-keys", action="store_true",
                      help="trust hosts whose SSH key is not in known_hosts yet (a changed key is always refused)")
     run.set_defaults(func=cmd_run)

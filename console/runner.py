@@ -29,6 +29,9 @@ from console.deploy import LocalFiles, deploy, make_bundle
 log = logging.getLogger("console.runner")
 
 
+ENDED = ("finished", "failed", "lost", "error")
+
+
 def state_dir() -> Path:
     return Path(os.environ.get("TFCC_CONSOLE_HOME") or platformdirs.user_state_dir("tfcc"))
 
@@ -257,21 +260,28 @@ class Run:
         return not any(t.is_alive() for t in self._threads)
 
     def waiting_report(self, after: float) -> str | None:
-        """The watchdog: who waits for whom, when the cluster has not formed after ``after`` s."""
-        launched = [t for t in self.tasks if t.launched_at is not None]
-        if not launched or any(t.cluster_formed for t in self.tasks):
+        """The startup watchdog: who waits for whom, once the cluster has not formed after ``after`` s.
+
+        TensorFlow's own wait is silent for up to an hour.
+        """
+        waiting = [t for t in self.tasks if t.launched_at is not None and not t.cluster_formed
+                   and t.phase not in ENDED]
+        if not waiting or any(t.cluster_formed for t in self.tasks):
             return None
-        waited = time.time() - min(t.launched_at for t in launched)
+        waited = time.time() - min(t.launched_at for t in waiting)
         if waited < after:
             return None
-        missing = [t for t in self.tasks if t.launched_at is None]
+        missing = [t for t in self.tasks if t.launched_at is None or t.phase in ENDED]
+        names = ", ".join(t.name for t in waiting)
         if missing:
-            who = ", ".join(f"{t.name} ({t.address} on host {t.host})" for t in missing)
-            return (f"the cluster has not formed after {waited:.0f} s: {who} has not started; "
-                    "TensorFlow waits silently for up to an hour. Check that task's log (tfcc logs) "
-                    "and that its host:port is reachable")
-        return (f"the cluster has not formed after {waited:.0f} s although every task started: "
-                "a task's port may be blocked between hosts (tfcc check tests every pair)")
+            who = "; ".join(
+                f"{t.name} at {t.address} on host {t.host} "
+                + (f"ended ({t.phase})" if t.phase in ENDED else "has not started")
+                for t in missing)
+            return (f"{names} waited {waited:.0f} s for the cluster to form: {who}. "
+                    f"See tfcc logs {self.run_id} {missing[0].name}; restart the run when it is fixed")
+        return (f"{names} waited {waited:.0f} s for the cluster to form although every task started: a port may be "
+                "blocked between hosts (tfcc check tests every pair)")
 
     # ----------------------------------------------------------------- control
 
