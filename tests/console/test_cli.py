@@ -56,8 +56,9 @@ def task_dirs(homes, run_id):
     return sorted((homes / "host-home" / "runs" / run_id).iterdir())
 
 
-def test_run_json_stream_has_every_step_of_both_workers(homes, capsys):
-    assert main(["run", cluster_file(homes, 1), "--json", "--run-id", "r1"]) == 0
+def test_embedded_default_runs_and_its_json_stream_has_every_step(homes, capsys):
+    """The README's first command: ``tfcc`` with no cluster file trains digits on two local workers."""
+    assert main(["run", "--json", "--run-id", "r1"]) == 0
     lines = capsys.readouterr().out.splitlines()
     stream = [json.loads(line) for line in lines]  # every line parses
     for folder in task_dirs(homes, "r1"):
@@ -65,8 +66,10 @@ def test_run_json_stream_has_every_step_of_both_workers(homes, capsys):
         streamed = [{k: v for k, v in r.items() if k not in ("task", "host")}
                     for r in stream if r.get("task") == folder.name and r.get("type") in ("step", "epoch", "event")]
         assert streamed == in_file
-        assert sum(r["type"] == "step" for r in in_file) == 1438 // 32
+        assert sum(r["type"] == "step" for r in in_file) == 5 * (1438 // 64)  # 5 epochs, global batch 64
     assert [r["type"] for r in stream if r["type"] == "end"] == ["end", "end"]
+    finished = [r for r in stream if r.get("event") == "finished" and r["task"] == "worker-0"][0]
+    assert finished["metrics"]["val_accuracy"] >= 0.95
 
 
 def _stop_everything(homes, run_id):

@@ -123,3 +123,25 @@ def test_dropped_connection_loses_and_repeats_nothing(ssh_hosts, ssh_env):
         assert [t.phase for t in run.tasks] == ["finished", "finished"]
     finally:
         run.detach()
+
+
+def test_ssh_config_alias_and_proxy_jump(ssh_hosts, ssh_env):
+    """HostName, User, IdentityFile and ProxyJump come from the ssh config (paramiko's parser)."""
+    ssh_hosts.known_hosts(ssh_env / "known_hosts")
+    h0, h1 = ssh_hosts.hosts
+    (ssh_env / "ssh_config").write_text(
+        f"Host box0\n  HostName {h0.address}\n  User root\n  IdentityFile {ssh_hosts.client_key}\n"
+        f"Host behind\n  HostName {h1.address}\n  User root\n  IdentityFile {ssh_hosts.client_key}\n"
+        "  ProxyJump box0\n"
+    )
+    direct = SSHConnection("box0", ask=lambda *a: pytest.fail("pinned keys need no question"))
+    assert direct.run("echo $TFCC_HOME")[1].strip() == str(h0.tfcc_home)
+    direct.close()
+    jumped = SSHConnection("behind", ask=lambda *a: pytest.fail("pinned keys need no question"))
+    assert jumped.target.proxy_jump == "box0"
+    code, out, _ = jumped.run("echo $TFCC_HOME; echo $SSH_CONNECTION")
+    assert code == 0
+    home, connection = out.split("\n")[:2]
+    assert home == str(h1.tfcc_home)
+    assert connection.split()[0] == h0.address  # h1 saw the connection come from h0: it went through the jump
+    jumped.close()
