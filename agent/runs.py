@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -96,6 +97,23 @@ def group_members(pgid: int) -> list:
         if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
             members.append(int(entry))
     return members
+
+
+# --------------------------------------------------------------------------- ports
+
+
+def free_ports(count: int) -> list:
+    """``count`` distinct TCP ports that are free on this host now (held together while picked)."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("0.0.0.0", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 # --------------------------------------------------------------------------- start

@@ -136,16 +136,7 @@ class Server:
         count = int(req.get("count", 1))
         if not 1 <= count <= 256:
             raise AgentError(f"ports: count {count} must be from 1 to 256")
-        socks = []
-        try:
-            for _ in range(count):
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                s.bind(("0.0.0.0", 0))
-                socks.append(s)
-            return {"ports": [s.getsockname()[1] for s in socks]}
-        finally:
-            for s in socks:
-                s.close()
+        return {"ports": runs.free_ports(count)}
 
     def op_clean(self, req):
         return runs.clean(req.get("run_id"))

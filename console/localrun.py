@@ -8,27 +8,13 @@ task gets its own run folder ``<run_root>/<task_type>-<index>`` and a
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.runs import free_ports
 from trainer.config import make_tf_config
-
-
-def free_ports(n: int) -> list[int]:
-    """n distinct TCP ports that are free right now."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 @dataclass

@@ -77,19 +77,25 @@ def _stop_everything(homes, run_id):
         runs.stop(run_id, folder.name, grace=0.5)
 
 
-def test_attach_after_the_console_dies_replays_every_line_once(homes, capsys):
-    proc = subprocess.Popen([sys.executable, "-m", "console.cli", "run", cluster_file(homes, 3), "--json",
-                             "--run-id", "r2"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+def console_until_steps(homes, epochs: int, run_id: str, steps: int = 1) -> subprocess.Popen:
+    """``tfcc run --json`` in its own process, read until ``steps`` step records have come."""
+    proc = subprocess.Popen([sys.executable, "-m", "console.cli", "run", cluster_file(homes, epochs), "--json",
+                             "--run-id", run_id], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    seen = 0
+    for line in proc.stdout:
+        seen += json.loads(line).get("type") == "step"
+        if seen >= steps:
+            return proc
+    proc.kill()
+    pytest.fail(f"tfcc run ended after {seen} step records")
+
+
+def test_attach_after_the_console_dies_replays_every_line_once(homes, capsys):
+    proc = console_until_steps(homes, 3, "r2", steps=10)  # kill the console once training is under way
     try:
-        seen_steps = 0
-        for line in proc.stdout:  # the console streams; kill it once training is under way
-            seen_steps += json.loads(line).get("type") == "step"
-            if seen_steps >= 10:
-                break
         proc.kill()
         proc.wait()
-        assert seen_steps >= 10
         status = [runs.status("r2", d.name)["phase"] for d in task_dirs(homes, "r2")]
         assert status == ["running", "running"]  # the run outlived its console
         assert main(["attach", "r2", "--json"]) == 0
@@ -106,13 +112,8 @@ def test_attach_after_the_console_dies_replays_every_line_once(homes, capsys):
 
 
 def test_stop_ends_every_process_of_the_run(homes, capsys):
-    proc = subprocess.Popen([sys.executable, "-m", "console.cli", "run", cluster_file(homes, 20), "--json",
-                             "--run-id", "r3"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    proc = console_until_steps(homes, 20, "r3")
     try:
-        for line in proc.stdout:
-            if json.loads(line).get("type") == "step":
-                break
         proc.kill()
         proc.wait()
         pids = []
@@ -178,13 +179,8 @@ def _listening_ports_of(pids: set[int]) -> set[int]:
 
 
 def test_only_tensorflows_task_ports_listen_during_a_run(homes, capsys):
-    proc = subprocess.Popen([sys.executable, "-m", "console.cli", "run", cluster_file(homes, 20), "--json",
-                             "--run-id", "r5"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    proc = console_until_steps(homes, 20, "r5")
     try:
-        for line in proc.stdout:
-            if json.loads(line).get("type") == "step":
-                break
         tfcc_pids = {proc.pid}
         task_ports = set()
         for folder in task_dirs(homes, "r5"):
