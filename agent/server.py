@@ -8,7 +8,7 @@ ends with ``{"id": N, "type": "end", ...}``. Requests run concurrently (a
 ``stop`` can come while a ``follow`` streams). The agent exits when stdin
 closes; the tasks it started keep running.
 
-Operations: hello, start, follow, status, list, stop, clean, ports, logs.
+Operations: hello, start, follow, status, list, stop, clean, ports, logs, probe.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class Server:
         handler = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
         if handler is None:
             self.send({"id": rid, "ok": False,
-                       "error": f"unknown op {op!r}; ops are hello, start, follow, status, list, stop, clean, ports, logs"})
+                       "error": f"unknown op {op!r}; ops are hello, start, follow, status, list, stop, clean, ports, logs, probe"})
             return
         try:
             result = handler(req)
@@ -130,6 +130,12 @@ class Server:
             except FileNotFoundError:
                 out[name] = ""
         return {"logs": out}
+
+    def op_probe(self, req):
+        """Python, TensorFlow and tf-keras versions, CPUs, memory, free disk, GPUs, the code's hash."""
+        from agent import probe
+
+        return probe.probe(runs.home(), with_tensorflow=bool(req.get("tensorflow")))
 
     def op_ports(self, req):
         """``count`` TCP ports that are free on this host now (for port = "auto")."""

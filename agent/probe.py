@@ -1,0 +1,142 @@
+"""What a host has for training: Python, TensorFlow, CPUs, memory, disk, GPUs.
+
+Standard library only. Package versions come from installed metadata (no
+TensorFlow import); TensorFlow's own view (built with CUDA, visible GPUs) is
+asked for only on request, in a child process with a timeout. A missing or
+failing ``nvidia-smi`` means "no GPU", not an error.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+GPU_FIELDS = ("index", "name", "uuid", "memory.total", "memory.used", "utilization.gpu", "driver_version")
+NVIDIA_SMI_ARGS = ["--query-gpu=" + ",".join(GPU_FIELDS), "--format=csv,noheader,nounits"]
+_MISSING = ("[N/A]", "[Not Supported]", "N/A", "")
+
+
+def _number(text: str):
+    if text in _MISSING:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return None
+
+
+def parse_nvidia_smi(text: str) -> list:
+    """Rows of ``nvidia-smi --query-gpu=<GPU_FIELDS> --format=csv,noheader,nounits``.
+
+    Fields are separated by ", "; ``[N/A]`` and ``[Not Supported]`` become None.
+    """
+    gpus = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = [p.strip() for p in line.split(", ")]
+        if len(parts) != len(GPU_FIELDS):
+            raise ValueError(f"nvidia-smi line has {len(parts)} fields, expected {len(GPU_FIELDS)}: {line!r}")
+        row = dict(zip(GPU_FIELDS, parts))
+        gpus.append({
+            "index": _number(row["index"]),
+            "name": row["name"],
+            "uuid": None if row["uuid"] in _MISSING else row["uuid"],
+            "memory_total_mib": _number(row["memory.total"]),
+            "memory_used_mib": _number(row["memory.used"]),
+            "utilization_percent": _number(row["utilization.gpu"]),
+            "driver": None if row["driver_version"] in _MISSING else row["driver_version"],
+        })
+    return gpus
+
+
+def gpus(nvidia_smi: str = "nvidia-smi", timeout: float = 10.0) -> dict:
+    """GPUs from nvidia-smi; ``{"gpus": [], "note": why}`` when there are none to see."""
+    path = shutil.which(nvidia_smi) if os.sep not in nvidia_smi else nvidia_smi
+    if not path:
+        return {"gpus": [], "note": "nvidia-smi not found: no NVIDIA driver on this host"}
+    try:
+        proc = subprocess.run([path, *NVIDIA_SMI_ARGS], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"gpus": [], "note": f"nvidia-smi gave no answer in {timeout:.0f} s"}
+    except OSError as exc:
+        return {"gpus": [], "note": f"nvidia-smi could not run: {exc.strerror}"}
+    if proc.returncode != 0:
+        reason = (proc.stdout.strip() or proc.stderr.strip()).splitlines()
+        return {"gpus": [], "note": f"nvidia-smi failed: {reason[0] if reason else f'exit code {proc.returncode}'}"}
+    try:
+        return {"gpus": parse_nvidia_smi(proc.stdout)}
+    except ValueError as exc:
+        return {"gpus": [], "note": f"cannot read nvidia-smi's output: {exc}"}
+
+
+def package_version(name: str):
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def memory() -> dict:
+    info = {}
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                key, value = line.split(":", 1)
+                if key in ("MemTotal", "MemAvailable"):
+                    info[key] = int(value.split()[0]) * 1024
+    except OSError:
+        pass
+    return {"total_bytes": info.get("MemTotal"), "available_bytes": info.get("MemAvailable")}
+
+
+def probe(home: Path, with_tensorflow: bool = False) -> dict:
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = os.cpu_count()
+    home.mkdir(parents=True, exist_ok=True)
+    disk = shutil.disk_usage(home)
+    result = {
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "tensorflow": package_version("tensorflow") or package_version("tensorflow-cpu"),
+        "tf_keras": package_version("tf-keras"),
+        "cpus": cpus,
+        "memory": memory(),
+        "disk_free_bytes": disk.free,
+        "home": str(home),
+        "code": Path(__file__).resolve().parent.parent.name,  # the deployed dist folder: the code's hash
+        "time": time.time(),
+        **gpus(),
+    }
+    if with_tensorflow:
+        result["tensorflow_view"] = tensorflow_view()
+    return result
+
+
+def tensorflow_view(timeout: float = 120.0) -> dict:
+    """TensorFlow's own view, from a child process (importing it takes seconds)."""
+    code = ("import json, os; os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3'); import tensorflow as tf; "
+            "print(json.dumps({'version': tf.__version__, 'built_with_cuda': tf.test.is_built_with_cuda(), "
+            "'gpus': [d.name for d in tf.config.list_physical_devices('GPU')]}))")
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"importing TensorFlow took more than {timeout:.0f} s"}
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        return {"error": lines[-1] if lines else f"exit code {proc.returncode}"}
+    import json
+
+    return json.loads(proc.stdout.strip().splitlines()[-1])
