@@ -8,7 +8,8 @@ ends with ``{"id": N, "type": "end", ...}``. Requests run concurrently (a
 ``stop`` can come while a ``follow`` streams). The agent exits when stdin
 closes; the tasks it started keep running.
 
-Operations: hello, start, follow, status, list, stop, clean, ports, logs, probe.
+Operations: hello, start, follow, status, list, stop, clean, ports, logs, probe,
+check_ports, listen, release, connect.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from agent.runs import AgentError
 
 class Server:
     def __init__(self, inp, out):
+        from agent.ports import Listeners
+
+        self.listeners = Listeners()
         self._in = inp
         self._out = out
         self._lock = threading.Lock()
@@ -64,6 +68,7 @@ class Server:
         for worker in requests:
             worker.join(timeout=60)
         self.closed.set()
+        self.listeners.release()
 
     def _handle(self, req: dict) -> None:
         rid = req.get("id")
@@ -71,7 +76,7 @@ class Server:
         handler = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
         if handler is None:
             self.send({"id": rid, "ok": False,
-                       "error": f"unknown op {op!r}; ops are hello, start, follow, status, list, stop, clean, ports, logs, probe"})
+                       "error": f"unknown op {op!r}; ops are hello, start, follow, status, list, stop, clean, ports, logs, probe, check_ports, listen, release, connect"})
             return
         try:
             result = handler(req)
@@ -136,6 +141,28 @@ class Server:
         from agent import probe
 
         return probe.probe(runs.home(), with_tensorflow=bool(req.get("tensorflow")))
+
+    def op_check_ports(self, req):
+        """Can each port be bound here, and if not, which process holds it."""
+        from agent import ports
+
+        return {"ports": [ports.check_free(int(p)) for p in req.get("ports", [])]}
+
+    def op_listen(self, req):
+        """Hold listeners on ``ports`` for at most ``seconds`` (a reachability check)."""
+        seconds = float(req.get("seconds", 30))
+        if not 0 < seconds <= 300:
+            raise AgentError(f"listen: seconds {seconds:g} must be more than 0 and at most 300")
+        return self.listeners.listen([int(p) for p in req.get("ports", [])], seconds)
+
+    def op_release(self, req):
+        return {"released": self.listeners.release(req.get("ports"))}
+
+    def op_connect(self, req):
+        """Try a TCP connection to each target ({host, port}) at once, each with ``timeout`` s."""
+        from agent import ports
+
+        return {"results": ports.connect_all(req.get("targets", []), float(req.get("timeout", 3.0)))}
 
     def op_ports(self, req):
         """``count`` TCP ports that are free on this host now (for port = "auto")."""
