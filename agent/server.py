@@ -159,10 +159,10 @@ class Server:
         return {"released": self.listeners.release(req.get("ports"))}
 
     def op_connect(self, req):
-        """Try a TCP connection to each target ({host, port}) at once, each with ``timeout`` s."""
+        """Try a TCP connection to each target ({host, port}) at once, each within ``connect_timeout`` s."""
         from agent import ports
 
-        return {"results": ports.connect_all(req.get("targets", []), float(req.get("timeout", 3.0)))}
+        return {"results": ports.connect_all(req.get("targets", []), float(req.get("connect_timeout", 3.0)))}
 
     def op_ports(self, req):
         """``count`` TCP ports that are free on this host now (for port = "auto")."""

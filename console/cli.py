@@ -6,6 +6,7 @@
     tfcc attach RUN            follow a run again from its first record
     tfcc stop RUN              stop every task of a run (SIGTERM, then SIGKILL)
     tfcc logs RUN [TASK]       the end of the tasks' stdout and stderr
+    tfcc check [CLUSTER]       hosts, versions, GPUs, ports free and reachable between every pair
 
 Ctrl-C detaches and leaves the run going (``--stop-on-exit`` stops it instead).
 ``tfcc run`` exits 0 only when every task finished.
@@ -161,6 +162,49 @@ def cmd_stop(ns) -> int:
     return 0
 
 
+def _gib(n) -> str:
+    return f"{n / 2**30:.1f}G" if n else "?"
+
+
+def cmd_check(ns) -> int:
+    from console import checks
+
+    cluster = cl.load(ns.cluster) if ns.cluster else cl.default()
+    report = checks.check(cluster, deadline=ns.deadline, ask_host_key=make_asker(ns.accept_new_host_keys))
+    if ns.json:
+        print(json.dumps(report.as_dict()))
+        return 0 if report.ready else 1
+    skews = checks.skew({r.name: r.probe for r in report.hosts if r.probe})
+    print(f"{'host':<12} {'address':<16} {'state':<8} {'python':<8} {'tensorflow':<11} {'tf-keras':<9} "
+          f"{'gpus':>4} {'cpus':>4} {'memory':>7} {'disk free':>9} {'clock':>7}")
+    for r in report.hosts:
+        p = r.probe or {}
+        state = "ok" if r.ok else "FAILED"
+        clock = f"{skews[r.name]:+.1f}s" if r.name in skews else ""
+        print(f"{r.name:<12} {r.address:<16} {state:<8} {p.get('python', ''):<8} {p.get('tensorflow') or '-':<11} "
+              f"{p.get('tf_keras') or '-':<9} {len(p.get('gpus') or []) if p else '':>4} {p.get('cpus', ''):>4} "
+              f"{_gib((p.get('memory') or {}).get('total_bytes')) if p else '':>7} "
+              f"{_gib(p.get('disk_free_bytes')) if p else '':>9} {clock:>7}")
+    columns = [t for t in report.tasks if t["address"]]
+    if len(report.hosts) > 1 and columns:
+        print("\nreachability of the training ports (row: from host; column: task)")
+        width = max(len(t["address"]) for t in columns) + 2
+        print(f"{'':<12}" + "".join(f"{t['name'] + ' ' + t['address']:>{width + 10}}" for t in columns))
+        for source, row in report.matrix.items():
+            cells = []
+            for t in columns:
+                result = row.get(t["address"])
+                cells.append("-" if result is None else ("ok" if result["ok"] else result["error"].upper()))
+            print(f"{source:<12}" + "".join(f"{c:>{width + 10}}" for c in cells))
+    if report.problems:
+        print(f"\n{len(report.problems)} problem(s):")
+        for problem in report.problems:
+            print(f"  - {problem}")
+    else:
+        print(f"\nready: every check passed in {report.seconds:.1f} s")
+    return 0 if report.ready else 1
+
+
 def cmd_logs(ns) -> int:
     run = Run.load(ns.run)
     names = [t.name for t in run.tasks]
@@ -212,6 +256,12 @@ def build_parser() -> argparse.ArgumentParser:
     stop.add_argument("run")
     stop.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
     stop.set_defaults(func=cmd_stop)
+    check = sub.add_parser("check", help="check hosts, versions, GPUs and the training ports between every pair")
+    check.add_argument("cluster", nargs="?", help="a cluster file (TOML); default: the embedded default")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+    check.add_argument("--deadline", type=float, default=20.0, help="seconds each host has to answer")
+    check.add_argument("--accept-new-host-keys", action="store_true")
+    check.set_defaults(func=cmd_check)
     logs = sub.add_parser("logs", help="the end of a run's task logs (stdout and stderr)")
     logs.add_argument("run")
     logs.add_argument("task", nargs="?", help="one task, e.g. worker-1 (default: all)")

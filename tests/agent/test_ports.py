@@ -41,10 +41,10 @@ def test_listen_connect_release(client, tmp_path):
     assert client.call("listen", ports=[port], seconds=30) == {"id": 1, "ok": True, "listening": [port], "failed": {}}
     other = AgentClient(LocalTransport().open_channel())
     try:
-        (result,) = other.call("connect", targets=[{"host": "127.0.0.1", "port": port}], timeout=3)["results"]
+        (result,) = other.call("connect", targets=[{"host": "127.0.0.1", "port": port}], connect_timeout=3)["results"]
         assert result["ok"] and result["ms"] >= 0
         assert client.call("release", ports=[port])["released"] == [port]
-        (result,) = other.call("connect", targets=[{"host": "127.0.0.1", "port": port}], timeout=3)["results"]
+        (result,) = other.call("connect", targets=[{"host": "127.0.0.1", "port": port}], connect_timeout=3)["results"]
         assert result == {"host": "127.0.0.1", "port": port, "ok": False, "error": "refused"}
     finally:
         other.close()

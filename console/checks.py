@@ -1,0 +1,238 @@
+"""Pre-flight checks of a cluster (Qt-free): hosts, versions, GPUs, ports, reachability.
+
+Every host is checked at once, each within a deadline: a host that hangs shows
+as "no answer in N s" and never holds back the others. Reachability is tested
+on the real training ports, between every pair of hosts: each host's agent
+holds temporary listeners on its task ports while every other host's agent
+connects to them. Each failed check becomes a ``Problem`` with the cause and
+the fix in plain words, the same text for the CLI and the GUI.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+
+from console import cluster as cl
+from console.runner import HostLink
+
+log = logging.getLogger("console.checks")
+LISTEN_SECONDS = 60.0
+
+
+@dataclass
+class Problem:
+    where: str     # a host, a task or "cluster"
+    cause: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.cause}; {self.fix}"
+
+
+@dataclass
+class HostReport:
+    name: str
+    address: str
+    ok: bool = False
+    error: str | None = None
+    probe: dict | None = None
+    ports: list = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class Report:
+    hosts: list[HostReport]
+    tasks: list[dict]                       # name, host, address (host:port)
+    matrix: dict[str, dict[str, dict]]      # source host -> task address -> connect result
+    problems: list[Problem]
+    seconds: float = 0.0
+
+    @property
+    def ready(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict:
+        return {"ready": self.ready, "seconds": self.seconds, "hosts": [asdict(h) for h in self.hosts],
+                "tasks": self.tasks, "matrix": self.matrix, "problems": [asdict(p) | {"text": str(p)}
+                                                                          for p in self.problems]}
+
+
+# --------------------------------------------------------------------------- rules
+
+
+def _major_minor(version: str | None) -> str | None:
+    return ".".join(version.split(".")[:2]) if version else None
+
+
+def consistency(cluster: cl.Cluster, probes: dict[str, dict]) -> list[Problem]:
+    """Rules across hosts, from each host's probe (hosts without one are skipped)."""
+    problems = []
+    used = [h for h in cluster.hosts if h.name in probes and any(t.host == h.name for t in cluster.tasks)]
+    for host in used:
+        p = probes[host.name]
+        if not p.get("tensorflow"):
+            problems.append(Problem(host.name, f"its Python ({p.get('python_executable')}) has no TensorFlow",
+                                    "install it there (pip install 'tensorflow==2.21.*' 'tf-keras==2.21.*') or set "
+                                    f"python for {host.name} to an interpreter that has it"))
+        elif not p.get("tf_keras"):
+            problems.append(Problem(host.name, f"its Python ({p.get('python_executable')}) has TensorFlow "
+                                    f"{p['tensorflow']} but no tf-keras",
+                                    f"pip install 'tf-keras=={_major_minor(p['tensorflow'])}.*' there"))
+    for key, label in (("tensorflow", "TensorFlow"), ("tf_keras", "tf-keras")):
+        versions = {h.name: probes[h.name].get(key) for h in used if probes[h.name].get(key)}
+        if len(set(versions.values())) > 1:
+            listing = ", ".join(f"{n} has {v}" for n, v in versions.items())
+            newest = max(versions.values(), key=lambda v: [int(x) if x.isdigit() else 0 for x in v.split(".")])
+            problems.append(Problem("cluster", f"{label} differs between hosts: {listing}",
+                                    f"install the same version everywhere, e.g. {label.lower()}=={newest}"))
+    pythons = {h.name: _major_minor(probes[h.name].get("python")) for h in used}
+    if len(set(pythons.values())) > 1:
+        listing = ", ".join(f"{n} has {v}" for n, v in pythons.items())
+        problems.append(Problem("cluster", f"Python differs between hosts: {listing}",
+                                "use the same Python major.minor on every host (set python for each host)"))
+    per_worker = {}
+    for name, task in zip(cluster.task_names(), cluster.tasks):
+        if task.host not in probes:
+            continue
+        visible = len(probes[task.host].get("gpus") or [])
+        per_worker[name] = len(task.gpus) if task.gpus else visible
+    if len(set(per_worker.values())) > 1:
+        listing = ", ".join(f"{n} {g}" for n, g in per_worker.items())
+        problems.append(Problem(
+            "cluster", f"workers would use different numbers of GPUs ({listing}); collectives then fail with "
+            "'Collective Op has group_size … but that group has size …'",
+            "give every task the same number of GPUs (gpus = [...] in each task)"))
+    return problems
+
+
+def skew(probes: dict[str, dict]) -> dict[str, float]:
+    """Each host's clock minus this machine's at the time of its probe (seconds; shown, not judged)."""
+    return {name: p["time"] - p["_asked_at"] for name, p in probes.items() if "time" in p and "_asked_at" in p}
+
+
+def reach_problem(source: str, task: dict, result: dict) -> Problem:
+    where = f"{source} -> {task['name']}"
+    host, port = task["address"].rsplit(":", 1)
+    cause = f"{source} cannot reach {task['host']} at {task['address']} ({result['error']})"
+    if result["error"] == "timed out":
+        fix = (f"a firewall between them drops this port; open {port}/tcp on {task['host']} "
+               f"or choose another port")
+    elif result["error"] == "refused":
+        fix = f"a firewall on {task['host']} rejects this port; open {port}/tcp there or choose another port"
+    elif result["error"] in ("no route to host", "network unreachable"):
+        fix = f"{host} is not reachable from {source}: use an address of {task['host']} that {source} can reach"
+    else:
+        fix = f"check the network between {source} and {task['host']}"
+    return Problem(where, cause, fix)
+
+
+# --------------------------------------------------------------------------- the check
+
+
+def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connect_timeout: float = 3.0) -> Report:
+    t0 = time.monotonic()
+    used = [h for h in cluster.hosts if any(t.host == h.name for t in cluster.tasks)]
+    links = {h.name: HostLink(h, ask_host_key) for h in used}
+    reports = {h.name: HostReport(h.name, h.address or "localhost") for h in used}
+    problems: list[Problem] = []
+    pool = ThreadPoolExecutor(max_workers=max(4, 2 * len(used)))
+    try:
+        def survey(host: cl.Host):
+            start = time.monotonic()
+            client = links[host.name].connect()
+            asked = time.time()
+            probe = client.call("probe", timeout=deadline)
+            probe["_asked_at"] = asked
+            fixed = [t.port for t in cluster.tasks if t.host == host.name and t.port != "auto"]
+            ports = client.call("check_ports", ports=fixed, timeout=deadline)["ports"] if fixed else []
+            auto = sum(1 for t in cluster.tasks if t.host == host.name and t.port == "auto")
+            free = client.call("ports", count=auto, timeout=deadline)["ports"] if auto else []
+            return probe, ports, free, time.monotonic() - start
+
+        futures = {pool.submit(survey, h): h for h in used}
+        done, _ = wait(futures, timeout=deadline)
+        auto_ports: dict[str, list] = {}
+        for future, host in futures.items():
+            r = reports[host.name]
+            if future not in done:
+                r.error = f"no answer in {deadline:.0f} s"
+                problems.append(Problem(host.name, r.error, "check that the host is up and its SSH port reachable"))
+                continue
+            try:
+                r.probe, r.ports, auto_ports[host.name], r.seconds = future.result()
+                r.ok = True
+            except Exception as exc:  # unreachable, authentication, agent errors: all per host
+                r.error = str(exc)
+                problems.append(Problem(host.name, f"cannot be checked: {exc}",
+                                        "check that sshd runs there and that the address, user and key are right"))
+        for r in reports.values():
+            for port in r.ports:
+                if not port["free"]:
+                    who = port.get("holder") or {}
+                    by = f" by pid {who['pid']} ({who['command']})" if who.get("pid") else ""
+                    problems.append(Problem(r.name, f"port {port['port']} is in use{by}",
+                                            "stop that process or give the task another port (or port = \"auto\")"))
+        probes = {n: r.probe for n, r in reports.items() if r.probe}
+        problems += consistency(cluster, probes)
+
+        # Reachability on the real task ports, all to all.
+        tasks = []
+        taken = {n: list(p) for n, p in auto_ports.items()}
+        for name, task in zip(cluster.task_names(), cluster.tasks):
+            if task.port != "auto":
+                port = task.port
+            else:
+                port = taken[task.host].pop(0) if taken.get(task.host) else None
+            tasks.append({"name": name, "host": task.host,
+                          "address": f"{cluster.host(task.host).tf_host}:{port}" if port else None})
+        ok_hosts = [n for n, r in reports.items() if r.ok]
+        busy = {(r.name, p["port"]) for r in reports.values() for p in r.ports if not p["free"]}
+        listening = {}
+        for name in ok_hosts:
+            ports = [int(t["address"].rsplit(":", 1)[1]) for t in tasks
+                     if t["host"] == name and t["address"] and (name, int(t["address"].rsplit(":", 1)[1])) not in busy]
+            if ports:
+                listening[name] = links[name].client.call("listen", ports=ports, seconds=LISTEN_SECONDS)["listening"]
+        matrix: dict[str, dict[str, dict]] = {}
+        try:
+            futures = [pool.submit(_connect_from, links[s].client, s, tasks, listening, connect_timeout)
+                       for s in ok_hosts]
+            for future in futures:
+                source, results = future.result()
+                row = matrix.setdefault(source, {})
+                for result in results:
+                    address = f"{result['host']}:{result['port']}"
+                    row[address] = result
+                    if not result["ok"]:
+                        task = next(t for t in tasks if t["address"] == address)
+                        problems.append(reach_problem(source, task, result))
+        finally:
+            for name in listening:
+                try:
+                    links[name].client.call("release", ports=listening[name], timeout=10)
+                except Exception:
+                    log.warning("could not release the listeners on %s", name)
+        return Report(list(reports.values()), tasks, matrix, problems, time.monotonic() - t0)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        for link in links.values():
+            link.drop()
+
+
+def _connect_from(client, source: str, tasks: list[dict], listening: dict, connect_timeout: float):
+    """From ``source``'s agent, connect to every other host's listening task port."""
+    targets = []
+    for t in tasks:
+        if not t["address"] or t["host"] == source or t["host"] not in listening:
+            continue
+        host, port = t["address"].rsplit(":", 1)
+        if int(port) in listening[t["host"]]:
+            targets.append({"host": host, "port": int(port)})
+    if not targets:
+        return source, []
+    answer = client.call("connect", targets=targets, connect_timeout=connect_timeout, timeout=connect_timeout + 30)
+    return source, answer["results"]
