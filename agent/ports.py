@@ -98,6 +98,13 @@ class Listeners:
                 conn, _ = s.accept()
             except OSError:
                 return
+            # Let the connecting side close first: TIME_WAIT then stays on its
+            # ephemeral port, not on the training port TensorFlow binds next.
+            conn.settimeout(2.0)
+            try:
+                conn.recv(1)
+            except OSError:
+                pass
             conn.close()
 
     def release(self, ports=None) -> list:

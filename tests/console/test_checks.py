@@ -1,0 +1,176 @@
+"""Pre-flight checks: rules with their messages, and the real thing on SSH test hosts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from console import checks
+from console import cluster as cl
+
+PROBE = {"python": "3.11.7", "python_executable": "/usr/bin/python3", "tensorflow": "2.21.0",
+         "tf_keras": "2.21.0", "gpus": [], "time": 0.0}
+
+
+def two_hosts(**task_gpus) -> cl.Cluster:
+    hosts = [cl.Host(name="a", address="10.0.0.1"), cl.Host(name="b", address="10.0.0.2")]
+    tasks = [cl.Task(host="a", gpus=task_gpus.get("a", [])), cl.Task(host="b", gpus=task_gpus.get("b", []))]
+    return cl.Cluster(hosts, tasks)
+
+
+def problems(cluster, a=None, b=None) -> list[str]:
+    return [str(p) for p in checks.consistency(cluster, {"a": {**PROBE, **(a or {})}, "b": {**PROBE, **(b or {})}})]
+
+
+def test_consistent_cluster_has_no_problem():
+    assert problems(two_hosts()) == []
+
+
+@pytest.mark.parametrize(
+    "a, b, expected",
+    [
+        ({}, {"tensorflow": None, "tf_keras": None},
+         "b: its Python (/usr/bin/python3) has no TensorFlow; install it there (pip install 'tensorflow==2.21.*'"),
+        ({}, {"tf_keras": None}, "b: its Python (/usr/bin/python3) has TensorFlow 2.21.0 but no tf-keras; "
+                                 "pip install 'tf-keras==2.21.*' there"),
+        ({}, {"tensorflow": "2.20.1", "tf_keras": "2.20.1"},
+         "cluster: TensorFlow differs between hosts: a has 2.21.0, b has 2.20.1; install the same version "
+         "everywhere, e.g. tensorflow==2.21.0"),
+        ({}, {"python": "3.10.12"}, "cluster: Python differs between hosts: a has 3.11, b has 3.10"),
+    ],
+    ids=["no-tensorflow", "no-tf-keras", "tensorflow-differs", "python-differs"],
+)
+def test_rule_failing_cases(a, b, expected):
+    assert any(p.startswith(expected) for p in problems(two_hosts(), a, b)), problems(two_hosts(), a, b)
+
+
+def test_different_gpu_counts_per_worker():
+    gpu = {"index": 0}
+    found = problems(two_hosts(), {"gpus": [gpu, gpu]}, {"gpus": [gpu]})
+    assert any("workers would use different numbers of GPUs (worker-0 2, worker-1 1)" in p and
+               "give every task the same number of GPUs" in p for p in found)
+    assert problems(two_hosts(a=[0], b=[1]), {"gpus": [gpu, gpu]}, {"gpus": [gpu, gpu]}) == []
+
+
+@pytest.mark.parametrize(
+    "error, fix",
+    [
+        ("timed out", "a firewall between them drops this port; open 12345/tcp on a or choose another port"),
+        ("refused", "a firewall on a rejects this port; open 12345/tcp there or choose another port"),
+        ("no route to host", "10.0.0.1 is not reachable from b: use an address of a that b can reach"),
+    ],
+)
+def test_reachability_diagnoses(error, fix):
+    task = {"name": "worker-0", "host": "a", "address": "10.0.0.1:12345"}
+    problem = checks.reach_problem("b", task, {"ok": False, "error": error})
+    assert str(problem) == f"b -> worker-0: b cannot reach a at 10.0.0.1:12345 ({error}); {fix}"
+
+
+# --------------------------------------------------------------------------- on SSH test hosts
+
+
+def host_cluster(ssh_hosts, pythons=None) -> cl.Cluster:
+    pythons = pythons or {}
+    hosts = [cl.Host(name=h.name, address=h.address, user="root", key=str(ssh_hosts.client_key),
+                     python=pythons.get(h.name, sys.executable)) for h in ssh_hosts.hosts]
+    tasks = [cl.Task(host=h.name, port=23456 + h.index) for h in ssh_hosts.hosts]
+    return cl.Cluster(hosts, tasks)
+
+
+@pytest.fixture
+def pinned(ssh_hosts, ssh_env):
+    ssh_hosts.known_hosts(ssh_env / "known_hosts")
+    return ssh_hosts
+
+
+def nft(host, *rule: str) -> None:
+    host.exec("nft", "add", "table", "inet", "tfcc")
+    host.exec("nft", "add chain inet tfcc input { type filter hook input priority 0; }")
+    host.exec("nft", "add", "rule", "inet", "tfcc", "input", *rule)
+
+
+def flush_nft(host) -> None:
+    host.exec("nft", "delete", "table", "inet", "tfcc", check=False)
+
+
+def test_all_pass_on_healthy_hosts(pinned):
+    report = checks.check(host_cluster(pinned))
+    assert report.ready, [str(p) for p in report.problems]
+    h0, h1 = pinned.hosts
+    assert report.matrix[h0.name][f"{h1.address}:23457"]["ok"]
+    assert report.matrix[h1.name][f"{h0.address}:23456"]["ok"]
+
+
+def test_firewall_fails_exactly_that_cell(pinned):
+    h0, h1 = pinned.hosts
+    if subprocess.run(["which", "nft"], capture_output=True).returncode != 0:
+        pytest.skip("nft is not installed")
+    nft(h0, "ip", "saddr", h1.address, "tcp", "dport", "23456", "drop")
+    try:
+        report = checks.check(host_cluster(pinned), connect_timeout=2)
+    finally:
+        flush_nft(h0)
+    failed = [(src, dst) for src, row in report.matrix.items() for dst, r in row.items() if not r["ok"]]
+    assert failed == [(h1.name, f"{h0.address}:23456")]
+    assert [str(p) for p in report.problems] == [
+        f"{h1.name} -> worker-0: {h1.name} cannot reach {h0.name} at {h0.address}:23456 (timed out); "
+        f"a firewall between them drops this port; open 23456/tcp on {h0.name} or choose another port"]
+
+
+def test_busy_port_names_its_holder(pinned):
+    h1 = pinned.hosts[1]
+    code = ("import socket, sys; s = socket.socket(); s.bind(('0.0.0.0', 23457)); s.listen(); "
+            "print('up', flush=True); sys.stdin.read()")
+    holder = subprocess.Popen(["ip", "netns", "exec", h1.name, sys.executable, "-c", code, "squatter"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "up"
+        report = checks.check(host_cluster(pinned))
+    finally:
+        holder.kill()
+        holder.wait()
+    (problem,) = [str(p) for p in report.problems]
+    assert problem.startswith(f"{h1.name}: port 23457 is in use by pid {holder.pid} (")
+    assert "squatter" in problem and "give the task another port" in problem
+
+
+def test_python_without_tensorflow_is_flagged(pinned):
+    h1 = pinned.hosts[1]
+    if subprocess.run(["/usr/bin/python3", "-c", "import importlib.metadata as m; m.version('tensorflow')"],
+                      capture_output=True).returncode == 0:
+        pytest.skip("the system Python has TensorFlow")
+    report = checks.check(host_cluster(pinned, {h1.name: "/usr/bin/python3"}))
+    assert any(str(p).startswith(f"{h1.name}: its Python (/usr/bin/python3) has no TensorFlow; install it there")
+               for p in report.problems)
+
+
+def test_stopped_sshd_is_unreachable_and_others_are_still_checked(pinned):
+    h0, h1 = pinned.hosts
+    pinned.stop_sshd(h1)
+    try:
+        report = checks.check(host_cluster(pinned), deadline=8)
+    finally:
+        pinned.start_sshd(h1)
+        pinned.wait_for_ssh(h1)
+    by_name = {r.name: r for r in report.hosts}
+    assert by_name[h0.name].ok and by_name[h0.name].probe["tensorflow"].startswith("2.21")
+    assert not by_name[h1.name].ok and f"cannot connect to {h1.address}" in by_name[h1.name].error
+    assert any(str(p).startswith(f"{h1.name}: cannot be checked") for p in report.problems)
+
+
+def test_hanging_host_says_no_answer_within_the_deadline(pinned):
+    h0, h1 = pinned.hosts
+    nft(h1, "tcp", "dport", "22", "drop")
+    try:
+        t0 = time.monotonic()
+        report = checks.check(host_cluster(pinned), deadline=4)
+        took = time.monotonic() - t0
+    finally:
+        flush_nft(h1)
+    by_name = {r.name: r for r in report.hosts}
+    assert by_name[h1.name].error == "no answer in 4 s"
+    assert by_name[h0.name].ok
+    assert took < 4 + 10  # the hanging host holds nothing back beyond its deadline (plus the port checks)
