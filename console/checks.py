@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 
 from console import cluster as cl
+from console.deploy import make_bundle
 from console.runner import HostLink
 
 log = logging.getLogger("console.checks")
@@ -141,9 +142,11 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
     problems: list[Problem] = []
     pool = ThreadPoolExecutor(max_workers=max(4, 2 * len(used)))
     try:
+        bundle = make_bundle()  # hashed once, not once per host
+
         def survey(host: cl.Host):
             start = time.monotonic()
-            client = links[host.name].connect()
+            client = links[host.name].connect(bundle)
             asked = time.time()
             probe = client.call("probe", timeout=deadline)
             probe["_asked_at"] = asked

@@ -165,18 +165,28 @@ class SSHConnection:
 
     def run(self, command: str, timeout: float = COMMAND_TIMEOUT) -> tuple[int, str, str]:
         client = self.connect()
-        _, out, err = client.exec_command(command, timeout=timeout)
+        stdin, out, err = client.exec_command(command, timeout=timeout)
+        stdin.close()  # now, while the channel is open (at garbage collection it would fail)
         code = out.channel.recv_exit_status()
-        return code, out.read().decode(errors="replace"), err.read().decode(errors="replace")
+        result = code, out.read().decode(errors="replace"), err.read().decode(errors="replace")
+        out.close()
+        err.close()
+        return result
 
     def open_agent_channel(self, dist: str, python: str) -> Channel:
         transport = self.connect().get_transport()
         chan = transport.open_session(timeout=self.timeout)
-        chan.exec_command(f"cd {shlex.quote(dist)} && exec {shlex.quote(python)} -m agent")
+        # -S: the agent needs only the standard library; skipping site saves most of the start-up.
+        chan.exec_command(f"cd {shlex.quote(dist)} && exec {shlex.quote(python)} -S -m agent")
         stdin = chan.makefile_stdin("wb")
         stdout = chan.makefile("rb")
 
         def close():
+            for stream in (stdin, stdout):  # closed first: a later flush at garbage collection would fail
+                try:
+                    stream.close()
+                except (OSError, ValueError):
+                    pass
             try:
                 chan.close()
             except Exception:

@@ -195,3 +195,13 @@ def test_only_tensorflows_task_ports_listen_during_a_run(homes, capsys):
     finally:
         proc.kill()
         _stop_everything(homes, "r5")
+
+
+def test_check_json_on_the_default_cluster(homes, capsys):
+    assert main(["check", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ready"] and report["problems"] == []
+    (host,) = report["hosts"]
+    assert host["ok"] and host["probe"]["tensorflow"].startswith("2.21.") and host["probe"]["gpus"] == []
+    assert [t["name"] for t in report["tasks"]] == ["worker-0", "worker-1"]
+    assert all(t["address"].startswith("localhost:") for t in report["tasks"])
