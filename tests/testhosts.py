@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,7 +142,9 @@ class TestHosts:
             host.sshd = None
 
     def wait_for_ssh(self, host: TestHost, timeout: float = 20.0) -> None:
+        """Wait until the host's sshd accepts connections (polled, with a deadline)."""
         deadline = time.monotonic() + timeout
+        pause = threading.Event()
         while True:
             try:
                 with socket.create_connection((host.address, 22), timeout=1):
@@ -153,7 +156,7 @@ class TestHosts:
                 if host.sshd is not None and host.sshd.poll() is not None:
                     raise RuntimeError(f"sshd on {host.address} exited: "
                                        f"{(host.folder / 'sshd.log').read_text(errors='replace')[-2000:]}")
-                time.sleep(0.05)
+                pause.wait(0.05)
 
     def known_hosts(self, path: Path) -> Path:
         path.write_text("".join(h.host_key_line() + "\n" for h in self.hosts))
