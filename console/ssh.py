@@ -5,7 +5,7 @@ through paramiko's own parser, ssh-agent and key files. Host keys are always
 verified against known_hosts (loaded once per process): an unknown key goes to
 a callback that sees its fingerprint (the CLI asks, the GUI shows a dialog)
 and is remembered when accepted, like OpenSSH's accept-new; a changed key is
-refused with both fingerprints. Never AutoAddPolicy.
+refused with both fingerprints. Unknown keys are never added without a yes.
 """
 
 from __future__ import annotations

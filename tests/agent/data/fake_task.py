@@ -7,7 +7,7 @@ import json
 import os
 import signal
 import sys
-import time
+import threading
 
 first, second, code = (int(a) for a in sys.argv[1:4])
 if "--ignore-term" in sys.argv:
@@ -23,8 +23,9 @@ def emit(i):
 for i in range(first):
     emit(i)
 print("first part written", flush=True)
+pause = threading.Event()
 while not os.path.exists(os.path.join(run, "release")):
-    time.sleep(0.02)
+    pause.wait(0.02)
 for i in range(first, first + second):
     emit(i)
 print("done", flush=True)
