@@ -9,6 +9,7 @@ TF_CONFIG from the cluster.
 from __future__ import annotations
 
 import ipaddress
+import sys
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -33,7 +34,14 @@ class Host:
     user: str = ""
     port: int = 22             # SSH port
     key: str = ""              # SSH private key file
-    python: str = "python3"    # the interpreter on the host (it needs TensorFlow to train)
+    python: str = ""           # the interpreter on the host (it needs TensorFlow to train)
+
+    @property
+    def interpreter(self) -> str:
+        """``python`` if set; else this console's own interpreter on a local host, ``python3`` on others."""
+        if self.python:
+            return self.python
+        return sys.executable if self.local else "python3"
 
     @property
     def tf_host(self) -> str:

@@ -94,15 +94,15 @@ class HostLink:
             if self.dist is None:
                 self._deploy(bundle)
             if self.ssh is None:
-                channel = LocalTransport(python=self.host.python, agent_root=Path(self.dist)).open_channel()
+                channel = LocalTransport(python=self.host.interpreter, agent_root=Path(self.dist)).open_channel()
             else:
-                channel = self.ssh.open_agent_channel(self.dist, self.host.python)
+                channel = self.ssh.open_agent_channel(self.dist, self.host.interpreter)
             self.client = AgentClient(channel)
             try:
                 self.client.hello()
             except ChannelClosed:
                 self.client = None
-                raise RunError(f"host {self.host.name}: the agent did not start with {self.host.python!r}; "
+                raise RunError(f"host {self.host.name}: the agent did not start with {self.host.interpreter!r}; "
                                "set python in the host's entry to a Python 3.9+ interpreter") from None
             return self.client
 
@@ -189,12 +189,12 @@ class Run:
             host = link.host
             task.address = f"{host.tf_host}:{ports[i]}"
             if training.script:
-                argv = [host.python, f"{link.dist}/user/{Path(training.script).name}", *training.args]
+                argv = [host.interpreter, f"{link.dist}/user/{Path(training.script).name}", *training.args]
             else:
                 args = training.trainer_args()
                 if training.model_file:
                     args[args.index("--model-file") + 1] = f"{link.dist}/user/{Path(training.model_file).name}"
-                argv = [host.python, "-m", "trainer", "--run-dir", "{run_dir}", *args]
+                argv = [host.interpreter, "-m", "trainer", "--run-dir", "{run_dir}", *args]
             env = {"TF_USE_LEGACY_KERAS": "1"}
             if spec.gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpus))

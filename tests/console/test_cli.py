@@ -41,6 +41,7 @@ def homes(tmp_path, monkeypatch):
     monkeypatch.setenv("TFCC_CONSOLE_HOME", str(tmp_path / "console-home"))
     monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
     monkeypatch.setenv("TF_NUM_INTEROP_THREADS", "2")
+    monkeypatch.setenv("PATH", os.environ["PATH"])  # tests may narrow it; restored afterwards
     return tmp_path
 
 
@@ -55,7 +56,13 @@ def task_dirs(homes, run_id):
 
 
 def test_embedded_default_runs_and_its_json_stream_has_every_step(homes, capsys):
-    """The README's first command: ``tfcc`` with no cluster file trains digits on two local workers."""
+    """The README's first command: ``tfcc`` with no cluster file trains digits on two local workers.
+
+    PATH holds only the system's folders: the workers must run with tfcc's own
+    interpreter, not whatever ``python3`` comes first (on a fresh machine, one
+    without TensorFlow).
+    """
+    os.environ["PATH"] = os.defpath  # restored by the homes fixture's monkeypatch below
     assert main(["run", "--json", "--run-id", "r1"]) == 0
     lines = capsys.readouterr().out.splitlines()
     stream = [json.loads(line) for line in lines]  # every line parses

@@ -116,3 +116,13 @@ def test_validation_names_the_field_and_the_fix(edit, expected):
 def test_missing_file(tmp_path):
     with pytest.raises(ClusterFileError, match="does not exist; check the path"):
         cl.load(tmp_path / "nope.toml")
+
+
+def test_local_host_defaults_to_the_consoles_own_interpreter():
+    """A fresh machine's PATH python3 may lack TensorFlow: the default cluster must not depend on it."""
+    import sys
+
+    host = cl.default().hosts[0]
+    assert host.python == "" and host.interpreter == sys.executable
+    assert cl.Host(name="r", address="10.0.0.9").interpreter == "python3"
+    assert cl.Host(name="r", address="10.0.0.9", python="/opt/py/bin/python").interpreter == "/opt/py/bin/python"
