@@ -1,7 +1,8 @@
-"""Start trainer tasks as local processes (the embedded default: two local workers).
+"""Start trainer tasks directly as local child processes, without the agent.
 
-Qt-free core used by the headless ``tfcc`` front end and by the tests. Each
-task gets its own run folder ``<run_root>/<task_type>-<index>`` and a
+For the trainer's tests and benchmarks, which need real multi-worker runs and
+nothing else; ``tfcc`` itself starts tasks through the agent (console.runner).
+Each task gets its own run folder ``<run_root>/<task_type>-<index>`` and a
 ``TF_CONFIG`` naming every task on localhost.
 """
 
