@@ -72,31 +72,38 @@ class HostLink:
         self.client: AgentClient | None = None
         self.lock = threading.Lock()
 
-    def _deploy(self, bundle) -> None:
-        if self.ssh is None:
-            self.home = os.environ.get("TFCC_HOME") or str(Path.home() / ".tfcc")
-            self.dist, _ = deploy(bundle or make_bundle(), LocalFiles(), self.home)
-            return
-        code, out, err = self.ssh.run('printf %s "${TFCC_HOME:-$HOME/.tfcc}"')
-        if code != 0 or not out.startswith("/"):
-            raise RunError(f"host {self.host.name}: cannot find the home folder for tfcc ({err.strip() or out!r})")
-        self.home = out
-        files = self.ssh.sftp()
-        try:
-            self.dist, _ = deploy(bundle or make_bundle(), files, self.home)
-        finally:
-            files.close()
+    def _deploy(self, bundle, on_progress=None) -> None:
+        """Put the code on the host (local hosts; SSH hosts deploy in ``connect``)."""
+        self.home = os.environ.get("TFCC_HOME") or str(Path.home() / ".tfcc")
+        self.dist, _ = deploy(bundle, LocalFiles(), self.home, on_progress)
 
-    def connect(self, bundle=None) -> AgentClient:
+    def connect(self, bundle=None, on_progress=None) -> AgentClient:
+        """The agent on this host, started (and the code deployed) if need be.
+
+        ``on_progress(sent, total)`` follows a deploy's upload in bytes.
+        """
         with self.lock:
             if self.client is not None and not self.client.closed.is_set():
                 return self.client
-            if self.dist is None:
-                self._deploy(bundle)
+            bundle = bundle or make_bundle()
             if self.ssh is None:
+                if self.dist is None:
+                    self._deploy(bundle, on_progress)
                 channel = LocalTransport(python=self.host.interpreter, agent_root=Path(self.dist)).open_channel()
-            else:
+            elif self.dist is not None:
                 channel = self.ssh.open_agent_channel(self.dist, self.host.interpreter)
+            else:
+                # One exec finds the home and, when the code is already there, starts the agent.
+                self.home, channel = self.ssh.start_agent(bundle.name, self.host.interpreter)
+                if channel is None:
+                    files = self.ssh.sftp()
+                    try:
+                        self.dist, _ = deploy(bundle, files, self.home, on_progress)
+                    finally:
+                        files.close()
+                    channel = self.ssh.open_agent_channel(self.dist, self.host.interpreter)
+                else:
+                    self.dist = f"{self.home}/dist/{bundle.name}"
             self.client = AgentClient(channel)
             try:
                 self.client.hello()

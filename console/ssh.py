@@ -16,6 +16,7 @@ import logging
 import os
 import posixpath
 import shlex
+import socket
 import stat
 import threading
 from dataclasses import dataclass
@@ -166,33 +167,50 @@ class SSHConnection:
     def run(self, command: str, timeout: float = COMMAND_TIMEOUT) -> tuple[int, str, str]:
         client = self.connect()
         stdin, out, err = client.exec_command(command, timeout=timeout)
-        stdin.close()  # now, while the channel is open (at garbage collection it would fail)
         code = out.channel.recv_exit_status()
         result = code, out.read().decode(errors="replace"), err.read().decode(errors="replace")
-        out.close()
-        err.close()
+        _close_streams(out.channel, stdin, out, err)
         return result
 
+    def start_agent(self, dist_name: str, python: str) -> tuple[str, Channel | None]:
+        """In one exec (one run of the user's shell, which can cost 100+ ms with conda or pyenv
+        set up in its rc file): find tfcc's home on the host and, when ``dist/<dist_name>`` is
+        complete there, start the agent from it.
+
+        Returns (home, the agent's channel), or (home, None) when the code must be deployed first.
+        """
+        script = (f'h="${{TFCC_HOME:-$HOME/.tfcc}}"; d="$h/dist/{dist_name}"; printf "tfcc-home %s\\n" "$h"; '
+                  f'if [ -f "$d/.complete" ]; then echo tfcc-agent; cd "$d" && exec {shlex.quote(python)} -S -m agent; '
+                  'fi; echo tfcc-deploy')
+        chan, stdin, stdout = self._exec_streams(script)
+        chan.settimeout(self.timeout)
+        try:
+            first, second = stdout.readline(), stdout.readline()
+        except (socket.timeout, OSError) as exc:
+            _close_streams(chan, stdin, stdout)
+            raise SSHError(f"{self.target.known_as}: no answer from the shell ({exc})") from None
+        home = first.decode(errors="replace").rstrip("\n").removeprefix("tfcc-home ")
+        if not first.startswith(b"tfcc-home ") or not home.startswith("/"):
+            _close_streams(chan, stdin, stdout)
+            raise SSHError(f"{self.target.known_as}: cannot find the home folder for tfcc (the shell said "
+                           f"{first[:200]!r}); check the login shell's start-up files")
+        if second.strip() != b"tfcc-agent":
+            _close_streams(chan, stdin, stdout)
+            return home, None
+        chan.settimeout(None)
+        return home, Channel(stdin, stdout, lambda: _close_streams(chan, stdin, stdout),
+                             f"agent on {self.target.known_as}")
+
     def open_agent_channel(self, dist: str, python: str) -> Channel:
+        # -S: the agent needs only the standard library; skipping site saves most of the start-up.
+        chan, stdin, stdout = self._exec_streams(f"cd {shlex.quote(dist)} && exec {shlex.quote(python)} -S -m agent")
+        return Channel(stdin, stdout, lambda: _close_streams(chan, stdin, stdout), f"agent on {self.target.known_as}")
+
+    def _exec_streams(self, command: str):
         transport = self.connect().get_transport()
         chan = transport.open_session(timeout=self.timeout)
-        # -S: the agent needs only the standard library; skipping site saves most of the start-up.
-        chan.exec_command(f"cd {shlex.quote(dist)} && exec {shlex.quote(python)} -S -m agent")
-        stdin = chan.makefile_stdin("wb")
-        stdout = chan.makefile("rb")
-
-        def close():
-            for stream in (stdin, stdout):  # closed first: a later flush at garbage collection would fail
-                try:
-                    stream.close()
-                except (OSError, ValueError):
-                    pass
-            try:
-                chan.close()
-            except Exception:
-                pass
-
-        return Channel(stdin, stdout, close, f"agent on {self.target.known_as}")
+        chan.exec_command(command)
+        return chan, chan.makefile_stdin("wb"), chan.makefile("rb")
 
     def sftp(self) -> "SFTPFiles":
         return SFTPFiles(self.connect().open_sftp())
@@ -204,6 +222,29 @@ class SSHConnection:
                 self.client = None
             if self._jump is not None:
                 self._jump.close()
+
+
+def _close_streams(chan, *streams) -> None:
+    """Close a channel's file objects, then the channel, for good.
+
+    paramiko's file objects flush again when garbage-collected; at interpreter exit their
+    buffers can already be gone, which printed "Exception ignored ... I/O operation on closed
+    file". A closed stream here has nothing left to flush, so its later flushes do nothing.
+    """
+    for stream in streams:
+        try:
+            stream.close()
+        except (OSError, ValueError, EOFError):
+            pass
+        stream.flush = _nothing
+    try:
+        chan.close()
+    except Exception:
+        pass
+
+
+def _nothing() -> None:
+    pass
 
 
 class SFTPFiles:
