@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import site
 import stat
 import sys
 from pathlib import Path
@@ -78,3 +79,20 @@ def test_probe_through_the_agent(tmp_path, monkeypatch):
     assert result["gpus"] == [] and "no NVIDIA driver" in result["note"]
     assert result["code"] == Path(__file__).resolve().parents[2].name
     assert result["tensorflow_view"]["version"].startswith("2.21.") and result["tensorflow_view"]["gpus"] == []
+
+
+def test_package_version_reads_dist_info_like_an_import_would(tmp_path, monkeypatch):
+    """Names are compared normalized (tf-keras = tf_keras = TF.Keras); the first folder on the path wins."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    for folder, entry, meta, version in ((first, "tf_keras-2.21.0.dist-info", "METADATA", "2.21.0"),
+                                         (second, "tf_keras-2.20.1.dist-info", "METADATA", "2.20.1"),
+                                         (second, "Legacy.Pkg.egg-info", "PKG-INFO", "0.3")):
+        (folder / entry).mkdir(parents=True)
+        (folder / entry / meta).write_text(f"Metadata-Version: 2.1\nName: x\nVersion: {version}\n\nVersion: 9\n")
+    monkeypatch.setattr(sys, "path", [str(first)])
+    monkeypatch.setattr(site, "getsitepackages", lambda: [str(second)])
+    monkeypatch.setattr(site, "getusersitepackages", lambda: str(tmp_path / "none"))
+    assert probe.package_version("tf-keras") == "2.21.0"
+    assert probe.package_version("TF.Keras") == "2.21.0"
+    assert probe.package_version("legacy-pkg") == "0.3"
+    assert probe.package_version("tensorflow") is None
