@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from console import cluster as cl
 from console.deploy import make_bundle
 from console.runner import HostLink
+from trainer.config import replicas_per_worker
 
 log = logging.getLogger("console.checks")
 LISTEN_SECONDS = 60.0
@@ -107,7 +108,30 @@ def consistency(cluster: cl.Cluster, probes: dict[str, dict]) -> list[Problem]:
             "cluster", f"workers would use different numbers of GPUs ({listing}); collectives then fail with "
             "'Collective Op has group_size … but that group has size …'",
             "give every task the same number of GPUs (gpus = [...] in each task)"))
+    problems += _global_batch_rule(cluster, per_worker)
     return problems
+
+
+def _global_batch_rule(cluster: cl.Cluster, gpus_per_worker: dict[str, int]) -> list[Problem]:
+    """A global batch given in the training spec must split evenly over the replicas."""
+    g = cluster.training.global_batch
+    if not g or len(gpus_per_worker) != len(cluster.tasks):  # per-replica batches always split
+        return []
+    requested = cluster.training.strategy
+    workers = len(gpus_per_worker)
+    replicas = 0
+    for gpus in gpus_per_worker.values():
+        strategy = requested
+        if requested == "auto":
+            strategy = "multi_worker_mirrored" if workers > 1 else ("mirrored" if gpus > 1 else "default")
+        replicas += replicas_per_worker(strategy, gpus, 1)
+    if g % replicas == 0:
+        return []
+    lower = g // replicas * replicas
+    examples = " or ".join(str(n) for n in (lower, lower + replicas) if n >= replicas)
+    return [Problem("cluster", f"the global batch {g} does not split evenly over the {replicas} replicas "
+                    f"({workers} workers)", f"set global_batch to a multiple of {replicas} (e.g. {examples}) "
+                    "or set per_replica_batch instead")]
 
 
 def skew(probes: dict[str, dict]) -> dict[str, float]:
@@ -158,6 +182,7 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
 
         futures = {pool.submit(survey, h): h for h in used}
         done, _ = wait(futures, timeout=deadline)
+        phases = {"survey": time.monotonic() - t0}
         auto_ports: dict[str, list] = {}
         for future, host in futures.items():
             r = reports[host.name]
@@ -195,12 +220,15 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
         ok_hosts = [n for n, r in reports.items() if r.ok]
         busy = {(r.name, p["port"]) for r in reports.values() for p in r.ports if not p["free"]}
         listening = {}
+        t1 = time.monotonic()
         for name in ok_hosts:
             ports = [int(t["address"].rsplit(":", 1)[1]) for t in tasks
                      if t["host"] == name and t["address"] and (name, int(t["address"].rsplit(":", 1)[1])) not in busy]
             if ports:
                 listening[name] = links[name].client.call("listen", ports=ports, seconds=LISTEN_SECONDS)["listening"]
         matrix: dict[str, dict[str, dict]] = {}
+        phases["listen"] = time.monotonic() - t1
+        t1 = time.monotonic()
         try:
             futures = [pool.submit(_connect_from, links[s].client, s, tasks, listening, connect_timeout)
                        for s in ok_hosts]
@@ -213,12 +241,16 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
                     if not result["ok"]:
                         task = next(t for t in tasks if t["address"] == address)
                         problems.append(reach_problem(source, task, result))
+            phases["connect"] = time.monotonic() - t1
+            t1 = time.monotonic()
         finally:
             for name in listening:
                 try:
                     links[name].client.call("release", ports=listening[name], timeout=10)
                 except Exception:
                     log.warning("could not release the listeners on %s", name)
+        phases["release"] = time.monotonic() - t1
+        log.info("check phases: %s", phases)
         return Report(list(reports.values()), tasks, matrix, problems, time.monotonic() - t0)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
