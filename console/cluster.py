@@ -64,6 +64,7 @@ class Training:
     args: list[str] = field(default_factory=list)
     epochs: int = 5
     per_replica_batch: int = 32
+    global_batch: int = 0      # when set, split over the replicas (a multiple of them) instead of per_replica_batch
     learning_rate: float = 0.001
     lr_scaling: str = "linear"
     strategy: str = "auto"
@@ -74,7 +75,9 @@ class Training:
         """Options for ``python -m trainer`` (or, with ``script``, just ``args``)."""
         if self.script:
             return list(self.args)
-        out = ["--epochs", str(self.epochs), "--per-replica-batch", str(self.per_replica_batch),
+        batch = (["--global-batch", str(self.global_batch)] if self.global_batch
+                 else ["--per-replica-batch", str(self.per_replica_batch)])
+        out = ["--epochs", str(self.epochs), *batch,
                "--learning-rate", repr(self.learning_rate), "--lr-scaling", self.lr_scaling,
                "--strategy", self.strategy, "--communication", self.communication,
                "--autoshard", self.autoshard]
@@ -135,7 +138,7 @@ _TYPES = {
     Host: {"name": str, "address": str, "local": bool, "user": str, "port": int, "key": str, "python": str},
     Task: {"host": str, "role": str},
     Training: {"workload": str, "model_file": str, "script": str, "epochs": int, "per_replica_batch": int,
-               "learning_rate": float, "lr_scaling": str, "strategy": str, "communication": str,
+               "global_batch": int, "learning_rate": float, "lr_scaling": str, "strategy": str, "communication": str,
                "autoshard": str},
 }
 
@@ -192,6 +195,8 @@ def loads(text: str, source: str = "cluster file") -> Cluster:
         raise ClusterFileError(f"{source} has unknown section {unknown[0]!r}; sections are [[hosts]], [[tasks]], [training]")
     hosts = [_build(Host, h, f"hosts[{i}]") for i, h in enumerate(data.get("hosts", []))]
     tasks = [_build(Task, t, f"tasks[{i}]") for i, t in enumerate(data.get("tasks", []))]
+    if isinstance(data.get("training"), dict) and {"per_replica_batch", "global_batch"} <= set(data["training"]):
+        raise ClusterFileError(f"{source}: [training] sets both per_replica_batch and global_batch; keep one of them")
     training = _build(Training, data.get("training", {}), "training")
     cluster = Cluster(hosts, tasks, training)
     validate(cluster)
@@ -264,6 +269,9 @@ def validate(cluster: Cluster) -> None:
         raise ClusterFileError(f"training.epochs is {t.epochs}; train at least 1 epoch")
     if t.per_replica_batch < 1:
         raise ClusterFileError(f"training.per_replica_batch is {t.per_replica_batch}; it must be at least 1")
+    if t.global_batch < 0:
+        raise ClusterFileError(f"training.global_batch is {t.global_batch}; it must be at least 1 (or 0: "
+                               "use per_replica_batch)")
     if t.learning_rate <= 0:
         raise ClusterFileError(f"training.learning_rate is {t.learning_rate}; it must be positive")
     if t.workload == "file" and not t.model_file:
@@ -275,7 +283,9 @@ def validate(cluster: Cluster) -> None:
 
 def dumps(cluster: Cluster) -> str:
     data = {
-        "training": {k: v for k, v in asdict(cluster.training).items() if v not in ("", [])},
+        "training": {k: v for k, v in asdict(cluster.training).items()
+                     if v not in ("", []) and not (k == "global_batch" and not v)
+                     and not (k == "per_replica_batch" and cluster.training.global_batch)},
         "hosts": [{k: v for k, v in asdict(h).items() if v not in ("", [])} for h in cluster.hosts],
         "tasks": [asdict(t) for t in cluster.tasks],
     }

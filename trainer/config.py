@@ -222,9 +222,24 @@ class BatchPlan:
         }
 
 
+def split_global_batch(global_batch: int, replicas: int, where: str = "--global-batch") -> int:
+    """The per-replica batch of a global batch, or why it does not split evenly."""
+    if global_batch < 1:
+        raise ConfigError(f"{where} is {global_batch}; it must be at least 1")
+    if global_batch % replicas:
+        lower = global_batch // replicas * replicas
+        options = " or ".join(str(n) for n in (lower, lower + replicas) if n >= replicas)
+        raise ConfigError(
+            f"{where} {global_batch} does not split evenly over {replicas} replicas; use a multiple of "
+            f"{replicas} (e.g. {options}) or give the per-replica batch instead"
+        )
+    return global_batch // replicas
+
+
 def plan_batches(
     *,
     per_replica_batch: int,
+    global_batch: int | None = None,
     num_workers: int,
     replicas_per_worker: int,
     num_examples: int | None,
@@ -232,7 +247,13 @@ def plan_batches(
     base_learning_rate: float,
     lr_rule: str,
 ) -> BatchPlan:
-    """Work out the global batch and steps per epoch, or say why it cannot work."""
+    """Work out the global batch and steps per epoch, or say why it cannot work.
+
+    A ``global_batch``, when given, is split over the replicas (it must divide evenly)
+    and replaces ``per_replica_batch``.
+    """
+    if global_batch is not None:
+        per_replica_batch = split_global_batch(global_batch, num_workers * replicas_per_worker)
     if per_replica_batch < 1:
         raise ConfigError(f"--per-replica-batch is {per_replica_batch}; it must be at least 1")
     if lr_rule not in LR_RULES:
@@ -313,7 +334,10 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--examples", type=_positive_int, default=4096, help="synthetic: training examples")
     t = p.add_argument_group("training")
     t.add_argument("--epochs", type=_positive_int, default=5)
-    t.add_argument("--per-replica-batch", type=int, default=32)
+    batch = t.add_mutually_exclusive_group()
+    batch.add_argument("--per-replica-batch", type=int, default=32, help="examples per replica and step (default 32)")
+    batch.add_argument("--global-batch", type=int, default=None,
+                       help="examples per step over all replicas; must be a multiple of the replicas")
     t.add_argument("--steps-per-epoch", type=int, default=None,
                    help="default: training examples // global batch")
     t.add_argument("--learning-rate", type=float, default=1e-3,
@@ -348,6 +372,7 @@ class Options:
     examples: int
     epochs: int
     per_replica_batch: int
+    global_batch: int | None
     steps_per_epoch: int | None
     learning_rate: float
     lr_scaling: str

@@ -132,6 +132,7 @@ def _plan(opts: Options, cluster: ClusterConfig, workload, strategy_name: str, g
         per_worker = max(1, replicas // cluster.num_workers)
     return plan_batches(
         per_replica_batch=opts.per_replica_batch,
+        global_batch=opts.global_batch,
         num_workers=cluster.num_workers,
         replicas_per_worker=per_worker,
         num_examples=workload.num_examples,

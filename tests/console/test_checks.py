@@ -55,6 +55,18 @@ def test_different_gpu_counts_per_worker():
     assert problems(two_hosts(a=[0], b=[1]), {"gpus": [gpu, gpu]}, {"gpus": [gpu, gpu]}) == []
 
 
+def test_global_batch_must_split_over_the_replicas():
+    gpu = {"index": 0}
+    uneven = two_hosts()
+    uneven.training.global_batch = 100
+    assert problems(uneven, {"gpus": [gpu, gpu]}, {"gpus": [gpu, gpu]}) == []  # 4 replicas
+    found = problems(uneven, {"gpus": [gpu, gpu, gpu]}, {"gpus": [gpu, gpu, gpu]})
+    assert ("cluster: the global batch 100 does not split evenly over the 6 replicas (2 workers); set global_batch "
+            "to a multiple of 6 (e.g. 96 or 102) or set per_replica_batch instead") in found
+    uneven.training.global_batch, uneven.training.per_replica_batch = 0, 7
+    assert problems(uneven, {"gpus": [gpu, gpu, gpu]}, {"gpus": [gpu, gpu, gpu]}) == []
+
+
 @pytest.mark.parametrize(
     "error, fix",
     [

@@ -68,6 +68,11 @@ def test_trainer_args_follow_the_training_spec():
     args = c.training.trainer_args()
     assert args[args.index("--epochs") + 1] == "2" and args[args.index("--workload") + 1] == "synthetic"
     assert args[-2:] == ["--seed", "7"]
+    assert args[args.index("--per-replica-batch") + 1] == "32" and "--global-batch" not in args
+    by_global = cl.loads(BASE.replace('workload = "digits"', 'global_batch = 256')).training
+    assert by_global.trainer_args()[2:4] == ["--global-batch", "256"]
+    assert "--per-replica-batch" not in by_global.trainer_args()
+    assert cl.loads(cl.dumps(cl.Cluster(cl.loads(BASE).hosts, cl.loads(BASE).tasks, by_global))).training == by_global
 
 
 @pytest.mark.parametrize(
@@ -99,13 +104,16 @@ def test_trainer_args_follow_the_training_spec():
          "training.epochs is 0; train at least 1 epoch"),
         (lambda t: t.replace('workload = "digits"', 'workload = "file"'),
          "training.workload is \"file\" but training.model_file is empty"),
+        (lambda t: t.replace('workload = "digits"', 'global_batch = 64\nper_replica_batch = 8'),
+         "[training] sets both per_replica_batch and global_batch; keep one of them"),
+        (lambda t: t.replace('workload = "digits"', 'global_batch = -8'), "training.global_batch is -8; it must be at least 1"),
         (lambda t: t + "\n[extra]\n", "has unknown section 'extra'"),
         (lambda t: t.replace("[training]", "[training"), "is not valid TOML"),
         (lambda t: t.split("[[tasks]]")[0], "the cluster has no tasks; add a [[tasks]] table"),
     ],
     ids=["unknown-key", "duplicate-host-port", "loopback-with-remote", "two-chiefs", "port-range", "port-word",
          "unknown-host", "bad-role", "duplicate-host-name", "no-address", "ssh-port-type", "gpus-type",
-         "bad-workload", "zero-epochs", "file-without-model", "unknown-section", "bad-toml", "no-tasks"],
+         "bad-workload", "zero-epochs", "file-without-model", "both-batches", "negative-global-batch", "unknown-section", "bad-toml", "no-tasks"],
 )
 def test_validation_names_the_field_and_the_fix(edit, expected):
     with pytest.raises(ClusterFileError) as err:

@@ -81,6 +81,8 @@ def test_batch_plan_arithmetic_and_lr_rules():
     assert plan_batches(lr_rule="sqrt", **kw).learning_rate == pytest.approx(0.001 * math.sqrt(4))
     assert plan_batches(lr_rule="none", **kw).learning_rate == pytest.approx(0.001)
     assert plan_batches(lr_rule="none", **{**kw, "steps_per_epoch": 7}).steps_per_epoch == 7
+    from_global = plan_batches(lr_rule="none", **{**kw, "global_batch": 256})
+    assert (from_global.per_replica_batch, from_global.global_batch) == (64, 256)
 
 
 @pytest.mark.parametrize(
@@ -91,6 +93,10 @@ def test_batch_plan_arithmetic_and_lr_rules():
         ({"num_examples": None}, "dataset's size is unknown"),
         ({"steps_per_epoch": 0}, "--steps-per-epoch is 0"),
         ({"base_learning_rate": -1.0}, "--learning-rate is -1.0; it must be positive"),
+        ({"global_batch": 130}, "--global-batch 130 does not split evenly over 4 replicas; use a multiple of 4 "
+                                "(e.g. 128 or 132) or give the per-replica batch instead"),
+        ({"global_batch": 3}, "--global-batch 3 does not split evenly over 4 replicas; use a multiple of 4 (e.g. 4)"),
+        ({"global_batch": 0}, "--global-batch is 0; it must be at least 1"),
     ],
 )
 def test_batch_plans_that_cannot_work(overrides, expected):
@@ -132,6 +138,9 @@ def test_option_errors(tmp_path):
         parse_options(["--workload", "digits", "--model-file", str(tmp_path / "m.py")])
     with pytest.raises(ConfigError, match="'abc' is not a whole number"):
         parse_options(["--epochs", "abc"])
+    with pytest.raises(ConfigError, match="not allowed with argument"):
+        parse_options(["--per-replica-batch", "8", "--global-batch", "64"])
+    assert parse_options(["--global-batch", "64"]).global_batch == 64
 
 
 def test_importing_trainer_loads_no_tensorflow():

@@ -68,8 +68,11 @@ def test_bad_tf_config(tmp_path, tf_config, expected):
         (["--per-replica-batch", "5000"], "is larger than the 1438 training examples; lower --per-replica-batch to at most 1438"),
         (["--epochs", "zero"], "'zero' is not a whole number"),
         (["--autoshard", "file"], "--autoshard file needs a dataset read from files"),
+        (["--strategy", "mirrored", "--cpu-devices", "3", "--global-batch", "64"],
+         "--global-batch 64 does not split evenly over 3 replicas; use a multiple of 3 (e.g. 63 or 66)"),
     ],
-    ids=["missing-model-file", "model-file-without-dataset", "batch-too-large", "bad-option", "autoshard-file"],
+    ids=["missing-model-file", "model-file-without-dataset", "batch-too-large", "bad-option", "autoshard-file",
+         "global-batch-uneven"],
 )
 def test_bad_options(tmp_path, args, expected):
     proc, _ = run_trainer(tmp_path, args)
