@@ -11,6 +11,7 @@ the fix in plain words, the same text for the CLI and the GUI.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
@@ -158,8 +159,24 @@ def reach_problem(source: str, task: dict, result: dict) -> Problem:
 # --------------------------------------------------------------------------- the check
 
 
-def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connect_timeout: float = 3.0) -> Report:
+def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connect_timeout: float = 3.0,
+          on_progress=None) -> Report:
+    """Check every host of ``cluster`` and the ports between them.
+
+    ``on_progress(done, total, what)`` is called from worker threads as hosts answer
+    (``total`` is the hosts plus one step for the reachability matrix).
+    """
     t0 = time.monotonic()
+    progress_lock = threading.Lock()
+    done_steps = [0]
+
+    def progress(what: str) -> None:
+        if on_progress is not None:
+            with progress_lock:
+                done_steps[0] += 1
+                count = done_steps[0]
+            on_progress(count, len(used) + 1, what)
+
     used = [h for h in cluster.hosts if any(t.host == h.name for t in cluster.tasks)]
     links = {h.name: HostLink(h, ask_host_key) for h in used}
     reports = {h.name: HostReport(h.name, h.address or "localhost") for h in used}
@@ -181,6 +198,8 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
             return probe, ports, free, time.monotonic() - start
 
         futures = {pool.submit(survey, h): h for h in used}
+        for future, host in futures.items():
+            future.add_done_callback(lambda _f, name=host.name: progress(f"{name} answered"))
         done, _ = wait(futures, timeout=deadline)
         phases = {"survey": time.monotonic() - t0}
         auto_ports: dict[str, list] = {}
@@ -250,6 +269,7 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
                 except Exception:
                     log.warning("could not release the listeners on %s", name)
         phases["release"] = time.monotonic() - t1
+        progress("reachability tested")
         log.info("check phases: %s", phases)
         return Report(list(reports.values()), tasks, matrix, problems, time.monotonic() - t0)
     finally:

@@ -1,6 +1,7 @@
 """``tfcc``: the headless front end on the console core.
 
-    tfcc                       run the embedded default (two local workers, digits)
+    tfcc                       open the window on the last profile (first time: the embedded default)
+    tfcc gui [CLUSTER]         open the window on a cluster file
     tfcc run [CLUSTER]         deploy, start every task, follow them; --json for JSON lines
     tfcc runs                  runs this console started, and their state
     tfcc attach RUN            follow a run again from its first record
@@ -234,6 +235,14 @@ def cmd_runs(ns) -> int:
     return 0
 
 
+def cmd_gui(ns) -> int:
+    if ns.cluster:
+        cl.load(ns.cluster)  # a bad file: the usual one-line error, before any window
+    from console.gui.app import main as gui_main
+
+    return gui_main(ns.cluster)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tfcc", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -267,6 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("task", nargs="?", help="one task, e.g. worker-1 (default: all)")
     logs.add_argument("--bytes", type=int, default=65536, help="how much of the end of each log")
     logs.set_defaults(func=cmd_logs)
+    gui = sub.add_parser("gui", help="open the window (the default command)")
+    gui.add_argument("cluster", nargs="?", help="a cluster file (TOML); default: the last one opened")
+    gui.set_defaults(func=cmd_gui)
     runs = sub.add_parser("runs", help="list runs and their state")
     runs.set_defaults(func=cmd_runs)
     return parser
@@ -276,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
     if ns.command is None:
-        ns = parser.parse_args(["run", *(argv or [])])
+        ns = parser.parse_args(["gui", *(argv or [])])
     try:
         return ns.func(ns)
     except (cl.ClusterFileError, RunError, AgentRequestError, SSHError) as exc:

@@ -171,8 +171,11 @@ class Run:
 
     # ----------------------------------------------------------------- start
 
-    def start(self) -> None:
-        """Deploy, pick ports, write TF_CONFIG and start every task (returns at once)."""
+    def start(self, on_progress=None) -> None:
+        """Deploy, pick ports, write TF_CONFIG and start every task (returns at once).
+
+        ``on_progress(host, sent, total)`` follows each host's upload in bytes.
+        """
         training = self.cluster.training
         extra = {}
         if training.model_file:
@@ -180,8 +183,9 @@ class Run:
         if training.script:
             extra["user/" + Path(training.script).name] = Path(training.script)
         bundle = make_bundle(extra)
-        for link in self.links.values():
-            link.connect(bundle)
+        for name, link in self.links.items():
+            link.connect(bundle, None if on_progress is None else
+                         (lambda sent, total, name=name: on_progress(name, sent, total)))
         ports: list = [t.port for t in self.cluster.tasks]
         for name, link in self.links.items():
             auto = [i for i, t in enumerate(self.cluster.tasks) if t.host == name and t.port == "auto"]

@@ -1,0 +1,173 @@
+"""The cluster diagram: hosts, their tasks, the crowned chief, replicas, and the global batch split."""
+
+from __future__ import annotations
+
+import json
+
+from PySide6.QtCore import QRectF, Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPen
+from PySide6.QtWidgets import (QGraphicsItem, QGraphicsRectItem, QGraphicsScene, QGraphicsSimpleTextItem,
+                               QGraphicsView, QLabel, QPlainTextEdit, QSplitter, QVBoxLayout, QWidget)
+
+from console import cluster as cl
+from console.gui.colors import worker_color
+from console.picture import BatchSplit, HostBox, picture
+
+TASK_W, TASK_H, PAD = 190, 96, 12
+CROWN = "\u265b"  # ♛
+
+
+class _TaskItem(QGraphicsRectItem):
+    def __init__(self, name: str, on_click, *args):
+        super().__init__(*args)
+        self.name = name
+        self._on_click = on_click
+        self.setCursor(Qt.PointingHandCursor)
+        self.setAcceptHoverEvents(True)
+
+    def mousePressEvent(self, event):  # noqa: N802 (Qt's name)
+        self._on_click(self.name)
+        event.accept()
+
+
+class ClusterDiagram(QWidget):
+    """Draws a cluster; ``set_cluster`` follows the settings, ``set_run`` a run's own numbers."""
+
+    task_clicked = Signal(str)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.scene = QGraphicsScene(self)
+        self.view = QGraphicsView(self.scene)
+        self.view.setRenderHint(QPainter.Antialiasing)
+        self.view.setAlignment(Qt.AlignLeft | Qt.AlignTop)
+        self.source = QLabel()
+        self.source.setWordWrap(True)
+        self.tf_config = QPlainTextEdit()
+        self.tf_config.setReadOnly(True)
+        self.tf_config.setPlaceholderText("Click a task to see its TF_CONFIG.")
+        self.tf_config.setFont(QFont("monospace"))
+        split = QSplitter(Qt.Vertical)
+        split.addWidget(self.view)
+        split.addWidget(self.tf_config)
+        split.setSizes([420, 120])
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.source)
+        layout.addWidget(split)
+        self._cluster: cl.Cluster | None = None
+        self._gpus: dict[str, int] = {}
+        self._started: dict | None = None
+        self._addresses: dict[str, str] = {}
+        self.hosts: list[HostBox] = []
+        self.split: BatchSplit | None = None
+        self.chief: str | None = None
+
+    # ------------------------------------------------------------ inputs
+
+    def set_cluster(self, cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None) -> None:
+        self._cluster = cluster
+        if gpus_by_host is not None:
+            self._gpus = gpus_by_host
+        self._redraw()
+
+    def set_run(self, started: dict | None, addresses: dict[str, str] | None = None) -> None:
+        """A run's "started" event (None: back to the settings) and the addresses it gave its tasks."""
+        self._started = started
+        self._addresses = addresses or {}
+        self._redraw()
+
+    # ------------------------------------------------------------ drawing
+
+    def _redraw(self) -> None:
+        self.scene.clear()
+        if self._cluster is None or not self._cluster.tasks:
+            self.hosts, self.split, self.chief = [], None, None
+            self.source.setText("Add hosts and tasks to see the cluster.")
+            return
+        self.hosts, self.split = picture(self._cluster, self._gpus, self._started, self._addresses)
+        names = self._cluster.task_names()
+        self.chief = next((t.name for h in self.hosts for t in h.tasks if t.is_chief), None)
+        self.source.setText("Numbers reported by the run." if self.split.from_run
+                            else "Numbers from the settings (a run's own numbers replace them once it starts).")
+        y = self._draw_batch(self.split, names)
+        x = 0.0
+        for host in self.hosts:
+            x += self._draw_host(host, names, x, y + 2 * PAD) + 2 * PAD
+        self.scene.setSceneRect(self.scene.itemsBoundingRect().adjusted(-PAD, -PAD, PAD, PAD))
+
+    def _text(self, text: str, x: float, y: float, size: int = 9, bold: bool = False,
+              color: QColor | None = None, parent: QGraphicsItem | None = None) -> QGraphicsSimpleTextItem:
+        item = QGraphicsSimpleTextItem(text, parent)
+        font = QFont()
+        font.setPointSize(size)
+        font.setBold(bold)
+        item.setFont(font)
+        if color is not None:
+            item.setBrush(QBrush(color))
+        item.setPos(x, y)
+        if parent is None:
+            self.scene.addItem(item)
+        return item
+
+    def _draw_batch(self, split: BatchSplit, names: list[str]) -> float:
+        workers = [n for n in names if n.split("-")[0] in ("chief", "worker")]
+        width = max(TASK_W * 2 + PAD, len(workers) * max(1, split.replicas_per_worker) * 56.0)
+        self.batch_label = self._text(split.label, 0, 0, 12, True)
+        if split.problem:
+            self._text(split.problem, 0, 20, 9, color=QColor("#b00020"))
+        top = 42.0
+        self.scene.addRect(QRectF(0, top, width, 26), QPen(QColor("#333")), QBrush(QColor("#e8e8e8")))
+        self._text(f"global batch {split.global_batch}", 6, top + 5, 9, True)
+        worker_w = width / max(1, len(workers))
+        for i, name in enumerate(workers):
+            colour = worker_color(names.index(name))
+            wx = i * worker_w
+            self.scene.addRect(QRectF(wx, top + 30, worker_w, 24), QPen(QColor("#333")), QBrush(colour.lighter(150)))
+            self._text(f"{name}: {split.per_worker}", wx + 4, top + 34, 8)
+            replica_w = worker_w / max(1, split.replicas_per_worker)
+            for r in range(split.replicas_per_worker):
+                rx = wx + r * replica_w
+                self.scene.addRect(QRectF(rx, top + 58, replica_w, 22), QPen(QColor("#333")), QBrush(colour.lighter(120)))
+                self._text(str(split.per_replica), rx + 4, top + 61, 8)
+        self._text("per worker", width + 8, top + 34, 8, color=QColor("#555"))
+        self._text("per replica", width + 8, top + 61, 8, color=QColor("#555"))
+        return top + 80
+
+    def _draw_host(self, host: HostBox, names: list[str], x: float, y: float) -> float:
+        width = max(TASK_W + 2 * PAD, len(host.tasks) * (TASK_W + PAD) + PAD)
+        height = TASK_H + 3 * PAD + 18
+        self.scene.addRect(QRectF(x, y, width, height), QPen(QColor("#555"), 1.5), QBrush(QColor("#f6f6f6")))
+        self._text(f"{host.name}  ({host.address})", x + PAD, y + 6, 10, True)
+        for i, task in enumerate(host.tasks):
+            tx, ty = x + PAD + i * (TASK_W + PAD), y + 18 + 2 * PAD
+            colour = worker_color(names.index(task.name))
+            item = _TaskItem(task.name, self._on_task_clicked, QRectF(0, 0, TASK_W, TASK_H))
+            item.setPos(tx, ty)
+            item.setPen(QPen(QColor("#b8860b") if task.is_chief else QColor("#333"), 3 if task.is_chief else 1))
+            item.setBrush(QBrush(colour.lighter(165)))
+            item.setToolTip(task.tf_config or "TF_CONFIG is written when the run picks the ports")
+            self.scene.addItem(item)
+            title = f"{CROWN} {task.name}" if task.is_chief else task.name
+            self._text(title, 6, 4, 10, True, QColor("#8a6d00") if task.is_chief else None, item)
+            role = f"{task.role}, chief: saves the model" if task.is_chief else task.role
+            self._text(role, 6, 24, 8, parent=item)
+            self._text(task.address, 6, 40, 8, color=QColor("#444"), parent=item)
+            dev_w = (TASK_W - 12 - 4 * (len(task.devices) - 1)) / max(1, len(task.devices))
+            for d, device in enumerate(task.devices):
+                rect = QGraphicsRectItem(QRectF(0, 0, dev_w, 26), item)
+                rect.setPos(6 + d * (dev_w + 4), 62)
+                rect.setPen(QPen(QColor("#333")))
+                rect.setBrush(QBrush(colour.lighter(115)))
+                self._text(device, 4, 5, 8, parent=rect)
+        return width
+
+    def _on_task_clicked(self, name: str) -> None:
+        task = next((t for h in self.hosts for t in h.tasks if t.name == name), None)
+        if task is None:
+            return
+        self.tf_config.setPlainText(
+            f"TF_CONFIG of {name} (on {task.host}):\n{json.dumps(json.loads(task.tf_config), indent=1)}"
+            if task.tf_config
+            else f"{name}: TF_CONFIG is written when the run picks its port (port = \"auto\").")
+        self.task_clicked.emit(name)

@@ -1,0 +1,242 @@
+"""Dialogs: add or edit a host (validated as you type), import hosts from ~/.ssh/config, trust a host key."""
+
+from __future__ import annotations
+
+import os
+
+import paramiko
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (QCheckBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel,
+                               QLineEdit, QListWidget, QListWidgetItem, QPushButton, QSpinBox, QVBoxLayout, QWidget)
+
+from console import cluster as cl
+from console.ssh import ssh_config_path
+
+
+def parse_port(text: str):
+    """``auto`` or a port number, or raise ValueError with what to type."""
+    text = text.strip().lower()
+    if text in ("", "auto"):
+        return "auto"
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise ValueError(f"port {text!r}: type auto or a number from 1 to 65535")
+    return int(text)
+
+
+def parse_gpus(text: str) -> list[int]:
+    text = text.strip()
+    if not text:
+        return []
+    try:
+        gpus = [int(p) for p in text.replace(" ", "").split(",") if p]
+    except ValueError:
+        raise ValueError(f"GPUs {text!r}: list GPU indices like 0,1 (or leave empty for all)") from None
+    if any(g < 0 for g in gpus) or len(set(gpus)) != len(gpus):
+        raise ValueError(f"GPUs {text!r}: indices must be different and not negative")
+    return gpus
+
+
+class HostDialog(QDialog):
+    """Add or edit a host and the worker tasks it runs. OK is enabled only when everything is valid."""
+
+    def __init__(self, taken_names: set[str], host: cl.Host | None = None, tasks: list[cl.Task] | None = None,
+                 parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setWindowTitle("Edit host" if host else "Add host")
+        self.taken = set(taken_names) - ({host.name} if host else set())
+        host = host or cl.Host(name="")
+        tasks = tasks or [cl.Task(host=host.name)]
+        self.name = QLineEdit(host.name)
+        self.name.setPlaceholderText("a short name, e.g. gpu1")
+        self.local = QCheckBox("this machine (no SSH)")
+        self.local.setChecked(host.local)
+        self.address = QLineEdit(host.address)
+        self.address.setPlaceholderText("host name, IP or ~/.ssh/config alias")
+        self.user = QLineEdit(host.user)
+        self.user.setPlaceholderText("from ~/.ssh/config, else your user")
+        self.ssh_port = QSpinBox()
+        self.ssh_port.setRange(1, 65535)
+        self.ssh_port.setValue(host.port)
+        self.key = QLineEdit(host.key)
+        self.key.setPlaceholderText("from ~/.ssh/config or ssh-agent")
+        browse = QPushButton("…")
+        browse.clicked.connect(self._on_browse_clicked)
+        key_row = QHBoxLayout()
+        key_row.addWidget(self.key)
+        key_row.addWidget(browse)
+        self.python = QLineEdit(host.python)
+        self.python.setPlaceholderText("python3 (this console's Python on this machine)")
+        self.workers = QSpinBox()
+        self.workers.setRange(0, 64)
+        self.workers.setValue(len(tasks))
+        self.task_port = QLineEdit(str(tasks[0].port) if tasks else "auto")
+        self.gpus = QLineEdit(",".join(map(str, tasks[0].gpus)) if tasks else "")
+        self.gpus.setPlaceholderText("all it has (or e.g. 0,1)")
+        self.chief = QCheckBox("its first task is the chief (else worker 0 is)")
+        self.chief.setChecked(bool(tasks) and tasks[0].role == "chief")
+        self.error = QLabel()
+        self.error.setStyleSheet("color: #b00020")
+        self.error.setWordWrap(True)
+        form = QFormLayout()
+        form.addRow("Name", self.name)
+        form.addRow("", self.local)
+        form.addRow("Address", self.address)
+        form.addRow("SSH user", self.user)
+        form.addRow("SSH port", self.ssh_port)
+        form.addRow("SSH key", key_row)
+        form.addRow("Python", self.python)
+        form.addRow("Workers on this host", self.workers)
+        form.addRow("Task port", self.task_port)
+        form.addRow("GPUs per task", self.gpus)
+        form.addRow("", self.chief)
+        self.buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.error)
+        layout.addWidget(self.buttons)
+        for edit in (self.name, self.address, self.user, self.key, self.python, self.task_port, self.gpus):
+            edit.textChanged.connect(self._on_field_changed)
+        for box in (self.local, self.chief):
+            box.toggled.connect(self._on_field_changed)
+        for spin in (self.ssh_port, self.workers):
+            spin.valueChanged.connect(self._on_field_changed)
+        self._on_field_changed()
+
+    def problems(self) -> list[str]:
+        out = []
+        name = self.name.text().strip()
+        if not name:
+            out.append("Name: give the host a name.")
+        elif name in self.taken:
+            out.append(f"Name: {name!r} is already a host of this cluster; pick another.")
+        elif any(c.isspace() for c in name):
+            out.append("Name: no spaces, please.")
+        local = self.local.isChecked()
+        if not local and not self.address.text().strip():
+            out.append("Address: type the host's name or IP (or tick 'this machine').")
+        key = self.key.text().strip()
+        if key and not os.path.isfile(os.path.expanduser(key)):
+            out.append(f"SSH key: {key} does not exist.")
+        python = self.python.text().strip()
+        if python and local and os.sep in python and not os.access(os.path.expanduser(python), os.X_OK):
+            out.append(f"Python: {python} is not an executable on this machine.")
+        try:
+            parse_port(self.task_port.text())
+        except ValueError as exc:
+            out.append(f"Task {exc}.")
+        try:
+            parse_gpus(self.gpus.text())
+        except ValueError as exc:
+            out.append(f"{exc}.")
+        return out
+
+    def _on_field_changed(self, *_):
+        self.address.setEnabled(True)
+        for widget in (self.user, self.ssh_port, self.key):
+            widget.setEnabled(not self.local.isChecked())
+        problems = self.problems()
+        self.error.setText("\n".join(problems))
+        self.buttons.button(QDialogButtonBox.Ok).setEnabled(not problems)
+
+    def _on_browse_clicked(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "SSH private key", os.path.expanduser("~/.ssh"))
+        if path:
+            self.key.setText(path)
+
+    def host(self) -> cl.Host:
+        local = self.local.isChecked()
+        return cl.Host(name=self.name.text().strip(), address=self.address.text().strip(), local=local,
+                       user="" if local else self.user.text().strip(), port=self.ssh_port.value(),
+                       key="" if local else self.key.text().strip(), python=self.python.text().strip())
+
+    def tasks(self) -> list[cl.Task]:
+        name = self.name.text().strip()
+        port = parse_port(self.task_port.text())
+        gpus = parse_gpus(self.gpus.text())
+        out = []
+        for i in range(self.workers.value()):
+            task_port = port if port == "auto" else port + i
+            out.append(cl.Task(host=name, role="chief" if i == 0 and self.chief.isChecked() else "worker",
+                               port=task_port, gpus=list(gpus)))
+        return out
+
+
+def ssh_config_hosts() -> list[dict]:
+    """Concrete hosts of ~/.ssh/config (no wildcards), with what SSH would use for each."""
+    path = ssh_config_path()
+    if not path.exists():
+        return []
+    config = paramiko.SSHConfig.from_path(str(path))
+    hosts = []
+    for alias in sorted(config.get_hostnames()):
+        if any(c in alias for c in "*?!") or alias == "*":
+            continue
+        entry = config.lookup(alias)
+        hosts.append({"alias": alias, "hostname": entry.get("hostname", alias), "user": entry.get("user", ""),
+                      "port": int(entry.get("port", 22))})
+    return hosts
+
+
+class ImportDialog(QDialog):
+    """Pick hosts from ~/.ssh/config; each becomes a host (its alias as address) with one worker."""
+
+    def __init__(self, taken_names: set[str], parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setWindowTitle("Import hosts from ~/.ssh/config")
+        self.list = QListWidget()
+        entries = ssh_config_hosts()
+        for entry in entries:
+            text = f"{entry['alias']}  ({entry['user'] + '@' if entry['user'] else ''}{entry['hostname']}:{entry['port']})"
+            item = QListWidgetItem(text)
+            item.setData(Qt.UserRole, entry["alias"])
+            item.setFlags(item.flags() | Qt.ItemIsUserCheckable)
+            taken = entry["alias"] in taken_names
+            item.setCheckState(Qt.Unchecked)
+            if taken:
+                item.setFlags(item.flags() & ~Qt.ItemIsEnabled)
+                item.setText(text + "  — already in the cluster")
+            self.list.addItem(item)
+        note = QLabel(f"Hosts in {ssh_config_path()}:" if entries
+                      else f"No hosts found in {ssh_config_path()}. Add hosts by hand instead.")
+        buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(note)
+        layout.addWidget(self.list)
+        layout.addWidget(buttons)
+
+    def chosen(self) -> list[cl.Host]:
+        out = []
+        for i in range(self.list.count()):
+            item = self.list.item(i)
+            if item.checkState() == Qt.Checked:
+                alias = item.data(Qt.UserRole)
+                out.append(cl.Host(name=alias, address=alias))
+        return out
+
+
+class FingerprintDialog(QDialog):
+    """An unknown host key: show its fingerprint and ask whether to trust and remember it."""
+
+    def __init__(self, host: str, key_type: str, fingerprint: str, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setWindowTitle("Unknown host key")
+        self.host, self.fingerprint = host, fingerprint
+        text = QLabel(f"<p>The authenticity of host <b>{host}</b> can't be established.</p>"
+                      f"<p>{key_type} key fingerprint:<br><tt>{fingerprint}</tt></p>"
+                      "<p>Compare it with the host's own (<tt>ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub</tt> "
+                      "there). Trust this key and remember it in known_hosts?</p>")
+        text.setWordWrap(True)
+        text.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        buttons = QDialogButtonBox()
+        self.trust = buttons.addButton("Trust and remember", QDialogButtonBox.AcceptRole)
+        self.refuse = buttons.addButton("Refuse", QDialogButtonBox.RejectRole)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(text)
+        layout.addWidget(buttons)
+        self.refuse.setDefault(True)

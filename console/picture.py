@@ -1,0 +1,115 @@
+"""What the cluster diagram shows, worked out from the settings or a run's own numbers (Qt-free).
+
+Hosts hold tasks; one task is the chief (the ``chief`` task, else worker 0);
+each worker has replicas (its GPUs, or one CPU device); the global batch splits
+into per-worker and per-replica slices. Before a run this follows the
+settings; once a run's ``started`` event arrives it shows what the run reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from console import cluster as cl
+from trainer.config import replicas_per_worker
+
+
+@dataclass
+class TaskBox:
+    name: str
+    role: str
+    host: str
+    address: str
+    is_chief: bool
+    devices: list[str]
+    tf_config: str | None   # None while its port is "auto" and no run has picked one
+
+
+@dataclass
+class HostBox:
+    name: str
+    address: str
+    tasks: list[TaskBox] = field(default_factory=list)
+
+
+@dataclass
+class BatchSplit:
+    num_workers: int
+    replicas_per_worker: int
+    per_replica: int
+    global_batch: int
+    strategy: str
+    from_run: bool          # True: the numbers come from the run's "started" event
+    problem: str = ""       # e.g. a global batch that does not split evenly
+
+    @property
+    def label(self) -> str:
+        return (f"global {self.global_batch} = {self.num_workers} worker{'s' if self.num_workers != 1 else ''} "
+                f"× {self.replicas_per_worker} replica{'s' if self.replicas_per_worker != 1 else ''} "
+                f"× {self.per_replica}")
+
+    @property
+    def per_worker(self) -> int:
+        return self.per_replica * self.replicas_per_worker
+
+
+def _strategy(requested: str, workers: int, gpus: int) -> str:
+    if requested != "auto":
+        return requested
+    if workers > 1:
+        return "multi_worker_mirrored"
+    return "mirrored" if gpus > 1 else "default"
+
+
+def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, started: dict | None = None,
+            addresses: dict[str, str] | None = None) -> tuple[list[HostBox], BatchSplit]:
+    """The diagram's content. ``gpus_by_host`` comes from a check; ``started`` is a run's
+    "started" event; ``addresses`` maps task names to the host:port a run gave them."""
+    gpus_by_host = gpus_by_host or {}
+    addresses = addresses or {}
+    names = cluster.task_names()
+    workers = [n for n in names if n.split("-")[0] in ("chief", "worker")]
+    chief = "chief-0" if "chief-0" in names else ("worker-0" if "worker-0" in names else None)
+    ports = []
+    for name, task in zip(names, cluster.tasks):
+        port = addresses[name].rsplit(":", 1)[1] if name in addresses else task.port
+        ports.append(int(port) if port != "auto" else "auto")
+    resolved = "auto" not in ports
+    t = cluster.training
+    boxes = {h.name: HostBox(h.name, h.address or "localhost") for h in cluster.hosts}
+    device_counts = []
+    for i, (name, task) in enumerate(zip(names, cluster.tasks)):
+        gpus = len(task.gpus) if task.gpus else gpus_by_host.get(task.host, 0)
+        strategy = _strategy(t.strategy, len(workers), gpus)
+        if started is not None:
+            count = int(started.get("replicas_per_worker") or 1)
+        else:
+            count = replicas_per_worker(strategy, gpus, 1)
+        if gpus and strategy in ("mirrored", "multi_worker_mirrored"):
+            ids = task.gpus or list(range(gpus))
+            devices = [f"GPU {g}" for g in ids[:count]]
+        else:
+            devices = ["CPU"] if count == 1 else [f"CPU {d}" for d in range(count)]
+        device_counts.append(len(devices))
+        host = cluster.host(task.host)
+        address = f"{host.tf_host}:{ports[i]}"
+        boxes[task.host].tasks.append(TaskBox(name, task.role, task.host, address, name == chief, devices,
+                                              cluster.tf_config(i, ports) if resolved else None))
+    if started is not None:
+        split = BatchSplit(int(started["num_workers"]), int(started["replicas_per_worker"]),
+                           int(started["per_replica_batch"]), int(started["global_batch"]),
+                           started.get("strategy", ""), True)
+    else:
+        per_worker = max(device_counts) if device_counts else 1
+        replicas = per_worker * len(workers)
+        problem = ""
+        if t.global_batch:
+            per_replica = t.global_batch // max(1, replicas)
+            if t.global_batch % max(1, replicas):
+                problem = (f"global batch {t.global_batch} does not split evenly over {replicas} replicas; "
+                           f"use a multiple of {replicas}")
+        else:
+            per_replica = t.per_replica_batch
+        split = BatchSplit(len(workers), per_worker, per_replica, per_replica * replicas,
+                           _strategy(t.strategy, len(workers), 0), False, problem)
+    return [b for b in boxes.values() if b.tasks] + [b for b in boxes.values() if not b.tasks], split

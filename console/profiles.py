@@ -1,0 +1,53 @@
+"""The window's remembered profiles: recent cluster files and the last one opened (Qt-free).
+
+Kept as JSON in the console's state folder (``$TFCC_CONSOLE_HOME`` or the
+platform's state dir), written atomically and only when it changed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from console.runner import state_dir
+
+log = logging.getLogger("console.profiles")
+MAX_RECENT = 8
+
+
+class Profiles:
+    def __init__(self, path: Path | None = None):
+        self.path = path or state_dir() / "profiles.json"
+        self.recent: list[str] = []
+        self.last: str | None = None
+        try:
+            data = json.loads(self.path.read_text())
+            self.recent = [p for p in data.get("recent", []) if isinstance(p, str)]
+            self.last = data.get("last") if isinstance(data.get("last"), str) else None
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as exc:
+            log.warning("ignoring unreadable %s: %s", self.path, exc)
+
+    def opened(self, path: str | Path) -> None:
+        """``path`` was opened or saved: first in the recent list, and the one to reopen."""
+        path = str(Path(path).resolve())
+        recent = [path] + [p for p in self.recent if p != path]
+        recent = recent[:MAX_RECENT]
+        if recent != self.recent or self.last != path:
+            self.recent, self.last = recent, path
+            self._save()
+
+    def forget(self, path: str | Path) -> None:
+        path = str(Path(path).resolve())
+        if path in self.recent or self.last == path:
+            self.recent = [p for p in self.recent if p != path]
+            self.last = None if self.last == path else self.last
+            self._save()
+
+    def _save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp.write_text(json.dumps({"recent": self.recent, "last": self.last}, indent=1))
+        tmp.replace(self.path)

@@ -1,0 +1,118 @@
+"""The window against real local agents: add hosts, Check, Start, live curves, the diagram, Stop."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QDialogButtonBox
+
+from console.gui.main_window import MainWindow
+from console.metrics_store import METRICS
+from console.profiles import Profiles
+from tests.console.gui.conftest import save_shot
+
+pytestmark = pytest.mark.slow
+
+
+def add_host(qtbot, window, name: str, local: bool = True, address: str = "", **fields) -> None:
+    dialog = window.open_host_dialog()
+    qtbot.keyClicks(dialog.name, name)
+    if local:
+        dialog.local.setChecked(True)
+    qtbot.keyClicks(dialog.address, address)
+    for field, text in fields.items():
+        getattr(dialog, field).clear()
+        qtbot.keyClicks(getattr(dialog, field), text)
+    ok = dialog.buttons.button(QDialogButtonBox.Ok)
+    assert ok.isEnabled(), dialog.error.text()
+    qtbot.mouseClick(ok, Qt.LeftButton)
+
+
+def curve_points(window, task: str, metric: str) -> int:
+    curve = window.dashboard.curves.get((task, metric))
+    x = curve.getData()[0] if curve is not None else None
+    return 0 if x is None else len(x)
+
+
+def test_add_two_hosts_check_start_watch_and_stop(qtbot, gui_homes, shots):
+    window = MainWindow(profiles=Profiles(gui_homes / "profiles.json"))
+    qtbot.addWidget(window)
+    window.show()
+    window._on_new_triggered()
+    assert window.cluster.hosts == [] and not window.act_start.isEnabled()
+
+    add_host(qtbot, window, "alpha")
+    add_host(qtbot, window, "beta")
+    assert window.cluster.task_names() == ["worker-0", "worker-1"]
+    assert window.hosts_table.rowCount() == 2 and window.hosts_table.item(1, 1).text() == "beta"
+    window.epochs.setValue(200)        # still training when Stop is pressed
+    window.batch.setValue(16)
+    assert window.batch_label.text() == "global 32 = 2 workers × 1 replica × 16"
+
+    with qtbot.waitSignal(window.checker.finished, timeout=90_000) as checked:
+        window.act_check.trigger()
+    report = checked.args[0]
+    assert report.ready, [str(p) for p in report.problems]
+    assert [window.hosts_table.item(r, 0).data(Qt.UserRole) for r in range(2)] == ["ok", "ok"]
+    assert "Ready to start" in window.details.toPlainText()
+    save_shot(window, shots, "window-checked")
+
+    with qtbot.waitSignal(window.session.run_started, timeout=90_000):
+        window.act_start.trigger()
+    assert window.act_stop.isEnabled()
+
+    def both_workers_plotted():
+        return all(curve_points(window, w, m) > 0 for w in ("worker-0", "worker-1") for m in ("loss", "step_time"))
+
+    qtbot.waitUntil(both_workers_plotted, timeout=180_000)
+    qtbot.waitUntil(lambda: window.started_event is not None, timeout=30_000)
+    started = window.started_event
+    assert window.diagram.chief == "worker-0"
+    assert window.diagram.split.from_run
+    expected = (f"global {started['global_batch']} = {started['num_workers']} workers × "
+                f"{started['replicas_per_worker']} replica × {started['per_replica_batch']}")
+    assert window.diagram.batch_label.text() == expected == "global 32 = 2 workers × 1 replica × 16"
+    assert [t.name for h in window.diagram.hosts for t in h.tasks if t.is_chief] == ["worker-0"]
+    qtbot.waitUntil(lambda: window.dashboard.progress_bars["worker-1"].value() > 0, timeout=60_000)
+    save_shot(window, shots, "dashboard-running")
+    window.tabs.setCurrentWidget(window.diagram)
+    window.diagram._on_task_clicked("worker-1")
+    shown = window.diagram.tf_config.toPlainText()
+    assert shown.startswith("TF_CONFIG of worker-1 (on beta):")
+    assert json.loads(shown.split("\n", 1)[1]) == json.loads(window.session.run.cluster.tf_config(
+        1, [int(t.address.rsplit(":", 1)[1]) for t in window.session.run.tasks]))
+    save_shot(window, shots, "diagram-running")
+    window.tabs.setCurrentWidget(window.dashboard)
+
+    csv_rows = window.dashboard.export_csv(gui_homes / "metrics.csv")
+    assert csv_rows >= 2 and (gui_homes / "metrics.csv").read_text().startswith("worker,global_step," + ",".join(METRICS))
+    assert window.dashboard.export_png(gui_homes / "plots.png")
+
+    # Save the profile, detach and quit: the run goes on. Opening the window again reopens the
+    # profile and reattaches to the run with its whole history; Stop from there.
+    window.save_profile(gui_homes / "two.toml")
+    run_id = window.session.run.run_id
+    window.act_detach.trigger()
+    window.close()
+    assert not window.threads.busy()
+
+    again = MainWindow(profiles=Profiles(gui_homes / "profiles.json"))
+    qtbot.addWidget(again)
+    again.show()
+    assert again.path == gui_homes / "two.toml" and [h.name for h in again.cluster.hosts] == ["alpha", "beta"]
+    qtbot.waitUntil(lambda: again.session.run is not None, timeout=60_000)
+    assert again.session.run.run_id == run_id
+    qtbot.waitUntil(lambda: all(curve_points(again, w, "loss") > 0 for w in ("worker-0", "worker-1")), timeout=60_000)
+    x, _ = again.session.store.series("worker-0", "loss")
+    assert x[0] == 1.0, "the reattached run shows its whole history, from the first step"
+    qtbot.waitUntil(lambda: again.started_event is not None, timeout=30_000)
+    assert again.diagram.split.from_run and again.diagram.chief == "worker-0"
+    with qtbot.waitSignal(again.session.ended, timeout=90_000):
+        again.act_stop.trigger()
+    assert {t.phase for t in again.session.run.tasks} <= {"stopped", "failed", "finished", "lost"}
+    events = [e["event"] for e in again.session.store.events_snapshot()]
+    assert "started" in events and "launched" in events
+    again.close()
+    assert not again.threads.busy()
