@@ -20,7 +20,12 @@ LABELS = {"loss": "loss (global batch)", "step_time": "step time (s)", "examples
 
 
 class Series:
-    """A ring of (x, y) float points: the newest ``capacity`` are kept."""
+    """A ring of (x, y) float points: the newest ``capacity`` are kept.
+
+    ``reduced`` gives at most ``max_points`` points for drawing. Buckets are a power
+    of two points wide, so the reduction of full buckets is kept and only new points
+    are reduced on the next read (a redraw costs the same at 100 points or 100,000).
+    """
 
     def __init__(self, capacity: int):
         self.capacity = capacity
@@ -28,9 +33,19 @@ class Series:
         self._y = np.empty(2 * capacity)
         self._start = 0
         self._end = 0
+        self._dropped = 0          # points that fell off the front, ever
+        self._appended = 0         # points appended, ever
+        self._cache_key = None     # (bucket size, dropped) the cached reduction is for
+        self._cache_x = np.empty(0)
+        self._cache_y = np.empty(0)
+        self._cache_upto = 0       # points (from the front) covered by the cache
 
     def __len__(self) -> int:
         return self._end - self._start
+
+    @property
+    def appended(self) -> int:
+        return self._appended
 
     def append(self, x: float, y: float) -> None:
         if self._end == len(self._x):  # compact: keep the newest capacity points at the front
@@ -41,11 +56,74 @@ class Series:
         self._x[self._end] = x
         self._y[self._end] = y
         self._end += 1
+        self._appended += 1
         if self._end - self._start > self.capacity:
             self._start += 1
+            self._dropped += 1
+
+    def extend(self, xs: np.ndarray, ys: np.ndarray) -> None:
+        """Append many points at once (array copies: a follow message's steps in microseconds)."""
+        n = len(xs)
+        self._appended += n
+        if n > self.capacity:
+            self._dropped += n - self.capacity
+            xs, ys, n = xs[-self.capacity:], ys[-self.capacity:], self.capacity
+        if self._end + n > len(self._x):  # compact: the newest points to the front
+            keep = min(len(self), self.capacity - n)
+            self._dropped += len(self) - keep
+            self._x[:keep] = self._x[self._end - keep:self._end]
+            self._y[:keep] = self._y[self._end - keep:self._end]
+            self._start, self._end = 0, keep
+        self._x[self._end:self._end + n] = xs
+        self._y[self._end:self._end + n] = ys
+        self._end += n
+        over = self._end - self._start - self.capacity
+        if over > 0:
+            self._start += over
+            self._dropped += over
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         return self._x[self._start:self._end].copy(), self._y[self._start:self._end].copy()
+
+    def reduced(self, max_points: int) -> tuple[np.ndarray, np.ndarray]:
+        x, y = self._x[self._start:self._end], self._y[self._start:self._end]
+        n = len(x)
+        if n <= max_points:
+            return x.copy(), y.copy()
+        bucket = 1
+        while n / bucket > max_points / 2:
+            bucket *= 2
+        key = (bucket, self._dropped)
+        if key != self._cache_key:
+            self._cache_key, self._cache_upto = key, 0
+            self._cache_x, self._cache_y = np.empty(0), np.empty(0)
+        full = n // bucket * bucket
+        if full > self._cache_upto:
+            nx, ny = _bucket_peaks(x[self._cache_upto:full], y[self._cache_upto:full], bucket)
+            self._cache_x = np.concatenate([self._cache_x, nx])
+            self._cache_y = np.concatenate([self._cache_y, ny])
+            self._cache_upto = full
+        if full == n:
+            return self._cache_x.copy(), self._cache_y.copy()
+        tx, ty = _bucket_peaks(x[full:], y[full:], n - full)
+        return np.concatenate([self._cache_x, tx]), np.concatenate([self._cache_y, ty])
+
+
+def _bucket_peaks(x: np.ndarray, y: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each ``size``-point bucket's min and max points, in x order (``len(x)`` is a multiple of size)."""
+    buckets = len(x) // size
+    yy = y.reshape(buckets, size)
+    xx = x.reshape(buckets, size)
+    nan = np.isnan(yy)
+    lo = np.argmin(np.where(nan, np.inf, yy), axis=1)
+    hi = np.argmax(np.where(nan, -np.inf, yy), axis=1)
+    first, second = np.minimum(lo, hi), np.maximum(lo, hi)
+    rows = np.arange(buckets)
+    out_x = np.empty(2 * buckets)
+    out_y = np.empty(2 * buckets)
+    out_x[0::2], out_x[1::2] = xx[rows, first], xx[rows, second]
+    out_y[0::2], out_y[1::2] = yy[rows, first], yy[rows, second]
+    return out_x, out_y
 
 
 def peak_reduce(x: np.ndarray, y: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndarray]:
@@ -116,31 +194,40 @@ class MetricsStore:
             self.progress[task] = WorkerProgress()
 
     def ingest(self, task: str, records: list[dict]) -> None:
-        """Add a task's records (from its metrics file) in order."""
+        """Add a task's records (from its metrics file) in order.
+
+        Step values are gathered into arrays before the lock is taken, so a view reading the
+        store waits microseconds, not the time it takes to go through a long message.
+        """
+        steps = [r for r in records if r.get("type") == "step"]
+        columns = None
+        if steps:
+            xs = np.array([float(r.get("global_step", 0)) for r in steps])
+            columns = {}
+            for metric in METRICS:
+                values = [r.get(metric, r.get("loss_avg") if metric == "loss" else None) for r in steps]
+                columns[metric] = np.array([np.nan if v is None else v for v in values], dtype=float)
+            step_times = [r["step_time"] for r in steps if r.get("step_time") is not None]
         with self._lock:
             self._worker(task)
             prog = self.progress[task]
+            if columns is not None:
+                for metric, ys in columns.items():
+                    key = (task, metric)
+                    series = self._series.get(key)
+                    if series is None:
+                        series = self._series[key] = Series(self.capacity)
+                    series.extend(xs, ys)
+                last = steps[-1]
+                prog.epoch, prog.step, prog.global_step = last.get("epoch", 0), last.get("step", 0), int(xs[-1])
+                prog.last_time = last.get("time")
+                if prog.first_time is None:
+                    prog.first_time = steps[0].get("time")
+                prog.recent_step_times.extend(step_times[-self.RECENT:])
+                del prog.recent_step_times[:-self.RECENT]
             for r in records:
                 kind = r.get("type")
-                if kind == "step":
-                    x = float(r.get("global_step", 0))
-                    for metric in METRICS:
-                        value = r.get(metric, r.get("loss_avg") if metric == "loss" else None)
-                        if value is None:
-                            value = float("nan")
-                        key = (task, metric)
-                        series = self._series.get(key)
-                        if series is None:
-                            series = self._series[key] = Series(self.capacity)
-                        series.append(x, value)
-                    prog.epoch, prog.step, prog.global_step = r.get("epoch", 0), r.get("step", 0), int(x)
-                    prog.last_time = r.get("time")
-                    if prog.first_time is None:
-                        prog.first_time = prog.last_time
-                    if r.get("step_time") is not None:
-                        prog.recent_step_times.append(r["step_time"])
-                        del prog.recent_step_times[:-self.RECENT]
-                elif kind == "epoch":
+                if kind == "epoch":
                     self.epochs.append({"task": task, **r})
                     self.events.append({"time": r.get("time"), "task": task, "event": "epoch",
                                         "text": f"epoch {r.get('epoch', 0) + 1} done, loss {_fmt(r.get('loss'))}"
@@ -164,10 +251,30 @@ class MetricsStore:
             self.version += 1
 
     def series(self, task: str, metric: str, max_points: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """A copy of the points, or at most ``max_points`` of them (bucket minima and maxima)."""
         with self._lock:
             s = self._series.get((task, metric))
-            x, y = s.arrays() if s is not None else (np.empty(0), np.empty(0))
-        return peak_reduce(x, y, max_points) if max_points else (x, y)
+            if s is None:
+                return np.empty(0), np.empty(0)
+            return s.reduced(max_points) if max_points else s.arrays()
+
+    def changed_series(self, seen: dict, max_points: int) -> dict:
+        """Every series with points that ``seen`` ({(task, metric): appended count}) has not
+        seen, reduced to ``max_points``, read under one hold of the lock (follow threads wait
+        for one short read, not for one per curve). Updates ``seen``."""
+        out = {}
+        with self._lock:
+            for key, s in self._series.items():
+                if seen.get(key) != s.appended:
+                    seen[key] = s.appended
+                    out[key] = s.reduced(max_points)
+        return out
+
+    def appended(self, task: str, metric: str) -> int:
+        """Points ever appended to a series (a view redraws a curve only when this moved)."""
+        with self._lock:
+            s = self._series.get((task, metric))
+            return s.appended if s is not None else 0
 
     def points(self, task: str, metric: str) -> int:
         with self._lock:

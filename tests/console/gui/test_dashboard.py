@@ -1,0 +1,80 @@
+"""The dashboard under load, and its parts: curves per worker, progress, stragglers, export."""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+
+from console.gui.colors import worker_color
+from console.gui.dashboard import MAX_POINTS, Dashboard
+from console.metrics_store import MetricsStore
+from console.synthetic import feed
+from tests.console.gui.conftest import save_shot
+
+
+class StallProbe:
+    """A 5 ms timer: the longest gap between its ticks is the event loop's longest stall."""
+
+    def __init__(self, interval_ms: int = 5):
+        self.interval = interval_ms / 1000
+        self.longest = 0.0
+        self._last = None
+        self.timer = QTimer()
+        self.timer.setInterval(interval_ms)
+        self.timer.timeout.connect(self._on_timer_timeout)
+
+    def start(self):
+        self._last = time.perf_counter()
+        self.timer.start()
+
+    def _on_timer_timeout(self):
+        now = time.perf_counter()
+        self.longest = max(self.longest, now - self._last - self.interval)
+        self._last = now
+
+
+def test_sixteen_workers_streaming_keep_the_event_loop_responsive(qtbot, shots):
+    store = MetricsStore()
+    board = Dashboard(store)
+    qtbot.addWidget(board)
+    board.resize(1100, 800)
+    board.show()
+    board.set_store(store, [f"worker-{i}" for i in range(16)])  # at Start: rows and curves made here
+    QApplication.processEvents()  # ... and laid out and painted once, before the stream
+    probe = StallProbe()
+    probe.start()
+    feeder = feed(store, workers=16, steps=40, rate=10.0)  # 16 workers x 10 steps/s for 4 s
+    qtbot.waitUntil(lambda: not feeder.is_alive(), timeout=30_000)
+    qtbot.waitUntil(lambda: board._seen_version == board._slow_version == store.version, timeout=5_000)
+    probe.timer.stop()
+    assert probe.longest < 0.100, f"the event loop stalled for {probe.longest * 1000:.0f} ms"
+    assert board.redraws >= 20, "the curves were redrawn as the data came"
+    assert len(board.curves) == 16 * 3
+    x, _ = board.curves[("worker-3", "loss")].getData()
+    assert list(x[:3]) == [1.0, 2.0, 3.0] and len(x) == 40
+    assert board.curves[("worker-5", "step_time")].opts["pen"].color() == worker_color(5)
+    assert "worker-1" in [t for t, label in board.straggler_labels.items() if label.text()]
+    assert [t for t, label in board.straggler_labels.items() if label.text()] == ["worker-1"]
+    assert board.progress_bars["worker-0"].text().startswith("epoch 1/1  step 40/1000")
+    save_shot(board, shots, "dashboard-16-workers")
+
+
+def test_long_series_are_reduced_for_drawing_but_kept_whole(qtbot, tmp_path):
+    store = MetricsStore()
+    board = Dashboard(store)
+    qtbot.addWidget(board)
+    board.show()
+    board.set_store(store, ["worker-0", "worker-1"])
+    feeder = feed(store, workers=2, steps=20_000, rate=1000.0, burst=2_000)
+    qtbot.waitUntil(lambda: not feeder.is_alive(), timeout=30_000)
+    qtbot.waitUntil(lambda: board._seen_version == board._slow_version == store.version, timeout=5_000)
+    x, y = board.curves[("worker-0", "loss")].getData()
+    full_x, full_y = store.series("worker-0", "loss")
+    assert len(full_x) == 20_000 and len(x) <= MAX_POINTS
+    assert x[0] == 1.0 and x[-1] > 19_950, "the drawn curve spans the whole run"
+    assert y.max() == full_y.max() and y.min() == full_y.min(), "the reduction keeps every peak"
+    rows = board.export_csv(tmp_path / "m.csv")
+    assert rows == 40_000
+    assert (tmp_path / "m.csv").read_text().splitlines()[1].startswith("worker-0,1,")
