@@ -34,6 +34,9 @@ def main() -> None:
     ap.add_argument("--live-steps", type=int, default=100, help="steps per worker streamed live after the history")
     ns = ap.parse_args()
     app = QApplication.instance() or QApplication([])
+    from console.gui.app import configure_process
+
+    configure_process()  # as the window does
 
     from console.gui.dashboard import Dashboard
     from console.metrics_store import MetricsStore

@@ -91,7 +91,7 @@ class Series:
         if n <= max_points:
             return x.copy(), y.copy()
         bucket = 1
-        while n / bucket > max_points / 2:
+        while n / bucket > (max_points - 2) / 2:  # 2: the first and last points are always drawn
             bucket *= 2
         key = (bucket, self._dropped)
         if key != self._cache_key:
@@ -103,10 +103,14 @@ class Series:
             self._cache_x = np.concatenate([self._cache_x, nx])
             self._cache_y = np.concatenate([self._cache_y, ny])
             self._cache_upto = full
-        if full == n:
-            return self._cache_x.copy(), self._cache_y.copy()
-        tx, ty = _bucket_peaks(x[full:], y[full:], n - full)
-        return np.concatenate([self._cache_x, tx]), np.concatenate([self._cache_y, ty])
+        parts_x, parts_y = [x[:1], self._cache_x], [y[:1], self._cache_y]
+        if full < n:
+            tx, ty = _bucket_peaks(x[full:], y[full:], n - full)
+            parts_x.append(tx)
+            parts_y.append(ty)
+        parts_x.append(x[-1:])
+        parts_y.append(y[-1:])
+        return np.concatenate(parts_x), np.concatenate(parts_y)
 
 
 def _bucket_peaks(x: np.ndarray, y: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -331,8 +335,9 @@ def describe_event(r: dict) -> str:
     if name == "cluster_formed":
         return f"cluster formed: {r.get('strategy')}, {r.get('num_replicas')} replicas"
     if name == "started":
-        return (f"training started: global batch {r.get('global_batch')} = {r.get('num_workers')} workers x "
-                f"{r.get('replicas_per_worker')} replicas x {r.get('per_replica_batch')}")
+        workers, replicas = r.get("num_workers"), r.get("replicas_per_worker")
+        return (f"training started: global batch {r.get('global_batch')} = {workers} worker{'s' * (workers != 1)} × "
+                f"{replicas} replica{'s' * (replicas != 1)} × {r.get('per_replica_batch')}")
     if name == "finished":
         return "finished" + (f", model saved to {r['model']}" if r.get("model") else "")
     if name == "failed":

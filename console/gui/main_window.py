@@ -143,6 +143,8 @@ class MainWindow(QMainWindow):
         self.hosts_table.verticalHeader().hide()
         self.hosts_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
         self.hosts_table.horizontalHeader().setStretchLastSection(True)
+        self.hosts_table.horizontalHeader().setMaximumSectionSize(170)
+        self.hosts_table.setTextElideMode(Qt.ElideMiddle)
         self.hosts_table.doubleClicked.connect(self._on_edit_host_clicked)
         self.hosts_table.itemSelectionChanged.connect(self._on_hosts_selection_changed)
         self.btn_add = QPushButton("Add…")
@@ -625,7 +627,11 @@ class MainWindow(QMainWindow):
             self._fill_recent()
             if not hasattr(self, "cluster"):
                 self.set_cluster(cl.default(), None)
-            QMessageBox.warning(self, "Cannot open the cluster file", str(exc)) if self.isVisible() else None
+            if self.isVisible():
+                box = QMessageBox(QMessageBox.Warning, "Cannot open the cluster file", str(exc), QMessageBox.Ok, self)
+                box.setAttribute(Qt.WA_DeleteOnClose)
+                box.open()  # not exec(): nothing waits on it
+                self.error_box = box
             return False
         self.set_cluster(cluster, path)
         self.profiles.opened(path)

@@ -172,7 +172,9 @@ class RunSession(QObject):
             self.log_received.emit(task.name, message["stream"], message.get("text", ""))
         elif kind in ("end", "error"):
             phase = message.get("phase") or "error"
-            self.store.note(task.name, phase, f"{task.name} {phase}"
+            code = (message.get("exit") or {}).get("returncode")
+            self.store.note(task.name, phase, f"process ended: {phase}"
+                            + (f" (exit code {code})" if code not in (None, 0) else "")
                             + (f": {message['error']}" if message.get("error") else ""))
             self.task_ended.emit(task.name, phase)
             if self.run is not None and all(t.phase in ENDED for t in self.run.tasks):

@@ -1,0 +1,88 @@
+"""The host dialog validates as you type; the import dialog reads ~/.ssh/config; the fingerprint dialog."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtWidgets import QDialogButtonBox
+
+from console import cluster as cl
+from console.gui.dialogs import FingerprintDialog, HostDialog, ImportDialog
+
+
+def dialog(qtbot, taken=(), host=None, tasks=None) -> HostDialog:
+    d = HostDialog(set(taken), host, tasks)
+    qtbot.addWidget(d)
+    return d
+
+
+def ok_enabled(d: HostDialog) -> bool:
+    return d.buttons.button(QDialogButtonBox.Ok).isEnabled()
+
+
+@pytest.mark.parametrize(
+    "fill, message",
+    [
+        ({}, "Name: give the host a name."),
+        ({"name": "gpu1"}, "Name: 'gpu1' is already a host of this cluster; pick another."),
+        ({"name": "my host"}, "Name: no spaces, please."),
+        ({"name": "b"}, "Address: type the host's name or IP (or tick 'this machine')."),
+        ({"name": "b", "address": "10.0.0.2", "key": "/no/such/key"}, "SSH key: /no/such/key does not exist."),
+        ({"name": "b", "address": "10.0.0.2", "task_port": "99999"},
+         "Task port '99999': type auto or a number from 1 to 65535."),
+        ({"name": "b", "address": "10.0.0.2", "gpus": "0,x"}, "GPUs '0,x': list GPU indices like 0,1"),
+        ({"name": "b", "address": "10.0.0.2", "gpus": "1,1"}, "GPUs '1,1': indices must be different"),
+    ],
+    ids=["no-name", "taken-name", "space", "no-address", "missing-key", "port", "gpus-word", "gpus-twice"],
+)
+def test_bad_fields_say_what_to_do_and_block_ok(qtbot, fill, message):
+    d = dialog(qtbot, taken={"gpu1"})
+    for field, text in fill.items():
+        getattr(d, field).clear()
+        qtbot.keyClicks(getattr(d, field), text)
+    assert message in d.error.text()
+    assert not ok_enabled(d)
+
+
+def test_valid_host_gives_its_tasks(qtbot, tmp_path):
+    key = tmp_path / "id_ed25519"
+    key.write_text("not checked here")
+    d = dialog(qtbot)
+    qtbot.keyClicks(d.name, "gpu2")
+    qtbot.keyClicks(d.address, "10.0.0.2")
+    qtbot.keyClicks(d.key, str(key))
+    d.workers.setValue(2)
+    d.task_port.setText("23456")
+    d.gpus.setText("0, 1")
+    d.chief.setChecked(True)
+    assert ok_enabled(d) and d.error.text() == ""
+    assert d.host() == cl.Host(name="gpu2", address="10.0.0.2", key=str(key))
+    assert d.tasks() == [cl.Task(host="gpu2", role="chief", port=23456, gpus=[0, 1]),
+                         cl.Task(host="gpu2", role="worker", port=23457, gpus=[0, 1])]
+
+
+def test_editing_keeps_its_own_name_and_a_local_host_needs_no_address(qtbot):
+    host = cl.Host(name="here", local=True)
+    d = dialog(qtbot, taken={"here", "there"}, host=host, tasks=[cl.Task(host="here"), cl.Task(host="here")])
+    assert ok_enabled(d) and d.workers.value() == 2 and not d.user.isEnabled()
+    assert d.host().local and d.tasks()[1].port == "auto"
+
+
+def test_import_lists_concrete_hosts_of_the_ssh_config(qtbot, tmp_path, monkeypatch):
+    config = tmp_path / "ssh_config"
+    config.write_text("Host gpu-a\n  HostName 10.1.0.5\n  User ml\n"
+                      "Host gpu-b gpu-c\n  Port 2222\nHost *.internal\n  User x\nHost *\n  User everyone\n")
+    monkeypatch.setenv("TFCC_SSH_CONFIG", str(config))
+    d = ImportDialog({"gpu-c"})
+    qtbot.addWidget(d)
+    texts = [d.list.item(i).text() for i in range(d.list.count())]
+    assert texts[0] == "gpu-a  (ml@10.1.0.5:22)" and len(texts) == 3
+    assert texts[1] == "gpu-b  (everyone@gpu-b:2222)" and texts[2].endswith("already in the cluster")
+    from PySide6.QtCore import Qt
+    d.list.item(0).setCheckState(Qt.Checked)
+    assert d.chosen() == [cl.Host(name="gpu-a", address="gpu-a")]
+
+
+def test_fingerprint_dialog_shows_the_key_and_refuses_by_default(qtbot):
+    d = FingerprintDialog("10.0.0.9", "ssh-ed25519", "SHA256:abc")
+    qtbot.addWidget(d)
+    assert d.refuse.isDefault() and d.fingerprint == "SHA256:abc"

@@ -1,0 +1,61 @@
+"""The window's settings without a run: the batch line follows the edits, profiles, bad files."""
+
+from __future__ import annotations
+
+from console import cluster as cl
+from console.gui.main_window import MainWindow
+from console.profiles import Profiles
+from tests.console.gui.conftest import save_shot
+
+
+def window_on(qtbot, homes, path=None) -> MainWindow:
+    w = MainWindow(path, profiles=Profiles(homes / "profiles.json"))
+    qtbot.addWidget(w)
+    w.show()
+    return w
+
+
+def test_first_start_is_the_embedded_default_and_the_batch_follows_edits(qtbot, gui_homes, shots):
+    w = window_on(qtbot, gui_homes)
+    assert w.path is None and w.cluster == cl.default()
+    assert w.windowTitle() == "tfcc — untitled (embedded default)"
+    assert w.batch_label.text() == "global 64 = 2 workers × 1 replica × 32"
+    w.batch.setValue(48)
+    assert w.batch_label.text() == "global 96 = 2 workers × 1 replica × 48" and w.windowTitle().endswith("*")
+    assert w.diagram.split.label == "global 96 = 2 workers × 1 replica × 48"
+    w.batch_mode.setCurrentText("global")
+    w.batch.setValue(101)
+    assert "global batch 101 does not split evenly over 2 replicas" in w.batch_label.text()
+    assert w.cluster.training.global_batch == 101 and "--global-batch" in w.cluster.training.trainer_args()
+    w.batch.setValue(100)
+    assert w.batch_label.text() == "global 100 = 2 workers × 1 replica × 50"
+    w.tabs.setCurrentWidget(w.diagram)
+    save_shot(w, shots, "window-settings")
+    w.save_profile(gui_homes / "mine.toml")
+    assert cl.load(gui_homes / "mine.toml").training.global_batch == 100 and not w.windowTitle().endswith("*")
+    w.close()
+    again = window_on(qtbot, gui_homes)
+    assert again.path == gui_homes / "mine.toml" and again.batch_mode.currentText() == "global"
+    assert again.profiles.recent == [str(gui_homes / "mine.toml")]
+    again.close()
+
+
+def test_a_bad_cluster_file_says_why_and_keeps_the_window(qtbot, gui_homes):
+    bad = gui_homes / "bad.toml"
+    bad.write_text("[[tasks]]\nhost = 'nowhere'\n")
+    w = window_on(qtbot, gui_homes, bad)
+    assert w.path is None and w.cluster == cl.default()
+    assert "the cluster has no hosts; add a [[hosts]] table" in w.statusBar().currentMessage()
+    w.close()
+
+
+def test_removing_every_host_blocks_start_and_check_explains(qtbot, gui_homes):
+    w = window_on(qtbot, gui_homes)
+    w.hosts_table.selectRow(0)
+    w.btn_remove.click()
+    assert w.cluster.hosts == [] and not w.act_start.isEnabled() and not w.act_check.isEnabled()
+    w.cluster.hosts.append(cl.Host(name="lonely", local=True))
+    w._on_check_triggered()
+    assert "the cluster has no tasks; add a [[tasks]] table" in w.details.toPlainText()
+    w.dirty = False
+    w.close()

@@ -1,0 +1,67 @@
+"""The metrics store: bounded series, reduction for drawing, progress, stragglers, CSV."""
+
+from __future__ import annotations
+
+import csv
+import random
+
+import numpy as np
+
+from console.metrics_store import MetricsStore, Series, describe_event, peak_reduce
+from console.synthetic import started_record, step_record
+
+
+def test_series_keeps_the_newest_points_one_by_one_and_in_bulk():
+    s = Series(capacity=5)
+    for i in range(8):
+        s.append(float(i), float(10 * i))
+    assert list(s.arrays()[0]) == [3.0, 4.0, 5.0, 6.0, 7.0]
+    s.extend(np.array([8.0, 9.0]), np.array([80.0, 90.0]))
+    assert list(s.arrays()[0]) == [5.0, 6.0, 7.0, 8.0, 9.0]
+    s.extend(np.arange(10.0, 22.0), np.arange(10.0, 22.0))
+    assert list(s.arrays()[0]) == [17.0, 18.0, 19.0, 20.0, 21.0] and s.appended == 22
+
+
+def test_reduction_keeps_every_peak_and_stays_right_as_points_arrive():
+    rng = np.random.default_rng(3)
+    s = Series(capacity=100_000)
+    ys = rng.normal(size=30_000)
+    ys[12_345] = 50.0   # a spike
+    ys[20_000] = np.nan  # a diverged step
+    for start in range(0, 30_000, 7_000):  # in pieces: the cached part must stay right
+        s.extend(np.arange(start + 1.0, min(start + 7_000, 30_000) + 1.0), ys[start:start + 7_000])
+        x, y = s.reduced(1_000)
+        full_x, full_y = s.arrays()
+        assert len(x) <= 1_000 and np.all(np.diff(x) >= 0)
+        assert np.nanmax(y) == np.nanmax(full_y) and np.nanmin(y) == np.nanmin(full_y)
+        assert x[0] == 1.0 and x[-1] >= full_x[-1] - len(full_x) / 250
+    assert 12_346.0 in x, "the spike is drawn"
+    px, py = peak_reduce(*s.arrays(), 1_000)
+    assert np.nanmax(py) == np.nanmax(y)
+
+
+def test_progress_eta_stragglers_and_events():
+    store = MetricsStore()
+    rng = random.Random(0)
+    for w in range(3):
+        store.ingest(f"worker-{w}", [started_record(w, 3, 100, 50)])
+        store.ingest(f"worker-{w}", [step_record(w, k, 50, rng) for k in range(1, 21)])
+    p = store.progress["worker-0"]
+    assert (p.epoch, p.step, p.global_step, p.steps_per_epoch, p.epochs) == (0, 19, 20, 50, 2)
+    assert p.fraction == 0.2 and 7.0 < p.eta() < 10.0  # 80 steps left at ~0.1 s
+    assert store.stragglers() == ["worker-1"]  # the synthetic worker 1 is 1.6x slower
+    assert store.started["global_batch"] == 48
+    assert [e["event"] for e in store.events_snapshot()] == ["started"] * 3
+    assert describe_event({"event": "failed", "error": "boom; do X"}) == "FAILED: boom; do X"
+    assert describe_event(store.started).endswith("= 3 workers × 1 replica × 16")
+
+
+def test_csv_export_has_every_point(tmp_path):
+    store = MetricsStore()
+    rng = random.Random(0)
+    store.ingest("worker-0", [step_record(0, k, 10, rng) for k in range(1, 6)])
+    store.ingest("worker-1", [{**step_record(1, 1, 10, rng), "loss": None}])
+    assert store.write_csv(tmp_path / "m.csv") == 6
+    rows = list(csv.reader(open(tmp_path / "m.csv")))
+    assert rows[0] == ["worker", "global_step", "loss", "step_time", "examples_per_sec"]
+    assert rows[1][:2] == ["worker-0", "1"] and rows[-1][:3] == ["worker-1", "1", ""]

@@ -1,0 +1,51 @@
+"""What the cluster diagram shows: the chief, replicas, the batch split, TF_CONFIG per task."""
+
+from __future__ import annotations
+
+import json
+
+from console import cluster as cl
+from console.picture import picture
+
+
+def make(tasks, hosts=("a", "b"), **training) -> cl.Cluster:
+    return cl.Cluster([cl.Host(name=h, address=f"10.0.0.{i + 1}") for i, h in enumerate(hosts)],
+                      [cl.Task(**t) for t in tasks], cl.Training(**training))
+
+
+def test_worker_zero_is_crowned_without_a_chief_task():
+    c = make([{"host": "a", "port": 5000}, {"host": "b", "port": 5000}], per_replica_batch=64)
+    hosts, split = picture(c)
+    assert [[(t.name, t.is_chief) for t in h.tasks] for h in hosts] == [[("worker-0", True)], [("worker-1", False)]]
+    assert split.label == "global 128 = 2 workers × 1 replica × 64" and not split.from_run
+    assert json.loads(hosts[1].tasks[0].tf_config)["task"] == {"type": "worker", "index": 1}
+
+
+def test_the_chief_task_is_crowned():
+    c = make([{"host": "a", "port": 5000}, {"host": "b", "port": 5000, "role": "chief"}])
+    hosts, _ = picture(c)
+    assert [t.name for h in hosts for t in h.tasks if t.is_chief] == ["chief-0"]
+
+
+def test_gpus_become_replicas_and_split_the_batch():
+    c = make([{"host": "a", "port": 5000}, {"host": "b", "port": 5000, "gpus": [2, 3]}], per_replica_batch=64)
+    hosts, split = picture(c, gpus_by_host={"a": 2, "b": 4})
+    assert hosts[0].tasks[0].devices == ["GPU 0", "GPU 1"] and hosts[1].tasks[0].devices == ["GPU 2", "GPU 3"]
+    assert split.label == "global 256 = 2 workers × 2 replicas × 64" and split.per_worker == 128
+
+
+def test_a_global_batch_that_does_not_split_is_shown_as_a_problem():
+    c = make([{"host": "a"}, {"host": "b"}], global_batch=100)
+    _, split = picture(c, gpus_by_host={"a": 3, "b": 3})
+    assert "global batch 100 does not split evenly over 6 replicas" in split.problem
+
+
+def test_a_runs_started_event_replaces_the_settings_and_auto_ports_resolve():
+    c = make([{"host": "a"}, {"host": "b"}])
+    hosts, _ = picture(c)
+    assert hosts[0].tasks[0].tf_config is None and hosts[0].tasks[0].address == "10.0.0.1:auto"
+    started = {"num_workers": 2, "replicas_per_worker": 1, "per_replica_batch": 16, "global_batch": 32,
+               "strategy": "multi_worker_mirrored"}
+    hosts, split = picture(c, started=started, addresses={"worker-0": "10.0.0.1:4000", "worker-1": "10.0.0.2:4001"})
+    assert split.from_run and split.label == "global 32 = 2 workers × 1 replica × 16"
+    assert json.loads(hosts[0].tasks[0].tf_config)["cluster"]["worker"] == ["10.0.0.1:4000", "10.0.0.2:4001"]

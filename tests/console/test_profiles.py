@@ -1,0 +1,25 @@
+"""Remembered profiles: recent files, the last one opened."""
+
+from __future__ import annotations
+
+from console.profiles import MAX_RECENT, Profiles
+
+
+def test_recent_files_and_the_last_one(tmp_path):
+    p = Profiles(tmp_path / "profiles.json")
+    for i in range(MAX_RECENT + 2):
+        p.opened(tmp_path / f"c{i}.toml")
+    p.opened(tmp_path / "c3.toml")
+    again = Profiles(tmp_path / "profiles.json")
+    assert again.last == str(tmp_path / "c3.toml")
+    assert again.recent[0] == str(tmp_path / "c3.toml") and len(again.recent) == MAX_RECENT
+    again.forget(tmp_path / "c3.toml")
+    assert Profiles(tmp_path / "profiles.json").last is None
+
+
+def test_an_unreadable_file_is_ignored_not_fatal(tmp_path):
+    (tmp_path / "profiles.json").write_text("{not json")
+    p = Profiles(tmp_path / "profiles.json")
+    assert p.recent == [] and p.last is None
+    p.opened(tmp_path / "a.toml")
+    assert Profiles(tmp_path / "profiles.json").recent == [str(tmp_path / "a.toml")]
