@@ -38,6 +38,7 @@ def _item(text: str, tooltip: str = "") -> QTableWidgetItem:
 
 class MainWindow(QMainWindow):
     runs_found = Signal(list)          # runs still going on this profile's hosts (from a thread)
+    exported = Signal(str)             # an export finished: what happened, in words
     cluster_changed = Signal()
 
     def __init__(self, cluster_path: str | Path | None = None, profiles: Profiles | None = None):
@@ -63,6 +64,7 @@ class MainWindow(QMainWindow):
         self.session.stopped.connect(self._on_session_stopped)
         self.session.ended.connect(self._on_session_ended)
         self.runs_found.connect(self._on_runs_found)
+        self.exported.connect(self._on_self_exported)
         self.report = None
         self.path: Path | None = None
         self.dirty = False
@@ -680,8 +682,24 @@ class MainWindow(QMainWindow):
     def _on_export_csv_triggered(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Export metrics", str(Path.cwd() / "metrics.csv"), "CSV (*.csv)")
         if path:
-            rows = self.dashboard.export_csv(path)
-            self.statusBar().showMessage(f"Wrote {rows} rows to {path}")
+            self.export_csv(path)
+
+    def export_csv(self, path) -> None:
+        """Write the metrics on a thread (a long run is hundreds of thousands of rows)."""
+        store = self.dashboard.store
+        self.statusBar().showMessage(f"Writing {path}…")
+
+        def write():
+            try:
+                rows = store.write_csv(path)
+                self.exported.emit(f"Wrote {rows} rows to {path}")
+            except OSError as exc:
+                self.exported.emit(f"Could not write {path}: {exc.strerror}; choose another place")
+
+        self.threads.start("export", write)
+
+    def _on_self_exported(self, message: str) -> None:
+        self.statusBar().showMessage(message)
 
     def _on_export_png_triggered(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Export plots", str(Path.cwd() / "plots.png"), "PNG (*.png)")

@@ -210,3 +210,20 @@ def test_check_json_on_the_default_cluster(homes, capsys):
     assert host["ok"] and host["probe"]["tensorflow"].startswith("2.21.") and host["probe"]["gpus"] == []
     assert [t["name"] for t in report["tasks"]] == ["worker-0", "worker-1"]
     assert all(t["address"].startswith("localhost:") for t in report["tasks"])
+
+
+def test_plain_tfcc_opens_the_window(monkeypatch):
+    """The README's first command: ``tfcc`` with no arguments opens the window (on the last profile)."""
+    import console.gui.app
+
+    opened = []
+    monkeypatch.setattr(console.gui.app, "main", lambda path=None: opened.append(path) or 0)
+    assert main([]) == 0 and opened == [None]
+    assert main(["gui"]) == 0 and opened == [None, None]
+
+
+def test_gui_with_a_bad_cluster_file_says_why_before_any_window(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[hosts]]\nname = 'a'\n\n[[tasks]]\nhost = 'a'\n")
+    assert main(["gui", str(bad)]) == 2
+    assert "has no address" in capsys.readouterr().err

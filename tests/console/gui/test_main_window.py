@@ -8,6 +8,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialogButtonBox
 
+from console import cluster as cl
 from console.gui.main_window import MainWindow
 from console.metrics_store import METRICS
 from console.profiles import Profiles
@@ -116,3 +117,20 @@ def test_add_two_hosts_check_start_watch_and_stop(qtbot, gui_homes, shots):
     assert "started" in events and "launched" in events
     again.close()
     assert not again.threads.busy()
+
+
+def test_start_on_the_embedded_default_trains_digits_on_two_local_workers(qtbot, gui_homes):
+    """The README's first command: the window opens on the embedded default, and Start trains."""
+    window = MainWindow(profiles=Profiles(gui_homes / "profiles.json"))
+    qtbot.addWidget(window)
+    window.show()
+    assert window.cluster == cl.default() and window.cluster.training.workload == "digits"
+    with qtbot.waitSignal(window.session.ended, timeout=300_000):
+        window.act_start.trigger()
+    run = window.session.run
+    assert [(t.name, t.phase) for t in run.tasks] == [("worker-0", "finished"), ("worker-1", "finished")]
+    epochs = window.session.store.epochs
+    assert len(epochs) == 2 * window.cluster.training.epochs
+    assert epochs[-1]["val_accuracy"] > 0.8, "digits really trained"
+    assert window.started_event["num_workers"] == 2 and window.diagram.chief == "worker-0"
+    window.close()

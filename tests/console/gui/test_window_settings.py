@@ -59,3 +59,18 @@ def test_removing_every_host_blocks_start_and_check_explains(qtbot, gui_homes):
     assert "the cluster has no tasks; add a [[tasks]] table" in w.details.toPlainText()
     w.dirty = False
     w.close()
+
+
+def test_csv_export_runs_off_the_ui_thread_and_reports(qtbot, gui_homes):
+    w = window_on(qtbot, gui_homes)
+    from console.synthetic import feed
+
+    feed(w.dashboard.store, workers=2, steps=50, rate=1000.0, burst=50).join()
+    with qtbot.waitSignal(w.exported, timeout=10_000) as done:
+        w.export_csv(gui_homes / "m.csv")
+    assert done.args[0] == f"Wrote 100 rows to {gui_homes / 'm.csv'}"
+    with qtbot.waitSignal(w.exported, timeout=10_000) as failed:
+        w.export_csv(gui_homes / "no" / "such" / "dir.csv")
+    assert failed.args[0].startswith(f"Could not write {gui_homes / 'no' / 'such' / 'dir.csv'}: No such file")
+    assert failed.args[0].endswith("choose another place")
+    w.close()
