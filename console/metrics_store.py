@@ -130,27 +130,6 @@ def _bucket_peaks(x: np.ndarray, y: np.ndarray, size: int) -> tuple[np.ndarray, 
     return out_x, out_y
 
 
-def peak_reduce(x: np.ndarray, y: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndarray]:
-    """At most ``max_points`` points: each bucket's min and max, in order (spikes stay visible)."""
-    n = len(x)
-    if n <= max_points:
-        return x, y
-    buckets = max(1, max_points // 2)
-    size = -(-n // buckets)
-    pad = buckets * size - n
-    yy = np.concatenate([y, np.full(pad, y[-1])]).reshape(buckets, size)
-    xx = np.concatenate([x, np.full(pad, x[-1])]).reshape(buckets, size)
-    lo = np.argmin(np.where(np.isnan(yy), np.inf, yy), axis=1)
-    hi = np.argmax(np.where(np.isnan(yy), -np.inf, yy), axis=1)
-    first, second = np.minimum(lo, hi), np.maximum(lo, hi)
-    rows = np.arange(buckets)
-    out_x = np.empty(2 * buckets)
-    out_y = np.empty(2 * buckets)
-    out_x[0::2], out_x[1::2] = xx[rows, first], xx[rows, second]
-    out_y[0::2], out_y[1::2] = yy[rows, first], yy[rows, second]
-    return out_x, out_y
-
-
 @dataclass
 class WorkerProgress:
     epoch: int = 0

@@ -89,7 +89,12 @@ class HostLink:
             if self.ssh is None:
                 if self.dist is None:
                     self._deploy(bundle, on_progress)
-                channel = LocalTransport(python=self.host.interpreter, agent_root=Path(self.dist)).open_channel()
+                try:
+                    channel = LocalTransport(python=self.host.interpreter, agent_root=Path(self.dist)).open_channel()
+                except OSError as exc:
+                    raise RunError(f"host {self.host.name}: the agent did not start with {self.host.interpreter!r} "
+                                   f"({exc.strerror}); set python in the host's entry to a Python 3.9+ "
+                                   "interpreter") from None
             elif self.dist is not None:
                 channel = self.ssh.open_agent_channel(self.dist, self.host.interpreter)
             else:

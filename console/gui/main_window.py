@@ -597,7 +597,7 @@ class MainWindow(QMainWindow):
     def _on_runs_found(self, runs: list) -> None:
         if not runs:
             return
-        if self.session.run is not None:
+        if self.session.active:  # already following a run that goes on: leave it be
             for run in runs:
                 self.threads.start("drop", run.detach)
             return

@@ -127,6 +127,7 @@ class RunSession(QObject):
         self._watchdog.setInterval(1000)
         self._watchdog.timeout.connect(self._on_watchdog_timeout)
         self._warned = False
+        self.start_failed.connect(self._on_self_start_failed)
 
     @property
     def active(self) -> bool:
@@ -135,6 +136,8 @@ class RunSession(QObject):
     # ------------------------------------------------------------ start / attach
 
     def start(self, cluster: cl.Cluster, run_id: str | None = None) -> None:
+        if self.run is not None:  # a previous run, ended or not: stop following it
+            self.detach()
         self.store = MetricsStore()
         self._warned = False
         run = Run(cluster, run_id or new_run_id(), self.ask_host_key)
@@ -152,8 +155,13 @@ class RunSession(QObject):
         self.run_started.emit(run.run_id)
         run.follow(self._on_run_message)
 
+    def _on_self_start_failed(self, _message: str) -> None:
+        self.run = None  # its connections were closed by the thread that failed
+
     def attach(self, run: Run) -> None:
         """Follow a run that is already going, from its first record (its whole history)."""
+        if self.run is not None:
+            self.detach()
         self.store = MetricsStore()
         self._warned = True  # an attached run has long been launched
         self.run = run

@@ -19,14 +19,11 @@ def shots(request) -> Path:
 
 
 @pytest.fixture
-def gui_homes(tmp_path, monkeypatch):
-    monkeypatch.setenv("TFCC_HOME", str(tmp_path / "host-home"))
-    monkeypatch.setenv("TFCC_CONSOLE_HOME", str(tmp_path / "console-home"))
-    monkeypatch.setenv("TFCC_KNOWN_HOSTS", str(tmp_path / "known_hosts"))
-    monkeypatch.setenv("TFCC_SSH_CONFIG", str(tmp_path / "ssh_config"))
+def gui_homes(ssh_env, monkeypatch):
+    """The test's own homes, known_hosts and ssh config (``ssh_env``), and small TensorFlow thread pools."""
     monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
     monkeypatch.setenv("TF_NUM_INTEROP_THREADS", "2")
-    return tmp_path
+    return ssh_env
 
 
 def save_shot(widget, folder: Path, name: str) -> Path:

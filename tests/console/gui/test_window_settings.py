@@ -74,3 +74,16 @@ def test_csv_export_runs_off_the_ui_thread_and_reports(qtbot, gui_homes):
     assert failed.args[0].startswith(f"Could not write {gui_homes / 'no' / 'such' / 'dir.csv'}: No such file")
     assert failed.args[0].endswith("choose another place")
     w.close()
+
+
+def test_a_start_that_fails_says_why_and_start_works_again(qtbot, gui_homes):
+    w = window_on(qtbot, gui_homes)
+    w.cluster.hosts[0].python = str(gui_homes / "no-such-python")
+    with qtbot.waitSignal(w.session.start_failed, timeout=60_000) as failed:
+        w.act_start.trigger()
+    assert f"the agent did not start with '{gui_homes / 'no-such-python'}'" in failed.args[0]
+    assert "set python in the host's entry" in failed.args[0]
+    assert failed.args[0] in w.statusBar().currentMessage()
+    assert w.session.run is None and w.act_start.isEnabled() and not w.act_stop.isEnabled()
+    w.dirty = False
+    w.close()
