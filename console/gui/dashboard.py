@@ -205,9 +205,10 @@ class Dashboard(QWidget):
                 self._curve(task, metric)
 
     def append_log(self, task: str, stream: str, text: str) -> None:
-        view = self._log_view(task)
-        for line in text.splitlines():
-            view.appendPlainText(f"[{stream}] {line}" if stream != "stdout" else line)
+        lines = text.splitlines()
+        if lines:  # one append per message: a chatty task costs one layout, not one per line
+            self._log_view(task).appendPlainText(
+                "\n".join(lines) if stream == "stdout" else "\n".join(f"[{stream}] {line}" for line in lines))
 
     # ------------------------------------------------------------ drawing
 

@@ -78,3 +78,13 @@ def test_long_series_are_reduced_for_drawing_but_kept_whole(qtbot, tmp_path):
     rows = board.export_csv(tmp_path / "m.csv")
     assert rows == 40_000
     assert (tmp_path / "m.csv").read_text().splitlines()[1].startswith("worker-0,1,")
+
+
+def test_log_tails_per_worker(qtbot):
+    board = Dashboard(MetricsStore())
+    qtbot.addWidget(board)
+    board.append_log("worker-1", "stdout", "epoch 1\nepoch 2\n")
+    board.append_log("worker-1", "stderr", "W0000 warning\n")
+    board.append_log("worker-0", "stdout", "hello\n")
+    assert [board.logs.tabText(i) for i in range(board.logs.count())] == ["worker-1", "worker-0"]
+    assert board.log_views["worker-1"].toPlainText() == "epoch 1\nepoch 2\n[stderr] W0000 warning"
