@@ -171,11 +171,10 @@ class Dashboard(QWidget):
         self.timer = QTimer(self)
         self.timer.setInterval(REFRESH_MS)
         self.timer.timeout.connect(self._on_timer_timeout)
-        self.timer.start()
         self.slow_timer = QTimer(self)
         self.slow_timer.setInterval(SLOW_REFRESH_MS)
         self.slow_timer.timeout.connect(self._on_slow_timer_timeout)
-        self.slow_timer.start()
+        # The timers run while the dashboard is shown (showEvent/hideEvent): hidden, it draws nothing.
 
     # ------------------------------------------------------------ inputs
 
@@ -351,9 +350,16 @@ class Dashboard(QWidget):
         self.following[metric] = False  # zoomed or panned by hand: stay there until "A"
 
     def showEvent(self, event):  # noqa: N802 (Qt's name): curves were not fed while hidden
-        self._seen_version = -1
+        self._seen_version = self._slow_version = -1
         self._drawn.clear()
+        self.timer.start()
+        self.slow_timer.start()
         super().showEvent(event)
+
+    def hideEvent(self, event):  # noqa: N802 (Qt's name)
+        self.timer.stop()
+        self.slow_timer.stop()
+        super().hideEvent(event)
 
     # ------------------------------------------------------------ export
 
