@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 METRICS = ("loss", "step_time", "examples_per_sec")
-LABELS = {"loss": "loss (global batch)", "step_time": "step time (s)", "examples_per_sec": "examples / s (per worker)"}
+LABELS = {"loss": "loss (global batch, all workers)", "step_time": "step time (s)", "examples_per_sec": "examples / s (per worker)"}
 
 
 class Series:

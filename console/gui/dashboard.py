@@ -120,6 +120,7 @@ class Dashboard(QWidget):
 
         self.plot_area = pg.GraphicsLayoutWidget()
         self.plot_area.setBackground("w")
+        self.plot_area.ci.layout.setVerticalSpacing(14)  # stacked plots: their axis labels apart
         for row, metric in enumerate(METRICS):
             plot = self.plot_area.addPlot(row=row, col=0)
             plot.setLabel("left", LABELS[metric])

@@ -148,6 +148,9 @@ class ClusterDiagram(QWidget):
             item.setBrush(QBrush(colour.lighter(165)))
             item.setToolTip(task.tf_config or "TF_CONFIG is written when the run picks the ports")
             self.scene.addItem(item)
+            if task.is_chief:  # a big crown on the chief's box, and one in its title
+                crown = self._text(CROWN, tx + TASK_W - 30, ty - 22, 20, color=QColor("#c89600"))
+                crown.setToolTip("the chief: saves the model and writes TensorBoard logs")
             title = f"{CROWN} {task.name}" if task.is_chief else task.name
             self._text(title, 6, 4, 10, True, QColor("#8a6d00") if task.is_chief else None, item)
             role = f"{task.role}, chief: saves the model" if task.is_chief else task.role
