@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 
@@ -34,6 +35,7 @@ def main(cluster_path: str | None = None) -> int:
     app.setApplicationName("tfcc")
     window = MainWindow(cluster_path)
     window.show()
+    gc.freeze()  # what start-up made lives as long as the window: later collections skip it
     if cluster_path is None and window.path is None:
         window.look_for_runs()  # open_profile looks by itself
     return app.exec()
