@@ -23,10 +23,9 @@ import time
 
 from console import cluster as cl
 from console.agent_client import AgentRequestError
-from console.runner import Run, RunError, TaskState, known_runs, new_run_id
+from console.runner import WATCHDOG_SECONDS, Run, RunError, TaskState, known_runs, new_run_id
 from console.ssh import SSHError
 
-WATCHDOG_SECONDS = 120.0
 
 
 class Printer:

@@ -30,6 +30,7 @@ log = logging.getLogger("console.runner")
 
 
 ENDED = ("finished", "failed", "lost", "error")
+WATCHDOG_SECONDS = 120.0  # how long a cluster may take to form before tfcc says who it waits for
 
 
 def state_dir() -> Path:

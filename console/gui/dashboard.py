@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QColor, QFont, QPainter
 from PySide6.QtWidgets import (QGridLayout, QLabel, QListWidget, QListWidgetItem, QPlainTextEdit, QSizePolicy,
                                QSplitter, QTabWidget, QVBoxLayout, QWidget)
@@ -104,8 +104,6 @@ def _fmt_eta(seconds: float | None) -> str:
 
 
 class Dashboard(QWidget):
-    refreshed = Signal()  # after a redraw that changed something
-
     def __init__(self, store: MetricsStore | None = None, parent=None):
         super().__init__(parent)
         self.store = store or MetricsStore()
@@ -284,7 +282,6 @@ class Dashboard(QWidget):
         if visible:
             self._follow(bounds)
         self.redraws += 1
-        self.refreshed.emit()
 
     def _on_slow_timer_timeout(self) -> None:
         """Progress lines with ETA, straggler marks and events: a few times a second is enough."""

@@ -39,7 +39,6 @@ def _item(text: str, tooltip: str = "") -> QTableWidgetItem:
 class MainWindow(QMainWindow):
     runs_found = Signal(list)          # runs still going on this profile's hosts (from a thread)
     exported = Signal(str)             # an export finished: what happened, in words
-    cluster_changed = Signal()
 
     def __init__(self, cluster_path: str | Path | None = None, profiles: Profiles | None = None):
         super().__init__()
@@ -68,6 +67,7 @@ class MainWindow(QMainWindow):
         self.report = None
         self.path: Path | None = None
         self.dirty = False
+        self.checking = False
         self._loading = False
         self.started_event: dict | None = None
 
@@ -291,7 +291,6 @@ class MainWindow(QMainWindow):
             self.batch_label.setText("Add a host with a worker to see the global batch.")
         if self.started_event is None:
             self.diagram.set_cluster(copy.deepcopy(self.cluster), self._gpus_by_host())
-        self.cluster_changed.emit()
         self._update_actions()
 
     def _gpus_by_host(self) -> dict[str, int]:
@@ -708,8 +707,6 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(f"Wrote {path}")
 
     # ================================================================= state
-
-    checking = False
 
     def _update_actions(self) -> None:
         running = self.session.run is not None and self.session.active

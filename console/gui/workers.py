@@ -18,10 +18,9 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from console import checks
 from console import cluster as cl
 from console.metrics_store import MetricsStore
-from console.runner import ENDED, Run, RunError, known_runs, new_run_id
+from console.runner import ENDED, WATCHDOG_SECONDS, Run, RunError, known_runs, new_run_id
 
 log = logging.getLogger("console.gui")
-WATCHDOG_SECONDS = 120.0
 
 
 class Threads:
