@@ -83,23 +83,78 @@ def _normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name).lower()
 
 
-def package_version(name: str):
-    """The installed version of ``name`` as this interpreter sees it, or None.
+def _venv_config(executable: str):
+    """The ``pyvenv.cfg`` settings of the venv ``executable`` belongs to, or None outside a venv.
 
-    Read from the ``*.dist-info/METADATA`` (or ``*.egg-info/PKG-INFO``) files on
-    the interpreter's search path and site-packages, the first found winning, as
-    for an import. The agent runs with ``-S`` and reads these files itself:
-    ``site`` hooks and ``importlib.metadata`` cost 0.1 s of CPU per host and check.
+    As ``site`` finds it: beside the executable or one folder up (symlinks not resolved).
     """
-    import site
+    folder = os.path.dirname(os.path.abspath(executable))
+    for candidate in (folder, os.path.dirname(folder)):
+        path = os.path.join(candidate, "pyvenv.cfg")
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        config = {"prefix": candidate}
+        for line in lines:
+            key, eq, value = line.partition("=")
+            if eq:
+                config[key.strip().lower()] = value.strip()
+        return config
+    return None
 
-    paths = list(sys.path)
+
+def _site_packages(prefix: str) -> list:
+    """The site-packages folders of an installation or venv at ``prefix`` (POSIX layout)."""
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    return [os.path.join(prefix, lib, version, "site-packages") for lib in ("lib", "lib64")]
+
+
+def search_path() -> list:
+    """The folders an ``import`` in this interpreter would search with ``site`` on, in order.
+
+    The agent runs with ``-S``, where a venv's interpreter keeps the base installation's
+    ``sys.prefix`` (``site`` is what switches it to the venv), so ``sys.path`` and
+    ``site.getsitepackages()`` would miss the venv's packages. Read ``pyvenv.cfg`` instead:
+    the venv's site-packages, then the base's only with ``include-system-site-packages``.
+    """
+    paths = [p for p in sys.path if "site-packages" not in p and "dist-packages" not in p]
+    venv = _venv_config(sys.executable)
+    if venv is not None:
+        paths += _site_packages(venv["prefix"])
+        if venv.get("include-system-site-packages", "false").lower() == "true":
+            paths += _base_site_packages()
+        return paths
+    paths += [p for p in sys.path if p not in paths]
     try:
-        paths += site.getsitepackages() + [site.getusersitepackages()]
-    except AttributeError:  # some virtualenv builds of site.py
+        import site
+
+        paths += [site.getusersitepackages()] if site.ENABLE_USER_SITE is not False else []
+    except AttributeError:
         pass
+    return paths + _base_site_packages()
+
+
+def _base_site_packages() -> list:
+    try:
+        import site
+
+        return list(site.getsitepackages([sys.base_prefix]))
+    except (AttributeError, TypeError):  # some virtualenv builds of site.py
+        return _site_packages(sys.base_prefix)
+
+
+def package_version(name: str, paths=None):
+    """The installed version of ``name`` as an import in this interpreter would see it, or None.
+
+    Read from the ``*.dist-info/METADATA`` (or ``*.egg-info/PKG-INFO``) files on the
+    interpreter's search path (``search_path``: venvs included, ``-S`` or not), the first
+    found winning, as for an import. The agent runs with ``-S`` and reads these files
+    itself: ``site`` hooks and ``importlib.metadata`` cost 0.1 s of CPU per host and check.
+    """
     wanted = _normalize(name)
-    for folder in paths:
+    for folder in search_path() if paths is None else paths:
         try:
             entries = os.listdir(folder or ".")
         except OSError:

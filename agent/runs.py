@@ -31,11 +31,18 @@ def home() -> Path:
     return Path(os.environ.get("TFCC_HOME") or Path.home() / ".tfcc")
 
 
-def _check_name(kind: str, value) -> str:
+def name_problem(kind: str, value) -> str | None:
+    """Why ``value`` cannot name a run or a task (a folder on every host), or None."""
     if not isinstance(value, str) or not _NAME.match(value):
-        raise AgentError(
-            f"{kind} {value!r} is not a valid name: use letters, digits, '.', '_' and '-' (at most 128)"
-        )
+        return (f"{kind} {value!r} is not a valid name: use letters, digits, '.', '_' and '-', "
+                "starting with a letter or digit (at most 128)")
+    return None
+
+
+def _check_name(kind: str, value) -> str:
+    problem = name_problem(kind, value)
+    if problem:
+        raise AgentError(problem)
     return value
 
 
@@ -127,6 +134,9 @@ def start(req: dict) -> dict:
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
         raise AgentError("start needs \"argv\": the command to run as a list of strings")
     folder = task_dir(run_id, task)
+    if req.get("fresh") and (folder / "spec.json").exists():
+        raise AgentError(f"run {run_id} already has a task {task} on this host ({folder}); choose another "
+                         f"run id, or resume that run (tfcc resume {run_id})")
     state = read_json(folder / "state.json")
     if state and is_same_process(state.get("pid"), state.get("start_time")):
         raise AgentError(f"task {task} of run {run_id} is already running (pid {state['pid']}); stop it first")
@@ -199,7 +209,7 @@ def status(run_id: str, task: str) -> dict:
         except FileNotFoundError:
             sizes[name] = 0
     return {"run_id": run_id, "task": task, "run_dir": str(folder), "phase": phase,
-            "pid": state.get("pid"), "exit": ended, "sizes": sizes}
+            "pid": state.get("pid"), "started": state.get("started"), "exit": ended, "sizes": sizes}
 
 
 def list_runs() -> list:

@@ -179,10 +179,11 @@ class Server:
         rid = req.get("id")
         run_id, task = req.get("run_id"), req.get("task")
         folder = runs.task_dir(run_id, task)
-        runs.status(run_id, task)  # a clear error for a task that is not here
+        first = runs.status(run_id, task)  # a clear error for a task that is not here
         offsets = {name: int((req.get("offsets") or {}).get(name, 0)) for name in runs.STREAMS}
         poll = float(req.get("poll", 0.2))
-        self.send({"id": rid, "ok": True, "type": "following", "offsets": offsets})
+        # "started": when the agent started the task (the watchdog's clock, whatever the task writes).
+        self.send({"id": rid, "ok": True, "type": "following", "offsets": offsets, "started": first["started"]})
         while not self.closed.is_set():
             # Read the end state first: whatever was written before it is read below.
             state = runs.status(run_id, task)
@@ -226,4 +227,11 @@ class Server:
 
 def main() -> int:
     Server(sys.stdin.buffer, sys.stdout.buffer).serve()
+    # The console sends the agent's stderr to a file it reads when the agent dies; a clean end leaves none.
+    stderr_file = os.environ.get("TFCC_AGENT_STDERR")
+    if stderr_file:
+        try:
+            os.unlink(stderr_file)
+        except OSError:
+            pass
     return 0

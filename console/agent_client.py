@@ -16,33 +16,69 @@ import os
 import subprocess
 import sys
 import threading
+import uuid
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Callable
 
 from agent import PROTOCOL_VERSION
+from console.errors import TfccError
 
 log = logging.getLogger("console.agent")
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
-class AgentRequestError(Exception):
+class AgentRequestError(TfccError):
     """The agent refused a request; the message is the agent's (it says what to do)."""
+
+
+class AgentTimeout(TfccError):
+    """The agent gave no answer in time (a hung interpreter or host); the message names the agent."""
+
+    timed_out = True
 
 
 class ChannelClosed(Exception):
     """The channel to the agent closed (the agent exited or the connection dropped)."""
 
 
+def tail(path, limit: int = 4000) -> str:
+    """The last ``limit`` bytes of a local file as text ("" if it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - limit))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def last_words(text: str) -> str:
+    """The line of an agent's stderr that says why it died (a traceback's last line)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:500] if lines else ""
+
+
 class Channel:
     """What a transport gives: streams to one agent process, and a way to close them."""
 
-    def __init__(self, stdin, stdout, close: Callable[[], None], description: str):
+    def __init__(self, stdin, stdout, close: Callable[[], None], description: str,
+                 stderr_tail: Callable[[], str] | None = None):
         self.stdin = stdin
         self.stdout = stdout
         self._close = close
         self.description = description
+        self._stderr_tail = stderr_tail
+
+    def stderr_tail(self) -> str:
+        """The end of what the agent wrote to stderr (kept in a file on its host), or ""."""
+        try:
+            return self._stderr_tail() if self._stderr_tail else ""
+        except Exception as exc:  # a second failure must not hide the first
+            log.info("cannot read the stderr of %s: %s", self.description, exc)
+            return ""
 
     def close(self) -> None:
         self._close()
@@ -52,17 +88,24 @@ class LocalTransport:
     """Runs the agent as a subprocess of this machine (hosts marked ``local``)."""
 
     def __init__(self, python: str = sys.executable, agent_root: Path = PROJECT_ROOT,
-                 env: dict | None = None):
+                 env: dict | None = None, stderr_dir: Path | None = None):
         self.python = python
         self.agent_root = Path(agent_root)
         self.env = env
+        self.stderr_dir = stderr_dir  # where the agent's stderr is kept (default: nowhere)
 
     def open_channel(self) -> Channel:
         env = dict(os.environ if self.env is None else self.env)
         env.pop("PYTHONPATH", None)  # the agent needs nothing but its own folder (the cwd)
+        stderr_path = None
+        if self.stderr_dir is not None:
+            Path(self.stderr_dir).mkdir(parents=True, exist_ok=True)
+            stderr_path = Path(self.stderr_dir) / f"agent-{uuid.uuid4().hex[:12]}.err"
+            env["TFCC_AGENT_STDERR"] = str(stderr_path)
         # -S: the agent needs only the standard library; skipping site saves most of the start-up.
-        proc = subprocess.Popen([self.python, "-S", "-m", "agent"], cwd=self.agent_root, env=env,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        with open(stderr_path or os.devnull, "wb") as err:
+            proc = subprocess.Popen([self.python, "-S", "-m", "agent"], cwd=self.agent_root, env=env,
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
 
         def close():
             for stream in (proc.stdin, proc.stdout):
@@ -70,15 +113,27 @@ class LocalTransport:
                     stream.close()
                 except OSError:
                     pass
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            # An agent ends when its stdin closes; one that hangs is killed. Nobody waits here.
+            threading.Thread(target=_reap, args=(proc,), name="tfcc-agent-reaper", daemon=True).start()
 
-        channel = Channel(proc.stdin, proc.stdout, close, f"local agent (pid {proc.pid})")
+        def stderr_tail() -> str:
+            if stderr_path is None:
+                return ""
+            text = tail(stderr_path)
+            stderr_path.unlink(missing_ok=True)
+            return text
+
+        channel = Channel(proc.stdin, proc.stdout, close, f"local agent (pid {proc.pid})", stderr_tail)
         channel.process = proc
         return channel
+
+
+def _reap(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 class Follow:
@@ -175,13 +230,20 @@ class AgentClient:
                 raise ChannelClosed(f"{self.channel.description} closed")
             self._pending[rid] = future
         self._write({"id": rid, "op": op, **params})
-        answer = future.result(timeout=timeout or self.timeout)
+        limit = timeout or self.timeout
+        try:
+            answer = future.result(timeout=limit)
+        except FutureTimeout:
+            with self._lock:
+                self._pending.pop(rid, None)
+            raise AgentTimeout(f"{self.channel.description} gave no answer to {op!r} in {limit:.0f} s",
+                               "check that the host and its Python are not overloaded or hung") from None
         if not answer.get("ok"):
             raise AgentRequestError(answer.get("error") or "the agent refused the request")
         return answer
 
-    def hello(self) -> dict:
-        return self.call("hello", protocol=PROTOCOL_VERSION)
+    def hello(self, timeout: float | None = None) -> dict:
+        return self.call("hello", timeout=timeout, protocol=PROTOCOL_VERSION)
 
     def follow(self, run_id: str, task: str, on_message: Callable[[dict], None],
                offsets: dict | None = None, poll: float = 0.2) -> Follow:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 from console import cluster as cl
 from console.deploy import make_bundle
+from console.errors import TfccError, describe
 from console.runner import HostLink
 from trainer.config import replicas_per_worker
 
@@ -30,9 +31,10 @@ class Problem:
     where: str     # a host, a task or "cluster"
     cause: str
     fix: str
+    hosts: tuple[str, ...] = ()  # the hosts it concerns (the window marks them), by name
 
     def __str__(self) -> str:
-        return f"{self.where}: {self.cause}; {self.fix}"
+        return f"{self.where}: {self.cause}; {self.fix}" if self.fix else f"{self.where}: {self.cause}"
 
 
 @dataclass
@@ -80,23 +82,25 @@ def consistency(cluster: cl.Cluster, probes: dict[str, dict]) -> list[Problem]:
         if not p.get("tensorflow"):
             problems.append(Problem(host.name, f"its Python ({p.get('python_executable')}) has no TensorFlow",
                                     "install it there (pip install 'tensorflow==2.21.*' 'tf-keras==2.21.*') or set "
-                                    f"python for {host.name} to an interpreter that has it"))
+                                    f"python for {host.name} to an interpreter that has it", (host.name,)))
         elif not p.get("tf_keras"):
             problems.append(Problem(host.name, f"its Python ({p.get('python_executable')}) has TensorFlow "
                                     f"{p['tensorflow']} but no tf-keras",
-                                    f"pip install 'tf-keras=={_major_minor(p['tensorflow'])}.*' there"))
+                                    f"pip install 'tf-keras=={_major_minor(p['tensorflow'])}.*' there", (host.name,)))
     for key, label in (("tensorflow", "TensorFlow"), ("tf_keras", "tf-keras")):
         versions = {h.name: probes[h.name].get(key) for h in used if probes[h.name].get(key)}
         if len(set(versions.values())) > 1:
             listing = ", ".join(f"{n} has {v}" for n, v in versions.items())
             newest = max(versions.values(), key=lambda v: [int(x) if x.isdigit() else 0 for x in v.split(".")])
             problems.append(Problem("cluster", f"{label} differs between hosts: {listing}",
-                                    f"install the same version everywhere, e.g. {label.lower()}=={newest}"))
+                                    f"install the same version everywhere, e.g. {label.lower()}=={newest}",
+                                    tuple(versions)))
     pythons = {h.name: _major_minor(probes[h.name].get("python")) for h in used}
     if len(set(pythons.values())) > 1:
         listing = ", ".join(f"{n} has {v}" for n, v in pythons.items())
         problems.append(Problem("cluster", f"Python differs between hosts: {listing}",
-                                "use the same Python major.minor on every host (set python for each host)"))
+                                "use the same Python major.minor on every host (set python for each host)",
+                                tuple(pythons)))
     per_worker = {}
     for name, task in zip(cluster.task_names(), cluster.tasks):
         if task.host not in probes:
@@ -153,7 +157,7 @@ def reach_problem(source: str, task: dict, result: dict) -> Problem:
         fix = f"{host} is not reachable from {source}: use an address of {task['host']} that {source} can reach"
     else:
         fix = f"check the network between {source} and {task['host']}"
-    return Problem(where, cause, fix)
+    return Problem(where, cause, fix, (source, task["host"]))
 
 
 # --------------------------------------------------------------------------- the check
@@ -178,7 +182,9 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
             on_progress(count, len(used) + 1, what)
 
     used = [h for h in cluster.hosts if any(t.host == h.name for t in cluster.tasks)]
-    links = {h.name: HostLink(h, ask_host_key) for h in used}
+    # Each step of reaching a host (SSH connect, the agent's first answer) within the deadline.
+    links = {h.name: HostLink(h, ask_host_key, timeout=deadline) for h in used}
+    stages = {h.name: "connecting" for h in used}
     reports = {h.name: HostReport(h.name, h.address or "localhost") for h in used}
     problems: list[Problem] = []
     pool = ThreadPoolExecutor(max_workers=max(4, 2 * len(used)))
@@ -187,14 +193,21 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
 
         def survey(host: cl.Host):
             start = time.monotonic()
+
+            def left() -> float:
+                return max(0.1, deadline - (time.monotonic() - start))
+
+            stages[host.name] = "connecting" if not host.local else "starting the agent"
             client = links[host.name].connect(bundle)
+            stages[host.name] = "probing"
             asked = time.time()
-            probe = client.call("probe", timeout=deadline)
+            probe = client.call("probe", timeout=left())
             probe["_asked_at"] = asked
+            stages[host.name] = "checking ports"
             fixed = [t.port for t in cluster.tasks if t.host == host.name and t.port != "auto"]
-            ports = client.call("check_ports", ports=fixed, timeout=deadline)["ports"] if fixed else []
+            ports = client.call("check_ports", ports=fixed, timeout=left())["ports"] if fixed else []
             auto = sum(1 for t in cluster.tasks if t.host == host.name and t.port == "auto")
-            free = client.call("ports", count=auto, timeout=deadline)["ports"] if auto else []
+            free = client.call("ports", count=auto, timeout=left())["ports"] if auto else []
             return probe, ports, free, time.monotonic() - start
 
         futures = {pool.submit(survey, h): h for h in used}
@@ -205,24 +218,36 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
         auto_ports: dict[str, list] = {}
         for future, host in futures.items():
             r = reports[host.name]
-            if future not in done:
-                r.error = f"no answer in {deadline:.0f} s"
-                problems.append(Problem(host.name, r.error, "check that the host is up and its SSH port reachable"))
-                continue
-            try:
-                r.probe, r.ports, auto_ports[host.name], r.seconds = future.result()
-                r.ok = True
-            except Exception as exc:  # unreachable, authentication, agent errors: all per host
-                r.error = str(exc)
-                problems.append(Problem(host.name, f"cannot be checked: {exc}",
-                                        "check that sshd runs there and that the address, user and key are right"))
+            if future in done:
+                error = future.exception()
+                if not (isinstance(error, TfccError) and error.timed_out):
+                    try:
+                        r.probe, r.ports, auto_ports[host.name], r.seconds = future.result()
+                        r.ok = True
+                    except TfccError as exc:  # unreachable, authentication, host key, agent errors: all per host
+                        r.error = str(exc)
+                        problems.append(Problem(host.name, f"cannot be checked: {exc.cause}", exc.fix or "",
+                                                (host.name,)))
+                    except Exception as exc:  # a bug: the host's line says so and the traceback goes to the log
+                        r.error = describe(exc)
+                        problems.append(Problem(host.name, f"cannot be checked: {r.error}", "", (host.name,)))
+                    continue
+            # Still waiting at the deadline, or a step of it timed out (the connect's timeout is the deadline).
+            r.error = f"no answer in {deadline:.0f} s"
+            stage = stages[host.name]
+            fix = ("check that the host is up and its SSH port reachable (a firewall that drops packets "
+                   "looks like this)" if stage == "connecting" else
+                   f"its agent started with {host.interpreter!r} but did not answer ({stage}): check that "
+                   "this Python runs there and that the host is not overloaded")
+            problems.append(Problem(host.name, r.error, fix, (host.name,)))
         for r in reports.values():
             for port in r.ports:
                 if not port["free"]:
                     who = port.get("holder") or {}
                     by = f" by pid {who['pid']} ({who['command']})" if who.get("pid") else ""
                     problems.append(Problem(r.name, f"port {port['port']} is in use{by}",
-                                            "stop that process or give the task another port (or port = \"auto\")"))
+                                            "stop that process or give the task another port (or port = \"auto\")",
+                                            (r.name,)))
         probes = {n: r.probe for n, r in reports.items() if r.probe}
         problems += consistency(cluster, probes)
 

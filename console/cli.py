@@ -3,6 +3,7 @@
     tfcc                       open the window on the last profile (first time: the embedded default)
     tfcc gui [CLUSTER]         open the window on a cluster file
     tfcc run [CLUSTER]         deploy, start every task, follow them; --json for JSON lines
+    tfcc resume RUN            start a stopped or failed run's tasks again where their backups left off
     tfcc runs                  runs this console started, and their state
     tfcc attach RUN            follow a run again from its first record
     tfcc stop RUN              stop every task of a run (SIGTERM, then SIGKILL)
@@ -10,7 +11,8 @@
     tfcc check [CLUSTER]       hosts, versions, GPUs, ports free and reachable between every pair
 
 Ctrl-C detaches and leaves the run going (``--stop-on-exit`` stops it instead).
-``tfcc run`` exits 0 only when every task finished.
+``tfcc run`` exits 0 only when every task finished. Errors are one ``tfcc: error:`` line
+(exit 2); an unexpected one's traceback goes to the log file the line names.
 """
 
 from __future__ import annotations
@@ -19,13 +21,21 @@ import argparse
 import json
 import sys
 import threading
+import math
 import time
+import traceback
 
 from console import cluster as cl
-from console.agent_client import AgentRequestError
-from console.runner import WATCHDOG_SECONDS, Run, RunError, TaskState, known_runs, new_run_id
-from console.ssh import SSHError
+from console.errors import TfccError, describe
+from console.runner import WATCHDOG_SECONDS, Run, RunError, TaskState, check_run_id, known_runs, new_run_id
 
+
+
+def number(value, digits: int = 4) -> str:
+    """A metric as text: ``nan`` for a missing or non-finite value (a diverged loss), never an error."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "nan"
+    return f"{value:.{digits}f}"
 
 
 class Printer:
@@ -48,7 +58,7 @@ class Printer:
             if kind == "metrics":
                 for record in message["records"]:
                     self.emit(json.dumps({"task": task.name, "host": task.host, **record}))
-            elif kind in ("end", "error"):
+            elif kind in ("end", "error", "reconnecting", "reconnected"):
                 self.emit(json.dumps({"task": task.name, "host": task.host, "type": kind,
                                       **{k: v for k, v in message.items() if k not in ("id", "type")}}))
             return
@@ -60,15 +70,19 @@ class Printer:
             self.emit(f"{task.name}: {message['phase']} (exit code {code})")
         elif kind == "error":
             self.emit(f"{task.name}: {message['error']}")
+        elif kind == "reconnecting":
+            self.emit(f"{task.name}: lost the connection to host {task.host} ({message['error']}); "
+                      "reconnecting (the task goes on there)")
+        elif kind == "reconnected":
+            self.emit(f"{task.name}: reconnected to host {task.host} after {message['after']:.0f} s; "
+                      "following on from where it stopped")
 
     def _record(self, name: str, r: dict) -> None:
         if r["type"] == "step":
             self.last_step[name] = r
         elif r["type"] == "epoch":
-            val = (f"  val_loss {r['val_loss']:.4f}  val_accuracy {r['val_accuracy']:.4f}"
-                   if r.get("val_loss") is not None else "")
-            loss = r.get("loss")
-            self.emit(f"{name}: epoch {r['epoch'] + 1} done  loss {loss if loss is None else f'{loss:.4f}'}{val}")
+            val = "".join(f"  {key} {number(r.get(key))}" for key in ("val_loss", "val_accuracy") if key in r)
+            self.emit(f"{name}: epoch {r.get('epoch', 0) + 1} done  loss {number(r.get('loss'))}{val}")
         elif r.get("event") == "started":
             self.steps_per_epoch[name] = r["steps_per_epoch"]
             self.emit(f"{name}: training with {r['strategy']}: global batch {r['global_batch']} = "
@@ -86,8 +100,10 @@ class Printer:
             s = self.last_step.get(task.name)
             if s and task.phase == "training":
                 loss = s.get("loss", s.get("loss_avg"))
-                parts.append(f"{task.name} e{s['epoch'] + 1} {s['step'] + 1}/{self.steps_per_epoch.get(task.name, '?')}"
-                             f" loss {loss:.4f} {s['step_time'] * 1000:.0f} ms")
+                step_time = s.get("step_time")
+                ms = f"{step_time * 1000:.0f}" if isinstance(step_time, (int, float)) and math.isfinite(step_time) else "?"
+                parts.append(f"{task.name} e{s.get('epoch', 0) + 1} {s.get('step', 0) + 1}/"
+                             f"{self.steps_per_epoch.get(task.name, '?')} loss {number(loss)} {ms} ms")
         if parts:
             self.emit("  " + " | ".join(parts))
 
@@ -119,8 +135,12 @@ def _follow(run: Run, printer: Printer, stop_on_exit: bool, watchdog: float = WA
     run.detach()
     failed = [t for t in run.tasks if t.phase != "finished"]
     for t in failed:
-        print(f"tfcc: {t.name} on {t.host} ended {t.phase}; its log: tfcc logs {run.run_id} {t.name}",
+        code = (t.exit or {}).get("returncode")
+        how = f"{t.phase} (exit code {code})" if code is not None else t.phase
+        print(f"tfcc: {t.name} on {t.host} ended {how}; its log: tfcc logs {run.run_id} {t.name}",
               file=sys.stderr)
+    if failed:
+        print(f"tfcc: to start the run again from its last backup: tfcc resume {run.run_id}", file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -141,10 +161,21 @@ def make_asker(accept_new: bool):
 
 
 def cmd_run(ns) -> int:
+    if ns.run_id and ns.resume:
+        raise RunError("--run-id names a new run and --resume an existing one", "give one of them")
+    run_id = check_run_id(ns.resume or ns.run_id or new_run_id())  # before anything touches a disk
     cluster = cl.load(ns.cluster) if ns.cluster else cl.default()
-    run = Run(cluster, ns.run_id or new_run_id(), make_asker(ns.accept_new_host_keys))
-    run.start()
-    print(f"tfcc: run {run.run_id}: {len(run.tasks)} tasks on {len(run.links)} host(s)", file=sys.stderr)
+    run = Run(cluster, run_id, make_asker(ns.accept_new_host_keys))
+    run.start(resume=bool(ns.resume))
+    verb = "resumed" if ns.resume else "started"
+    print(f"tfcc: run {run.run_id} {verb}: {len(run.tasks)} tasks on {len(run.links)} host(s)", file=sys.stderr)
+    return _follow(run, Printer(ns.json), ns.stop_on_exit, ns.watchdog)
+
+
+def cmd_resume(ns) -> int:
+    run = Run.load(check_run_id(ns.run), make_asker(ns.accept_new_host_keys))
+    run.start(resume=True)
+    print(f"tfcc: run {run.run_id} resumed: {len(run.tasks)} tasks on {len(run.links)} host(s)", file=sys.stderr)
     return _follow(run, Printer(ns.json), ns.stop_on_exit, ns.watchdog)
 
 
@@ -223,14 +254,18 @@ def cmd_logs(ns) -> int:
 
 
 def cmd_runs(ns) -> int:
+    """Every run of this console with its tasks' phases; a damaged manifest or a lost host is one line."""
     for run_id in known_runs():
+        run = None
         try:
             run = Run.load(run_id)
             phases = ", ".join(f"{s['task']} {s['phase']}" for s in run.status())
-            run.detach()
-        except (RunError, AgentRequestError, cl.ClusterFileError) as exc:
-            phases = f"unknown ({exc})"
-        print(f"{run_id}: {phases}")
+        except TfccError as exc:
+            phases = f"unknown: {exc}"
+        finally:
+            if run is not None:
+                run.detach()
+        print(f"{run_id}: {phases}", flush=True)
     return 0
 
 
@@ -245,17 +280,29 @@ def cmd_gui(ns) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tfcc", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("--debug", action="store_true",
+                        help="print the traceback of an unexpected error here (it always goes to the log file)")
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="deploy, start and follow a cluster (default: the embedded default)")
     run.add_argument("cluster", nargs="?", help="a cluster file (TOML); default: two local workers on digits")
     run.add_argument("--json", action="store_true", help="print the event stream as JSON lines")
     run.add_argument("--stop-on-exit", action="store_true", help="Ctrl-C stops the run instead of detaching")
-    run.add_argument("--run-id", help="name the run (default: time and a random suffix)")
+    run.add_argument("--run-id", help="name the run (default: time and a random suffix); it must be new")
+    run.add_argument("--resume", metavar="RUN",
+                     help="start an existing run's tasks again in their folders, from their last backup")
     run.add_argument("--watchdog", type=float, default=WATCHDOG_SECONDS,
                      help="seconds before saying which task the cluster waits for (default 120)")
     run.add_argument("--accept-new-host-keys", action="store_true",
                      help="trust hosts whose SSH key is not in known_hosts yet (a changed key is always refused)")
     run.set_defaults(func=cmd_run)
+    resume = sub.add_parser("resume", help="start a run's tasks again where their backups left off")
+    resume.add_argument("run")
+    resume.add_argument("--json", action="store_true", help="print the event stream as JSON lines")
+    resume.add_argument("--stop-on-exit", action="store_true", help="Ctrl-C stops the run instead of detaching")
+    resume.add_argument("--watchdog", type=float, default=WATCHDOG_SECONDS,
+                        help="seconds before saying which task the cluster waits for (default 120)")
+    resume.add_argument("--accept-new-host-keys", action="store_true")
+    resume.set_defaults(func=cmd_resume)
     attach = sub.add_parser("attach", help="follow a run again from its first record")
     attach.add_argument("run")
     attach.add_argument("--json", action="store_true")
@@ -284,14 +331,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every command's one error boundary: one ``tfcc: error:`` line that says what to do, exit 2.
+
+    A tfcc error is its own message; anything else is a bug, whose traceback goes to the
+    log file that the line names (``--debug`` prints it here instead).
+    """
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
     ns = parser.parse_args(argv)
     if ns.command is None:
-        ns = parser.parse_args(["gui", *(argv or [])])
+        ns = parser.parse_args(["gui", *argv])
     try:
         return ns.func(ns)
-    except (cl.ClusterFileError, RunError, AgentRequestError, SSHError) as exc:
-        print(f"tfcc: error: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("tfcc: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if debug and not isinstance(exc, TfccError):
+            traceback.print_exc()
+        print(f"tfcc: error: {describe(exc)}", file=sys.stderr)
         return 2
 
 

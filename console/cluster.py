@@ -9,6 +9,8 @@ TF_CONFIG from the cluster.
 from __future__ import annotations
 
 import ipaddress
+import re
+import stat
 import sys
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
@@ -16,13 +18,20 @@ from pathlib import Path
 
 import tomli_w
 
-from trainer.config import AUTOSHARD_POLICIES, COMMUNICATIONS, LR_RULES, STRATEGIES, WORKLOADS, make_tf_config
+from console.errors import TfccError
+
+from trainer.config import (AUTOSHARD_POLICIES, COMMUNICATIONS, LR_RULES, MAX_BATCH, MAX_EPOCHS, STRATEGIES, WORKLOADS,
+                            count_problem, learning_rate_problem, make_tf_config)
 
 DEFAULT_CLUSTER = Path(__file__).resolve().parent.parent / "resources" / "default_cluster.toml"
 ROLES = ("chief", "worker")
+MAX_FILE_BYTES = 1 << 20  # a cluster file is a few KB; a bigger one is the wrong file
+# A host name (RFC 1123 labels; also ~/.ssh/config aliases) — anything else that is not an IP literal is a typo.
+_HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+                        r"(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?$")
 
 
-class ClusterFileError(ValueError):
+class ClusterFileError(TfccError, ValueError):
     """A cluster file that cannot work; the message names the field and says what to do."""
 
 
@@ -45,7 +54,9 @@ class Host:
 
     @property
     def tf_host(self) -> str:
-        return self.address or ("localhost" if self.local else self.name)
+        """The host part of this host's task addresses (an IPv6 literal in brackets)."""
+        host = self.address or ("localhost" if self.local else self.name)
+        return f"[{host}]" if ":" in host else host
 
 
 @dataclass
@@ -125,7 +136,21 @@ class Cluster:
 # --------------------------------------------------------------------------- reading
 
 
+def address_problem(address: str) -> str | None:
+    """Why ``address`` is neither a host name nor an IP literal, or None."""
+    try:
+        ipaddress.ip_address(address)
+        return None
+    except ValueError:
+        pass
+    if _HOST_NAME.match(address) and not address.replace(".", "").isdigit():
+        return None
+    return ("it must be a host name (letters, digits, '-', '.'), an IP address or a ~/.ssh/config alias, "
+            "with no spaces, ports or other characters")
+
+
 def _is_loopback(address: str) -> bool:
+    address = address.strip("[]")
     if address in ("localhost", "localhost.localdomain", "ip6-localhost"):
         return True
     try:
@@ -143,11 +168,16 @@ _TYPES = {
 }
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
 def _check_value(where: str, name: str, value, expected: type):
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, bool) != (expected is bool) or not isinstance(value, expected):
         raise ClusterFileError(f"{where}.{name} is {value!r}; it must be a {expected.__name__}")
+    if expected is str and _CONTROL.search(value):
+        raise ClusterFileError(f"{where}.{name} is {value!r}; it must not hold control characters (newlines, NUL)")
     return value
 
 
@@ -166,12 +196,14 @@ def _build(cls, data, where: str):
             if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535):
                 raise ClusterFileError(f"{where}.port is {value!r}; use a number from 1 to 65535 or \"auto\"")
         elif name == "gpus":
-            if not isinstance(value, list) or not all(isinstance(g, int) and not isinstance(g, bool) and g >= 0
-                                                      for g in value):
-                raise ClusterFileError(f"{where}.gpus is {value!r}; list GPU indices, like [0, 1], or leave it []")
+            if not isinstance(value, list) or not all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 1024
+                                                      for g in value) or len(set(value)) != len(value):
+                raise ClusterFileError(f"{where}.gpus is {value!r}; list distinct GPU indices, like [0, 1], or leave it []")
         elif name == "args":
             if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
                 raise ClusterFileError(f"{where}.args must be a list of strings, like [\"--seed\", \"7\"]")
+            if any("\0" in a for a in value):
+                raise ClusterFileError(f"{where}.args holds a NUL character; remove it")
         values[name] = value
     try:
         return cls(**values)
@@ -203,13 +235,42 @@ def loads(text: str, source: str = "cluster file") -> Cluster:
     return cluster
 
 
-def load(path: str | Path) -> Cluster:
+def read_text(path: str | Path) -> str:
+    """A cluster file's text, or a ClusterFileError that says what is wrong with the file itself.
+
+    Only a regular file is opened (a FIFO would block the reader forever), at most
+    ``MAX_FILE_BYTES`` of it, as UTF-8.
+    """
     path = Path(path)
+    where = f"cluster file {str(path)!r}"
     try:
-        text = path.read_text(encoding="utf-8")
+        info = path.stat()
     except FileNotFoundError:
-        raise ClusterFileError(f"cluster file {str(path)!r} does not exist; check the path") from None
-    return loads(text, source=str(path))
+        raise ClusterFileError(f"{where} does not exist; check the path") from None
+    except OSError as exc:
+        raise ClusterFileError(f"{where} cannot be read ({exc.strerror}); check the path") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ClusterFileError(f"{where} is a folder; give the path of a .toml cluster file in it")
+    if not stat.S_ISREG(info.st_mode):
+        raise ClusterFileError(f"{where} is not a regular file (a pipe or a device?); give the path of a .toml file")
+    if info.st_size > MAX_FILE_BYTES:
+        raise ClusterFileError(f"{where} is {info.st_size} bytes, too big for a cluster file "
+                               f"(at most {MAX_FILE_BYTES}); check that it is the right file")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ClusterFileError(f"{where} cannot be read ({exc.strerror}); check its permissions") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise ClusterFileError(f"{where} is not UTF-8 text (byte {exc.start}, line {line}); "
+                               "save it as UTF-8 (TOML files are UTF-8)") from None
+
+
+def load(path: str | Path) -> Cluster:
+    return loads(read_text(path), source=str(path))
 
 
 def validate(cluster: Cluster) -> None:
@@ -231,6 +292,10 @@ def validate(cluster: Cluster) -> None:
             )
         if not 1 <= host.port <= 65535:
             raise ClusterFileError(f"hosts[{i}].port is {host.port}; use the host's SSH port, 1 to 65535")
+        if host.address:
+            problem = address_problem(host.address)
+            if problem:
+                raise ClusterFileError(f"hosts[{i}].address is {host.address!r}; {problem}")
     seen: dict[str, int] = {}
     for i, task in enumerate(cluster.tasks):
         if task.host not in names:
@@ -265,15 +330,19 @@ def validate(cluster: Cluster) -> None:
     _choice("training.communication", t.communication, COMMUNICATIONS)
     _choice("training.autoshard", t.autoshard, AUTOSHARD_POLICIES)
     _choice("training.lr_scaling", t.lr_scaling, LR_RULES)
-    if t.epochs < 1:
-        raise ClusterFileError(f"training.epochs is {t.epochs}; train at least 1 epoch")
-    if t.per_replica_batch < 1:
-        raise ClusterFileError(f"training.per_replica_batch is {t.per_replica_batch}; it must be at least 1")
-    if t.global_batch < 0:
-        raise ClusterFileError(f"training.global_batch is {t.global_batch}; it must be at least 1 (or 0: "
-                               "use per_replica_batch)")
-    if t.learning_rate <= 0:
-        raise ClusterFileError(f"training.learning_rate is {t.learning_rate}; it must be positive")
+    for name, value, low, high in (("epochs", t.epochs, 1, MAX_EPOCHS),
+                                   ("per_replica_batch", t.per_replica_batch, 1, MAX_BATCH)):
+        problem = count_problem(value, low, high)
+        if problem:
+            raise ClusterFileError(f"training.{name} is {value}; {problem}")
+    if t.global_batch and count_problem(t.global_batch, 1, MAX_BATCH):
+        raise ClusterFileError(f"training.global_batch is {t.global_batch}; "
+                               f"{count_problem(t.global_batch, 1, MAX_BATCH)} (or leave it out: use per_replica_batch)")
+    problem = learning_rate_problem(t.learning_rate)
+    if problem:
+        raise ClusterFileError(f"training.learning_rate is {t.learning_rate}; {problem}")
+    if t.model_file and t.script:
+        raise ClusterFileError("training sets both model_file and script; keep one of them")
     if t.workload == "file" and not t.model_file:
         raise ClusterFileError("training.workload is \"file\" but training.model_file is empty; name your model file")
 

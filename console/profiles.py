@@ -10,7 +10,7 @@ import json
 import logging
 from pathlib import Path
 
-from console.runner import state_dir
+from console.errors import state_dir
 
 log = logging.getLogger("console.profiles")
 MAX_RECENT = 8

@@ -19,30 +19,71 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import platformdirs
-
-from agent.runs import STREAMS
+from agent.runs import STREAMS, name_problem
 from console import cluster as cl
-from console.agent_client import AgentClient, ChannelClosed, LocalTransport
+from console.agent_client import AgentClient, AgentTimeout, ChannelClosed, LocalTransport, last_words
 from console.deploy import LocalFiles, deploy, make_bundle
+from console.errors import TfccError, state_dir
+from console.ssh import SSHError
 
 log = logging.getLogger("console.runner")
 
 
 ENDED = ("finished", "failed", "lost", "error")
 WATCHDOG_SECONDS = 120.0  # how long a cluster may take to form before tfcc says who it waits for
-
-
-def state_dir() -> Path:
-    return Path(os.environ.get("TFCC_CONSOLE_HOME") or platformdirs.user_state_dir("tfcc"))
+CONNECT_TIMEOUT = 10.0    # each step of reaching a host's agent (an SSH connect, the agent's first answer)
 
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
-class RunError(Exception):
+class RunError(TfccError):
     """A run cannot start or be found; the message says what to do."""
+
+
+def check_run_id(run_id) -> str:
+    """``run_id`` if it can name a run (a folder on every host and a manifest here), else a RunError.
+
+    Checked before anything touches a disk: ``../x`` must never become a path.
+    """
+    problem = name_problem("run id", run_id)
+    if problem:
+        raise RunError(problem)
+    return run_id
+
+
+def manifest_path(run_id: str) -> Path:
+    return state_dir() / "runs" / f"{check_run_id(run_id)}.json"
+
+
+def check_user_file(path: str, what: str) -> Path:
+    """A user's model file or script, checked here so that its errors name the user's own file."""
+    from trainer.config import ConfigError
+    from trainer.workloads import check_model_file
+
+    local = Path(path).expanduser()
+    where = f"training.{what} {path!r}" + (f" ({local.resolve()})" if not local.is_absolute() else "")
+    if not local.exists():
+        raise RunError(f"{where} does not exist", "check the path (a relative one starts at the folder tfcc runs in)")
+    if not local.is_file():
+        raise RunError(f"{where} is not a regular file", "give the path of a .py file")
+    if what == "model_file":
+        try:
+            check_model_file(local)
+        except ConfigError as exc:
+            raise RunError(str(exc)) from None
+    else:
+        try:
+            source = local.read_bytes()
+            compile(source, str(local), "exec", dont_inherit=True)
+        except OSError as exc:
+            raise RunError(f"{where} cannot be read ({exc.strerror})", "check its permissions") from None
+        except (SyntaxError, ValueError) as exc:
+            line = f" at line {exc.lineno}" if getattr(exc, "lineno", None) else ""
+            raise RunError(f"script {str(local)!r} has a syntax error{line}: {getattr(exc, 'msg', exc)}",
+                           "fix the script") from None
+    return local
 
 
 @dataclass
@@ -59,19 +100,26 @@ class TaskState:
 
 
 class HostLink:
-    """The console's connection to one host's agent: a local subprocess or over SSH."""
+    """The console's connection to one host's agent: a local subprocess or over SSH.
 
-    def __init__(self, host: cl.Host, ask_host_key=None):
+    ``timeout`` bounds each step of connecting (the SSH connect, the agent's first answer),
+    so a check's deadline holds.
+    """
+
+    def __init__(self, host: cl.Host, ask_host_key=None, timeout: float = CONNECT_TIMEOUT):
         self.host = host
+        self.timeout = timeout
         self.ssh = None
         if not host.local:
             from console.ssh import SSHConnection
 
-            self.ssh = SSHConnection(host.address, user=host.user, port=host.port, key=host.key, ask=ask_host_key)
+            self.ssh = SSHConnection(host.address, user=host.user, port=host.port, key=host.key, ask=ask_host_key,
+                                     timeout=timeout)
         self.home: str | None = None
         self.dist: str | None = None
         self.client: AgentClient | None = None
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()     # one connect at a time
+        self._state = threading.Lock()   # held only for a moment: closing never waits for a connect
 
     def _deploy(self, bundle, on_progress=None) -> None:
         """Put the code on the host (local hosts; SSH hosts deploy in ``connect``)."""
@@ -84,17 +132,20 @@ class HostLink:
         ``on_progress(sent, total)`` follows a deploy's upload in bytes.
         """
         with self.lock:
-            if self.client is not None and not self.client.closed.is_set():
-                return self.client
+            with self._state:
+                client = self.client
+            if client is not None and not client.closed.is_set():
+                return client
             bundle = bundle or make_bundle()
             if self.ssh is None:
                 if self.dist is None:
                     self._deploy(bundle, on_progress)
                 try:
-                    channel = LocalTransport(python=self.host.interpreter, agent_root=Path(self.dist)).open_channel()
+                    channel = LocalTransport(python=self.host.interpreter, agent_root=Path(self.dist),
+                                             stderr_dir=Path(self.home)).open_channel()
                 except OSError as exc:
                     raise RunError(f"host {self.host.name}: the agent did not start with {self.host.interpreter!r} "
-                                   f"({exc.strerror}); set python in the host's entry to a Python 3.9+ "
+                                   f"({exc.strerror})", "set python in the host's entry to a Python 3.9+ "
                                    "interpreter") from None
             elif self.dist is not None:
                 channel = self.ssh.open_agent_channel(self.dist, self.host.interpreter)
@@ -110,24 +161,36 @@ class HostLink:
                     channel = self.ssh.open_agent_channel(self.dist, self.host.interpreter)
                 else:
                     self.dist = f"{self.home}/dist/{bundle.name}"
-            self.client = AgentClient(channel)
+            client = AgentClient(channel)
             try:
-                self.client.hello()
+                client.hello(timeout=self.timeout)
             except ChannelClosed:
-                self.client = None
-                raise RunError(f"host {self.host.name}: the agent did not start with {self.host.interpreter!r}; "
-                               "set python in the host's entry to a Python 3.9+ interpreter") from None
-            return self.client
+                words = last_words(channel.stderr_tail())
+                client.close()
+                raise RunError(f"host {self.host.name}: the agent did not start with {self.host.interpreter!r}"
+                               + (f" (it said: {words})" if words else " (it exited without a word)"),
+                               "set python in the host's entry to a working Python 3.9+ interpreter") from None
+            except AgentTimeout:
+                client.close()
+                raise RunError(f"host {self.host.name}: no answer in {self.timeout:.0f} s from the agent started "
+                               f"with {self.host.interpreter!r}",
+                               f"check that this interpreter starts on {self.host.name} (run it there by hand) "
+                               "and that the host is not overloaded", timed_out=True) from None
+            with self._state:
+                self.client = client
+            return client
 
     def close(self, client: AgentClient | None = None) -> None:
         """Close the channel (only if it is still ``client``, when given)."""
-        with self.lock:
-            if self.client is not None and (client is None or client is self.client):
-                self.client.close()
-                self.client = None
+        with self._state:
+            current = self.client
+            if current is None or (client is not None and client is not current):
+                return
+            self.client = None
+        current.close()
 
     def drop(self) -> None:
-        """Close the whole connection (for a new one later)."""
+        """Close the whole connection (for a new one later); never waits for a connect in progress."""
         self.close()
         if self.ssh is not None:
             self.ssh.close()
@@ -138,11 +201,12 @@ class Run:
 
     def __init__(self, cluster: cl.Cluster, run_id: str, ask_host_key=None):
         self.cluster = cluster
-        self.run_id = run_id
+        self.run_id = check_run_id(run_id)
         names = cluster.task_names()
         self.tasks = [TaskState(name, t.host) for name, t in zip(names, cluster.tasks)]
         self.links = {h.name: HostLink(h, ask_host_key) for h in cluster.hosts
                       if any(t.host == h.name for t in cluster.tasks)}
+        self.tf_configs: list[str] | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -150,61 +214,102 @@ class Run:
 
     @property
     def manifest_path(self) -> Path:
-        return state_dir() / "runs" / f"{self.run_id}.json"
+        return manifest_path(self.run_id)
 
     def _write_manifest(self, tf_configs: list[str]) -> None:
         path = self.manifest_path
         path.parent.mkdir(parents=True, exist_ok=True)
         data = {"run_id": self.run_id, "created": time.time(), "cluster": cl.dumps(self.cluster),
                 "tasks": [{"name": t.name, "host": t.host, "tf_config": c} for t, c in zip(self.tasks, tf_configs)]}
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(data, indent=1))
         tmp.replace(path)
 
+    @staticmethod
+    def read_manifest(run_id: str) -> dict:
+        """A run's manifest, checked: a damaged one is a RunError that says which file and what to do."""
+        path = manifest_path(run_id)
+        if not path.is_file():
+            known = known_runs()
+            raise RunError(f"no run {run_id!r} is known to this console",
+                           "tfcc runs lists them" + (f" (the newest is {known[-1]})" if known else ""))
+        damaged = (f"the manifest of run {run_id} ({path}) is damaged",
+                   "tfcc cannot follow or stop that run from it; its tasks may still run on their hosts "
+                   "(stop them there if so), then delete the file")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            tasks = data["tasks"]
+            cluster = cl.loads(data["cluster"], source=f"the cluster in {path}")
+            names = cluster.task_names()
+            if (not isinstance(tasks, list) or len(tasks) != len(names)
+                    or [t["name"] for t in tasks] != names or not all(isinstance(t["tf_config"], str) for t in tasks)):
+                raise ValueError("its tasks do not match its cluster")
+            for t in tasks:
+                json.loads(t["tf_config"])
+        except OSError as exc:
+            raise RunError(f"the manifest of run {run_id} ({path}) cannot be read ({exc.strerror})",
+                           "check its permissions") from None
+        except (ValueError, KeyError, TypeError, cl.ClusterFileError) as exc:
+            raise RunError(f"{damaged[0]} ({type(exc).__name__}: {str(exc)[:200]})", damaged[1]) from None
+        return {**data, "cluster_spec": cluster}
+
     @classmethod
     def load(cls, run_id: str, ask_host_key=None) -> "Run":
-        path = state_dir() / "runs" / f"{run_id}.json"
-        if not path.exists():
-            known = sorted(p.stem for p in (state_dir() / "runs").glob("*.json"))
-            raise RunError(f"no run {run_id!r} is known to this console; tfcc runs lists them"
-                           + (f" (the newest is {known[-1]})" if known else ""))
-        data = json.loads(path.read_text())
-        run = cls(cl.loads(data["cluster"]), run_id, ask_host_key)
-        for task, saved in zip(run.tasks, data["tasks"]):
-            task.address = json.loads(saved["tf_config"])["cluster"][task.name.rsplit("-", 1)[0]][
-                int(task.name.rsplit("-", 1)[1])]
+        data = cls.read_manifest(run_id)
+        run = cls(data["cluster_spec"], run_id, ask_host_key)
+        run.tf_configs = [t["tf_config"] for t in data["tasks"]]
+        for task, config in zip(run.tasks, run.tf_configs):
+            role, index = task.name.rsplit("-", 1)
+            try:
+                task.address = json.loads(config)["cluster"][role][int(index)]
+            except (KeyError, IndexError, TypeError, ValueError):
+                task.address = "?"
         return run
 
     # ----------------------------------------------------------------- start
 
-    def start(self, on_progress=None) -> None:
+    def start(self, on_progress=None, resume: bool = False) -> None:
         """Deploy, pick ports, write TF_CONFIG and start every task (returns at once).
 
-        ``on_progress(host, sent, total)`` follows each host's upload in bytes.
+        A run id names one run: a new run refuses an id that exists. ``resume`` starts the
+        tasks of an existing run again in their run folders, with the same TF_CONFIG (the
+        trainer's backups then resume training). ``on_progress(host, sent, total)``
+        follows each host's upload in bytes.
         """
         training = self.cluster.training
+        previous = self._previous_configs(resume)
         extra = {}
         if training.model_file:
-            extra["user/" + Path(training.model_file).name] = Path(training.model_file)
+            extra["user/" + Path(training.model_file).name] = check_user_file(training.model_file, "model_file")
         if training.script:
-            extra["user/" + Path(training.script).name] = Path(training.script)
-        bundle = make_bundle(extra)
+            extra["user/" + Path(training.script).name] = check_user_file(training.script, "script")
+        try:
+            bundle = make_bundle(extra)
+        except OSError as exc:
+            raise RunError(f"cannot read {exc.filename!r} to deploy it ({exc.strerror})",
+                           "check that the file is there and readable") from None
         for name, link in self.links.items():
             link.connect(bundle, None if on_progress is None else
                          (lambda sent, total, name=name: on_progress(name, sent, total)))
-        ports: list = [t.port for t in self.cluster.tasks]
-        for name, link in self.links.items():
-            auto = [i for i, t in enumerate(self.cluster.tasks) if t.host == name and t.port == "auto"]
-            if auto:
-                free = link.client.call("ports", count=len(auto))["ports"]
-                for i, port in zip(auto, free):
-                    ports[i] = port
-        configs = [self.cluster.tf_config(i, ports) for i in range(len(self.tasks))]
-        self._write_manifest(configs)
+        if resume:
+            self._check_stopped()
+            configs = previous
+        else:
+            ports: list = [t.port for t in self.cluster.tasks]
+            for name, link in self.links.items():
+                auto = [i for i, t in enumerate(self.cluster.tasks) if t.host == name and t.port == "auto"]
+                if auto:
+                    free = link.client.call("ports", count=len(auto))["ports"]
+                    for i, port in zip(auto, free):
+                        ports[i] = port
+            configs = [self.cluster.tf_config(i, ports) for i in range(len(self.tasks))]
+            self._write_manifest(configs)
+        self.tf_configs = configs
         for i, (task, spec) in enumerate(zip(self.tasks, self.cluster.tasks)):
             link = self.links[task.host]
             host = link.host
-            task.address = f"{host.tf_host}:{ports[i]}"
+            role, index = task.name.rsplit("-", 1)
+            task.address = json.loads(configs[i])["cluster"][role][int(index)]
             if training.script:
                 argv = [host.interpreter, f"{link.dist}/user/{Path(training.script).name}", *training.args]
             else:
@@ -216,7 +321,37 @@ class Run:
             if spec.gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpus))
             link.client.call("start", run_id=self.run_id, task=task.name, tf_config=configs[i],
-                             argv=argv, env=env, python_path=[link.dist])
+                             argv=argv, env=env, python_path=[link.dist], fresh=not resume)
+
+    def _previous_configs(self, resume: bool) -> list[str] | None:
+        """For a resume, the run's TF_CONFIGs; for a new run, None (and the id must be new)."""
+        exists = self.manifest_path.exists()
+        if not resume:
+            if exists:
+                raise RunError(f"run {self.run_id} exists already",
+                               f"resume it with tfcc resume {self.run_id}, or choose another --run-id")
+            return None
+        if not exists:
+            raise RunError(f"there is no run {self.run_id} to resume", "tfcc runs lists the runs of this console")
+        saved = self.read_manifest(self.run_id)
+        theirs = [(t["name"], t["host"]) for t in saved["tasks"]]
+        ours = [(t.name, t.host) for t in self.tasks]
+        if theirs != ours:
+            raise RunError(f"run {self.run_id} ran {', '.join(f'{n} on {h}' for n, h in theirs)}; this cluster has "
+                           f"{', '.join(f'{n} on {h}' for n, h in ours)}",
+                           f"resume with the same tasks on the same hosts (tfcc resume {self.run_id} uses the run's "
+                           "own cluster), or start a new run")
+        return [t["tf_config"] for t in saved["tasks"]]
+
+    def _check_stopped(self) -> None:
+        phases = {s["task"]: s["phase"] for s in self.status()}
+        if all(phase == "finished" for phase in phases.values()):
+            raise RunError(f"run {self.run_id} finished: every task ended well", "start a new run to train again")
+        running = [task for task, phase in phases.items() if phase == "running"]
+        if running:
+            raise RunError(f"{', '.join(running)} of run {self.run_id} still running",
+                           f"follow it with tfcc attach {self.run_id}, or stop it with tfcc stop {self.run_id} "
+                           "before resuming")
 
     # ----------------------------------------------------------------- follow
 
@@ -229,32 +364,50 @@ class Run:
             self._threads.append(thread)
 
     def _follow_task(self, task: TaskState, on_message, poll: float) -> None:
+        """Follow one task until it ends on its host; every lost connection is tried again, with backoff.
+
+        Only a refused host key (it will not change by itself) or the agent's refusal of the
+        follow itself ends the following early; the front ends hear of an outage once
+        (``reconnecting``) and of its end (``reconnected``).
+        """
         link = self.links[task.host]
         delay = 0.2
+        outage: float | None = None
+
+        def deliver(message, task=task):
+            kind = message.get("type")
+            if kind == "following":
+                if task.launched_at is None and message.get("started"):
+                    task.launched_at = message["started"]  # the agent started it: user scripts count too
+                if task.phase == "starting":
+                    task.phase = "running"
+            elif kind == "metrics":
+                task.offsets["metrics.jsonl"] = message["offset"]
+                task.records += len(message["records"])
+                for r in message["records"]:
+                    if r.get("event") == "launched":
+                        task.launched_at = task.launched_at or r.get("time")
+                        if not task.cluster_formed:
+                            task.phase = "waiting for the cluster"
+                    elif r.get("event") == "cluster_formed":
+                        task.cluster_formed = True
+                        task.phase = "training"
+            elif kind == "log":
+                task.offsets[message["stream"]] = message["offset"]
+            elif kind == "end":
+                task.phase, task.exit = message["phase"], message.get("exit")
+            on_message(task, message)
+
         while not self._stop.is_set():
             client = None
             try:
                 client = link.connect()
-
-                def deliver(message, task=task):
-                    kind = message.get("type")
-                    if kind == "metrics":
-                        task.offsets["metrics.jsonl"] = message["offset"]
-                        task.records += len(message["records"])
-                        for r in message["records"]:
-                            if r.get("event") == "launched":
-                                task.launched_at = r.get("time")
-                                task.phase = "waiting for the cluster"
-                            elif r.get("event") == "cluster_formed":
-                                task.cluster_formed = True
-                                task.phase = "training"
-                    elif kind == "log":
-                        task.offsets[message["stream"]] = message["offset"]
-                    elif kind == "end":
-                        task.phase, task.exit = message["phase"], message.get("exit")
-                    on_message(task, message)
-
                 handle = client.follow(self.run_id, task.name, deliver, offsets=dict(task.offsets), poll=poll)
+                if outage is not None:
+                    on_message(task, {"type": "reconnected", "host": task.host,
+                                      "after": round(time.monotonic() - outage, 1)})
+                    outage = None
+                delay = 0.2
                 while not handle.done.wait(0.5):
                     if self._stop.is_set():
                         return
@@ -264,9 +417,23 @@ class Run:
                     task.phase = "error"
                     on_message(task, {"type": "error", "error": handle.error})
                     return
-            except (ChannelClosed, OSError, TimeoutError) as exc:
-                log.info("following %s: %s; reconnecting", task.name, exc)
+                error = "the connection closed"
+            except SSHError as exc:
+                if not exc.retry:
+                    task.phase = "error"
+                    on_message(task, {"type": "error", "error": str(exc)})
+                    return
+                error = str(exc)
+            except (TfccError, ChannelClosed, OSError, TimeoutError) as exc:
+                error = str(exc) or type(exc).__name__
+            except Exception as exc:  # a bug must not end the following for good: log it and go on
+                log.exception("following %s", task.name)
+                error = f"{type(exc).__name__}: {exc}"
+            log.info("following %s: %s; reconnecting", task.name, error)
             link.close(client)
+            if outage is None:
+                outage = time.monotonic()
+                on_message(task, {"type": "reconnecting", "host": task.host, "error": error})
             self._stop.wait(delay)
             delay = min(delay * 2, 5.0)
 
@@ -297,6 +464,11 @@ class Run:
                 for t in missing)
             return (f"{names} waited {waited:.0f} s for the cluster to form: {who}. "
                     f"See tfcc logs {self.run_id} {missing[0].name}; restart the run when it is fixed")
+        if not any(t.records for t in self.tasks):  # nothing reports: a script without tfcc's reporter
+            return (f"{names} started {waited:.0f} s ago and none has said that training began: tfcc hears that "
+                    "from its trainer or a script with MetricsReporter. See tfcc logs "
+                    f"{self.run_id} {waiting[0].name}; if the tasks wait for each other, a port may be blocked "
+                    "between hosts (tfcc check tests every pair)")
         return (f"{names} waited {waited:.0f} s for the cluster to form although every task started: a port may be "
                 "blocked between hosts (tfcc check tests every pair)")
 
@@ -320,4 +492,5 @@ class Run:
 
 
 def known_runs() -> list[str]:
-    return sorted(p.stem for p in (state_dir() / "runs").glob("*.json"))
+    """The ids of the runs this console has manifests of (oldest first)."""
+    return sorted(p.stem for p in (state_dir() / "runs").glob("*.json") if name_problem("run id", p.stem) is None)

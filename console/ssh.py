@@ -11,6 +11,7 @@ refused with both fingerprints. Unknown keys are never added without a yes.
 from __future__ import annotations
 
 import base64
+import getpass
 import hashlib
 import logging
 import os
@@ -26,6 +27,7 @@ from typing import Callable
 import paramiko
 
 from console.agent_client import Channel
+from console.errors import TfccError
 
 log = logging.getLogger("console.ssh")
 
@@ -35,8 +37,60 @@ COMMAND_TIMEOUT = 30.0
 AskHostKey = Callable[[str, str, str], bool]
 
 
-class SSHError(Exception):
-    """Connecting or authenticating failed; the message says what to do."""
+class SSHError(TfccError):
+    """Connecting or authenticating failed; the message says what to do.
+
+    ``retry``: whether trying again later can help (a dropped or refused connection can
+    come back; a refused host key never does by itself).
+    """
+
+    def __init__(self, cause: str, fix: str | None = None, retry: bool = True, timed_out: bool = False):
+        super().__init__(cause, fix, timed_out)
+        self.retry = retry
+
+
+@dataclass(frozen=True)
+class Jump:
+    """One hop of a ProxyJump value: ``[user@]host[:port]`` (``[v6]:port`` for IPv6)."""
+
+    host: str
+    user: str = ""
+    port: int = 22
+
+
+def parse_proxy_jump(value: str) -> list[Jump]:
+    """ProxyJump as OpenSSH reads it: comma-separated ``[user@]host[:port]`` hops, or ``none``.
+
+    ``ssh://[user@]host[:port]`` URIs are accepted too.
+    """
+    value = value.strip()
+    if not value or value.lower() == "none":
+        return []
+    hops = []
+    for part in value.split(","):
+        part = part.strip().removeprefix("ssh://")
+        user, _, rest = part.rpartition("@")
+        port = 22
+        if rest.startswith("["):  # [v6 literal]:port
+            host, _, after = rest[1:].partition("]")
+            if after.startswith(":"):
+                port = after[1:]
+        elif rest.count(":") == 1:
+            host, port = rest.split(":")
+        else:
+            host = rest
+        try:
+            port = int(port)
+            if not 1 <= port <= 65535:
+                raise ValueError
+        except ValueError:
+            raise SSHError(f"ProxyJump {value!r} has a bad port in {part!r}",
+                           "write each hop as [user@]host[:port], separated by commas", retry=False) from None
+        if not host:
+            raise SSHError(f"ProxyJump {value!r} has an empty host in {part!r}",
+                           "write each hop as [user@]host[:port], separated by commas", retry=False)
+        hops.append(Jump(host, user, port))
+    return hops
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -85,9 +139,8 @@ class _AskPolicy(paramiko.MissingHostKeyPolicy):
         fp = fingerprint(key)
         if self.ask is None or not self.ask(hostname, key.get_name(), fp):
             raise SSHError(
-                f"the host key of {hostname} is not known ({key.get_name()} {fp}); "
-                f"accept it when asked, or add it to {self.path} after checking the fingerprint"
-            )
+                f"the host key of {hostname} is not known ({key.get_name()} {fp})",
+                f"accept it when asked, or add it to {self.path} after checking the fingerprint", retry=False)
         _remember(self.path, hostname, key)
 
 
@@ -103,7 +156,8 @@ class Target:
     known_as: str  # the name known_hosts uses: host or [host]:port
 
 
-def resolve(address: str, user: str = "", port: int = 22, key: str = "") -> Target:
+def resolve(address: str, user: str = "", port: int = 22, key: str = "", proxy_jump: str | None = None) -> Target:
+    """Where to connect for ``address``, after ~/.ssh/config; ``proxy_jump`` overrides the config's."""
     config = paramiko.SSHConfig()
     path = ssh_config_path()
     if path.exists():
@@ -114,54 +168,95 @@ def resolve(address: str, user: str = "", port: int = 22, key: str = "") -> Targ
     user = user or entry.get("user") or None
     key_files = [os.path.expanduser(key)] if key else [os.path.expanduser(k) for k in entry.get("identityfile", [])]
     known_as = hostname if port == 22 else f"[{hostname}]:{port}"
-    return Target(hostname, port, user, key_files, entry.get("proxyjump"), known_as)
+    return Target(hostname, port, user, key_files, entry.get("proxyjump") if proxy_jump is None else proxy_jump,
+                  known_as)
 
 
 class SSHConnection:
     """One SSH connection to a host, reused for every channel."""
 
     def __init__(self, address: str, *, user: str = "", port: int = 22, key: str = "",
-                 ask: AskHostKey | None = None, timeout: float = CONNECT_TIMEOUT):
-        self.target = resolve(address, user, port, key)
+                 ask: AskHostKey | None = None, timeout: float = CONNECT_TIMEOUT, proxy_jump: str | None = None):
+        self.target = resolve(address, user, port, key, proxy_jump)
         self.ask = ask
         self.timeout = timeout
         self.client: paramiko.SSHClient | None = None
         self._jump: SSHConnection | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()        # one connect at a time
+        self._state = threading.Lock()       # held only for a moment: close() never waits for a connect
+        self._generation = 0                 # close() counts up: a connect it overtook discards its client
+
+    @property
+    def user(self) -> str:
+        return self.target.user or getpass.getuser()
+
+    def _jump_sock(self, generation: int):
+        """A channel to the target through the ProxyJump hops, or None without them."""
+        hops = parse_proxy_jump(self.target.proxy_jump or "")
+        if not hops:
+            return None
+        *before, last = hops  # the last hop talks to the target; it is reached through the others
+        chain = ",".join(f"{h.user + '@' if h.user else ''}[{h.host}]:{h.port}" for h in before)
+        jump = SSHConnection(last.host, user=last.user, port=last.port, ask=self.ask, timeout=self.timeout,
+                             proxy_jump=chain if before else None)
+        with self._state:
+            if generation != self._generation:
+                raise SSHError(f"the connection to {self.target.known_as} was closed while it was being opened")
+            old, self._jump = self._jump, jump
+        if old is not None:
+            old.close()
+        try:
+            return jump.connect().get_transport().open_channel(
+                "direct-tcpip", (self.target.hostname, self.target.port), ("127.0.0.1", 0), timeout=self.timeout)
+        except (OSError, paramiko.SSHException) as exc:
+            raise SSHError(f"cannot reach {self.target.known_as} through the jump host {last.host} ({exc})",
+                           "check the ProxyJump hops and that the jump host can reach this host") from None
 
     def connect(self) -> paramiko.SSHClient:
         with self._lock:
-            if self.client is not None and self.client.get_transport() and self.client.get_transport().is_active():
-                return self.client
+            with self._state:
+                client = self.client
+                generation = self._generation
+            if client is not None and client.get_transport() and client.get_transport().is_active():
+                return client
             t = self.target
             path = known_hosts_path()
             client = paramiko.SSHClient()
             client.get_host_keys().update(known_hosts(path))
             client.set_missing_host_key_policy(_AskPolicy(self.ask, path))
-            sock = None
-            if t.proxy_jump:
-                self._jump = SSHConnection(t.proxy_jump, ask=self.ask, timeout=self.timeout)
-                sock = self._jump.connect().get_transport().open_channel(
-                    "direct-tcpip", (t.hostname, t.port), ("127.0.0.1", 0), timeout=self.timeout)
+            sock = self._jump_sock(generation)
             try:
-                client.connect(t.hostname, port=t.port, username=t.user, key_filename=t.key_files or None,
+                client.connect(t.hostname, port=t.port, username=self.user, key_filename=t.key_files or None,
                                timeout=self.timeout, banner_timeout=self.timeout, auth_timeout=self.timeout,
                                channel_timeout=self.timeout, sock=sock)
             except paramiko.BadHostKeyException as exc:
+                client.close()
                 raise SSHError(
                     f"the host key of {t.known_as} has CHANGED: known_hosts has {fingerprint(exc.expected_key)}, "
-                    f"the host sent {fingerprint(exc.key)}. Refusing to connect: this can be an attack. If the "
-                    f"host was reinstalled, remove its line from {path} and connect again"
+                    f"the host sent {fingerprint(exc.key)}. Refusing to connect: this can be an attack",
+                    f"if the host was reinstalled, remove its line from {path} and connect again", retry=False,
                 ) from None
             except paramiko.AuthenticationException as exc:
-                raise SSHError(f"{t.known_as}: authentication failed ({exc}); check the user and key "
-                               "(or ssh-agent) for this host") from None
+                client.close()
+                raise SSHError(f"{t.known_as}: authentication as user {self.user!r} failed ({exc})",
+                               f"check the user name and the key (or ssh-agent) for this host; {t.known_as} "
+                               f"must accept that key for {self.user!r}") from None
             except (OSError, paramiko.SSHException) as exc:
+                client.close()
                 if isinstance(exc, SSHError):
                     raise
-                raise SSHError(f"cannot connect to {t.known_as}: {exc}") from None
+                # A dropped SYN times out in connect; a host that accepts but never speaks, in the banner.
+                timed_out = isinstance(exc, (socket.timeout, TimeoutError)) or "banner" in str(exc)
+                reason = "timed out" if timed_out else str(exc) or type(exc).__name__
+                raise SSHError(f"cannot connect to {t.known_as} ({reason})",
+                               "check that the host is up, that sshd runs there and that its address and "
+                               "SSH port are right", timed_out=timed_out) from None
             client.get_transport().set_keepalive(5)
-            self.client = client
+            with self._state:
+                if generation != self._generation:  # closed meanwhile: nobody wants this one
+                    client.close()
+                    raise SSHError(f"the connection to {t.known_as} was closed while it was being opened")
+                self.client = client
             return client
 
     def run(self, command: str, timeout: float = COMMAND_TIMEOUT) -> tuple[int, str, str]:
@@ -180,7 +275,7 @@ class SSHConnection:
         Returns (home, the agent's channel), or (home, None) when the code must be deployed first.
         """
         script = (f'h="${{TFCC_HOME:-$HOME/.tfcc}}"; d="$h/dist/{dist_name}"; printf "tfcc-home %s\\n" "$h"; '
-                  f'if [ -f "$d/.complete" ]; then echo tfcc-agent; cd "$d" && exec {shlex.quote(python)} -S -m agent; '
+                  f'if [ -f "$d/.complete" ]; then echo tfcc-agent; {_agent_command("$d", python)}; '
                   'fi; echo tfcc-deploy')
         chan, stdin, stdout = self._exec_streams(script)
         chan.settimeout(self.timeout)
@@ -197,14 +292,31 @@ class SSHConnection:
         if second.strip() != b"tfcc-agent":
             _close_streams(chan, stdin, stdout)
             return home, None
-        chan.settimeout(None)
-        return home, Channel(stdin, stdout, lambda: _close_streams(chan, stdin, stdout),
-                             f"agent on {self.target.known_as}")
+        return home, self._agent_channel(chan, stdin, stdout)
 
     def open_agent_channel(self, dist: str, python: str) -> Channel:
-        # -S: the agent needs only the standard library; skipping site saves most of the start-up.
-        chan, stdin, stdout = self._exec_streams(f"cd {shlex.quote(dist)} && exec {shlex.quote(python)} -S -m agent")
-        return Channel(stdin, stdout, lambda: _close_streams(chan, stdin, stdout), f"agent on {self.target.known_as}")
+        chan, stdin, stdout = self._exec_streams(_agent_command(shlex.quote(dist), python))
+        chan.settimeout(self.timeout)
+        return self._agent_channel(chan, stdin, stdout)
+
+    def _agent_channel(self, chan, stdin, stdout) -> Channel:
+        """The agent's channel, after the line that says where its stderr goes."""
+        try:
+            line = stdout.readline().decode(errors="replace").rstrip("\n")
+        except (socket.timeout, OSError) as exc:
+            _close_streams(chan, stdin, stdout)
+            raise SSHError(f"{self.target.known_as}: no answer from the shell ({exc})",
+                           "check that the host is not overloaded and its login shell starts") from None
+        stderr_path = line.removeprefix("tfcc-stderr ") if line.startswith("tfcc-stderr /") else None
+        chan.settimeout(None)
+        return Channel(stdin, stdout, lambda: _close_streams(chan, stdin, stdout), f"the agent on {self.target.known_as}",
+                       (lambda: self._take_tail(stderr_path)) if stderr_path else None)
+
+    def _take_tail(self, path: str) -> str:
+        """The end of a file on the host, removed after reading (an agent's stderr)."""
+        quoted = shlex.quote(path)
+        code, out, _ = self.run(f"tail -c 4000 {quoted} 2>/dev/null; rm -f {quoted}", timeout=self.timeout)
+        return out
 
     def _exec_streams(self, command: str):
         transport = self.connect().get_transport()
@@ -216,12 +328,25 @@ class SSHConnection:
         return SFTPFiles(self.connect().open_sftp())
 
     def close(self) -> None:
-        with self._lock:
-            if self.client is not None:
-                self.client.close()
-                self.client = None
-            if self._jump is not None:
-                self._jump.close()
+        """Close the connection now; a connect in progress gives up what it opens (nothing waits for it)."""
+        with self._state:
+            self._generation += 1
+            client, self.client = self.client, None
+            jump, self._jump = self._jump, None
+        if client is not None:
+            client.close()
+        if jump is not None:
+            jump.close()
+
+
+def _agent_command(dist: str, python: str) -> str:
+    """Shell words that start the agent in ``dist`` (already quoted, or a $variable), its stderr kept in a file.
+
+    -S: the agent needs only the standard library; skipping site saves most of the start-up.
+    The file is removed by the agent when it ends cleanly, and read by the console when it does not.
+    """
+    return (f'cd {dist} && e="$(cd ../.. && pwd)/agent-$$.err" && echo "tfcc-stderr $e" && '
+            f'TFCC_AGENT_STDERR="$e" exec {shlex.quote(python)} -S -m agent 2>"$e"')
 
 
 def _close_streams(chan, *streams) -> None:

@@ -21,6 +21,26 @@ AUTOSHARD_POLICIES = ("auto", "data", "off", "file")
 LR_RULES = ("linear", "sqrt", "none")
 WORKLOADS = ("digits", "synthetic", "file")
 
+# Bounds of the training numbers, for the trainer's options and the cluster file alike:
+# beyond them a value is a typo, not a plan (a billion epochs, a batch of a billion).
+MAX_EPOCHS = 100_000
+MAX_BATCH = 1 << 20           # examples per replica, and in a global batch
+MAX_LEARNING_RATE = 10.0
+
+
+def learning_rate_problem(value: float) -> str | None:
+    """Why ``value`` cannot be a learning rate, or None. NaN and infinities diverge at the first step."""
+    if not math.isfinite(value) or not 0 < value <= MAX_LEARNING_RATE:
+        return f"it must be a number above 0 and at most {MAX_LEARNING_RATE:g}"
+    return None
+
+
+def count_problem(value: int, low: int, high: int) -> str | None:
+    """Why ``value`` is out of ``low..high``, or None."""
+    if not low <= value <= high:
+        return f"it must be from {low} to {high}"
+    return None
+
 
 class ConfigError(Exception):
     """Bad input: the message says what is wrong and what to change."""
@@ -224,8 +244,9 @@ class BatchPlan:
 
 def split_global_batch(global_batch: int, replicas: int, where: str = "--global-batch") -> int:
     """The per-replica batch of a global batch, or why it does not split evenly."""
-    if global_batch < 1:
-        raise ConfigError(f"{where} is {global_batch}; it must be at least 1")
+    problem = count_problem(global_batch, 1, MAX_BATCH)
+    if problem:
+        raise ConfigError(f"{where} is {global_batch}; {problem}")
     if global_batch % replicas:
         lower = global_batch // replicas * replicas
         options = " or ".join(str(n) for n in (lower, lower + replicas) if n >= replicas)
@@ -254,12 +275,14 @@ def plan_batches(
     """
     if global_batch is not None:
         per_replica_batch = split_global_batch(global_batch, num_workers * replicas_per_worker)
-    if per_replica_batch < 1:
-        raise ConfigError(f"--per-replica-batch is {per_replica_batch}; it must be at least 1")
+    problem = count_problem(per_replica_batch, 1, MAX_BATCH)
+    if problem:
+        raise ConfigError(f"--per-replica-batch is {per_replica_batch}; {problem}")
     if lr_rule not in LR_RULES:
         raise ConfigError(f"learning-rate rule {lr_rule!r} is unknown; use one of {', '.join(LR_RULES)}")
-    if base_learning_rate <= 0:
-        raise ConfigError(f"--learning-rate is {base_learning_rate}; it must be positive")
+    problem = learning_rate_problem(base_learning_rate)
+    if problem:
+        raise ConfigError(f"--learning-rate is {base_learning_rate}; {problem}")
     global_batch = per_replica_batch * num_workers * replicas_per_worker
     if steps_per_epoch is not None:
         if steps_per_epoch < 1:
@@ -296,13 +319,29 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(f"{message} (see python -m trainer --help)")
 
 
-def _positive_int(text: str) -> int:
+def _positive_int(text: str, high: int = 1 << 31) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    problem = count_problem(value, 1, high)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{value}: {problem}")
+    return value
+
+
+def _epochs(text: str) -> int:
+    return _positive_int(text, MAX_EPOCHS)
+
+
+def _learning_rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    problem = learning_rate_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{text}: {problem}")
     return value
 
 
@@ -333,14 +372,14 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--classes", type=_positive_int, default=10, help="synthetic: number of classes")
     w.add_argument("--examples", type=_positive_int, default=4096, help="synthetic: training examples")
     t = p.add_argument_group("training")
-    t.add_argument("--epochs", type=_positive_int, default=5)
+    t.add_argument("--epochs", type=_epochs, default=5, help=f"1 to {MAX_EPOCHS}")
     batch = t.add_mutually_exclusive_group()
     batch.add_argument("--per-replica-batch", type=int, default=32, help="examples per replica and step (default 32)")
     batch.add_argument("--global-batch", type=int, default=None,
                        help="examples per step over all replicas; must be a multiple of the replicas")
     t.add_argument("--steps-per-epoch", type=int, default=None,
                    help="default: training examples // global batch")
-    t.add_argument("--learning-rate", type=float, default=1e-3,
+    t.add_argument("--learning-rate", type=_learning_rate, default=1e-3,
                    help="base learning rate for one replica; scaled by --lr-scaling")
     t.add_argument("--lr-scaling", choices=LR_RULES, default="linear",
                    help="linear: x replicas (default); sqrt: x sqrt(replicas); none")

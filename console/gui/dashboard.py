@@ -25,9 +25,9 @@ log = logging.getLogger("console.gui")
 REFRESH_MS = 33          # at most 30 redraws a second
 MAX_POINTS = 600         # per curve and redraw: 300 min/max pairs, one per 2-3 pixels of a plot
 LOG_LINES = 2000         # per worker's log tail
-NEW_WORKERS_PER_FRAME = 4
+NEW_WORKERS_PER_FRAME = 4  # rows, curves and legend entries added per redraw
 MIN_X_SPAN = 100           # steps a view shows at least (fewer view moves early in a run)
-SLOW_REFRESH_MS = 250      # progress lines, ETA, straggler marks and the events list  # rows, curves and legend entries added per redraw
+SLOW_REFRESH_MS = 250      # progress lines, ETA, straggler marks and the events list
 
 
 class _Curve(pg.PlotCurveItem):
@@ -113,7 +113,8 @@ class Dashboard(QWidget):
         self.redraws = 0
         self._drawn: dict[tuple, int] = {}    # per (task, metric): the store's append count drawn
         self._views: dict[str, tuple] = {}    # per plot: the view range last set while following
-        self.following: dict[str, bool] = {}  # per plot: does the view follow the data (no zoom/pan by hand)        self._seen_version = -1
+        self.following: dict[str, bool] = {}  # per plot: does the view follow the data (no zoom/pan by hand)
+        self._seen_version = -1               # the store's version drawn: -1, the first tick draws
         self._seen_events = 0
 
         self.plot_area = pg.GraphicsLayoutWidget()

@@ -304,9 +304,8 @@ class MainWindow(QMainWindow):
         by_host = {r.name: r for r in (self.report.hosts if self.report else [])}
         problems = {}
         for p in (self.report.problems if self.report else []):
-            for h in c.hosts:
-                if p.where == h.name or p.where.startswith(h.name + " ") or f" {h.name}" in p.where:
-                    problems.setdefault(h.name, []).append(str(p))
+            for name in dict.fromkeys(p.hosts):  # the hosts it concerns, by name (a reach problem names both ends)
+                problems.setdefault(name, []).append(str(p))
         style = self.style()
         for row, host in enumerate(c.hosts):
             tasks = [n for n, t in zip(c.task_names(), c.tasks) if t.host == host.name]

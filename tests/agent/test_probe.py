@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import site
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +12,8 @@ import pytest
 
 from agent import probe
 from console.agent_client import AgentClient, LocalTransport
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SMI = Path(__file__).parent / "data" / "nvidia-smi"
 
@@ -89,10 +91,42 @@ def test_package_version_reads_dist_info_like_an_import_would(tmp_path, monkeypa
                                          (second, "Legacy.Pkg.egg-info", "PKG-INFO", "0.3")):
         (folder / entry).mkdir(parents=True)
         (folder / entry / meta).write_text(f"Metadata-Version: 2.1\nName: x\nVersion: {version}\n\nVersion: 9\n")
-    monkeypatch.setattr(sys, "path", [str(first)])
-    monkeypatch.setattr(site, "getsitepackages", lambda: [str(second)])
-    monkeypatch.setattr(site, "getusersitepackages", lambda: str(tmp_path / "none"))
-    assert probe.package_version("tf-keras") == "2.21.0"
-    assert probe.package_version("TF.Keras") == "2.21.0"
-    assert probe.package_version("legacy-pkg") == "0.3"
-    assert probe.package_version("tensorflow") is None
+    paths = [str(first), str(tmp_path / "none"), str(second)]
+    assert probe.package_version("tf-keras", paths) == "2.21.0"
+    assert probe.package_version("TF.Keras", paths) == "2.21.0"
+    assert probe.package_version("legacy-pkg", paths) == "0.3"
+    assert probe.package_version("tensorflow", paths) is None
+
+
+def _venv_with_tensorflow(folder: Path, *options: str) -> Path:
+    """A venv of its own (no pip) whose site-packages holds a dist-info folder for TensorFlow 2.21.0."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", *options, str(folder)], check=True)
+    (site_packages,) = folder.glob("lib/python*/site-packages")
+    meta = site_packages / "tensorflow-2.21.0.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: tensorflow\nVersion: 2.21.0\n\n")
+    return folder / "bin" / "python"
+
+
+@pytest.mark.parametrize("flags", [["-S"], []], ids=["no-site", "site"])
+def test_probe_sees_a_venvs_packages_as_an_import_there_would(tmp_path, flags):
+    """A venv's interpreter started with -S keeps the base's sys.prefix (Python 3.11): the probe
+    must still look in the venv's site-packages, whatever the base interpreter has installed."""
+    python = _venv_with_tensorflow(tmp_path / "venv")
+    code = "from agent import probe; print(probe.package_version('tensorflow'))"
+    out = subprocess.run([str(python), *flags, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "2.21.0"
+
+
+def test_probe_reads_include_system_site_packages(tmp_path, monkeypatch):
+    """With include-system-site-packages the base's site-packages come after the venv's; without, never."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    monkeypatch.setattr(sys, "executable", str(venv / "bin" / "python"))
+    base = probe._base_site_packages()
+    for setting, expected in (("false", False), ("true", True)):
+        (venv / "pyvenv.cfg").write_text(f"home = /usr/bin\ninclude-system-site-packages = {setting}\n")
+        paths = probe.search_path()
+        own = paths.index(probe._site_packages(str(venv))[0])
+        assert all((p in paths) == expected for p in base)
+        assert all(paths.index(p) > own for p in base if p in paths)

@@ -88,15 +88,15 @@ def test_batch_plan_arithmetic_and_lr_rules():
 @pytest.mark.parametrize(
     "overrides, expected",
     [
-        ({"per_replica_batch": 0}, "--per-replica-batch is 0; it must be at least 1"),
+        ({"per_replica_batch": 0}, "--per-replica-batch is 0; it must be from 1 to 1048576"),
         ({"per_replica_batch": 1000}, "is larger than the 1437 training examples; lower --per-replica-batch to at most 359"),
         ({"num_examples": None}, "dataset's size is unknown"),
         ({"steps_per_epoch": 0}, "--steps-per-epoch is 0"),
-        ({"base_learning_rate": -1.0}, "--learning-rate is -1.0; it must be positive"),
+        ({"base_learning_rate": -1.0}, "--learning-rate is -1.0; it must be a number above 0 and at most 10"),
         ({"global_batch": 130}, "--global-batch 130 does not split evenly over 4 replicas; use a multiple of 4 "
                                 "(e.g. 128 or 132) or give the per-replica batch instead"),
         ({"global_batch": 3}, "--global-batch 3 does not split evenly over 4 replicas; use a multiple of 4 (e.g. 4)"),
-        ({"global_batch": 0}, "--global-batch is 0; it must be at least 1"),
+        ({"global_batch": 0}, "--global-batch is 0; it must be from 1 to 1048576"),
     ],
 )
 def test_batch_plans_that_cannot_work(overrides, expected):

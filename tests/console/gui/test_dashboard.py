@@ -95,3 +95,16 @@ def test_log_tails_per_worker(qtbot):
     board.append_log("worker-0", "stdout", "hello\n")
     assert [board.logs.tabText(i) for i in range(board.logs.count())] == ["worker-1", "worker-0"]
     assert board.log_views["worker-1"].toPlainText() == "epoch 1\nepoch 2\n[stderr] W0000 warning"
+
+
+def test_the_first_frame_draws_what_the_store_has_before_any_show(qtbot):
+    """A dashboard given a store with data draws it on its first tick, shown or not yet (rows, curves)."""
+    store = MetricsStore()
+    feed(store, workers=2, steps=5, rate=1000.0, burst=5).join()
+    board = Dashboard(store)
+    qtbot.addWidget(board)
+    board.timer.timeout.emit()
+    assert board.redraws == 1 and board._seen_version == store.version
+    assert sorted(board.progress_bars) == ["worker-0", "worker-1"] and len(board.curves) == 2 * 3
+    board.timer.timeout.emit()  # nothing new: no frame
+    assert board.redraws == 1
