@@ -160,6 +160,18 @@ def reach_problem(source: str, task: dict, result: dict) -> Problem:
     return Problem(where, cause, fix, (source, task["host"]))
 
 
+def _no_answer_fix(host: cl.Host, stage: str, link_stage: str) -> str:
+    """What to do about a host that gave no answer in time, by how far its check got."""
+    if stage == "connecting":
+        stage = link_stage
+    if stage == "connecting":
+        return "check that the host is up and its SSH port reachable (a firewall that drops packets looks like this)"
+    if stage == "deploying":
+        return "the upload of tfcc's agent did not finish: check the host's free disk space and the network to it"
+    return (f"its agent started with {host.interpreter!r} but did not answer ({stage}): check that this Python "
+            "runs there and that the host is not overloaded")
+
+
 # --------------------------------------------------------------------------- the check
 
 
@@ -197,7 +209,7 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
             def left() -> float:
                 return max(0.1, deadline - (time.monotonic() - start))
 
-            stages[host.name] = "connecting" if not host.local else "starting the agent"
+            stages[host.name] = "connecting"  # then the link's own stage says how far it got
             client = links[host.name].connect(bundle)
             stages[host.name] = "probing"
             asked = time.time()
@@ -234,12 +246,8 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
                     continue
             # Still waiting at the deadline, or a step of it timed out (the connect's timeout is the deadline).
             r.error = f"no answer in {deadline:.0f} s"
-            stage = stages[host.name]
-            fix = ("check that the host is up and its SSH port reachable (a firewall that drops packets "
-                   "looks like this)" if stage == "connecting" else
-                   f"its agent started with {host.interpreter!r} but did not answer ({stage}): check that "
-                   "this Python runs there and that the host is not overloaded")
-            problems.append(Problem(host.name, r.error, fix, (host.name,)))
+            problems.append(Problem(host.name, r.error, _no_answer_fix(host, stages[host.name], links[host.name].stage),
+                                    (host.name,)))
         for r in reports.values():
             for port in r.ports:
                 if not port["free"]:

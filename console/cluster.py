@@ -218,13 +218,19 @@ def _choice(where: str, value: str, choices) -> None:
 
 
 def loads(text: str, source: str = "cluster file") -> Cluster:
+    if not isinstance(text, str):
+        raise ClusterFileError(f"{source} is {type(text).__name__}, not TOML text; give the text of a cluster file")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ClusterFileError(f"{source} is not valid TOML: {exc}") from None
+        raise ClusterFileError(f"{source} is not valid TOML: {exc}; correct the file there") from None
     unknown = sorted(set(data) - {"hosts", "tasks", "training"})
     if unknown:
         raise ClusterFileError(f"{source} has unknown section {unknown[0]!r}; sections are [[hosts]], [[tasks]], [training]")
+    for section in ("hosts", "tasks"):
+        if not isinstance(data.get(section, []), list):
+            raise ClusterFileError(f"{source}: {section} must be a list of [[{section}]] tables (double brackets), "
+                                   f"one per {section[:-1]}")
     hosts = [_build(Host, h, f"hosts[{i}]") for i, h in enumerate(data.get("hosts", []))]
     tasks = [_build(Task, t, f"tasks[{i}]") for i, t in enumerate(data.get("tasks", []))]
     if isinstance(data.get("training"), dict) and {"per_replica_batch", "global_batch"} <= set(data["training"]):

@@ -119,6 +119,7 @@ class HostLink:
         self.dist: str | None = None
         self.client: AgentClient | None = None
         self.lock = threading.Lock()     # one connect at a time
+        self.stage = "connecting"        # how far the last connect got (a check names it when time runs out)
         self._state = threading.Lock()   # held only for a moment: closing never waits for a connect
 
     def _deploy(self, bundle, on_progress=None) -> None:
@@ -137,9 +138,12 @@ class HostLink:
             if client is not None and not client.closed.is_set():
                 return client
             bundle = bundle or make_bundle()
+            self.stage = "connecting"
             if self.ssh is None:
                 if self.dist is None:
+                    self.stage = "deploying"
                     self._deploy(bundle, on_progress)
+                self.stage = "starting the agent"
                 try:
                     channel = LocalTransport(python=self.host.interpreter, agent_root=Path(self.dist),
                                              stderr_dir=Path(self.home)).open_channel()
@@ -148,19 +152,24 @@ class HostLink:
                                    f"({exc.strerror})", "set python in the host's entry to a Python 3.9+ "
                                    "interpreter") from None
             elif self.dist is not None:
+                self.ssh.connect()
+                self.stage = "starting the agent"
                 channel = self.ssh.open_agent_channel(self.dist, self.host.interpreter)
             else:
                 # One exec finds the home and, when the code is already there, starts the agent.
                 self.home, channel = self.ssh.start_agent(bundle.name, self.host.interpreter)
                 if channel is None:
+                    self.stage = "deploying"
                     files = self.ssh.sftp()
                     try:
                         self.dist, _ = deploy(bundle, files, self.home, on_progress)
                     finally:
                         files.close()
+                    self.stage = "starting the agent"
                     channel = self.ssh.open_agent_channel(self.dist, self.host.interpreter)
                 else:
                     self.dist = f"{self.home}/dist/{bundle.name}"
+            self.stage = "starting the agent"
             client = AgentClient(channel)
             try:
                 client.hello(timeout=self.timeout)
@@ -178,6 +187,7 @@ class HostLink:
                                "and that the host is not overloaded", timed_out=True) from None
             with self._state:
                 self.client = client
+            self.stage = "connected"
             return client
 
     def close(self, client: AgentClient | None = None) -> None:

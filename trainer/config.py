@@ -334,6 +334,10 @@ def _epochs(text: str) -> int:
     return _positive_int(text, MAX_EPOCHS)
 
 
+def _batch(text: str) -> int:
+    return _positive_int(text, MAX_BATCH)
+
+
 def _learning_rate(text: str) -> float:
     try:
         value = float(text)
@@ -374,10 +378,11 @@ def build_parser() -> argparse.ArgumentParser:
     t = p.add_argument_group("training")
     t.add_argument("--epochs", type=_epochs, default=5, help=f"1 to {MAX_EPOCHS}")
     batch = t.add_mutually_exclusive_group()
-    batch.add_argument("--per-replica-batch", type=int, default=32, help="examples per replica and step (default 32)")
-    batch.add_argument("--global-batch", type=int, default=None,
+    batch.add_argument("--per-replica-batch", type=_batch, default=32,
+                       help=f"examples per replica and step, 1 to {MAX_BATCH} (default 32)")
+    batch.add_argument("--global-batch", type=_batch, default=None,
                        help="examples per step over all replicas; must be a multiple of the replicas")
-    t.add_argument("--steps-per-epoch", type=int, default=None,
+    t.add_argument("--steps-per-epoch", type=_positive_int, default=None,
                    help="default: training examples // global batch")
     t.add_argument("--learning-rate", type=_learning_rate, default=1e-3,
                    help="base learning rate for one replica; scaled by --lr-scaling")
@@ -437,6 +442,8 @@ def parse_options(argv: list[str] | None = None) -> Options:
     if ns.workload == "file":
         if ns.model_file is None:
             raise ConfigError("--workload file needs --model-file PATH (a .py file with build_model() and train_dataset())")
+        if ns.model_file.is_dir():
+            raise ConfigError(f"model file {str(ns.model_file)!r} is a folder; give the path of a .py file")
         if not ns.model_file.is_file():
             raise ConfigError(f"model file {str(ns.model_file)!r} does not exist; check the path")
     ns.run_dir = Path(os.path.abspath(ns.run_dir))

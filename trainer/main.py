@@ -18,7 +18,8 @@ os.environ["TF_USE_LEGACY_KERAS"] = "1"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from trainer import workloads  # noqa: E402  (imports no TensorFlow)
-from trainer.config import ClusterConfig, ConfigError, parse_options, parse_tf_config  # noqa: E402
+from trainer.config import (ClusterConfig, ConfigError, check_autoshard, choose_strategy, parse_options,  # noqa: E402
+                            parse_tf_config)
 from trainer.metrics import MetricsWriter  # noqa: E402
 
 EXIT_BAD_INPUT = 2
@@ -35,9 +36,14 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         _say(str(exc))
         return EXIT_BAD_INPUT
-    opts.run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        opts.run_dir.mkdir(parents=True, exist_ok=True)
+        writer = MetricsWriter(opts.run_dir / "metrics.jsonl")
+    except OSError as exc:
+        why = "it is a file" if opts.run_dir.is_file() else exc.strerror
+        _say(f"cannot write to --run-dir {str(opts.run_dir)!r} ({why}); give a folder this user can write to")
+        return EXIT_BAD_INPUT
     os.environ["TFCC_RUN_DIR"] = str(opts.run_dir)
-    writer = MetricsWriter(opts.run_dir / "metrics.jsonl")
     cluster = ClusterConfig()
     try:
         cluster = parse_tf_config(os.environ.get("TF_CONFIG"))
@@ -53,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         if opts.model_file is not None:
             workloads.check_model_file(opts.model_file)
+        # What TensorFlow is not needed for is refused before it loads (its errors do not depend on the devices).
+        choose_strategy(opts.strategy, cluster, opts.cpu_devices)
+        if opts.workload != "file":
+            check_autoshard(opts.autoshard, True, opts.workload, cluster.num_workers)  # built-in data is in memory
         from trainer import train  # TensorFlow loads here, after validation
 
         try:

@@ -148,11 +148,15 @@ def check_model_file(path: Path) -> None:
     try:
         source = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read model file {str(path)!r}: {exc.strerror}") from None
+        raise ConfigError(f"cannot read model file {str(path)!r}: {exc.strerror}; check its permissions") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"model file {str(path)!r} is not UTF-8 text (byte {exc.start}); "
+                          "save it as UTF-8 (Python files are UTF-8)") from None
     try:
         tree = ast.parse(source, filename=str(path))
     except SyntaxError as exc:
-        raise ConfigError(f"model file {str(path)!r} has a syntax error at line {exc.lineno}: {exc.msg}") from None
+        line = f" at line {exc.lineno}" if exc.lineno else ""
+        raise ConfigError(f"model file {str(path)!r} has a syntax error{line}: {exc.msg}; fix the file") from None
     defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
     defined |= {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}

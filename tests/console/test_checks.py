@@ -6,11 +6,13 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from console import checks
 from console import cluster as cl
+from console.runner import CONNECT_TIMEOUT
 
 PROBE = {"python": "3.11.7", "python_executable": "/usr/bin/python3", "tensorflow": "2.21.0",
          "tf_keras": "2.21.0", "gpus": [], "time": 0.0}
@@ -189,3 +191,67 @@ def test_hanging_host_says_no_answer_within_the_deadline(pinned):
     assert by_name[h1.name].error == "no answer in 4 s"
     assert by_name[h0.name].ok
     assert took < 4 + 10  # the hanging host holds nothing back beyond its deadline (plus the port checks)
+
+
+def test_cli_check_with_deadline_5_against_a_blackholed_host_returns_within_6_s(pinned, ssh_env):
+    """The whole command, interpreter start and exit included, keeps the deadline (it once took 10 s)."""
+    h0, h1 = pinned.hosts
+    path = ssh_env / "two.toml"
+    cl.save(host_cluster(pinned), path)
+    tfcc = str(Path(sys.executable).with_name("tfcc"))
+    nft(h1, "tcp", "dport", "22", "drop")
+    try:
+        t0 = time.monotonic()
+        done = subprocess.run([tfcc, "check", str(path), "--deadline", "5"], capture_output=True, text=True,
+                              timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        flush_nft(h1)
+    assert took < 6, (took, done.stdout, done.stderr)
+    assert done.returncode == 1
+    assert f"{h1.name}: no answer in 5 s; check that the host is up and its SSH port reachable" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def hanging_python(folder: Path) -> str:
+    """An "interpreter" that starts and never says a word; it reads until its input closes (and its
+    output stays open, as a hung Python's does)."""
+    path = folder / "hanging-python"
+    path.write_text("#!/bin/sh\nwhile read -r line; do :; done\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_hung_agent_is_no_answer_within_the_deadline(pinned, ssh_env):
+    h0, h1 = pinned.hosts
+    python = hanging_python(ssh_env)
+    t0 = time.monotonic()
+    report = checks.check(host_cluster(pinned, {h1.name: python}), deadline=4)
+    took = time.monotonic() - t0
+    by_name = {r.name: r for r in report.hosts}
+    assert by_name[h0.name].ok
+    assert by_name[h1.name].error == "no answer in 4 s"
+    assert [str(p) for p in report.problems if p.where == h1.name] == [
+        f"{h1.name}: no answer in 4 s; its agent started with {python!r} but did not answer (starting the agent): "
+        "check that this Python runs there and that the host is not overloaded"]
+    assert took < 4 + 3
+
+
+def test_run_with_a_hung_agent_is_one_line_within_the_connect_timeout(pinned, ssh_env):
+    h0, h1 = pinned.hosts
+    python = hanging_python(ssh_env)
+    path = ssh_env / "hung.toml"
+    cluster = host_cluster(pinned, {h1.name: python})
+    cluster.training.epochs = 1
+    cl.save(cluster, path)
+    tfcc = str(Path(sys.executable).with_name("tfcc"))
+    t0 = time.monotonic()
+    done = subprocess.run([tfcc, "run", str(path), "--run-id", "hung"], capture_output=True, text=True, timeout=120)
+    took = time.monotonic() - t0
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"tfcc: error: host {h1.name}: no answer in {CONNECT_TIMEOUT:.0f} s from the agent started with "
+        f"{python!r}; check that this interpreter starts on {h1.name} (run it there by hand) and that the host "
+        "is not overloaded"]
+    assert took < CONNECT_TIMEOUT + 10  # the connect of the healthy host and the deploy, then the one timeout
+    assert not list((h0.tfcc_home / "runs").glob("hung/*/pid*")), "no task may start when a host cannot"
