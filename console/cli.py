@@ -27,15 +27,9 @@ import traceback
 
 from console import cluster as cl
 from console.errors import TfccError, describe
+from console.metrics_store import metric_text, metric_value
 from console.runner import WATCHDOG_SECONDS, Run, RunError, TaskState, check_run_id, known_runs, new_run_id
 
-
-
-def number(value, digits: int = 4) -> str:
-    """A metric as text: ``nan`` for a missing or non-finite value (a diverged loss), never an error."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return "nan"
-    return f"{value:.{digits}f}"
 
 
 class Printer:
@@ -81,8 +75,8 @@ class Printer:
         if r["type"] == "step":
             self.last_step[name] = r
         elif r["type"] == "epoch":
-            val = "".join(f"  {key} {number(r.get(key))}" for key in ("val_loss", "val_accuracy") if key in r)
-            self.emit(f"{name}: epoch {r.get('epoch', 0) + 1} done  loss {number(r.get('loss'))}{val}")
+            val = "".join(f"  {key} {metric_text(r.get(key))}" for key in ("val_loss", "val_accuracy") if key in r)
+            self.emit(f"{name}: epoch {r.get('epoch', 0) + 1} done  loss {metric_text(r.get('loss'))}{val}")
         elif r.get("event") == "started":
             self.steps_per_epoch[name] = r["steps_per_epoch"]
             self.emit(f"{name}: training with {r['strategy']}: global batch {r['global_batch']} = "
@@ -100,10 +94,10 @@ class Printer:
             s = self.last_step.get(task.name)
             if s and task.phase == "training":
                 loss = s.get("loss", s.get("loss_avg"))
-                step_time = s.get("step_time")
-                ms = f"{step_time * 1000:.0f}" if isinstance(step_time, (int, float)) and math.isfinite(step_time) else "?"
+                step_time = metric_value(s.get("step_time"))
+                ms = f"{step_time * 1000:.0f}" if math.isfinite(step_time) else "?"
                 parts.append(f"{task.name} e{s.get('epoch', 0) + 1} {s.get('step', 0) + 1}/"
-                             f"{self.steps_per_epoch.get(task.name, '?')} loss {number(loss)} {ms} ms")
+                             f"{self.steps_per_epoch.get(task.name, '?')} loss {metric_text(loss)} {ms} ms")
         if parts:
             self.emit("  " + " | ".join(parts))
 

@@ -9,6 +9,7 @@ most ``max_points`` and gets a min/max ("peak") reduction that keeps spikes.
 from __future__ import annotations
 
 import csv
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -185,12 +186,12 @@ class MetricsStore:
         steps = [r for r in records if r.get("type") == "step"]
         columns = None
         if steps:
-            xs = np.array([float(r.get("global_step", 0)) for r in steps])
+            xs = np.array([metric_value(r.get("global_step", 0)) for r in steps])
             columns = {}
             for metric in METRICS:
                 values = [r.get(metric, r.get("loss_avg") if metric == "loss" else None) for r in steps]
-                columns[metric] = np.array([np.nan if v is None else v for v in values], dtype=float)
-            step_times = [r["step_time"] for r in steps if r.get("step_time") is not None]
+                columns[metric] = np.array([metric_value(v) for v in values], dtype=float)
+            step_times = [t for t in (metric_value(r.get("step_time")) for r in steps) if math.isfinite(t)]
         with self._lock:
             self._worker(task)
             prog = self.progress[task]
@@ -213,8 +214,8 @@ class MetricsStore:
                 if kind == "epoch":
                     self.epochs.append({"task": task, **r})
                     self.events.append({"time": r.get("time"), "task": task, "event": "epoch",
-                                        "text": f"epoch {r.get('epoch', 0) + 1} done, loss {_fmt(r.get('loss'))}"
-                                        + (f", val_accuracy {_fmt(r.get('val_accuracy'))}"
+                                        "text": f"epoch {r.get('epoch', 0) + 1} done, loss {metric_text(r.get('loss'))}"
+                                        + (f", val_accuracy {metric_text(r.get('val_accuracy'))}"
                                            if r.get("val_accuracy") is not None else "")})
                 elif kind == "event":
                     name = r.get("event")
@@ -303,8 +304,18 @@ class MetricsStore:
         return rows
 
 
-def _fmt(value) -> str:
-    return "n/a" if value is None else f"{value:.4f}"
+def metric_value(value) -> float:
+    """A record's metric as a float: NaN for a missing, non-finite or non-numeric one (a gap in a plot)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    return float(value)
+
+
+def metric_text(value, digits: int = 4) -> str:
+    """A metric as text: ``nan`` for a missing, non-finite or non-numeric value (a diverged loss is
+    ``null`` in the metrics file), never an error."""
+    value = metric_value(value)
+    return f"{value:.{digits}f}" if math.isfinite(value) else "nan"
 
 
 def describe_event(r: dict) -> str:

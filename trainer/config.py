@@ -11,6 +11,7 @@ import argparse
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,6 +108,10 @@ class ClusterConfig:
         return None if addr is None else int(addr.rsplit(":", 1)[1])
 
 
+# A host name or an IPv4 literal, or an IPv6 literal in brackets: TensorFlow's parser fails later on anything else.
+_TF_HOST = re.compile(r"^(?:[A-Za-z0-9_.-]+|\[[0-9A-Za-z:.%_-]+\])$")
+
+
 def _check_address(role: str, index: int, addr: object) -> None:
     where = f"TF_CONFIG cluster {role}:{index}"
     if not isinstance(addr, str):
@@ -116,6 +121,9 @@ def _check_address(role: str, index: int, addr: object) -> None:
         raise ConfigError(f"{where} address {addr!r} has no port; write it as \"host:port\"")
     if not port.isdigit() or not 1 <= int(port) <= 65535:
         raise ConfigError(f"{where} address {addr!r} has port {port!r}; use a number from 1 to 65535")
+    if not _TF_HOST.match(host):
+        raise ConfigError(f"{where} address {addr!r} has host {host!r}; use a host name or an IP address "
+                          "(an IPv6 one in brackets, like [::1]:2222), with no spaces or other characters")
 
 
 def parse_tf_config(text: str | None) -> ClusterConfig:

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from agent import runs
-from console.cli import main
+from console.cli import Printer, main
+from console.runner import TaskState
 from trainer.metrics import read_records
 
-pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 QUICK = """
@@ -55,6 +57,7 @@ def task_dirs(homes, run_id):
     return sorted((homes / "host-home" / "runs" / run_id).iterdir())
 
 
+@pytest.mark.slow
 def test_embedded_default_runs_and_its_json_stream_has_every_step(homes, capsys):
     """The README's first command: ``tfcc`` with no cluster file trains digits on two local workers.
 
@@ -96,6 +99,7 @@ def console_until_steps(homes, epochs: int, run_id: str, steps: int = 1) -> subp
     pytest.fail(f"tfcc run ended after {seen} step records")
 
 
+@pytest.mark.slow
 def test_attach_after_the_console_dies_replays_every_line_once(homes, capsys):
     proc = console_until_steps(homes, 3, "r2", steps=10)  # kill the console once training is under way
     try:
@@ -116,6 +120,7 @@ def test_attach_after_the_console_dies_replays_every_line_once(homes, capsys):
         _stop_everything(homes, "r2")
 
 
+@pytest.mark.slow
 def test_stop_ends_every_process_of_the_run(homes, capsys):
     proc = console_until_steps(homes, 20, "r3")
     try:
@@ -136,6 +141,7 @@ def test_stop_ends_every_process_of_the_run(homes, capsys):
         _stop_everything(homes, "r3")
 
 
+@pytest.mark.slow
 def test_unknown_run_and_bad_cluster_file_say_what_to_do(homes, capsys, tmp_path):
     assert main(["attach", "nope"]) == 2
     assert "no run 'nope' is known to this console; tfcc runs lists them" in capsys.readouterr().err
@@ -145,6 +151,7 @@ def test_unknown_run_and_bad_cluster_file_say_what_to_do(homes, capsys, tmp_path
     assert "tasks[0].host 'gone' is not a host of this cluster (hosts: local)" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_users_unmodified_script_runs_as_a_two_worker_job(homes, capsys):
     path = homes / "tutorial.toml"
     script = ROOT / "tests" / "trainer" / "data" / "tutorial_mwms.py"
@@ -183,6 +190,7 @@ def _listening_ports_of(pids: set[int]) -> set[int]:
     return ports
 
 
+@pytest.mark.slow
 def test_only_tensorflows_task_ports_listen_during_a_run(homes, capsys):
     proc = console_until_steps(homes, 20, "r5")
     try:
@@ -202,6 +210,7 @@ def test_only_tensorflows_task_ports_listen_during_a_run(homes, capsys):
         _stop_everything(homes, "r5")
 
 
+@pytest.mark.slow
 def test_check_json_on_the_default_cluster(homes, capsys):
     assert main(["check", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -227,3 +236,18 @@ def test_gui_with_a_bad_cluster_file_says_why_before_any_window(tmp_path, capsys
     bad.write_text("[[hosts]]\nname = 'a'\n\n[[tasks]]\nhost = 'a'\n")
     assert main(["gui", str(bad)]) == 2
     assert "has no address" in capsys.readouterr().err
+
+
+def test_a_diverged_loss_prints_nan_and_the_console_goes_on():
+    """A diverged loss is null in the metrics file; the printer once died on it (TypeError) and
+    the console exited while the run went on detached."""
+    out = io.StringIO()
+    printer = Printer(as_json=False, out=out)
+    task = TaskState("worker-0", "local", phase="training")
+    steps = [{"type": "step", "epoch": 0, "step": 4, "global_step": 5, "loss": None, "step_time": None},
+             {"type": "epoch", "epoch": 0, "loss": None, "val_loss": float("nan"), "val_accuracy": 0.5}]
+    printer.on_message(task, {"type": "metrics", "records": steps, "offset": 100})
+    printer.status_line(SimpleNamespace(tasks=[task]))
+    assert out.getvalue().splitlines() == [
+        "worker-0: epoch 1 done  loss nan  val_loss nan  val_accuracy 0.5000",
+        "  worker-0 e1 5/? loss nan ? ms"]

@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 
-from console.metrics_store import MetricsStore, Series, describe_event
+from console.metrics_store import MetricsStore, Series, describe_event, metric_text
 from console.synthetic import started_record, step_record
 
 
@@ -63,3 +63,22 @@ def test_csv_export_has_every_point(tmp_path):
     rows = list(csv.reader(open(tmp_path / "m.csv")))
     assert rows[0] == ["worker", "global_step", "loss", "step_time", "examples_per_sec"]
     assert rows[1][:2] == ["worker-0", "1"] and rows[-1][:3] == ["worker-1", "1", ""]
+
+
+def test_a_diverged_loss_is_a_gap_and_reads_nan_never_an_error():
+    """The metrics file writes a non-finite loss as null (docs/metrics.md); a user's own reporter
+    may write anything. The store keeps the step with a NaN (a gap in the plot) and its words say nan."""
+    store = MetricsStore()
+    steps = [{**step_record(0, i + 1, 100, random.Random(i)), "loss": 0.5 - 0.01 * i} for i in range(5)]
+    steps[2]["loss"] = None
+    steps[3]["loss"] = float("inf")
+    steps[4].update(loss="diverged", step_time=None, examples_per_sec="fast")
+    store.ingest("worker-0", steps + [{"type": "epoch", "epoch": 0, "loss": None, "val_accuracy": float("nan"),
+                                       "time": 1.0}])
+    x, y = store.series("worker-0", "loss")
+    assert list(x) == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert list(y[:2]) == [0.5, 0.49] and np.isnan(y[2]) and np.isinf(y[3]) and np.isnan(y[4])
+    assert np.isnan(store.series("worker-0", "examples_per_sec")[1][4])
+    assert store.events[-1]["text"] == "epoch 1 done, loss nan, val_accuracy nan"
+    assert metric_text(None) == metric_text(float("nan")) == metric_text("x") == metric_text(True) == "nan"
+    assert metric_text(0.123456) == "0.1235" and metric_text(3) == "3.0000"

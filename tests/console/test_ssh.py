@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import paramiko
 import pytest
@@ -123,6 +125,65 @@ def test_dropped_connection_loses_and_repeats_nothing(ssh_hosts, ssh_env):
         assert [t.phase for t in run.tasks] == ["finished", "finished"]
     finally:
         run.detach()
+
+
+@pytest.mark.slow
+def test_host_refusing_connections_for_8_s_loses_nothing_and_the_run_finishes(ssh_hosts, ssh_env):
+    """The console's connection is cut and the host refuses new ones for 8 s (sshd down): the
+    console keeps trying, says so once, and then delivers every record exactly once (it once gave
+    up for good, lost hundreds of records, and said a finished task "ended training")."""
+    ssh_hosts.known_hosts(ssh_env / "known_hosts")
+    h1 = ssh_hosts.hosts[1]
+    path = ssh_env / "two.toml"
+    cl.save(two_host_cluster(ssh_hosts, 12), path)
+    tfcc = str(Path(sys.executable).with_name("tfcc"))
+    console = subprocess.Popen([tfcc, "run", str(path), "--json", "--run-id", "refused"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    cond = threading.Condition()
+
+    def read():
+        for line in console.stdout:
+            with cond:
+                lines.append(line)
+                cond.notify_all()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+
+    def steps_of(task: str) -> int:
+        return sum(1 for line in lines if f'"task": "{task}"' in line and '"type": "step"' in line)
+
+    try:
+        with cond:
+            assert cond.wait_for(lambda: steps_of("worker-1") >= 5, 180), lines[-5:]
+        ssh_hosts.stop_sshd(h1)  # cuts the console's sessions too
+        try:
+            with cond:
+                assert cond.wait_for(lambda: any('"type": "reconnecting"' in line for line in lines), 30)
+            threading.Event().wait(8)  # the outage itself: the host refuses connections for 8 s
+        finally:
+            ssh_hosts.start_sshd(h1)
+            ssh_hosts.wait_for_ssh(h1)
+        assert console.wait(timeout=300) == 0, console.stderr.read()
+        reader.join(10)
+    finally:
+        if console.poll() is None:
+            console.kill()
+            console.wait()
+    assert "Traceback" not in console.stderr.read()
+    stream = [json.loads(line) for line in lines]
+    outages = [m for m in stream if m.get("type") in ("reconnecting", "reconnected")]
+    assert [(m["task"], m["type"]) for m in outages] == [("worker-1", "reconnecting"), ("worker-1", "reconnected")]
+    assert outages[1]["after"] >= 8
+    for i, host in enumerate(ssh_hosts.hosts):
+        records = [{k: v for k, v in m.items() if k not in ("task", "host")} for m in stream
+                   if m.get("task") == f"worker-{i}" and m.get("type") not in ("end", "reconnecting", "reconnected")]
+        in_file = read_records(host.tfcc_home / "runs" / "refused" / f"worker-{i}" / "metrics.jsonl")
+        assert records == in_file  # every record, once, in order
+        assert in_file[-1]["event"] == "finished"
+    ends = [(m["task"], m["phase"]) for m in stream if m.get("type") == "end"]
+    assert sorted(ends) == [("worker-0", "finished"), ("worker-1", "finished")]
 
 
 def test_ssh_config_alias_and_proxy_jump(ssh_hosts, ssh_env):

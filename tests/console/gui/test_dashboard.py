@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import gc
+import random
 import time
 
+import numpy as np
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
 from console.gui.colors import worker_color
 from console.gui.dashboard import MAX_POINTS, Dashboard
 from console.metrics_store import MetricsStore
-from console.synthetic import feed
+from console.synthetic import feed, step_record
 from tests.console.gui.conftest import save_shot
 
 
@@ -108,3 +110,19 @@ def test_the_first_frame_draws_what_the_store_has_before_any_show(qtbot):
     assert sorted(board.progress_bars) == ["worker-0", "worker-1"] and len(board.curves) == 2 * 3
     board.timer.timeout.emit()  # nothing new: no frame
     assert board.redraws == 1
+
+
+def test_a_diverged_loss_draws_as_a_gap(qtbot):
+    store = MetricsStore()
+    steps = [step_record(0, i + 1, 100, random.Random(i)) for i in range(6)]
+    steps[3]["loss"] = None  # a diverged step, as the metrics file writes it
+    store.ingest("worker-0", steps)
+    board = Dashboard(store)
+    qtbot.addWidget(board)
+    board.show()
+    qtbot.waitExposed(board)
+    board.timer.timeout.emit()
+    curve = board.curves[("worker-0", "loss")]
+    x, y = curve.getData()
+    assert len(x) == 6 and np.isnan(y[3]) and np.isfinite(np.delete(y, 3)).all()
+    assert curve.opts["connect"] == "finite"  # the line breaks at the gap instead of vanishing
