@@ -1,4 +1,4 @@
-"""The run core: the startup watchdog names the task the cluster waits for."""
+"""The run core: the startup watchdog, reaching a host's agent."""
 
 from __future__ import annotations
 
@@ -7,11 +7,10 @@ import threading
 import pytest
 
 from console import cluster as cl
-from console.runner import Run
-
-pytestmark = pytest.mark.slow
+from console.runner import HostLink, Run, RunError
 
 
+@pytest.mark.slow
 def test_watchdog_names_the_missing_task_and_its_address(tmp_path, monkeypatch):
     monkeypatch.setenv("TFCC_HOME", str(tmp_path / "host-home"))
     monkeypatch.setenv("TFCC_CONSOLE_HOME", str(tmp_path / "console-home"))
@@ -40,3 +39,59 @@ def test_watchdog_names_the_missing_task_and_its_address(tmp_path, monkeypatch):
     finally:
         run.stop(grace=0.5)
         run.detach()
+
+
+@pytest.fixture
+def homes(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFCC_HOME", str(tmp_path / "host-home"))
+    monkeypatch.setenv("TFCC_CONSOLE_HOME", str(tmp_path / "console-home"))
+    return tmp_path
+
+
+def test_watchdog_covers_a_users_script_that_never_reports(homes):
+    """A user's script writes none of the trainer's events: the agent's own start record counts
+    (the watchdog once stayed silent for such runs)."""
+    script = homes / "waits.py"
+    script.write_text("import signal\nsignal.pause()  # as a script waiting for its peers would\n")
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
+                         cl.Training(script=str(script)))
+    run = Run(cluster, "quiet")
+    run.start()
+    changed = threading.Condition()
+
+    def on_message(task, message):
+        with changed:
+            changed.notify_all()
+
+    run.follow(on_message)
+    try:
+        with changed:
+            assert changed.wait_for(lambda: all(t.launched_at is not None for t in run.tasks), 30)
+        assert run.waiting_report(after=3600) is None
+        report = run.waiting_report(after=0)
+        assert report.startswith("worker-0, worker-1 started ")
+        assert "none has said that training began" in report and "tfcc logs quiet worker-0" in report
+    finally:
+        run.stop(grace=0.5)
+        run.detach()
+
+
+def crashing_python(folder) -> str:
+    """An "interpreter" that dies at start with a Python error on stderr, as a broken one would."""
+    path = folder / "broken-python"
+    path.write_text("#!/bin/sh\necho 'Traceback (most recent call last):' >&2\n"
+                    "echo \"ImportError: cannot import name 'runs' from 'agent'\" >&2\nexit 1\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_an_agent_that_dies_at_start_says_its_last_words(homes):
+    """The agent's stderr is kept in a file on its host; its last line is the error (once: "channel closed")."""
+    python = crashing_python(homes)
+    link = HostLink(cl.Host(name="here", local=True, python=python))
+    with pytest.raises(RunError) as err:
+        link.connect()
+    assert str(err.value) == (f"host here: the agent did not start with {python!r} (it said: ImportError: cannot "
+                              "import name 'runs' from 'agent'); set python in the host's entry to a working "
+                              "Python 3.9+ interpreter")
+    assert not list((homes / "host-home").glob("agent-*.err")), "the file is removed once read"

@@ -13,8 +13,9 @@ import pytest
 
 from console import cluster as cl
 from console.cli import main
-from console.runner import Run
-from console.ssh import SSHConnection, SSHError, fingerprint
+from console.runner import HostLink, Run, RunError
+from tests.console.test_runner import crashing_python
+from console.ssh import Jump, SSHConnection, SSHError, fingerprint, parse_proxy_jump
 from trainer.metrics import read_records
 
 
@@ -206,3 +207,66 @@ def test_ssh_config_alias_and_proxy_jump(ssh_hosts, ssh_env):
     assert home == str(h1.tfcc_home)
     assert connection.split()[0] == h0.address  # h1 saw the connection come from h0: it went through the jump
     jumped.close()
+
+
+@pytest.mark.parametrize(
+    "value, hops",
+    [
+        ("root@10.0.0.5", [Jump("10.0.0.5", "root", 22)]),
+        ("root@10.0.0.5:2222", [Jump("10.0.0.5", "root", 2222)]),
+        ("gate", [Jump("gate", "", 22)]),
+        ("a@gate:22,b@inner:2200", [Jump("gate", "a", 22), Jump("inner", "b", 2200)]),
+        ("ssh://me@gate:2022", [Jump("gate", "me", 2022)]),
+        ("me@[fd00::5]:2022", [Jump("fd00::5", "me", 2022)]),
+        ("none", []),
+    ],
+)
+def test_proxy_jump_is_read_like_openssh(value, hops):
+    assert parse_proxy_jump(value) == hops
+
+
+@pytest.mark.parametrize("value, words", [("root@gate:ssh", "has a bad port in 'root@gate:ssh'"),
+                                          ("gate:0", "has a bad port"), ("root@:22", "has an empty host")])
+def test_a_bad_proxy_jump_says_how_to_write_it(value, words):
+    with pytest.raises(SSHError, match="write each hop as \\[user@\\]host\\[:port\\]") as err:
+        parse_proxy_jump(value)
+    assert words in str(err.value) and not err.value.retry
+
+
+def test_proxy_jump_with_user_and_port_reaches_the_host_behind(ssh_hosts, ssh_env):
+    """``ProxyJump root@ADDRESS:22`` was once taken as a host name ("Name or service not known")."""
+    ssh_hosts.known_hosts(ssh_env / "known_hosts")
+    h0, h1 = ssh_hosts.hosts
+    (ssh_env / "ssh_config").write_text(f"Host *\n  IdentityFile {ssh_hosts.client_key}\n")
+    jumped = SSHConnection(h1.address, user="root", proxy_jump=f"root@{h0.address}:22",
+                           ask=lambda *a: pytest.fail("pinned keys need no question"))
+    code, out, _ = jumped.run("echo $SSH_CONNECTION")
+    jumped.close()
+    assert code == 0 and out.split()[0] == h0.address
+
+
+def test_a_refused_login_names_the_user_and_what_to_check(ssh_hosts, ssh_env):
+    ssh_hosts.known_hosts(ssh_env / "known_hosts")
+    host = ssh_hosts.hosts[0]
+    conn = SSHConnection(host.address, user="nobody", key=str(ssh_hosts.client_key))
+    with pytest.raises(SSHError) as err:
+        conn.connect()
+    assert str(err.value).startswith(f"{host.address}: authentication as user 'nobody' failed (")
+    assert "check the user name and the key (or ssh-agent) for this host" in str(err.value)
+    assert "sshd runs there" not in str(err.value)  # the connection worked: no generic advice
+
+
+def test_an_agent_that_dies_at_start_over_ssh_says_its_last_words(ssh_hosts, ssh_env):
+    ssh_hosts.known_hosts(ssh_env / "known_hosts")
+    host = ssh_hosts.hosts[0]
+    python = crashing_python(ssh_env)
+    link = HostLink(cl.Host(name=host.name, address=host.address, user="root", key=str(ssh_hosts.client_key),
+                            python=python))
+    try:
+        with pytest.raises(RunError) as err:
+            link.connect()
+    finally:
+        link.drop()
+    assert f"host {host.name}: the agent did not start with {python!r} (it said: ImportError: cannot import " \
+        "name 'runs' from 'agent')" in str(err.value)
+    assert not list(host.tfcc_home.glob("agent-*.err")), "the file is removed once read"
