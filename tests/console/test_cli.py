@@ -251,3 +251,50 @@ def test_a_diverged_loss_prints_nan_and_the_console_goes_on():
     assert out.getvalue().splitlines() == [
         "worker-0: epoch 1 done  loss nan  val_loss nan  val_accuracy 0.5000",
         "  worker-0 e1 5/? loss nan ? ms"]
+
+
+@pytest.mark.slow
+def test_a_stopped_run_is_refused_as_new_and_resumed_from_its_backups(homes, capsys):
+    """A run id names one run: reusing it is refused (it once reran into the same folders, exit 0);
+    ``tfcc resume`` is the way back, and training goes on from the tasks' last backups."""
+    proc = subprocess.Popen([sys.executable, "-m", "console.cli", "run", cluster_file(homes, 6), "--json",
+                             "--run-id", "again"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        epochs_done = set()
+        for line in proc.stdout:  # until both workers have finished (and backed up) their first epoch
+            record = json.loads(line)
+            if record.get("type") == "epoch":
+                epochs_done.add(record["task"])
+            if len(epochs_done) == 2:
+                break
+        proc.kill()
+        proc.wait()
+        assert main(["stop", "again", "--grace", "2"]) == 0
+        capsys.readouterr()
+
+        manifest = homes / "console-home" / "runs" / "again.json"
+        before = manifest.read_bytes()
+        assert main(["run", cluster_file(homes, 6), "--run-id", "again"]) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            "tfcc: error: run again exists already; resume it with tfcc resume again, or choose another --run-id"]
+        assert manifest.read_bytes() == before
+
+        assert main(["resume", "again", "--json"]) == 0
+        stream = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        for folder in task_dirs(homes, "again"):
+            in_file = read_records(folder / "metrics.jsonl")
+            replayed = [{k: v for k, v in r.items() if k not in ("task", "host")}
+                        for r in stream if r.get("task") == folder.name and r.get("type") in ("step", "epoch", "event")]
+            assert replayed == in_file  # the first part's records, then the resumed part's, each once
+            launches = [i for i, r in enumerate(in_file) if r.get("event") == "launched"]
+            assert len(launches) == 2
+            resumed_epochs = [r["epoch"] for r in in_file[launches[1]:] if r["type"] == "epoch"]
+            assert resumed_epochs[0] >= 1 and resumed_epochs[-1] == 5  # from its backup, not from the start
+            assert in_file[-1]["event"] == "finished"
+
+        assert main(["resume", "again"]) == 2
+        assert "run again finished: every task ended well; start a new run to train again" in capsys.readouterr().err
+    finally:
+        proc.kill()
+        _stop_everything(homes, "again")
