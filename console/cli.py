@@ -28,7 +28,8 @@ import traceback
 from console import cluster as cl
 from console.errors import TfccError, describe
 from console.metrics_store import metric_text, metric_value
-from console.runner import WATCHDOG_SECONDS, Run, RunError, TaskState, check_run_id, known_runs, new_run_id
+from console.runner import (WATCHDOG_SECONDS, Run, RunError, TaskState, check_run_id, connection_words, known_runs,
+                            new_run_id)
 
 
 
@@ -64,12 +65,8 @@ class Printer:
             self.emit(f"{task.name}: {message['phase']} (exit code {code})")
         elif kind == "error":
             self.emit(f"{task.name}: {message['error']}")
-        elif kind == "reconnecting":
-            self.emit(f"{task.name}: lost the connection to host {task.host} ({message['error']}); "
-                      "reconnecting (the task goes on there)")
-        elif kind == "reconnected":
-            self.emit(f"{task.name}: reconnected to host {task.host} after {message['after']:.0f} s; "
-                      "following on from where it stopped")
+        elif kind in ("reconnecting", "reconnected"):
+            self.emit(f"{task.name}: {connection_words(task, message)}")
 
     def _record(self, name: str, r: dict) -> None:
         if r["type"] == "step":

@@ -501,6 +501,14 @@ class Run:
         self.wait(timeout=5)
 
 
+def connection_words(task: TaskState, message: dict) -> str:
+    """What a ``reconnecting`` or ``reconnected`` message means, in the words both front ends show."""
+    if message["type"] == "reconnecting":
+        return (f"lost the connection to host {task.host} ({message['error']}); reconnecting "
+                "(the task goes on there)")
+    return f"reconnected to host {task.host} after {message['after']:.0f} s; following on from where it stopped"
+
+
 def known_runs() -> list[str]:
     """The ids of the runs this console has manifests of (oldest first)."""
     return sorted(p.stem for p in (state_dir() / "runs").glob("*.json") if name_problem("run id", p.stem) is None)

@@ -305,7 +305,7 @@ class Dashboard(QWidget):
         for e in events[self._seen_events:]:
             when = dt.datetime.fromtimestamp(e["time"] or time.time()).strftime("%H:%M:%S")
             item = QListWidgetItem(f"{when}  {e['task']}: {e['text']}")
-            if e["event"] in ("failed", "error", "lost", "watchdog"):
+            if e["event"] in ("failed", "error", "lost", "watchdog", "reconnecting"):
                 item.setForeground(Qt.red)
             self.events.addItem(item)
         if len(events) > self._seen_events:

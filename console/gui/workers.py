@@ -18,7 +18,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from console import checks
 from console import cluster as cl
 from console.metrics_store import MetricsStore
-from console.runner import ENDED, WATCHDOG_SECONDS, Run, RunError, known_runs, new_run_id
+from console.runner import ENDED, WATCHDOG_SECONDS, Run, RunError, connection_words, known_runs, new_run_id
 
 log = logging.getLogger("console.gui")
 
@@ -177,6 +177,8 @@ class RunSession(QObject):
                 self.records_received.emit(task.name, others)
         elif kind == "log":
             self.log_received.emit(task.name, message["stream"], message.get("text", ""))
+        elif kind in ("reconnecting", "reconnected"):
+            self.store.note(task.name, kind, connection_words(task, message))
         elif kind in ("end", "error"):
             phase = message.get("phase") or "error"
             code = (message.get("exit") or {}).get("returncode")
