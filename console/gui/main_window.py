@@ -121,12 +121,14 @@ class MainWindow(QMainWindow):
         menu.addAction(QAction("Export plots as &PNG…", self, triggered=self._on_export_png_triggered))
         menu.addSeparator()
         menu.addAction(QAction("&Quit", self, shortcut=QKeySequence.Quit, triggered=self.close))
-        self.act_check = QAction(style.standardIcon(QStyle.SP_BrowserReload), "Check", self,
+        self.act_check = QAction(style.standardIcon(QStyle.SP_BrowserReload), "Check", self, shortcut="Ctrl+K",
                                  triggered=self._on_check_triggered)
-        self.act_check.setToolTip("Check every host: SSH, Python, TensorFlow, GPUs, ports free and reachable")
-        self.act_start = QAction(style.standardIcon(QStyle.SP_MediaPlay), "Deploy && Start", self,
+        self.act_check.setToolTip("Check every host: SSH, Python, TensorFlow, GPUs, ports free and reachable (Ctrl+K)")
+        self.act_start = QAction(style.standardIcon(QStyle.SP_MediaPlay), "Deploy && Start", self, shortcut="F5",
                                  triggered=self._on_start_triggered)
-        self.act_stop = QAction(style.standardIcon(QStyle.SP_MediaStop), "Stop", self, triggered=self._on_stop_triggered)
+        self.act_start.setToolTip("Upload what is missing, start every task and follow them (F5)")
+        self.act_stop = QAction(style.standardIcon(QStyle.SP_MediaStop), "Stop", self, shortcut="Shift+F5",
+                                triggered=self._on_stop_triggered)
         self.act_detach = QAction(style.standardIcon(QStyle.SP_DialogCloseButton), "Detach", self,
                                   triggered=self._on_detach_triggered)
         self.act_detach.setToolTip("Stop following the run; it goes on, and reappears when this profile is opened")
