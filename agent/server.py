@@ -211,9 +211,13 @@ class Server:
                 records = []
                 for line in lines:
                     try:
-                        records.append(json.loads(line))
+                        record = json.loads(line)
                     except ValueError:
-                        records.append({"type": "unreadable", "raw": line.decode("utf-8", "replace")})
+                        record = None
+                    if not (isinstance(record, dict) and isinstance(record.get("type"), str)):
+                        # A damaged line (or a user's stray write): passed on as what it is, never dropped.
+                        record = {"type": "unreadable", "raw": line.decode("utf-8", "replace")}
+                    records.append(record)
                 message = {"id": rid, "type": "metrics", "records": records, "offset": end}
             else:
                 message = {"id": rid, "type": "log", "stream": name,

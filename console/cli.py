@@ -33,6 +33,23 @@ from console.runner import (WATCHDOG_SECONDS, Run, RunError, TaskState, check_ru
 
 
 
+def strict_json(value) -> str:
+    """One line of JSON that any parser reads: a non-finite number (a diverged loss) is ``null``,
+    as in the metrics file itself, never Python's ``NaN``."""
+    def finite(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: finite(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [finite(x) for x in v]
+        return v
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError:  # rare: walk it only then
+        return json.dumps(finite(value), allow_nan=False)
+
+
 class Printer:
     """Turns follow messages into lines: one per event and epoch, a status line per worker."""
 
@@ -52,9 +69,9 @@ class Printer:
         if self.as_json:
             if kind == "metrics":
                 for record in message["records"]:
-                    self.emit(json.dumps({"task": task.name, "host": task.host, **record}))
+                    self.emit(strict_json({"task": task.name, "host": task.host, **record}))
             elif kind in ("end", "error", "reconnecting", "reconnected"):
-                self.emit(json.dumps({"task": task.name, "host": task.host, "type": kind,
+                self.emit(strict_json({"task": task.name, "host": task.host, "type": kind,
                                       **{k: v for k, v in message.items() if k not in ("id", "type")}}))
             return
         if kind == "metrics":
@@ -69,9 +86,10 @@ class Printer:
             self.emit(f"{task.name}: {connection_words(task, message)}")
 
     def _record(self, name: str, r: dict) -> None:
-        if r["type"] == "step":
+        kind = r.get("type")
+        if kind == "step":
             self.last_step[name] = r
-        elif r["type"] == "epoch":
+        elif kind == "epoch":
             val = "".join(f"  {key} {metric_text(r.get(key))}" for key in ("val_loss", "val_accuracy") if key in r)
             self.emit(f"{name}: epoch {r.get('epoch', 0) + 1} done  loss {metric_text(r.get('loss'))}{val}")
         elif r.get("event") == "started":
@@ -152,13 +170,15 @@ def make_asker(accept_new: bool):
 
 
 def cmd_run(ns) -> int:
-    if ns.run_id and ns.resume:
+    if ns.run_id is not None and ns.resume is not None:
         raise RunError("--run-id names a new run and --resume an existing one", "give one of them")
-    run_id = check_run_id(ns.resume or ns.run_id or new_run_id())  # before anything touches a disk
+    given = ns.resume if ns.resume is not None else ns.run_id
+    run_id = check_run_id(new_run_id() if given is None else given)  # before anything touches a disk
     cluster = cl.load(ns.cluster) if ns.cluster else cl.default()
     run = Run(cluster, run_id, make_asker(ns.accept_new_host_keys))
-    run.start(resume=bool(ns.resume))
-    verb = "resumed" if ns.resume else "started"
+    resume = ns.resume is not None
+    run.start(resume=resume)
+    verb = "resumed" if resume else "started"
     print(f"tfcc: run {run.run_id} {verb}: {len(run.tasks)} tasks on {len(run.links)} host(s)", file=sys.stderr)
     return _follow(run, Printer(ns.json), ns.stop_on_exit, ns.watchdog)
 
