@@ -25,6 +25,7 @@ from console.agent_client import AgentClient, AgentTimeout, ChannelClosed, Local
 from console.deploy import LocalFiles, deploy, make_bundle
 from console.errors import TfccError, state_dir
 from console.ssh import SSHError
+from trainer.workloads import ORIGIN_VARIABLE as MODEL_FILE_ORIGIN
 
 log = logging.getLogger("console.runner")
 
@@ -328,6 +329,8 @@ class Run:
                     args[args.index("--model-file") + 1] = f"{link.dist}/user/{Path(training.model_file).name}"
                 argv = [host.interpreter, "-m", "trainer", "--run-dir", "{run_dir}", *args]
             env = {"TF_USE_LEGACY_KERAS": "1"}
+            if training.model_file and not training.script:
+                env[MODEL_FILE_ORIGIN] = str(Path(training.model_file).expanduser().resolve())
             if spec.gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpus))
             link.client.call("start", run_id=self.run_id, task=task.name, tf_config=configs[i],

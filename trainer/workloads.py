@@ -20,8 +20,10 @@ configured.
 from __future__ import annotations
 
 import ast
-import importlib.util
+import linecache
+import os
 import sys
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -141,29 +143,38 @@ def synthetic(shape: tuple[int, ...], classes: int, examples: int, seed: int) ->
 # --------------------------------------------------------------------------- model files
 
 REQUIRED_FUNCTIONS = ("build_model", "train_dataset")
+# tfcc deploys a user's model file to dist/<hash>/user/ on each host and names the user's own
+# path here, so that errors and tracebacks name the file the user edits, not the copy.
+ORIGIN_VARIABLE = "TFCC_MODEL_FILE_ORIGIN"
+
+
+def shown_name(path: Path) -> str:
+    """How errors name a model file: as the user knows it (tfcc's deploy), else as given."""
+    return os.environ.get(ORIGIN_VARIABLE) or str(path)
 
 
 def check_model_file(path: Path) -> None:
     """Fail before TensorFlow starts when a model file cannot work."""
+    shown = shown_name(path)
     try:
         source = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read model file {str(path)!r}: {exc.strerror}; check its permissions") from None
+        raise ConfigError(f"cannot read model file {shown!r}: {exc.strerror}; check its permissions") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"model file {str(path)!r} is not UTF-8 text (byte {exc.start}); "
+        raise ConfigError(f"model file {shown!r} is not UTF-8 text (byte {exc.start}); "
                           "save it as UTF-8 (Python files are UTF-8)") from None
     try:
-        tree = ast.parse(source, filename=str(path))
+        tree = ast.parse(source, filename=shown)
     except SyntaxError as exc:
         line = f" at line {exc.lineno}" if exc.lineno else ""
-        raise ConfigError(f"model file {str(path)!r} has a syntax error{line}: {exc.msg}; fix the file") from None
+        raise ConfigError(f"model file {shown!r} has a syntax error{line}: {exc.msg}; fix the file") from None
     defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
     defined |= {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
     missing = [name for name in REQUIRED_FUNCTIONS if name not in defined]
     if missing:
         raise ConfigError(
-            f"model file {str(path)!r} does not define {' or '.join(missing)}(); "
+            f"model file {shown!r} does not define {' or '.join(missing)}(); "
             "it needs build_model() returning a tf.keras model and train_dataset() returning "
             "a tf.data.Dataset of unbatched (x, y)"
         )
@@ -172,22 +183,26 @@ def check_model_file(path: Path) -> None:
 def from_file(path: Path) -> Workload:
     import tensorflow as tf
 
+    shown = shown_name(path)
     name = f"tfcc_user_model_{abs(hash(str(path.resolve())))}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
+    module = types.ModuleType(name)
+    module.__file__ = str(path)
     sys.modules[name] = module
     sys.path.insert(0, str(path.parent))  # the file may import its neighbours
     try:
-        spec.loader.exec_module(module)
+        source = path.read_text(encoding="utf-8")
+        # Compiled under the user's own name, its lines kept for tracebacks: they show the user's file.
+        linecache.cache[shown] = (len(source), None, source.splitlines(True), shown)
+        exec(compile(source, shown, "exec"), module.__dict__)
         probe = module.train_dataset()
     except Exception as exc:
         raise ConfigError(
-            f"{path.name}: loading the model file or calling train_dataset() failed with "
+            f"model file {shown!r}: loading it or calling train_dataset() failed with "
             f"{type(exc).__name__}: {exc}; fix the file or the data it reads"
         ) from exc
     if not isinstance(probe, tf.data.Dataset):
         raise ConfigError(
-            f"train_dataset() in {str(path)!r} returned {type(probe).__name__}; return a tf.data.Dataset "
+            f"train_dataset() in {shown!r} returned {type(probe).__name__}; return a tf.data.Dataset "
             "of unbatched (x, y) examples"
         )
     card = int(probe.cardinality())
