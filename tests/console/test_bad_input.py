@@ -15,7 +15,6 @@ import logging
 import math
 import os
 import re
-import stat
 import subprocess
 import sys
 from fnmatch import fnmatch
@@ -26,6 +25,7 @@ import pytest
 from console import cluster as cl
 from console.cli import main
 from trainer.config import make_tf_config
+from tests.disk import snapshot
 
 TFCC = Path(sys.executable).with_name("tfcc")
 STATE = "console-home"        # TFCC_CONSOLE_HOME
@@ -67,18 +67,6 @@ def homes(tmp_path, monkeypatch):
     (tmp_path / "work").mkdir()
     monkeypatch.chdir(tmp_path / "work")
     return tmp_path
-
-
-def snapshot(root: Path) -> dict[str, tuple]:
-    """Every path under ``root`` (links not followed): its kind, size, mtime and a file's bytes."""
-    out = {}
-    for folder, dirs, files in os.walk(root):
-        for name in [*dirs, *files]:
-            path = Path(folder, name)
-            info = path.lstat()
-            data = path.read_bytes() if stat.S_ISREG(info.st_mode) else None
-            out[str(path.relative_to(root))] = (stat.S_IFMT(info.st_mode), info.st_size, info.st_mtime_ns, data)
-    return out
 
 
 def changes(before: dict, after: dict, allowed=()) -> list[str]:

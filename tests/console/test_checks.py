@@ -255,3 +255,16 @@ def test_run_with_a_hung_agent_is_one_line_within_the_connect_timeout(pinned, ss
         "is not overloaded"]
     assert took < CONNECT_TIMEOUT + 10  # the connect of the healthy host and the deploy, then the one timeout
     assert not list((h0.tfcc_home / "runs").glob("hung/*/pid*")), "no task may start when a host cannot"
+
+
+def test_a_declined_host_key_says_what_to_do_about_the_key_not_sshd(ssh_hosts, ssh_env):
+    """Per-host problems carry their own fix; the generic SSH advice is for connects that failed."""
+    h0, h1 = ssh_hosts.hosts
+    ssh_hosts.known_hosts(ssh_env / "known_hosts")
+    (ssh_env / "known_hosts").write_text(h0.host_key_line() + "\n")  # h1's key is unknown
+    report = checks.check(host_cluster(ssh_hosts), ask_host_key=lambda *a: False)
+    (problem,) = [str(p) for p in report.problems if p.where == h1.name]
+    assert problem.startswith(f"{h1.name}: cannot be checked: the host key of {h1.address} is not known (ssh-ed25519 ")
+    assert problem.endswith(f"accept it when asked, or add it to {ssh_env / 'known_hosts'} after checking the "
+                            "fingerprint")
+    assert "sshd runs there" not in problem

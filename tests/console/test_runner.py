@@ -10,6 +10,18 @@ from console import cluster as cl
 from console.runner import HostLink, Run, RunError
 
 
+def follow(run: Run) -> threading.Condition:
+    """Follow ``run``; the condition is notified at every message."""
+    changed = threading.Condition()
+
+    def on_message(task, message):
+        with changed:
+            changed.notify_all()
+
+    run.follow(on_message)
+    return changed
+
+
 @pytest.mark.slow
 def test_watchdog_names_the_missing_task_and_its_address(tmp_path, monkeypatch):
     monkeypatch.setenv("TFCC_HOME", str(tmp_path / "host-home"))
@@ -20,13 +32,7 @@ def test_watchdog_names_the_missing_task_and_its_address(tmp_path, monkeypatch):
     run = Run(cluster, "wd")
     run.start()
     run.links["here"].connect().call("stop", run_id="wd", task="worker-1", grace=0)
-    changed = threading.Condition()
-
-    def on_message(task, message):
-        with changed:
-            changed.notify_all()
-
-    run.follow(on_message)
+    changed = follow(run)
     try:
         with changed:
             assert changed.wait_for(lambda: run.tasks[0].launched_at is not None and run.tasks[1].phase != "starting"
@@ -57,13 +63,7 @@ def test_watchdog_covers_a_users_script_that_never_reports(homes):
                          cl.Training(script=str(script)))
     run = Run(cluster, "quiet")
     run.start()
-    changed = threading.Condition()
-
-    def on_message(task, message):
-        with changed:
-            changed.notify_all()
-
-    run.follow(on_message)
+    changed = follow(run)
     try:
         with changed:
             assert changed.wait_for(lambda: all(t.launched_at is not None for t in run.tasks), 30)

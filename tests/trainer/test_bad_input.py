@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ from trainer.config import make_tf_config
 from trainer.metrics import read_records
 
 from .conftest import THREADS
+from tests.disk import snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 TWO = {"worker": ["localhost:23456", "localhost:23457"]}
@@ -39,18 +39,6 @@ def one(address) -> str:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def snapshot(root: Path) -> dict[str, tuple]:
-    """Every path under ``root`` (links not followed): its kind, size, mtime and a file's bytes."""
-    out = {}
-    for folder, dirs, files in os.walk(root):
-        for name in [*dirs, *files]:
-            path = Path(folder, name)
-            info = path.lstat()
-            data = path.read_bytes() if stat.S_ISREG(info.st_mode) else None
-            out[str(path.relative_to(root))] = (stat.S_IFMT(info.st_mode), info.st_size, info.st_mtime_ns, data)
-    return out
 
 
 def check_refusal(tmp_path: Path, before: dict, code: int, out: str, err: str, words, failed_event: bool) -> None:
