@@ -88,6 +88,16 @@ def check_user_file(path: str, what: str) -> Path:
 
 
 @dataclass
+class Manifest:
+    """What the console keeps of a run it started (``<state>/runs/<id>.json``), checked when read."""
+
+    run_id: str
+    cluster: cl.Cluster
+    tasks: list[tuple[str, str]]  # (task name, host name), in cluster order
+    tf_configs: list[str]         # each task's TF_CONFIG, as its process got it
+
+
+@dataclass
 class TaskState:
     name: str
     host: str
@@ -237,7 +247,7 @@ class Run:
         tmp.replace(path)
 
     @staticmethod
-    def read_manifest(run_id: str) -> dict:
+    def read_manifest(run_id: str) -> "Manifest":
         """A run's manifest, checked: a damaged one is a RunError that says which file and what to do."""
         path = manifest_path(run_id)
         if not path.is_file():
@@ -252,8 +262,8 @@ class Run:
             tasks = data["tasks"]
             cluster = cl.loads(data["cluster"], source=f"the cluster in {path}")
             names = cluster.task_names()
-            if (not isinstance(tasks, list) or len(tasks) != len(names)
-                    or [t["name"] for t in tasks] != names or not all(isinstance(t["tf_config"], str) for t in tasks)):
+            if (not isinstance(tasks, list) or len(tasks) != len(names) or [t["name"] for t in tasks] != names
+                    or not all(isinstance(t["tf_config"], str) and isinstance(t["host"], str) for t in tasks)):
                 raise ValueError("its tasks do not match its cluster")
             for t in tasks:
                 json.loads(t["tf_config"])
@@ -262,13 +272,13 @@ class Run:
                            "check its permissions") from None
         except (ValueError, KeyError, TypeError, cl.ClusterFileError) as exc:
             raise RunError(f"{damaged[0]} ({type(exc).__name__}: {str(exc)[:200]})", damaged[1]) from None
-        return {**data, "cluster_spec": cluster}
+        return Manifest(run_id, cluster, [(t["name"], t["host"]) for t in tasks], [t["tf_config"] for t in tasks])
 
     @classmethod
     def load(cls, run_id: str, ask_host_key=None) -> "Run":
-        data = cls.read_manifest(run_id)
-        run = cls(data["cluster_spec"], run_id, ask_host_key)
-        run.tf_configs = [t["tf_config"] for t in data["tasks"]]
+        saved = cls.read_manifest(run_id)
+        run = cls(saved.cluster, run_id, ask_host_key)
+        run.tf_configs = saved.tf_configs
         for task, config in zip(run.tasks, run.tf_configs):
             role, index = task.name.rsplit("-", 1)
             try:
@@ -347,14 +357,14 @@ class Run:
         if not exists:
             raise RunError(f"there is no run {self.run_id} to resume", "tfcc runs lists the runs of this console")
         saved = self.read_manifest(self.run_id)
-        theirs = [(t["name"], t["host"]) for t in saved["tasks"]]
+        theirs = saved.tasks
         ours = [(t.name, t.host) for t in self.tasks]
         if theirs != ours:
             raise RunError(f"run {self.run_id} ran {', '.join(f'{n} on {h}' for n, h in theirs)}; this cluster has "
                            f"{', '.join(f'{n} on {h}' for n, h in ours)}",
                            f"resume with the same tasks on the same hosts (tfcc resume {self.run_id} uses the run's "
                            "own cluster), or start a new run")
-        return [t["tf_config"] for t in saved["tasks"]]
+        return saved.tf_configs
 
     def _check_stopped(self) -> None:
         phases = {s["task"]: s["phase"] for s in self.status()}
