@@ -27,7 +27,7 @@ import traceback
 
 from console import cluster as cl
 from console.errors import TfccError, describe
-from console.metrics_store import metric_text, metric_value
+from console.metrics_store import metric_text, metric_value, unreadable_text
 from console.runner import (WATCHDOG_SECONDS, Run, RunError, TaskState, check_run_id, connection_words, known_runs,
                             new_run_id)
 
@@ -87,7 +87,9 @@ class Printer:
 
     def _record(self, name: str, r: dict) -> None:
         kind = r.get("type")
-        if kind == "step":
+        if kind == "unreadable":
+            self.emit(f"{name}: {unreadable_text(r)}")
+        elif kind == "step":
             self.last_step[name] = r
         elif kind == "epoch":
             val = "".join(f"  {key} {metric_text(r.get(key))}" for key in ("val_loss", "val_accuracy") if key in r)

@@ -217,6 +217,8 @@ class MetricsStore:
                                         "text": f"epoch {r.get('epoch', 0) + 1} done, loss {metric_text(r.get('loss'))}"
                                         + (f", val_accuracy {metric_text(r.get('val_accuracy'))}"
                                            if r.get("val_accuracy") is not None else "")})
+                elif kind == "unreadable":
+                    self.events.append({"time": None, "task": task, "event": "unreadable", "text": unreadable_text(r)})
                 elif kind == "event":
                     name = r.get("event")
                     if name == "started":
@@ -316,6 +318,11 @@ def metric_text(value, digits: int = 4) -> str:
     ``null`` in the metrics file), never an error."""
     value = metric_value(value)
     return f"{value:.{digits}f}" if math.isfinite(value) else "nan"
+
+
+def unreadable_text(r: dict) -> str:
+    """What a damaged line of a metrics file (the agent passes it on as ``unreadable``) is called."""
+    return f"a line of its metrics file is not a record, skipped: {r.get('raw', '')[:80]!r}"
 
 
 def describe_event(r: dict) -> str:

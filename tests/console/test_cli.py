@@ -245,11 +245,13 @@ def test_a_diverged_loss_prints_nan_and_the_console_goes_on():
     printer = Printer(as_json=False, out=out)
     task = TaskState("worker-0", "local", phase="training")
     steps = [{"type": "step", "epoch": 0, "step": 4, "global_step": 5, "loss": None, "step_time": None},
-             {"type": "epoch", "epoch": 0, "loss": None, "val_loss": float("nan"), "val_accuracy": 0.5}]
+             {"type": "epoch", "epoch": 0, "loss": None, "val_loss": float("nan"), "val_accuracy": 0.5},
+             {"type": "unreadable", "raw": "[1, 2]"}]
     printer.on_message(task, {"type": "metrics", "records": steps, "offset": 100})
     printer.status_line(SimpleNamespace(tasks=[task]))
     assert out.getvalue().splitlines() == [
         "worker-0: epoch 1 done  loss nan  val_loss nan  val_accuracy 0.5000",
+        "worker-0: a line of its metrics file is not a record, skipped: '[1, 2]'",
         "  worker-0 e1 5/? loss nan ? ms"]
 
 

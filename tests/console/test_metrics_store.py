@@ -82,3 +82,11 @@ def test_a_diverged_loss_is_a_gap_and_reads_nan_never_an_error():
     assert store.events[-1]["text"] == "epoch 1 done, loss nan, val_accuracy nan"
     assert metric_text(None) == metric_text(float("nan")) == metric_text("x") == metric_text(True) == "nan"
     assert metric_text(0.123456) == "0.1235" and metric_text(3) == "3.0000"
+
+
+def test_a_damaged_metrics_line_is_an_event_not_a_loss():
+    store = MetricsStore()
+    store.ingest("worker-0", [{"type": "unreadable", "raw": '{"type": "step", "loss": 0.'}])
+    assert store.events[-1] == {"time": None, "task": "worker-0", "event": "unreadable",
+                                "text": "a line of its metrics file is not a record, skipped: "
+                                        "'{\"type\": \"step\", \"loss\": 0.'"}
