@@ -40,8 +40,12 @@ class AgentTimeout(TfccError):
     timed_out = True
 
 
-class ChannelClosed(Exception):
+class ChannelClosed(TfccError):
     """The channel to the agent closed (the agent exited or the connection dropped)."""
+
+    def __init__(self, cause: str, fix: str | None = "the host or the connection to it went away; check that the "
+                 "host is up and try again (a run goes on there: tfcc runs shows its state)"):
+        super().__init__(cause, fix)
 
 
 def tail(path, limit: int = 4000) -> str:
@@ -108,12 +112,12 @@ class LocalTransport:
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
 
         def close():
-            for stream in (proc.stdin, proc.stdout):
-                try:
-                    stream.close()
-                except OSError:
-                    pass
-            # An agent ends when its stdin closes; one that hangs is killed. Nobody waits here.
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+            # An agent ends when its stdin closes; one that hangs is killed. Its stdout is closed
+            # only after it has ended: closing it while the reader thread waits on it would wait too.
             threading.Thread(target=_reap, args=(proc,), name="tfcc-agent-reaper", daemon=True).start()
 
         def stderr_tail() -> str:
@@ -128,12 +132,16 @@ class LocalTransport:
         return channel
 
 
-def _reap(proc: subprocess.Popen, grace: float = 10.0) -> None:
+def _reap(proc: subprocess.Popen, grace: float = 2.0) -> None:
     try:
         proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    try:
+        proc.stdout.close()
+    except OSError:
+        pass
 
 
 class Follow:

@@ -277,15 +277,25 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
             ports = [int(t["address"].rsplit(":", 1)[1]) for t in tasks
                      if t["host"] == name and t["address"] and (name, int(t["address"].rsplit(":", 1)[1])) not in busy]
             if ports:
-                listening[name] = links[name].client.call("listen", ports=ports, seconds=LISTEN_SECONDS)["listening"]
+                try:
+                    listening[name] = links[name].client.call("listen", ports=ports, seconds=LISTEN_SECONDS,
+                                                              timeout=deadline)["listening"]
+                except TfccError as exc:  # the host went away since it answered: its problem, not the check's
+                    problems.append(Problem(name, f"stopped answering during the check: {exc.cause}", exc.fix or "",
+                                            (name,)))
         matrix: dict[str, dict[str, dict]] = {}
         phases["listen"] = time.monotonic() - t1
         t1 = time.monotonic()
         try:
             futures = [pool.submit(_connect_from, links[s].client, s, tasks, listening, connect_timeout)
                        for s in ok_hosts]
-            for future in futures:
-                source, results = future.result()
+            for source, future in zip(ok_hosts, futures):
+                try:
+                    source, results = future.result()
+                except TfccError as exc:
+                    problems.append(Problem(source, f"stopped answering during the check: {exc.cause}",
+                                            exc.fix or "", (source,)))
+                    continue
                 row = matrix.setdefault(source, {})
                 for result in results:
                     address = f"{result['host']}:{result['port']}"

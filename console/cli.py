@@ -19,18 +19,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 import threading
-import math
 import time
 import traceback
 
 from console import cluster as cl
-from console.errors import TfccError, describe
+from console.errors import TfccError, describe, log_to_file
 from console.metrics_store import metric_text, metric_value, unreadable_text
 from console.runner import (WATCHDOG_SECONDS, Run, RunError, TaskState, check_run_id, connection_words, known_runs,
                             new_run_id)
 
+
+
+def _count(index) -> str:
+    """A 0-based epoch or step index as people count it (1-based); "?" if it is not a number."""
+    value = metric_value(index)
+    return f"{int(value) + 1}" if math.isfinite(value) else "?"
 
 
 def strict_json(value) -> str:
@@ -59,10 +66,18 @@ class Printer:
         self.lock = threading.Lock()
         self.last_step: dict[str, dict] = {}
         self.steps_per_epoch: dict[str, int] = {}
+        self.closed = False  # the terminal's reader went away (a broken pipe)
 
     def emit(self, line: str) -> None:
         with self.lock:
-            print(line, file=self.out or sys.stdout, flush=True)
+            if self.closed:
+                return
+            try:
+                print(line, file=self.out or sys.stdout, flush=True)
+            except BrokenPipeError:  # `tfcc attach RUN | head`: the reader has enough; say nothing more
+                self.closed = True
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit must not fail either
 
     def on_message(self, task: TaskState, message: dict) -> None:
         kind = message.get("type")
@@ -76,12 +91,15 @@ class Printer:
             return
         if kind == "metrics":
             for record in message["records"]:
-                self._record(task.name, record)
+                try:
+                    self._record(task.name, record)
+                except (KeyError, TypeError, ValueError):  # a record of the right type with wrong fields
+                    self.emit(f"{task.name}: {unreadable_text({'raw': strict_json(record)})}")
         elif kind == "end":
             code = (message.get("exit") or {}).get("returncode")
-            self.emit(f"{task.name}: {message['phase']} (exit code {code})")
+            self.emit(f"{task.name}: {message.get('phase')} (exit code {code})")
         elif kind == "error":
-            self.emit(f"{task.name}: {message['error']}")
+            self.emit(f"{task.name}: {message.get('error')}")
         elif kind in ("reconnecting", "reconnected"):
             self.emit(f"{task.name}: {connection_words(task, message)}")
 
@@ -93,13 +111,13 @@ class Printer:
             self.last_step[name] = r
         elif kind == "epoch":
             val = "".join(f"  {key} {metric_text(r.get(key))}" for key in ("val_loss", "val_accuracy") if key in r)
-            self.emit(f"{name}: epoch {r.get('epoch', 0) + 1} done  loss {metric_text(r.get('loss'))}{val}")
+            self.emit(f"{name}: epoch {_count(r.get('epoch'))} done  loss {metric_text(r.get('loss'))}{val}")
         elif r.get("event") == "started":
-            self.steps_per_epoch[name] = r["steps_per_epoch"]
+            self.steps_per_epoch[name] = r.get("steps_per_epoch", "?")
             self.emit(f"{name}: training with {r['strategy']}: global batch {r['global_batch']} = "
                       f"{r['num_workers']} workers x {r['replicas_per_worker']} replicas x {r['per_replica_batch']}")
         elif r.get("event") == "failed":
-            self.emit(f"{name}: FAILED: {r['error']}")
+            self.emit(f"{name}: FAILED: {r.get('error', 'no reason given')}")
         elif r.get("event") == "finished" and r.get("model"):
             self.emit(f"{name}: model saved to {r['model']}")
 
@@ -113,7 +131,7 @@ class Printer:
                 loss = s.get("loss", s.get("loss_avg"))
                 step_time = metric_value(s.get("step_time"))
                 ms = f"{step_time * 1000:.0f}" if math.isfinite(step_time) else "?"
-                parts.append(f"{task.name} e{s.get('epoch', 0) + 1} {s.get('step', 0) + 1}/"
+                parts.append(f"{task.name} e{_count(s.get('epoch'))} {_count(s.get('step'))}/"
                              f"{self.steps_per_epoch.get(task.name, '?')} loss {metric_text(loss)} {ms} ms")
         if parts:
             self.emit("  " + " | ".join(parts))
@@ -164,8 +182,11 @@ def make_asker(accept_new: bool):
             return True
         if not sys.stdin.isatty():
             return False
-        answer = input(f"The authenticity of host {hostname} can't be established.\n"
-                       f"{key_type} key fingerprint is {fp}.\nTrust it and remember it (yes/no)? ")
+        try:
+            answer = input(f"The authenticity of host {hostname} can't be established.\n"
+                           f"{key_type} key fingerprint is {fp}.\nTrust it and remember it (yes/no)? ")
+        except EOFError:  # Ctrl-D: no
+            return False
         return answer.strip().lower() in ("y", "yes")
 
     return ask
@@ -290,6 +311,32 @@ def cmd_gui(ns) -> int:
     return gui_main(ns.cluster)
 
 
+def seconds(low: float, high: float):
+    """An argparse type: a number of seconds from ``low`` to ``high``; anything else says the range."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not low <= value <= high:  # NaN fails too
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from {low:g} to {high:g}")
+        return value
+    return parse
+
+
+def count(low: int, high: int):
+    """An argparse type: a whole number from ``low`` to ``high``; anything else says the range."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from {low} to {high}")
+        return value
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tfcc", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -303,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--run-id", help="name the run (default: time and a random suffix); it must be new")
     run.add_argument("--resume", metavar="RUN",
                      help="start an existing run's tasks again in their folders, from their last backup")
-    run.add_argument("--watchdog", type=float, default=WATCHDOG_SECONDS,
+    run.add_argument("--watchdog", type=seconds(1, 86400), default=WATCHDOG_SECONDS,
                      help="seconds before saying which task the cluster waits for (default 120)")
     run.add_argument("--accept-new-host-keys", action="store_true",
                      help="trust hosts whose SSH key is not in known_hosts yet (a changed key is always refused)")
@@ -312,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("run")
     resume.add_argument("--json", action="store_true", help="print the event stream as JSON lines")
     resume.add_argument("--stop-on-exit", action="store_true", help="Ctrl-C stops the run instead of detaching")
-    resume.add_argument("--watchdog", type=float, default=WATCHDOG_SECONDS,
+    resume.add_argument("--watchdog", type=seconds(1, 86400), default=WATCHDOG_SECONDS,
                         help="seconds before saying which task the cluster waits for (default 120)")
     resume.add_argument("--accept-new-host-keys", action="store_true")
     resume.set_defaults(func=cmd_resume)
@@ -322,18 +369,18 @@ def build_parser() -> argparse.ArgumentParser:
     attach.set_defaults(func=cmd_attach)
     stop = sub.add_parser("stop", help="stop every task of a run")
     stop.add_argument("run")
-    stop.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
+    stop.add_argument("--grace", type=seconds(0, 3600), default=10.0, help="seconds between SIGTERM and SIGKILL")
     stop.set_defaults(func=cmd_stop)
     check = sub.add_parser("check", help="check hosts, versions, GPUs and the training ports between every pair")
     check.add_argument("cluster", nargs="?", help="a cluster file (TOML); default: the embedded default")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
-    check.add_argument("--deadline", type=float, default=20.0, help="seconds each host has to answer")
+    check.add_argument("--deadline", type=seconds(1, 3600), default=20.0, help="seconds each host has to answer")
     check.add_argument("--accept-new-host-keys", action="store_true")
     check.set_defaults(func=cmd_check)
     logs = sub.add_parser("logs", help="the end of a run's task logs (stdout and stderr)")
     logs.add_argument("run")
     logs.add_argument("task", nargs="?", help="one task, e.g. worker-1 (default: all)")
-    logs.add_argument("--bytes", type=int, default=65536, help="how much of the end of each log")
+    logs.add_argument("--bytes", type=count(1, 1 << 30), default=65536, help="how much of the end of each log")
     logs.set_defaults(func=cmd_logs)
     gui = sub.add_parser("gui", help="open the window (the default command)")
     gui.add_argument("cluster", nargs="?", help="a cluster file (TOML); default: the last one opened")
@@ -356,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     if ns.command is None:
         ns = parser.parse_args(["gui", *argv])
+    log_to_file(terminal=debug)  # warnings and tracebacks of threads go to the log file, not the terminal
     try:
         return ns.func(ns)
     except KeyboardInterrupt:

@@ -68,3 +68,35 @@ def describe(exc: BaseException) -> str:
     path = record(exc)
     where = f"the details are in {path}" if path else "the details could not be written to a log file"
     return (f"unexpected {type(exc).__name__}: {exc} ({where}; please report it with that file)")
+
+
+class LogFile(logging.Handler):
+    """Log records to the log file of the console's state folder, found at each record (tests
+    move the folder): warnings and errors, with their tracebacks, never on the terminal."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        path = log_path()
+        try:
+            text = self.format(record)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(f"{text}\n")
+        except Exception:  # a log that cannot be written must not become an error of its own
+            self.handleError(record)
+
+
+def log_to_file(level: int = logging.WARNING, terminal: bool = False) -> None:
+    """Send the console's log records to ``tfcc.log`` (once per process); ``terminal``: to stderr too."""
+    root = logging.getLogger()
+    if not any(isinstance(h, LogFile) for h in root.handlers):
+        handler = LogFile(level)
+        handler.setFormatter(logging.Formatter("%(asctime)s pid %(process)d %(name)s %(levelname)s: %(message)s"))
+        root.addHandler(handler)
+    if terminal and not any(getattr(h, "tfcc_terminal", False) for h in root.handlers):
+        stream = logging.StreamHandler()
+        stream.tfcc_terminal = True
+        stream.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        root.addHandler(stream)
+    needed = logging.INFO if terminal else level
+    if root.level > needed:
+        root.setLevel(needed)

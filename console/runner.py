@@ -21,7 +21,8 @@ from typing import Callable
 
 from agent.runs import STREAMS, name_problem
 from console import cluster as cl
-from console.agent_client import AgentClient, AgentTimeout, ChannelClosed, LocalTransport, last_words
+from console.agent_client import (AgentClient, AgentRequestError, AgentTimeout, ChannelClosed, LocalTransport,
+                                  last_words)
 from console.deploy import LocalFiles, deploy, make_bundle
 from console.errors import TfccError, state_dir
 from console.ssh import SSHError
@@ -132,6 +133,7 @@ class HostLink:
         self.lock = threading.Lock()     # one connect at a time
         self.stage = "connecting"        # how far the last connect got (a check names it when time runs out)
         self._state = threading.Lock()   # held only for a moment: closing never waits for a connect
+        self._generation = 0             # drop() counts up: a connect it overtook closes what it opened
 
     def _deploy(self, bundle, on_progress=None) -> None:
         """Put the code on the host (local hosts; SSH hosts deploy in ``connect``)."""
@@ -146,6 +148,7 @@ class HostLink:
         with self.lock:
             with self._state:
                 client = self.client
+                generation = self._generation
             if client is not None and not client.closed.is_set():
                 return client
             bundle = bundle or make_bundle()
@@ -191,13 +194,21 @@ class HostLink:
                                + (f" (it said: {words})" if words else " (it exited without a word)"),
                                "set python in the host's entry to a working Python 3.9+ interpreter") from None
             except AgentTimeout:
+                process = getattr(channel, "process", None)
+                if process is not None:  # a local agent that hangs: nothing to wait for
+                    process.kill()
                 client.close()
                 raise RunError(f"host {self.host.name}: no answer in {self.timeout:.0f} s from the agent started "
                                f"with {self.host.interpreter!r}",
                                f"check that this interpreter starts on {self.host.name} (run it there by hand) "
                                "and that the host is not overloaded", timed_out=True) from None
             with self._state:
-                self.client = client
+                dropped = generation != self._generation
+                if not dropped:
+                    self.client = client
+            if dropped:  # nobody wants this one any more (a detach, the end of a check)
+                client.close()
+                raise RunError(f"host {self.host.name}: the connection was closed while it was being opened")
             self.stage = "connected"
             return client
 
@@ -211,7 +222,10 @@ class HostLink:
         current.close()
 
     def drop(self) -> None:
-        """Close the whole connection (for a new one later); never waits for a connect in progress."""
+        """Close the whole connection (for a new one later); never waits for a connect in progress,
+        which closes what it opens."""
+        with self._state:
+            self._generation += 1
         self.close()
         if self.ssh is not None:
             self.ssh.close()
@@ -326,6 +340,32 @@ class Run:
             configs = [self.cluster.tf_config(i, ports) for i in range(len(self.tasks))]
             self._write_manifest(configs)
         self.tf_configs = configs
+        started: list[TaskState] = []
+        try:
+            self._start_tasks(configs, resume, started)
+        except TfccError as exc:
+            if not started:
+                raise
+            # Half a cluster would wait for the rest for an hour, holding its ports and GPUs.
+            stopped = self._stop_tasks(started)
+            raise RunError(f"{exc.cause} (starting run {self.run_id}, after {', '.join(t.name for t in started)} "
+                           f"had started: {'stopped again' if stopped else 'STILL RUNNING: tfcc stop ' + self.run_id})",
+                           (exc.fix + "; then " if exc.fix else "") + f"start it again with tfcc resume {self.run_id}"
+                           ) from None
+
+    def _stop_tasks(self, tasks: list["TaskState"]) -> bool:
+        """Stop ``tasks`` now (a start that failed halfway); whether that worked for each."""
+        ok = True
+        for task in tasks:
+            try:
+                self.links[task.host].connect().call("stop", timeout=30, run_id=self.run_id, task=task.name, grace=2)
+            except TfccError as exc:
+                log.warning("could not stop %s of run %s: %s", task.name, self.run_id, exc)
+                ok = False
+        return ok
+
+    def _start_tasks(self, configs: list[str], resume: bool, started: list["TaskState"]) -> None:
+        training = self.cluster.training
         for i, (task, spec) in enumerate(zip(self.tasks, self.cluster.tasks)):
             link = self.links[task.host]
             host = link.host
@@ -343,8 +383,9 @@ class Run:
                 env[MODEL_FILE_ORIGIN] = str(Path(training.model_file).expanduser().resolve())
             if spec.gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpus))
-            link.client.call("start", run_id=self.run_id, task=task.name, tf_config=configs[i],
-                             argv=argv, env=env, python_path=[link.dist], fresh=not resume)
+            link.connect().call("start", run_id=self.run_id, task=task.name, tf_config=configs[i],
+                                argv=argv, env=env, python_path=[link.dist], fresh=not resume)
+            started.append(task)
 
     def _previous_configs(self, resume: bool) -> list[str] | None:
         """For a resume, the run's TF_CONFIGs; for a new run, None (and the id must be new)."""
@@ -367,7 +408,13 @@ class Run:
         return saved.tf_configs
 
     def _check_stopped(self) -> None:
-        phases = {s["task"]: s["phase"] for s in self.status()}
+        phases = {}
+        for task in self.tasks:  # a task that never started (its start failed halfway) has no folder yet
+            try:
+                phases[task.name] = self.links[task.host].connect().call(
+                    "status", run_id=self.run_id, task=task.name)["phase"]
+            except AgentRequestError:
+                phases[task.name] = "not started"
         if all(phase == "finished" for phase in phases.values()):
             raise RunError(f"run {self.run_id} finished: every task ended well", "start a new run to train again")
         running = [task for task, phase in phases.items() if phase == "running"]
@@ -394,10 +441,11 @@ class Run:
         (``reconnecting``) and of its end (``reconnected``).
         """
         link = self.links[task.host]
-        delay = 0.2
+        backoff = {"delay": 0.2, "heard": False}  # reset by the first message a follow delivers
         outage: float | None = None
 
         def deliver(message, task=task):
+            backoff.update(delay=0.2, heard=True)
             kind = message.get("type")
             if kind == "following":
                 if task.launched_at is None and message.get("started"):
@@ -408,10 +456,10 @@ class Run:
                 task.offsets["metrics.jsonl"] = message["offset"]
                 task.records += len(message["records"])
                 for r in message["records"]:
-                    if r.get("event") == "launched":
-                        task.launched_at = task.launched_at or r.get("time")
-                        if not task.cluster_formed:
-                            task.phase = "waiting for the cluster"
+                    if r.get("event") == "launched":  # the newest launch counts (a resumed run has several)
+                        task.launched_at = r.get("time") or task.launched_at
+                        task.cluster_formed = False
+                        task.phase = "waiting for the cluster"
                     elif r.get("event") == "cluster_formed":
                         task.cluster_formed = True
                         task.phase = "training"
@@ -430,9 +478,9 @@ class Run:
                     on_message(task, {"type": "reconnected", "host": task.host,
                                       "after": round(time.monotonic() - outage, 1)})
                     outage = None
-                delay = 0.2
                 while not handle.done.wait(0.5):
                     if self._stop.is_set():
+                        link.close(client)
                         return
                 if handle.end is not None:
                     return
@@ -456,9 +504,10 @@ class Run:
             link.close(client)
             if outage is None:
                 outage = time.monotonic()
-                on_message(task, {"type": "reconnecting", "host": task.host, "error": error})
-            self._stop.wait(delay)
-            delay = min(delay * 2, 5.0)
+                on_message(task, {"type": "reconnecting", "host": task.host, "error": error,
+                                  "first": not backoff["heard"]})
+            self._stop.wait(backoff["delay"])
+            backoff["delay"] = min(backoff["delay"] * 2, 5.0)
 
     def wait(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -516,6 +565,8 @@ class Run:
 
 def connection_words(task: TaskState, message: dict) -> str:
     """What a ``reconnecting`` or ``reconnected`` message means, in the words both front ends show."""
+    if message["type"] == "reconnecting" and message.get("first"):
+        return f"cannot reach host {task.host} ({message['error']}); trying again (the task may still run there)"
     if message["type"] == "reconnecting":
         return (f"lost the connection to host {task.host} ({message['error']}); reconnecting "
                 "(the task goes on there)")

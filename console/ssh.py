@@ -320,12 +320,25 @@ class SSHConnection:
 
     def _exec_streams(self, command: str):
         transport = self.connect().get_transport()
-        chan = transport.open_session(timeout=self.timeout)
-        chan.exec_command(command)
+        try:
+            chan = transport.open_session(timeout=self.timeout)
+            chan.exec_command(command)
+        except (OSError, EOFError, paramiko.SSHException) as exc:  # the connection dropped meanwhile
+            raise self._dropped(exc) from None
         return chan, chan.makefile_stdin("wb"), chan.makefile("rb")
 
     def sftp(self) -> "SFTPFiles":
-        return SFTPFiles(self.connect().open_sftp())
+        client = self.connect()
+        try:
+            return SFTPFiles(client.open_sftp())
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise self._dropped(exc) from None
+
+    def _dropped(self, exc: BaseException) -> SSHError:
+        reason = str(exc) or type(exc).__name__
+        return SSHError(f"the SSH connection to {self.target.known_as} failed ({reason})",
+                        "check that the host is up and reachable, then try again",
+                        timed_out="timeout" in reason.lower())
 
     def close(self) -> None:
         """Close the connection now; a connect in progress gives up what it opens (nothing waits for it)."""

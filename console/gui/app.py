@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import gc
-import logging
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from console.errors import TfccError, describe
+from console.errors import TfccError, describe, log_to_file
 
 GIL_SWITCH_SECONDS = 0.001
 # Qt platforms that draw without a display server (QT_QPA_PLATFORM=offscreen for tests, vnc, …).
@@ -187,7 +186,7 @@ def main(cluster_path: str | None = None) -> int:
 
     from console.gui.main_window import MainWindow
 
-    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    log_to_file()  # as the CLI: warnings and tracebacks go to the log file
     configure_process()
     pg.setConfigOptions(antialias=False, useOpenGL=False)
     app = QApplication.instance() or QApplication(sys.argv[:1])

@@ -152,7 +152,7 @@ class RunSession(QObject):
             self.start_failed.emit(f"the run could not start: {exc}")
             return
         self.run_started.emit(run.run_id)
-        run.follow(self._on_run_message)
+        run.follow(self._messages_of(run))
 
     def _on_self_start_failed(self, _message: str) -> None:
         self.run = None  # its connections were closed by the thread that failed
@@ -164,8 +164,16 @@ class RunSession(QObject):
         self.store = MetricsStore()
         self._warned = True  # an attached run has long been launched
         self.run = run
-        run.follow(self._on_run_message)
+        run.follow(self._messages_of(run))
         self.run_started.emit(run.run_id)
+
+    def _messages_of(self, run: Run):
+        """The follow callback of ``run``: its messages count only while it is this session's run
+        (a follow thread of a detached run may still deliver one)."""
+        def on_message(task, message: dict) -> None:
+            if run is self.run:
+                self._on_run_message(task, message)
+        return on_message
 
     def _on_run_message(self, task, message: dict) -> None:
         kind = message.get("type")

@@ -98,13 +98,17 @@ def test_package_version_reads_dist_info_like_an_import_would(tmp_path, monkeypa
     assert probe.package_version("tensorflow", paths) is None
 
 
+VENV_TF = "2.21.0.post99+tfcc.test"
+
+
 def _venv_with_tensorflow(folder: Path, *options: str) -> Path:
-    """A venv of its own (no pip) whose site-packages holds a dist-info folder for TensorFlow 2.21.0."""
+    """A venv of its own (no pip) whose site-packages holds a dist-info folder for a TensorFlow
+    version no real interpreter has (so a base interpreter's own TensorFlow cannot pass for it)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", *options, str(folder)], check=True)
     (site_packages,) = folder.glob("lib/python*/site-packages")
-    meta = site_packages / "tensorflow-2.21.0.dist-info"
+    meta = site_packages / f"tensorflow-{VENV_TF}.dist-info"
     meta.mkdir()
-    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: tensorflow\nVersion: 2.21.0\n\n")
+    (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: tensorflow\nVersion: {VENV_TF}\n\n")
     return folder / "bin" / "python"
 
 
@@ -115,7 +119,7 @@ def test_probe_sees_a_venvs_packages_as_an_import_there_would(tmp_path, flags):
     python = _venv_with_tensorflow(tmp_path / "venv")
     code = "from agent import probe; print(probe.package_version('tensorflow'))"
     out = subprocess.run([str(python), *flags, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "2.21.0"
+    assert out.stdout.strip() == VENV_TF
 
 
 def test_probe_reads_include_system_site_packages(tmp_path, monkeypatch):

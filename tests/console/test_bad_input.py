@@ -247,7 +247,17 @@ COMMAND_LINES = {
     "unknown-command": (None, ["frobnicate"], ("invalid choice: 'frobnicate'", "choose from 'run'"), True),
     "unknown-option": (None, ["run", "--frobnicate"], ("unrecognized arguments: --frobnicate",), True),
     "watchdog-not-a-number": (None, ["run", "--watchdog", "soon"],
-                              ("argument --watchdog: invalid float value: 'soon'",), True),
+                              ("argument --watchdog: 'soon' is not a number of seconds from 1 to 86400",), True),
+    "watchdog-nan": (None, ["run", "--watchdog", "nan"],
+                     ("argument --watchdog: 'nan' is not a number of seconds from 1 to 86400",), True),
+    "deadline-zero": (None, ["check", "--deadline", "0"],
+                      ("argument --deadline: '0' is not a number of seconds from 1 to 3600",), True),
+    "deadline-huge": (None, ["check", "--deadline", "1e300"],
+                      ("argument --deadline: '1e300' is not a number of seconds from 1 to 3600",), True),
+    "grace-negative": (None, ["stop", "r1", "--grace", "-1"],
+                       ("argument --grace: '-1' is not a number of seconds from 0 to 3600",), True),
+    "bytes-negative": (None, ["logs", "r1", "--bytes", "-5"],
+                       ("argument --bytes: '-5' is not a whole number from 1 to 1073741824",), True),
     "run-id-parent": (None, ["run", "{c}", "--run-id", "../x"], ("run id '../x'", *RUN_ID_WORDS), False),
     "run-id-two-levels-up": (None, ["run", "{c}", "--run-id", "../../outside"],
                              ("run id '../../outside'", *RUN_ID_WORDS), False),
@@ -395,6 +405,10 @@ METRICS = {
                       "worker-0: epoch 1 done  loss nan"),
     "record-not-an-object": (b"[1, 2]\n" + EPOCH_OK, "worker-0: epoch 1 done  loss 0.5000"),
     "record-without-type": (b'{"loss": 1.0}\n' + EPOCH_OK, "worker-0: epoch 1 done  loss 0.5000"),
+    "started-without-its-fields": (b'{"type": "event", "event": "started"}\n' + EPOCH_OK,
+                                   "worker-0: epoch 1 done  loss 0.5000"),
+    "failed-without-a-reason": (b'{"type": "event", "event": "failed"}\n', "worker-0: FAILED: no reason given"),
+    "epoch-index-a-string": (b'{"type": "epoch", "epoch": "0", "loss": 0.5}\n', "worker-0: epoch ? done  loss 0.5000"),
 }
 
 
@@ -491,3 +505,20 @@ def test_the_terminal_shows_no_traceback(homes, setup, expected, words):
         return
     assert_refused(proc.returncode, proc.stdout, proc.stderr, words, usage=proc.stderr.startswith("usage:"))
     assert changes(before, after) == []
+
+
+def test_a_closed_pipe_ends_the_output_quietly(homes):
+    """``tfcc attach RUN --json | head -1``: once the reader has gone, no BrokenPipeError on the terminal."""
+    _finished_run(homes, "r1", EPOCH_OK * 5000)  # more than a pipe holds
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen([str(TFCC), "attach", "r1", "--json"], cwd=homes / "work", env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        assert json.loads(proc.stdout.readline())["type"] == "epoch"
+        proc.stdout.close()  # as head does after its line
+        assert proc.wait(timeout=60) == 0
+        assert proc.stderr.read() == b""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -214,10 +214,10 @@ def test_cli_check_with_deadline_5_against_a_blackholed_host_returns_within_6_s(
 
 
 def hanging_python(folder: Path) -> str:
-    """An "interpreter" that starts and never says a word; it reads until its input closes (and its
-    output stays open, as a hung Python's does)."""
+    """An "interpreter" that starts and never says a word nor reads a line, as one stuck in an import
+    would; its output stays open and closing its input does not end it."""
     path = folder / "hanging-python"
-    path.write_text("#!/bin/sh\nwhile read -r line; do :; done\n")
+    path.write_text("#!/bin/sh\nexec sleep 600\n")
     path.chmod(0o755)
     return str(path)
 
@@ -254,7 +254,8 @@ def test_run_with_a_hung_agent_is_one_line_within_the_connect_timeout(pinned, ss
         f"{python!r}; check that this interpreter starts on {h1.name} (run it there by hand) and that the host "
         "is not overloaded"]
     assert took < CONNECT_TIMEOUT + 10  # the connect of the healthy host and the deploy, then the one timeout
-    assert not list((h0.tfcc_home / "runs").glob("hung/*/pid*")), "no task may start when a host cannot"
+    assert not (h0.tfcc_home / "runs" / "hung").exists(), "no task may start when a host cannot"
+    assert not (ssh_env / "console-home" / "runs" / "hung.json").exists(), "nor may a manifest be written"
 
 
 def test_a_declined_host_key_says_what_to_do_about_the_key_not_sshd(ssh_hosts, ssh_env):

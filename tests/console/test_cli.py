@@ -300,3 +300,14 @@ def test_a_stopped_run_is_refused_as_new_and_resumed_from_its_backups(homes, cap
     finally:
         proc.kill()
         _stop_everything(homes, "again")
+
+
+def test_the_status_line_survives_records_with_odd_fields():
+    out = io.StringIO()
+    printer = Printer(as_json=False, out=out)
+    task = TaskState("worker-0", "local", phase="training")
+    printer.on_message(task, {"type": "metrics", "offset": 10, "records": [
+        {"type": "event", "event": "started"},
+        {"type": "step", "epoch": "0", "step": None, "loss": "low", "step_time": "fast"}]})
+    printer.status_line(SimpleNamespace(tasks=[task]))
+    assert out.getvalue().splitlines()[-1] == "  worker-0 e? ?/? loss nan ? ms"
