@@ -7,5 +7,5 @@ the console runs ``python3 -m agent`` through an SSH exec channel or as a
 local subprocess, and the two speak JSON lines over stdin/stdout.
 """
 
+
 __version__ = "0.1.0"
-PROTOCOL_VERSION = 1

@@ -1,9 +1,10 @@
-"""Run folders on this host: start a task detached, read its state, follow, stop, clean.
+"""Run folders on this host: start a task detached, read its state, follow, stop.
 
 Layout: ``<home>/runs/<run-id>/<task>/`` with ``spec.json`` (what to run),
 ``tf_config.json``, ``state.json`` (the supervisor's pid and start time),
-``exit.json`` (written when the task ends), ``metrics.jsonl``, ``stdout.log``
-and ``stderr.log``. ``<home>`` is ``$TFCC_HOME`` or ``~/.tfcc``.
+``exit.json`` (written when the task ends) and the task's streams
+(``protocol.STREAMS``: ``metrics.jsonl``, ``stdout.log`` and ``stderr.log``).
+``<home>`` is ``$TFCC_HOME`` or ``~/.tfcc``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -19,16 +19,25 @@ import sys
 import time
 from pathlib import Path
 
+from agent import protocol
+from agent.protocol import STREAMS
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-STREAMS = ("metrics.jsonl", "stdout.log", "stderr.log")
 
 
 class AgentError(Exception):
-    """A request that cannot be carried out; the message says why and what to do."""
+    """A request that cannot be carried out; the message says why and what to do.
+
+    ``code`` (one of ``protocol.ERROR_CODES``) goes with the message in the refusal.
+    """
+
+    def __init__(self, message: str, code: str):
+        super().__init__(message)
+        self.code = code
 
 
 def home() -> Path:
-    return Path(os.environ.get("TFCC_HOME") or Path.home() / ".tfcc")
+    return Path(os.environ.get(protocol.HOME_VARIABLE) or Path.home() / ".tfcc")
 
 
 def name_problem(kind: str, value) -> str | None:
@@ -42,7 +51,7 @@ def name_problem(kind: str, value) -> str | None:
 def _check_name(kind: str, value) -> str:
     problem = name_problem(kind, value)
     if problem:
-        raise AgentError(problem)
+        raise AgentError(problem, protocol.BAD_NAME)
     return value
 
 
@@ -132,14 +141,15 @@ def start(req: dict) -> dict:
     task = _check_name("task", req.get("task"))
     argv = req.get("argv")
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-        raise AgentError("start needs \"argv\": the command to run as a list of strings")
+        raise AgentError("start needs \"argv\": the command to run as a list of strings", protocol.BAD_ARGUMENT)
     folder = task_dir(run_id, task)
     if req.get("fresh") and (folder / "spec.json").exists():
         raise AgentError(f"run {run_id} already has a task {task} on this host ({folder}); choose another "
-                         f"run id, or resume that run (tfcc resume {run_id})")
+                         f"run id, or resume that run (tfcc resume {run_id})", protocol.TASK_EXISTS)
     state = read_json(folder / "state.json")
     if state and is_same_process(state.get("pid"), state.get("start_time")):
-        raise AgentError(f"task {task} of run {run_id} is already running (pid {state['pid']}); stop it first")
+        raise AgentError(f"task {task} of run {run_id} is already running (pid {state['pid']}); stop it first",
+                         protocol.ALREADY_RUNNING)
     folder.mkdir(parents=True, exist_ok=True)
     for stale in ("exit.json", "state.json"):
         try:
@@ -153,9 +163,9 @@ def start(req: dict) -> dict:
             tf_config = json.dumps(tf_config)
         (folder / "tf_config.json").write_text(tf_config, encoding="utf-8")
         env["TF_CONFIG"] = tf_config
-    env["TFCC_RUN_DIR"] = str(folder)
-    env["TFCC_RUN_ID"] = run_id
-    env["TFCC_TASK"] = task
+    env[protocol.RUN_DIR_VARIABLE] = str(folder)
+    env[protocol.RUN_ID_VARIABLE] = run_id
+    env[protocol.TASK_VARIABLE] = task
     spec = {
         "run_id": run_id,
         "task": task,
@@ -192,16 +202,17 @@ def start(req: dict) -> dict:
 def status(run_id: str, task: str) -> dict:
     folder = task_dir(run_id, task)
     if not folder.is_dir():
-        raise AgentError(f"no task {task} in run {run_id} on this host (tfcc runs lists what is here)")
+        raise AgentError(f"no task {task} in run {run_id} on this host (tfcc runs lists what is here)",
+                         protocol.NO_SUCH_TASK)
     state = read_json(folder / "state.json") or {}
     ended = read_json(folder / "exit.json")
     running = is_same_process(state.get("pid"), state.get("start_time"))
     if ended is not None:
-        phase = "finished" if ended.get("returncode") == 0 else "failed"
+        phase = protocol.FINISHED if ended.get("returncode") == 0 else protocol.FAILED
     elif running:
-        phase = "running"
+        phase = protocol.RUNNING
     else:
-        phase = "lost"  # the supervisor vanished without writing exit.json (killed)
+        phase = protocol.LOST  # the supervisor vanished without writing exit.json (killed)
     sizes = {}
     for name in STREAMS:
         try:
@@ -229,7 +240,7 @@ def list_runs() -> list:
     return out
 
 
-# --------------------------------------------------------------------------- stop and clean
+# --------------------------------------------------------------------------- stop
 
 
 def stop(run_id: str, task: str, grace: float = 10.0) -> dict:
@@ -275,18 +286,6 @@ def _signal_pid(pid: int, sig) -> None:
         os.kill(pid, sig)
     except ProcessLookupError:
         pass
-
-
-def clean(run_id: str) -> dict:
-    run = home() / "runs" / _check_name("run id", run_id)
-    if not run.is_dir():
-        return {"run_id": run_id, "removed": False}
-    for task in run.iterdir():
-        state = read_json(task / "state.json") or {}
-        if is_same_process(state.get("pid"), state.get("start_time")):
-            raise AgentError(f"task {task.name} of run {run_id} is still running; stop the run before cleaning it")
-    shutil.rmtree(run)
-    return {"run_id": run_id, "removed": True}
 
 
 # --------------------------------------------------------------------------- follow

@@ -2,14 +2,13 @@
 
 Each request is one JSON object on a line: ``{"id": N, "op": "...", ...}``.
 Each answer carries the request's ``id``: ``{"id": N, "ok": true, ...}`` or
-``{"id": N, "ok": false, "error": "what is wrong and what to do"}``. A
-``follow`` answers with a stream of ``{"id": N, "type": ...}`` messages and
-ends with ``{"id": N, "type": "end", ...}``. Requests run concurrently (a
-``stop`` can come while a ``follow`` streams). The agent exits when stdin
-closes; the tasks it started keep running.
+``{"id": N, "ok": false, "error": "what is wrong and what to do", "code": ...}``
+(the codes are ``protocol.ERROR_CODES``). A ``follow`` answers with a stream of
+``{"id": N, "type": ...}`` messages and ends with ``{"id": N, "type": "end", ...}``.
+Requests run concurrently (a ``stop`` can come while a ``follow`` streams). The
+agent exits when stdin closes; the tasks it started keep running.
 
-Operations: hello, start, follow, status, list, stop, clean, ports, logs, probe,
-check_ports, listen, release, connect.
+Operations: ``protocol.OPS``, each handled by ``Server.op_<name>``.
 """
 
 from __future__ import annotations
@@ -21,7 +20,8 @@ import socket
 import sys
 import threading
 
-from agent import PROTOCOL_VERSION, __version__, runs
+from agent import __version__, protocol, runs
+from agent.protocol import PROTOCOL_VERSION
 from agent.runs import AgentError
 
 
@@ -58,11 +58,11 @@ class Server:
                 if not isinstance(req, dict):
                     raise ValueError("a request is a JSON object")
             except ValueError as exc:
-                self.send({"id": None, "ok": False, "error": f"bad request line ({exc}); send one JSON object per line"})
+                self._refuse(None, f"bad request line ({exc}); send one JSON object per line", protocol.BAD_REQUEST)
                 continue
             worker = threading.Thread(target=self._handle, args=(req,), daemon=True)
             worker.start()
-            if req.get("op") != "follow":
+            if req.get("op") != protocol.FOLLOW:
                 requests.append(worker)
         # stdin closed: answer what was asked, then stop streaming and exit.
         for worker in requests:
@@ -70,20 +70,22 @@ class Server:
         self.closed.set()
         self.listeners.release()
 
+    def _refuse(self, rid, error: str, code: str) -> None:
+        self.send({"id": rid, "ok": False, "error": error, "code": code})
+
     def _handle(self, req: dict) -> None:
         rid = req.get("id")
         op = req.get("op")
-        handler = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
+        handler = HANDLERS.get(op) if isinstance(op, str) else None
         if handler is None:
-            self.send({"id": rid, "ok": False,
-                       "error": f"unknown op {op!r}; ops are hello, start, follow, status, list, stop, clean, ports, logs, probe, check_ports, listen, release, connect"})
+            self._refuse(rid, f"unknown op {op!r}; ops are {', '.join(protocol.OPS)}", protocol.UNKNOWN_OP)
             return
         try:
-            result = handler(req)
+            result = handler(self, req)
         except AgentError as exc:
-            self.send({"id": rid, "ok": False, "error": str(exc)})
+            self._refuse(rid, str(exc), exc.code)
         except Exception as exc:  # an agent bug must not kill the other requests
-            self.send({"id": rid, "ok": False, "error": f"agent error: {type(exc).__name__}: {exc}"})
+            self._refuse(rid, f"agent error: {type(exc).__name__}: {exc}", protocol.AGENT_BUG)
         else:
             if result is not None:
                 self.send({"id": rid, "ok": True, **result})
@@ -95,7 +97,7 @@ class Server:
         if theirs is not None and theirs != PROTOCOL_VERSION:
             raise AgentError(
                 f"the console speaks agent protocol {theirs} but this agent speaks {PROTOCOL_VERSION}; "
-                "deploy the console's agent to this host again"
+                "deploy the console's agent to this host again", protocol.PROTOCOL_MISMATCH
             )
         return {
             "agent_version": __version__,
@@ -126,7 +128,7 @@ class Server:
         runs.status(req.get("run_id"), req.get("task"))
         limit = int(req.get("max_bytes", 65536))
         out = {}
-        for name in ("stdout.log", "stderr.log"):
+        for name in protocol.LOG_STREAMS:
             try:
                 with open(folder / name, "rb") as f:
                     f.seek(0, os.SEEK_END)
@@ -152,7 +154,7 @@ class Server:
         """Hold listeners on ``ports`` for at most ``seconds`` (a reachability check)."""
         seconds = float(req.get("seconds", 30))
         if not 0 < seconds <= 300:
-            raise AgentError(f"listen: seconds {seconds:g} must be more than 0 and at most 300")
+            raise AgentError(f"listen: seconds {seconds:g} must be more than 0 and at most 300", protocol.BAD_ARGUMENT)
         return self.listeners.listen([int(p) for p in req.get("ports", [])], seconds)
 
     def op_release(self, req):
@@ -168,11 +170,8 @@ class Server:
         """``count`` TCP ports that are free on this host now (for port = "auto")."""
         count = int(req.get("count", 1))
         if not 1 <= count <= 256:
-            raise AgentError(f"ports: count {count} must be from 1 to 256")
+            raise AgentError(f"ports: count {count} must be from 1 to 256", protocol.BAD_ARGUMENT)
         return {"ports": runs.free_ports(count)}
-
-    def op_clean(self, req):
-        return runs.clean(req.get("run_id"))
 
     def op_follow(self, req):
         """Stream metrics records and log text from byte offsets until the task ends."""
@@ -180,14 +179,14 @@ class Server:
         run_id, task = req.get("run_id"), req.get("task")
         folder = runs.task_dir(run_id, task)
         first = runs.status(run_id, task)  # a clear error for a task that is not here
-        offsets = {name: int((req.get("offsets") or {}).get(name, 0)) for name in runs.STREAMS}
+        offsets = {name: int((req.get("offsets") or {}).get(name, 0)) for name in protocol.STREAMS}
         poll = float(req.get("poll", 0.2))
         # "started": when the agent started the task (the watchdog's clock, whatever the task writes).
-        self.send({"id": rid, "ok": True, "type": "following", "offsets": offsets, "started": first["started"]})
+        self.send({"id": rid, "ok": True, "type": protocol.FOLLOWING, "offsets": offsets, "started": first["started"]})
         while not self.closed.is_set():
             # Read the end state first: whatever was written before it is read below.
             state = runs.status(run_id, task)
-            ended = state["phase"] != "running"
+            ended = state["phase"] != protocol.RUNNING
             while True:
                 sent_any = self._send_new(rid, folder, offsets)
                 if sent_any is None:
@@ -195,7 +194,7 @@ class Server:
                 if not sent_any:
                     break
             if ended:
-                self.send({"id": rid, "type": "end", "phase": state["phase"], "exit": state["exit"],
+                self.send({"id": rid, "type": protocol.END, "phase": state["phase"], "exit": state["exit"],
                            "offsets": offsets})
                 return None
             self.closed.wait(poll)
@@ -203,24 +202,17 @@ class Server:
 
     def _send_new(self, rid, folder, offsets):
         sent = False
-        for name in runs.STREAMS:
+        for name in protocol.STREAMS:
             lines, end = runs.read_new(folder / name, offsets[name])
             if not lines:
                 continue
-            if name == "metrics.jsonl":
-                records = []
-                for line in lines:
-                    try:
-                        record = json.loads(line)
-                    except ValueError:
-                        record = None
-                    if not (isinstance(record, dict) and isinstance(record.get("type"), str)):
-                        # A damaged line (or a user's stray write): passed on as what it is, never dropped.
-                        record = {"type": "unreadable", "raw": line.decode("utf-8", "replace")}
-                    records.append(record)
-                message = {"id": rid, "type": "metrics", "records": records, "offset": end}
+            if name == protocol.METRICS:
+                # The lines as they are in the file: the console decodes each once (a damaged
+                # one too, which it shows as such); nothing is decoded and encoded again here.
+                message = {"id": rid, "type": protocol.METRICS_MESSAGE, "offset": end,
+                           "lines": [line.decode("utf-8", "replace") for line in lines]}
             else:
-                message = {"id": rid, "type": "log", "stream": name,
+                message = {"id": rid, "type": protocol.LOG_MESSAGE, "stream": name,
                            "text": b"\n".join(lines).decode("utf-8", "replace") + "\n", "offset": end}
             if not self.send(message):
                 return None
@@ -229,10 +221,14 @@ class Server:
         return sent
 
 
+# The op table: each op of the protocol to its handler (a missing handler fails at import).
+HANDLERS = {op: getattr(Server, f"op_{op}") for op in protocol.OPS}
+
+
 def main() -> int:
     Server(sys.stdin.buffer, sys.stdout.buffer).serve()
     # The console sends the agent's stderr to a file it reads when the agent dies; a clean end leaves none.
-    stderr_file = os.environ.get("TFCC_AGENT_STDERR")
+    stderr_file = os.environ.get(protocol.AGENT_STDERR_VARIABLE)
     if stderr_file:
         try:
             os.unlink(stderr_file)

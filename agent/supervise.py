@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from agent.protocol import STDERR, STDOUT
 from agent.runs import read_json, write_json
 
 
@@ -34,8 +35,8 @@ def main(argv) -> int:
     # A stop signals the whole process group: stay alive to record the task's end.
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda signum, frame: received.append(signum))
-    with open(os.devnull, "rb") as devnull, open(folder / "stdout.log", "ab") as out, \
-            open(folder / "stderr.log", "ab") as err:
+    with open(os.devnull, "rb") as devnull, open(folder / STDOUT, "ab") as out, \
+            open(folder / STDERR, "ab") as err:
         try:
             child = subprocess.Popen(spec["argv"], stdin=devnull, stdout=out, stderr=err,
                                      cwd=spec.get("cwd") or str(folder), env=env)

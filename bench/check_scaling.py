@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from console import checks  # noqa: E402
 from console import cluster as cl  # noqa: E402
-from tests.testhosts import TestHosts, missing_requirements  # noqa: E402
+from tests.helpers.testhosts import TestHosts, missing_requirements  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 

@@ -1,6 +1,6 @@
 """The dashboard under a heavy stream: 32 workers x 20,000 steps each.
 
-A synthetic feed (console.synthetic) plays 32 workers into the metrics store
+A synthetic feed (tests.helpers.synthetic) plays 32 workers into the metrics store
 while the dashboard is shown (offscreen) and redraws on its timer. Prints the
 event loop's longest stall (a 5 ms QTimer probe; goal <= 50 ms), the refresh
 rate while data flows (full redraws of all three plots per second; goal >= 20),
@@ -41,7 +41,7 @@ def main() -> None:
 
     from console.gui.dashboard import Dashboard
     from console.metrics_store import MetricsStore
-    from console.synthetic import feed
+    from tests.helpers.synthetic import feed
 
     store = MetricsStore()
     board = Dashboard(store)

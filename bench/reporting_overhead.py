@@ -72,7 +72,7 @@ def worker(rounds: int, steps: int) -> None:
 
 
 def launch(workers: int, rounds: int, steps: int) -> list[dict]:
-    from console.localrun import local_cluster, start_local_tasks
+    from tests.helpers.localrun import local_cluster, start_local_tasks
 
     with tempfile.TemporaryDirectory() as tmp:
         tasks = start_local_tasks(local_cluster(workers), Path(tmp), ["--worker", str(rounds), str(steps)],

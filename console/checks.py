@@ -16,11 +16,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 
+from agent.protocol import format_address, parse_address
 from console import cluster as cl
-from console.deploy import make_bundle
 from console.errors import TfccError, describe
-from console.runner import HostLink
-from trainer.config import replicas_per_worker
+from console.remote.deploy import make_bundle
+from console.remote.link import HostLink
+from trainer.plan import GlobalSplit, replicas_per_worker, strategy_for
 
 log = logging.getLogger("console.checks")
 LISTEN_SECONDS = 60.0
@@ -32,6 +33,7 @@ class Problem:
     cause: str
     fix: str
     hosts: tuple[str, ...] = ()  # the hosts it concerns (the window marks them), by name
+    task: str = ""               # the task it concerns, by name, if one
 
     def __str__(self) -> str:
         return f"{self.where}: {self.cause}; {self.fix}" if self.fix else f"{self.where}: {self.cause}"
@@ -112,7 +114,8 @@ def consistency(cluster: cl.Cluster, probes: dict[str, dict]) -> list[Problem]:
         problems.append(Problem(
             "cluster", f"workers would use different numbers of GPUs ({listing}); collectives then fail with "
             "'Collective Op has group_size … but that group has size …'",
-            "give every task the same number of GPUs (gpus = [...] in each task)"))
+            "give every task the same number of GPUs (gpus = [...] in each task)",
+            tuple(dict.fromkeys(t.host for n, t in zip(cluster.task_names(), cluster.tasks) if n in per_worker))))
     problems += _global_batch_rule(cluster, per_worker)
     return problems
 
@@ -124,16 +127,12 @@ def _global_batch_rule(cluster: cl.Cluster, gpus_per_worker: dict[str, int]) -> 
         return []
     requested = cluster.training.strategy
     workers = len(gpus_per_worker)
-    replicas = 0
-    for gpus in gpus_per_worker.values():
-        strategy = requested
-        if requested == "auto":
-            strategy = "multi_worker_mirrored" if workers > 1 else ("mirrored" if gpus > 1 else "default")
-        replicas += replicas_per_worker(strategy, gpus, 1)
-    if g % replicas == 0:
+    replicas = sum(replicas_per_worker(strategy_for(requested, workers, gpus), gpus, 1)
+                   for gpus in gpus_per_worker.values())
+    split = GlobalSplit(g, replicas)
+    if split.even:
         return []
-    lower = g // replicas * replicas
-    examples = " or ".join(str(n) for n in (lower, lower + replicas) if n >= replicas)
+    examples = " or ".join(map(str, split.nearest_even))
     return [Problem("cluster", f"the global batch {g} does not split evenly over the {replicas} replicas "
                     f"({workers} workers)", f"set global_batch to a multiple of {replicas} (e.g. {examples}) "
                     "or set per_replica_batch instead")]
@@ -146,7 +145,7 @@ def skew(probes: dict[str, dict]) -> dict[str, float]:
 
 def reach_problem(source: str, task: dict, result: dict) -> Problem:
     where = f"{source} -> {task['name']}"
-    host, port = task["address"].rsplit(":", 1)
+    host, port = parse_address(task["address"])
     cause = f"{source} cannot reach {task['host']} at {task['address']} ({result['error']})"
     if result["error"] == "timed out":
         fix = (f"a firewall between them drops this port; open {port}/tcp on {task['host']} "
@@ -157,7 +156,7 @@ def reach_problem(source: str, task: dict, result: dict) -> Problem:
         fix = f"{host} is not reachable from {source}: use an address of {task['host']} that {source} can reach"
     else:
         fix = f"check the network between {source} and {task['host']}"
-    return Problem(where, cause, fix, (source, task["host"]))
+    return Problem(where, cause, fix, (source, task["host"]), task["name"])
 
 
 def _no_answer_fix(host: cl.Host, stage: str, link_stage: str) -> str:
@@ -268,14 +267,14 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
             else:
                 port = taken[task.host].pop(0) if taken.get(task.host) else None
             tasks.append({"name": name, "host": task.host,
-                          "address": f"{cluster.host(task.host).tf_host}:{port}" if port else None})
+                          "address": format_address(cluster.host(task.host).tf_host, port) if port else None})
         ok_hosts = [n for n, r in reports.items() if r.ok]
         busy = {(r.name, p["port"]) for r in reports.values() for p in r.ports if not p["free"]}
         listening = {}
         t1 = time.monotonic()
         for name in ok_hosts:
-            ports = [int(t["address"].rsplit(":", 1)[1]) for t in tasks
-                     if t["host"] == name and t["address"] and (name, int(t["address"].rsplit(":", 1)[1])) not in busy]
+            ports = [parse_address(t["address"])[1] for t in tasks if t["host"] == name and t["address"]]
+            ports = [p for p in ports if (name, p) not in busy]
             if ports:
                 try:
                     listening[name] = links[name].client.call("listen", ports=ports, seconds=LISTEN_SECONDS,
@@ -298,7 +297,7 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
                     continue
                 row = matrix.setdefault(source, {})
                 for result in results:
-                    address = f"{result['host']}:{result['port']}"
+                    address = format_address(result["host"], result["port"])
                     row[address] = result
                     if not result["ok"]:
                         task = next(t for t in tasks if t["address"] == address)
@@ -327,9 +326,9 @@ def _connect_from(client, source: str, tasks: list[dict], listening: dict, conne
     for t in tasks:
         if not t["address"] or t["host"] == source or t["host"] not in listening:
             continue
-        host, port = t["address"].rsplit(":", 1)
-        if int(port) in listening[t["host"]]:
-            targets.append({"host": host, "port": int(port)})
+        host, port = parse_address(t["address"])
+        if port in listening[t["host"]]:
+            targets.append({"host": host, "port": port})
     if not targets:
         return source, []
     answer = client.call("connect", targets=targets, connect_timeout=connect_timeout, timeout=connect_timeout + 30)

@@ -18,6 +18,7 @@ Ctrl-C detaches and leaves the run going (``--stop-on-exit`` stops it instead).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -26,18 +27,13 @@ import threading
 import time
 import traceback
 
+from agent.protocol import FINISHED, TRAINING
 from console import cluster as cl
-from console.errors import TfccError, describe, log_to_file
-from console.metrics_store import metric_text, metric_value, unreadable_text
-from console.runner import (WATCHDOG_SECONDS, Run, RunError, TaskState, check_run_id, connection_words, known_runs,
-                            new_run_id)
-
-
-
-def _count(index) -> str:
-    """A 0-based epoch or step index as people count it (1-based); "?" if it is not a number."""
-    value = metric_value(index)
-    return f"{int(value) + 1}" if math.isfinite(value) else "?"
+from console import text
+from console.errors import TfccError, describe, log_to_file, log_to_terminal
+from console.runner import WATCHDOG_SECONDS, Run
+from console.runs import RunError, check_run_id, known_runs, new_run_id
+from console.session import RunSession, SessionEvent
 
 
 def strict_json(value) -> str:
@@ -58,7 +54,8 @@ def strict_json(value) -> str:
 
 
 class Printer:
-    """Turns follow messages into lines: one per event and epoch, a status line per worker."""
+    """A run session's listener for the terminal: a line per event and epoch, a status line per
+    worker (``status_line``), or every record as a JSON line (``--json``)."""
 
     def __init__(self, as_json: bool, out=None):
         self.as_json = as_json
@@ -79,47 +76,42 @@ class Printer:
                 devnull = os.open(os.devnull, os.O_WRONLY)
                 os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit must not fail either
 
-    def on_message(self, task: TaskState, message: dict) -> None:
-        kind = message.get("type")
+    def on_event(self, event: SessionEvent) -> None:
+        task = event.task
         if self.as_json:
-            if kind == "metrics":
-                for record in message["records"]:
+            if event.kind == "records":
+                for record in event.records:
                     self.emit(strict_json({"task": task.name, "host": task.host, **record}))
-            elif kind in ("end", "error", "reconnecting", "reconnected"):
-                self.emit(strict_json({"task": task.name, "host": task.host, "type": kind,
-                                      **{k: v for k, v in message.items() if k not in ("id", "type")}}))
+            elif event.kind in ("task_ended", "connection"):
+                message = event.message
+                self.emit(strict_json({"task": task.name, "host": task.host, "type": message["type"],
+                                       **{k: v for k, v in message.items() if k not in ("id", "type")}}))
+            elif event.kind == "watchdog":
+                self.emit(strict_json({"type": "watchdog", "message": event.text}))
             return
-        if kind == "metrics":
-            for record in message["records"]:
+        if event.kind == "records":
+            for record in event.records:
                 try:
                     self._record(task.name, record)
                 except (KeyError, TypeError, ValueError):  # a record of the right type with wrong fields
-                    self.emit(f"{task.name}: {unreadable_text({'raw': strict_json(record)})}")
-        elif kind == "end":
-            code = (message.get("exit") or {}).get("returncode")
-            self.emit(f"{task.name}: {message.get('phase')} (exit code {code})")
-        elif kind == "error":
-            self.emit(f"{task.name}: {message.get('error')}")
-        elif kind in ("reconnecting", "reconnected"):
-            self.emit(f"{task.name}: {connection_words(task, message)}")
+                    self.emit(f"{task.name}: {text.unreadable_text({'raw': strict_json(record)})}")
+        elif event.kind in ("task_ended", "connection"):
+            self.emit(f"{task.name}: {event.text}")
+        elif event.kind == "watchdog":
+            self.emit(f"tfcc: {event.text}")
 
     def _record(self, name: str, r: dict) -> None:
         kind = r.get("type")
         if kind == "unreadable":
-            self.emit(f"{name}: {unreadable_text(r)}")
+            self.emit(f"{name}: {text.unreadable_text(r)}")
         elif kind == "step":
             self.last_step[name] = r
         elif kind == "epoch":
-            val = "".join(f"  {key} {metric_text(r.get(key))}" for key in ("val_loss", "val_accuracy") if key in r)
-            self.emit(f"{name}: epoch {_count(r.get('epoch'))} done  loss {metric_text(r.get('loss'))}{val}")
-        elif r.get("event") == "started":
-            self.steps_per_epoch[name] = r.get("steps_per_epoch", "?")
-            self.emit(f"{name}: training with {r['strategy']}: global batch {r['global_batch']} = "
-                      f"{r['num_workers']} workers x {r['replicas_per_worker']} replicas x {r['per_replica_batch']}")
-        elif r.get("event") == "failed":
-            self.emit(f"{name}: FAILED: {r.get('error', 'no reason given')}")
-        elif r.get("event") == "finished" and r.get("model"):
-            self.emit(f"{name}: model saved to {r['model']}")
+            self.emit(f"{name}: {text.epoch_text(r)}")
+        elif kind == "event":
+            if r.get("event") == "started":
+                self.steps_per_epoch[name] = r.get("steps_per_epoch", "?")
+            self.emit(f"{name}: {text.event_text(r)}")
 
     def status_line(self, run: Run) -> None:
         if self.as_json:
@@ -127,47 +119,40 @@ class Printer:
         parts = []
         for task in run.tasks:
             s = self.last_step.get(task.name)
-            if s and task.phase == "training":
+            if s and task.phase == TRAINING:
                 loss = s.get("loss", s.get("loss_avg"))
-                step_time = metric_value(s.get("step_time"))
+                step_time = text.metric_value(s.get("step_time"))
                 ms = f"{step_time * 1000:.0f}" if math.isfinite(step_time) else "?"
-                parts.append(f"{task.name} e{_count(s.get('epoch'))} {_count(s.get('step'))}/"
-                             f"{self.steps_per_epoch.get(task.name, '?')} loss {metric_text(loss)} {ms} ms")
+                parts.append(f"{task.name} e{text.count(s.get('epoch'))} {text.count(s.get('step'))}/"
+                             f"{self.steps_per_epoch.get(task.name, '?')} loss {text.metric_text(loss)} {ms} ms")
         if parts:
             self.emit("  " + " | ".join(parts))
 
 
 def _follow(run: Run, printer: Printer, stop_on_exit: bool, watchdog: float = WATCHDOG_SECONDS) -> int:
-    run.follow(printer.on_message)
-    warned = False
+    session = RunSession(run, watchdog=watchdog)
+    session.subscribe(printer.on_event)
+    session.follow()
     try:
         last = 0.0
-        while not run.wait(timeout=0.5):
+        while not session.wait(timeout=0.5):
             if time.monotonic() - last >= 2.0:
                 last = time.monotonic()
                 printer.status_line(run)
-            report = run.waiting_report(watchdog)
-            if report and not warned:
-                warned = True
-                printer.emit(json.dumps({"type": "watchdog", "message": report}) if printer.as_json
-                             else f"tfcc: {report}")
     except KeyboardInterrupt:
+        session.detach()
         if stop_on_exit:
             print(f"tfcc: stopping run {run.run_id}", file=sys.stderr)
-            run.detach()
             run.stop()
             return 130
         print(f"tfcc: detached; run {run.run_id} goes on (tfcc attach {run.run_id}, tfcc stop {run.run_id})",
               file=sys.stderr)
-        run.detach()
         return 130
-    run.detach()
-    failed = [t for t in run.tasks if t.phase != "finished"]
+    session.detach()
+    failed = [t for t in run.tasks if t.phase != FINISHED]
     for t in failed:
-        code = (t.exit or {}).get("returncode")
-        how = f"{t.phase} (exit code {code})" if code is not None else t.phase
-        print(f"tfcc: {t.name} on {t.host} ended {how}; its log: tfcc logs {run.run_id} {t.name}",
-              file=sys.stderr)
+        print(f"tfcc: {t.name} on {t.host} ended {text.outcome_text(t.phase, t.exit)}; "
+              f"its log: tfcc logs {run.run_id} {t.name}", file=sys.stderr)
     if failed:
         print(f"tfcc: to start the run again from its last backup: tfcc resume {run.run_id}", file=sys.stderr)
     return 1 if failed else 0
@@ -280,9 +265,9 @@ def cmd_logs(ns) -> int:
             continue
         logs = run.links[task.host].connect().call("logs", run_id=run.run_id, task=task.name,
                                                    max_bytes=ns.bytes)["logs"]
-        for stream, text in logs.items():
+        for stream, content in logs.items():
             print(f"==> {task.name} on {task.host}: {stream} <==")
-            print(text, end="" if text.endswith("\n") or not text else "\n")
+            print(content, end="" if content.endswith("\n") or not content else "\n")
     run.detach()
     return 0
 
@@ -342,6 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--debug", action="store_true",
                         help="print the traceback of an unexpected error here (it always goes to the log file)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="print what tfcc does (connections, deploys, reconnects) on stderr as it goes")
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="deploy, start and follow a cluster (default: the embedded default)")
     run.add_argument("cluster", nargs="?", help="a cluster file (TOML); default: two local workers on digits")
@@ -398,14 +385,16 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv
-    argv = [a for a in argv if a != "--debug"]
+    debug, verbose = "--debug" in argv, "--verbose" in argv  # anywhere on the line
+    argv = [a for a in argv if a not in ("--debug", "--verbose")]
     ns = parser.parse_args(argv)
     if ns.command is None:
         ns = parser.parse_args(["gui", *argv])
-    log_to_file(terminal=debug)  # warnings and tracebacks of threads go to the log file, not the terminal
+    # Warnings and the tracebacks of threads go to the log file, never to the terminal unless asked for.
+    log_to_file()
     try:
-        return ns.func(ns)
+        with log_to_terminal() if debug or verbose else contextlib.nullcontext():
+            return ns.func(ns)
     except KeyboardInterrupt:
         print("tfcc: interrupted", file=sys.stderr)
         return 130

@@ -18,12 +18,13 @@ from pathlib import Path
 
 import tomli_w
 
+from console import PROJECT_ROOT
 from console.errors import TfccError
-
+from console.files import write_atomically
 from trainer.config import (AUTOSHARD_POLICIES, COMMUNICATIONS, LR_RULES, MAX_BATCH, MAX_EPOCHS, STRATEGIES, WORKLOADS,
                             count_problem, learning_rate_problem, make_tf_config)
 
-DEFAULT_CLUSTER = Path(__file__).resolve().parent.parent / "resources" / "default_cluster.toml"
+DEFAULT_CLUSTER = PROJECT_ROOT / "resources" / "default_cluster.toml"
 ROLES = ("chief", "worker")
 MAX_FILE_BYTES = 1 << 20  # a cluster file is a few KB; a bigger one is the wrong file
 # A host name (RFC 1123 labels; also ~/.ssh/config aliases) — anything else that is not an IP literal is a typo.
@@ -369,10 +370,7 @@ def dumps(cluster: Cluster) -> str:
 
 def save(cluster: Cluster, path: str | Path) -> None:
     """Atomically: a crash never leaves half a cluster file."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(dumps(cluster), encoding="utf-8")
-    tmp.replace(path)
+    write_atomically(path, dumps(cluster))
 
 
 def default() -> Cluster:

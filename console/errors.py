@@ -9,6 +9,7 @@ went to (``record``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -85,18 +86,30 @@ class LogFile(logging.Handler):
             self.handleError(record)
 
 
-def log_to_file(level: int = logging.WARNING, terminal: bool = False) -> None:
-    """Send the console's log records to ``tfcc.log`` (once per process); ``terminal``: to stderr too."""
+def log_to_file(level: int = logging.WARNING) -> None:
+    """Send the console's log records of ``level`` and above to ``tfcc.log`` (once per process)."""
     root = logging.getLogger()
     if not any(isinstance(h, LogFile) for h in root.handlers):
         handler = LogFile(level)
         handler.setFormatter(logging.Formatter("%(asctime)s pid %(process)d %(name)s %(levelname)s: %(message)s"))
         root.addHandler(handler)
-    if terminal and not any(getattr(h, "tfcc_terminal", False) for h in root.handlers):
-        stream = logging.StreamHandler()
-        stream.tfcc_terminal = True
-        stream.setFormatter(logging.Formatter("%(name)s: %(message)s"))
-        root.addHandler(stream)
-    needed = logging.INFO if terminal else level
-    if root.level > needed:
-        root.setLevel(needed)
+    if root.level > level:
+        root.setLevel(level)
+
+
+@contextlib.contextmanager
+def log_to_terminal():
+    """While in this ``with`` block, log records of INFO and above are printed on stderr too
+    (``--verbose``, ``--debug``)."""
+    handler = logging.StreamHandler()
+    handler.setLevel(logging.INFO)
+    handler.setFormatter(logging.Formatter("tfcc: %(name)s: %(message)s"))
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(min(level, logging.INFO))
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from console import text
+
 METRICS = ("loss", "step_time", "examples_per_sec")
 LABELS = {"loss": "loss (global batch, all workers)", "step_time": "step time (s)", "examples_per_sec": "examples / s (per worker)"}
 
@@ -186,12 +188,12 @@ class MetricsStore:
         steps = [r for r in records if r.get("type") == "step"]
         columns = None
         if steps:
-            xs = np.array([metric_value(r.get("global_step", 0)) for r in steps])
+            xs = np.array([text.metric_value(r.get("global_step", 0)) for r in steps])
             columns = {}
             for metric in METRICS:
                 values = [r.get(metric, r.get("loss_avg") if metric == "loss" else None) for r in steps]
-                columns[metric] = np.array([metric_value(v) for v in values], dtype=float)
-            step_times = [t for t in (metric_value(r.get("step_time")) for r in steps) if math.isfinite(t)]
+                columns[metric] = np.array([text.metric_value(v) for v in values], dtype=float)
+            step_times = [t for t in (text.metric_value(r.get("step_time")) for r in steps) if math.isfinite(t)]
         with self._lock:
             self._worker(task)
             prog = self.progress[task]
@@ -203,7 +205,10 @@ class MetricsStore:
                         series = self._series[key] = Series(self.capacity)
                     series.extend(xs, ys)
                 last = steps[-1]
-                prog.epoch, prog.step, prog.global_step = last.get("epoch", 0), last.get("step", 0), int(xs[-1])
+                epoch, step = (text.metric_value(last.get(k)) for k in ("epoch", "step"))
+                prog.epoch = int(epoch) if math.isfinite(epoch) else prog.epoch
+                prog.step = int(step) if math.isfinite(step) else prog.step
+                prog.global_step = int(xs[-1]) if math.isfinite(xs[-1]) else prog.global_step
                 prog.last_time = last.get("time")
                 if prog.first_time is None:
                     prog.first_time = steps[0].get("time")
@@ -214,11 +219,10 @@ class MetricsStore:
                 if kind == "epoch":
                     self.epochs.append({"task": task, **r})
                     self.events.append({"time": r.get("time"), "task": task, "event": "epoch",
-                                        "text": f"epoch {r.get('epoch', 0) + 1} done, loss {metric_text(r.get('loss'))}"
-                                        + (f", val_accuracy {metric_text(r.get('val_accuracy'))}"
-                                           if r.get("val_accuracy") is not None else "")})
+                                        "text": text.epoch_text(r)})
                 elif kind == "unreadable":
-                    self.events.append({"time": None, "task": task, "event": "unreadable", "text": unreadable_text(r)})
+                    self.events.append({"time": None, "task": task, "event": "unreadable",
+                                        "text": text.unreadable_text(r)})
                 elif kind == "event":
                     name = r.get("event")
                     if name == "started":
@@ -227,7 +231,7 @@ class MetricsStore:
                         if self.started is None:
                             self.started = dict(r)
                     self.events.append({"time": r.get("time"), "task": task, "event": name,
-                                        "text": describe_event(r)})
+                                        "text": text.event_text(r)})
             self.version += 1
 
     def note(self, task: str, event: str, text: str, when: float | None = None) -> None:
@@ -255,12 +259,6 @@ class MetricsStore:
                     seen[key] = s.appended
                     out[key] = s.reduced(max_points)
         return out
-
-    def appended(self, task: str, metric: str) -> int:
-        """Points ever appended to a series (a view redraws a curve only when this moved)."""
-        with self._lock:
-            s = self._series.get((task, metric))
-            return s.appended if s is not None else 0
 
     def points(self, task: str, metric: str) -> int:
         with self._lock:
@@ -304,39 +302,3 @@ class MetricsStore:
                     out.writerow([w, int(x), *("" if np.isnan(v[i]) else repr(float(v[i])) for v in values)])
                     rows += 1
         return rows
-
-
-def metric_value(value) -> float:
-    """A record's metric as a float: NaN for a missing, non-finite or non-numeric one (a gap in a plot)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return math.nan
-    return float(value)
-
-
-def metric_text(value, digits: int = 4) -> str:
-    """A metric as text: ``nan`` for a missing, non-finite or non-numeric value (a diverged loss is
-    ``null`` in the metrics file), never an error."""
-    value = metric_value(value)
-    return f"{value:.{digits}f}" if math.isfinite(value) else "nan"
-
-
-def unreadable_text(r: dict) -> str:
-    """What a damaged line of a metrics file (the agent passes it on as ``unreadable``) is called."""
-    return f"a line of its metrics file is not a record, skipped: {r.get('raw', '')[:80]!r}"
-
-
-def describe_event(r: dict) -> str:
-    name = r.get("event")
-    if name == "launched":
-        return f"launched (pid {r.get('pid')}), waiting for the cluster"
-    if name == "cluster_formed":
-        return f"cluster formed: {r.get('strategy')}, {r.get('num_replicas')} replicas"
-    if name == "started":
-        workers, replicas = r.get("num_workers"), r.get("replicas_per_worker")
-        return (f"training started: global batch {r.get('global_batch')} = {workers} worker{'s' * (workers != 1)} × "
-                f"{replicas} replica{'s' * (replicas != 1)} × {r.get('per_replica_batch')}")
-    if name == "finished":
-        return "finished" + (f", model saved to {r['model']}" if r.get("model") else "")
-    if name == "failed":
-        return f"FAILED: {r.get('error')}"
-    return str(name)

@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 
 from console.errors import state_dir
+from console.files import write_atomically
 
 log = logging.getLogger("console.profiles")
 MAX_RECENT = 8
@@ -48,6 +49,4 @@ class Profiles:
 
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps({"recent": self.recent, "last": self.last}, indent=1))
-        tmp.replace(self.path)
+        write_atomically(self.path, json.dumps({"recent": self.recent, "last": self.last}, indent=1))

@@ -36,7 +36,7 @@ def main() -> None:
     window = MainWindow(profiles=Profiles(home / "profiles.json"))
     window.resize(1400, 860)
     window.show()
-    window.epochs.setValue(8)
+    window.setup.epochs.setValue(8)
 
     def wait(condition, seconds: float, what: str) -> None:
         end = time.monotonic() + seconds
@@ -59,7 +59,7 @@ def main() -> None:
     window.grab().save(str(out / "diagram.png"))
     window.act_stop.trigger()
     wait(lambda: not window.session.active, 60, "the run to stop")
-    window.dirty = False
+    window.files.dirty = False
     window.close()
     print(f"wrote {out / 'dashboard.png'} and {out / 'diagram.png'}")
 

@@ -1,50 +1,28 @@
-"""Trainer options, TF_CONFIG validation and batch arithmetic (no TensorFlow import).
+"""Trainer options and TF_CONFIG validation (no TensorFlow import).
 
-Everything here runs before TensorFlow is imported, so a bad TF_CONFIG or a
-batch size that cannot work fails in milliseconds with a message that says what
-to change, instead of after a multi-second import or inside TensorFlow.
+Everything here runs before TensorFlow is imported, so a bad TF_CONFIG or an
+option that cannot work fails in milliseconds with a message that says what to
+change, instead of after a multi-second import or inside TensorFlow. The rules
+of the plan (strategy, replicas, batches, autoshard) are in ``trainer.plan``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent.protocol import METRICS, parse_address
+from trainer.plan import (AUTOSHARD_POLICIES, LR_RULES, MAX_BATCH, STRATEGIES, ConfigError, count_problem,
+                          learning_rate_problem)
+
 ROLES = ("chief", "worker", "ps", "evaluator")
-STRATEGIES = ("auto", "default", "mirrored", "multi_worker_mirrored", "parameter_server")
 COMMUNICATIONS = ("auto", "ring", "nccl")
-AUTOSHARD_POLICIES = ("auto", "data", "off", "file")
-LR_RULES = ("linear", "sqrt", "none")
 WORKLOADS = ("digits", "synthetic", "file")
-
-# Bounds of the training numbers, for the trainer's options and the cluster file alike:
-# beyond them a value is a typo, not a plan (a billion epochs, a batch of a billion).
-MAX_EPOCHS = 100_000
-MAX_BATCH = 1 << 20           # examples per replica, and in a global batch
-MAX_LEARNING_RATE = 10.0
-
-
-def learning_rate_problem(value: float) -> str | None:
-    """Why ``value`` cannot be a learning rate, or None. NaN and infinities diverge at the first step."""
-    if not math.isfinite(value) or not 0 < value <= MAX_LEARNING_RATE:
-        return f"it must be a number above 0 and at most {MAX_LEARNING_RATE:g}"
-    return None
-
-
-def count_problem(value: int, low: int, high: int) -> str | None:
-    """Why ``value`` is out of ``low..high``, or None."""
-    if not low <= value <= high:
-        return f"it must be from {low} to {high}"
-    return None
-
-
-class ConfigError(Exception):
-    """Bad input: the message says what is wrong and what to change."""
+MAX_EPOCHS = 100_000  # more is a typo, not a plan (the batch and learning-rate bounds are in trainer.plan)
 
 
 # --------------------------------------------------------------------------- TF_CONFIG
@@ -105,7 +83,7 @@ class ClusterConfig:
     @property
     def port(self) -> int | None:
         addr = self.address
-        return None if addr is None else int(addr.rsplit(":", 1)[1])
+        return None if addr is None else parse_address(addr)[1]
 
 
 # A host name or an IPv4 literal, or an IPv6 literal in brackets: TensorFlow's parser fails later on anything else.
@@ -201,124 +179,6 @@ def make_tf_config(cluster: dict[str, list[str]], task_type: str, task_index: in
     return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": task_index}})
 
 
-# --------------------------------------------------------------------------- batch plan
-
-
-@dataclass(frozen=True)
-class BatchPlan:
-    """How the global batch splits, and the learning rate that follows from it."""
-
-    num_workers: int
-    replicas_per_worker: int
-    per_replica_batch: int
-    steps_per_epoch: int
-    base_learning_rate: float
-    lr_rule: str
-
-    @property
-    def num_replicas(self) -> int:
-        return self.num_workers * self.replicas_per_worker
-
-    @property
-    def per_worker_batch(self) -> int:
-        return self.per_replica_batch * self.replicas_per_worker
-
-    @property
-    def global_batch(self) -> int:
-        return self.per_replica_batch * self.num_replicas
-
-    @property
-    def learning_rate(self) -> float:
-        if self.lr_rule == "linear":
-            return self.base_learning_rate * self.num_replicas
-        if self.lr_rule == "sqrt":
-            return self.base_learning_rate * math.sqrt(self.num_replicas)
-        return self.base_learning_rate
-
-    def as_dict(self) -> dict:
-        return {
-            "num_workers": self.num_workers,
-            "replicas_per_worker": self.replicas_per_worker,
-            "num_replicas": self.num_replicas,
-            "per_replica_batch": self.per_replica_batch,
-            "per_worker_batch": self.per_worker_batch,
-            "global_batch": self.global_batch,
-            "steps_per_epoch": self.steps_per_epoch,
-            "learning_rate": self.learning_rate,
-            "base_learning_rate": self.base_learning_rate,
-            "lr_rule": self.lr_rule,
-        }
-
-
-def split_global_batch(global_batch: int, replicas: int, where: str = "--global-batch") -> int:
-    """The per-replica batch of a global batch, or why it does not split evenly."""
-    problem = count_problem(global_batch, 1, MAX_BATCH)
-    if problem:
-        raise ConfigError(f"{where} is {global_batch}; {problem}")
-    if global_batch % replicas:
-        lower = global_batch // replicas * replicas
-        options = " or ".join(str(n) for n in (lower, lower + replicas) if n >= replicas)
-        raise ConfigError(
-            f"{where} {global_batch} does not split evenly over {replicas} replicas; use a multiple of "
-            f"{replicas} (e.g. {options}) or give the per-replica batch instead"
-        )
-    return global_batch // replicas
-
-
-def plan_batches(
-    *,
-    per_replica_batch: int,
-    global_batch: int | None = None,
-    num_workers: int,
-    replicas_per_worker: int,
-    num_examples: int | None,
-    steps_per_epoch: int | None,
-    base_learning_rate: float,
-    lr_rule: str,
-) -> BatchPlan:
-    """Work out the global batch and steps per epoch, or say why it cannot work.
-
-    A ``global_batch``, when given, is split over the replicas (it must divide evenly)
-    and replaces ``per_replica_batch``.
-    """
-    if global_batch is not None:
-        per_replica_batch = split_global_batch(global_batch, num_workers * replicas_per_worker)
-    problem = count_problem(per_replica_batch, 1, MAX_BATCH)
-    if problem:
-        raise ConfigError(f"--per-replica-batch is {per_replica_batch}; {problem}")
-    if lr_rule not in LR_RULES:
-        raise ConfigError(f"learning-rate rule {lr_rule!r} is unknown; use one of {', '.join(LR_RULES)}")
-    problem = learning_rate_problem(base_learning_rate)
-    if problem:
-        raise ConfigError(f"--learning-rate is {base_learning_rate}; {problem}")
-    global_batch = per_replica_batch * num_workers * replicas_per_worker
-    if steps_per_epoch is not None:
-        if steps_per_epoch < 1:
-            raise ConfigError(f"--steps-per-epoch is {steps_per_epoch}; it must be at least 1")
-    else:
-        if num_examples is None:
-            raise ConfigError(
-                "the training dataset's size is unknown, so steps per epoch cannot be worked out; "
-                "pass --steps-per-epoch"
-            )
-        steps_per_epoch = num_examples // global_batch
-        if steps_per_epoch < 1:
-            replicas = num_workers * replicas_per_worker
-            raise ConfigError(
-                f"the global batch ({per_replica_batch} per replica x {replicas} replicas = {global_batch}) "
-                f"is larger than the {num_examples} training examples; lower --per-replica-batch to at most "
-                f"{max(1, num_examples // replicas)} or use fewer replicas"
-            )
-    return BatchPlan(
-        num_workers=num_workers,
-        replicas_per_worker=replicas_per_worker,
-        per_replica_batch=per_replica_batch,
-        steps_per_epoch=steps_per_epoch,
-        base_learning_rate=base_learning_rate,
-        lr_rule=lr_rule,
-    )
-
-
 # --------------------------------------------------------------------------- options
 
 
@@ -371,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m trainer",
         description="Train one task of a TensorFlow cluster described by TF_CONFIG "
-        "(or a single process when TF_CONFIG is unset), writing metrics to <run-dir>/metrics.jsonl.",
+        f"(or a single process when TF_CONFIG is unset), writing metrics to <run-dir>/{METRICS}.",
     )
     p.add_argument("--run-dir", type=Path, default=Path("tfcc-run"),
                    help="this task's run folder: metrics, logs, checkpoints, the final model")
@@ -456,48 +316,3 @@ def parse_options(argv: list[str] | None = None) -> Options:
             raise ConfigError(f"model file {str(ns.model_file)!r} does not exist; check the path")
     ns.run_dir = Path(os.path.abspath(ns.run_dir))
     return Options(**vars(ns))
-
-
-# --------------------------------------------------------------------------- strategy
-
-
-def choose_strategy(requested: str, cluster: ClusterConfig, local_devices: int) -> str:
-    """The strategy this task runs, from the request, the cluster and the local devices."""
-    if requested == "parameter_server" or (requested == "auto" and "ps" in cluster.cluster):
-        raise ConfigError(
-            "ParameterServerStrategy is not supported by this version of the trainer yet; "
-            "remove the \"ps\" tasks and use multi_worker_mirrored"
-        )
-    if "evaluator" in cluster.cluster or cluster.task.type == "evaluator":
-        raise ConfigError("evaluator tasks are not supported yet; remove them from TF_CONFIG")
-    if requested == "auto":
-        if cluster.num_workers > 1:
-            return "multi_worker_mirrored"
-        return "mirrored" if local_devices > 1 else "default"
-    if requested in ("mirrored", "default") and cluster.num_workers > 1:
-        raise ConfigError(
-            f"--strategy {requested} trains on one host, but TF_CONFIG has {cluster.num_workers} "
-            "chief/worker tasks; use --strategy multi_worker_mirrored (or auto)"
-        )
-    return requested
-
-
-def replicas_per_worker(strategy: str, local_gpus: int, cpu_devices: int) -> int:
-    if strategy == "mirrored":
-        return local_gpus or cpu_devices
-    if strategy == "multi_worker_mirrored":
-        return max(1, local_gpus)  # MWMS uses every local GPU, or one CPU
-    return 1
-
-
-def check_autoshard(policy: str, in_memory: bool, workload: str, num_workers: int) -> None:
-    if policy == "file" and in_memory:
-        raise ConfigError(
-            f"--autoshard file needs a dataset read from files (e.g. TFRecords); {workload} is held in "
-            "memory: use --autoshard auto or data"
-        )
-    if policy == "off" and in_memory and num_workers > 1:
-        raise ConfigError(
-            f"--autoshard off would give every worker the same {workload} examples in the same order "
-            "(they shuffle with one seed); use --autoshard auto or data"
-        )

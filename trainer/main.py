@@ -17,10 +17,11 @@ import traceback
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from agent.protocol import METRICS, RUN_DIR_VARIABLE  # noqa: E402
 from trainer import workloads  # noqa: E402  (imports no TensorFlow)
-from trainer.config import (ClusterConfig, ConfigError, check_autoshard, choose_strategy, parse_options,  # noqa: E402
-                            parse_tf_config)
+from trainer.config import ClusterConfig, ConfigError, parse_options, parse_tf_config  # noqa: E402
 from trainer.metrics import MetricsWriter  # noqa: E402
+from trainer.plan import check_autoshard, choose_strategy  # noqa: E402
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -38,12 +39,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     try:
         opts.run_dir.mkdir(parents=True, exist_ok=True)
-        writer = MetricsWriter(opts.run_dir / "metrics.jsonl")
+        writer = MetricsWriter(opts.run_dir / METRICS)
     except OSError as exc:
         why = "it is a file" if opts.run_dir.is_file() else exc.strerror
         _say(f"cannot write to --run-dir {str(opts.run_dir)!r} ({why}); give a folder this user can write to")
         return EXIT_BAD_INPUT
-    os.environ["TFCC_RUN_DIR"] = str(opts.run_dir)
+    os.environ[RUN_DIR_VARIABLE] = str(opts.run_dir)
     cluster = ClusterConfig()
     try:
         cluster = parse_tf_config(os.environ.get("TF_CONFIG"))

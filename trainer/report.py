@@ -27,6 +27,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from agent.protocol import METRICS, RUN_DIR_VARIABLE
 from trainer.metrics import MetricsWriter
 
 # Scalars: tf-keras's "sum" output reduction under MirroredStrategy sums every
@@ -160,7 +161,7 @@ class MetricsReporter(tf.keras.callbacks.Callback):
         if isinstance(path_or_writer, MetricsWriter):
             self.writer, self._own_writer = path_or_writer, False
         else:
-            path = path_or_writer or Path(os.environ.get("TFCC_RUN_DIR", ".")) / "metrics.jsonl"
+            path = path_or_writer or Path(os.environ.get(RUN_DIR_VARIABLE, ".")) / METRICS
             self.writer = MetricsWriter(path, {"task_type": self.task_type, "task_index": self.task_index})
             self._own_writer = True
         self.exact_loss = False

@@ -14,16 +14,9 @@ import time
 import tensorflow as tf
 
 from trainer import workloads
-from trainer.config import (
-    ClusterConfig,
-    ConfigError,
-    Options,
-    check_autoshard,
-    choose_strategy,
-    plan_batches,
-    replicas_per_worker,
-)
+from trainer.config import ClusterConfig, ConfigError, Options
 from trainer.metrics import MetricsWriter
+from trainer.plan import check_autoshard, choose_strategy, plan_batches, replicas_per_worker
 from trainer.report import MetricsReporter, instrument_step_loss
 
 log = logging.getLogger("trainer.train")

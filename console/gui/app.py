@@ -195,6 +195,6 @@ def main(cluster_path: str | None = None) -> int:
     install_error_boundary(window)
     window.show()
     gc.freeze()  # what start-up made lives as long as the window: later collections skip it
-    if cluster_path is None and window.path is None:
+    if cluster_path is None and window.files.path is None:
         window.look_for_runs()  # open_profile looks by itself
     return app.exec()

@@ -8,7 +8,6 @@ when the store changed, never once per sample; each curve gets at most
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import time
 
 import numpy as np
@@ -21,7 +20,6 @@ from PySide6.QtWidgets import (QGridLayout, QLabel, QListWidget, QListWidgetItem
 from console.gui.colors import worker_color
 from console.metrics_store import LABELS, METRICS, MetricsStore
 
-log = logging.getLogger("console.gui")
 REFRESH_MS = 33          # at most 30 redraws a second
 MAX_POINTS = 600         # per curve and redraw: 300 min/max pairs, one per 2-3 pixels of a plot
 LOG_LINES = 2000         # per worker's log tail

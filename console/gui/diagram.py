@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 
-from PySide6.QtCore import QRectF, Qt, Signal
+from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPen
 from PySide6.QtWidgets import (QGraphicsItem, QGraphicsRectItem, QGraphicsScene, QGraphicsSimpleTextItem,
                                QGraphicsView, QLabel, QPlainTextEdit, QSplitter, QVBoxLayout, QWidget)
 
 from console import cluster as cl
 from console.gui.colors import worker_color
-from console.picture import BatchSplit, HostBox, picture
+from console.diagram_model import BatchSplit, HostBox, picture
 
 TASK_W, TASK_H, PAD = 190, 96, 12
 CROWN = "\u265b"  # ♛
@@ -32,8 +32,6 @@ class _TaskItem(QGraphicsRectItem):
 
 class ClusterDiagram(QWidget):
     """Draws a cluster; ``set_cluster`` follows the settings, ``set_run`` a run's own numbers."""
-
-    task_clicked = Signal(str)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -173,4 +171,3 @@ class ClusterDiagram(QWidget):
             f"TF_CONFIG of {name} (on {task.host}):\n{json.dumps(json.loads(task.tf_config), indent=1)}"
             if task.tf_config
             else f"{name}: TF_CONFIG is written when the run picks its port (port = \"auto\").")
-        self.task_clicked.emit(name)

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import (QCheckBox, QDialog, QDialogButtonBox, QFileDialog
                                QLineEdit, QListWidget, QListWidgetItem, QPushButton, QSpinBox, QVBoxLayout, QWidget)
 
 from console import cluster as cl
-from console.ssh import ssh_config_path
+from console.remote.ssh import ssh_config_path
 
 
 def parse_port(text: str):

@@ -8,13 +8,14 @@ import sys
 import pytest
 
 from agent.runs import free_ports
-from console.agent_client import AgentClient, AgentRequestError, LocalTransport
+from console.remote.channel import AgentClient, AgentRequestError
+from console.remote.local import local_agent
 
 
 @pytest.fixture
 def client(tmp_path, monkeypatch):
     monkeypatch.setenv("TFCC_HOME", str(tmp_path))
-    c = AgentClient(LocalTransport().open_channel())
+    c = AgentClient(local_agent())
     yield c
     c.close()
 
@@ -39,7 +40,7 @@ def test_busy_port_names_its_holder(client):
 def test_listen_connect_release(client, tmp_path):
     (port,) = free_ports(1)
     assert client.call("listen", ports=[port], seconds=30) == {"id": 1, "ok": True, "listening": [port], "failed": {}}
-    other = AgentClient(LocalTransport().open_channel())
+    other = AgentClient(local_agent())
     try:
         (result,) = other.call("connect", targets=[{"host": "127.0.0.1", "port": port}], connect_timeout=3)["results"]
         assert result["ok"] and result["ms"] >= 0
@@ -53,10 +54,10 @@ def test_listen_connect_release(client, tmp_path):
 def test_listeners_end_with_the_channel(tmp_path, monkeypatch):
     monkeypatch.setenv("TFCC_HOME", str(tmp_path))
     (port,) = free_ports(1)
-    first = AgentClient(LocalTransport().open_channel())
+    first = AgentClient(local_agent())
     first.call("listen", ports=[port], seconds=60)
     first.close()
-    second = AgentClient(LocalTransport().open_channel())
+    second = AgentClient(local_agent())
     try:
         assert second.call("check_ports", ports=[port])["ports"][0]["free"] is True
         with pytest.raises(AgentRequestError, match="seconds 500 must be more than 0 and at most 300"):

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from agent import probe
-from console.agent_client import AgentClient, LocalTransport
+from console.remote.channel import AgentClient
+from console.remote.local import local_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,7 +71,7 @@ def test_working_nvidia_smi_is_parsed(tmp_path):
 def test_probe_through_the_agent(tmp_path, monkeypatch):
     monkeypatch.setenv("TFCC_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("PATH", os.defpath)  # no nvidia-smi here
-    client = AgentClient(LocalTransport().open_channel())
+    client = AgentClient(local_agent())
     try:
         result = client.call("probe", tensorflow=True, timeout=180)
     finally:

@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from agent.protocol import PROTOCOL_VERSION
+
 from agent import runs
-from console.agent_client import AgentClient, AgentRequestError, LocalTransport
+from console.remote.channel import AgentClient, AgentRequestError
+from console.remote.local import local_agent
 
 FAKE = str(Path(__file__).parent / "data" / "fake_task.py")
 
@@ -30,7 +33,7 @@ def clients(tfcc_home):
     opened = []
 
     def open_client() -> AgentClient:
-        client = AgentClient(LocalTransport().open_channel())
+        client = AgentClient(local_agent())
         opened.append(client)
         return client
 
@@ -52,13 +55,15 @@ class Collector:
 
     def __init__(self):
         self.records: list[dict] = []
+        self.lines: list[str] = []  # as the agent sent them: the file's own lines
         self.offset = 0
         self.cond = threading.Condition()
 
     def __call__(self, message):
         with self.cond:
             if message.get("type") == "metrics":
-                self.records += message["records"]
+                self.lines += message["lines"]
+                self.records += [json.loads(line) for line in message["lines"]]
                 self.offset = message["offset"]
             self.cond.notify_all()
 
@@ -77,8 +82,8 @@ def start_fake(client, stop_all, run_id="r1", task="worker-0", first=10, second=
 def test_hello_and_protocol_mismatch(clients):
     client = clients()
     hello = client.hello()
-    assert hello["protocol"] == 1 and hello["python"] == ".".join(map(str, sys.version_info[:3]))
-    with pytest.raises(AgentRequestError, match="console speaks agent protocol 99 but this agent speaks 1; deploy"):
+    assert hello["protocol"] == PROTOCOL_VERSION and hello["python"] == ".".join(map(str, sys.version_info[:3]))
+    with pytest.raises(AgentRequestError, match=f"console speaks agent protocol 99 but this agent speaks {PROTOCOL_VERSION}; deploy"):
         client.call("hello", protocol=99)
 
 
@@ -120,7 +125,7 @@ def test_task_outlives_agent_and_reattach_replays_from_offset(clients, stop_all,
     got = Collector()
     first.follow("r1", "worker-0", got)
     got.wait_for(10)
-    first.channel.process.kill()  # the console (or the SSH connection) goes away
+    first.channel.abort()  # the console (or the SSH connection) goes away: the agent is killed
     first.close()
     second = clients()
     assert second.call("status", run_id="r1", task="worker-0")["phase"] == "running"
@@ -209,5 +214,33 @@ def test_agent_and_supervisor_open_no_listening_socket(clients, stop_all):
     client = clients()
     started = start_fake(client, stop_all)
     listening = _listening_inodes()
-    for pid in (client.channel.process.pid, started["pid"]):
+    for pid in (client.hello()["pid"], started["pid"]):
         assert not _socket_inodes(pid) & listening
+
+
+def test_metrics_lines_are_relayed_as_written_not_decoded_and_encoded_again(clients, stop_all, tfcc_home):
+    """The agent passes each metrics line on as the file has it (spacing, key order, a damaged
+    line): the console decodes it, once."""
+    folder = tfcc_home / "runs" / "raw" / "worker-0"
+    written = ['{"type":  "step", "step": 0,   "loss": 0.5}', '{"loss": NaN, "type": "step", "step": 1}',
+               '[not json', '{"type": "event", "event": "finished"}']
+    script = tfcc_home.parent / "writes.py"
+    script.write_text("import os, pathlib\n"
+                      "path = pathlib.Path(os.environ['TFCC_RUN_DIR']) / 'metrics.jsonl'\n"
+                      f"path.write_text({chr(10).join(written)!r} + '\\n')\n")
+    client = clients()
+    stop_all.append(("raw", "worker-0"))
+    client.call("start", run_id="raw", task="worker-0", argv=[sys.executable, str(script)])
+    lines = []
+    done = threading.Event()
+
+    def collect(message):
+        if message.get("type") == "metrics":
+            lines.extend(message["lines"])
+        if message.get("type") == "end":
+            done.set()
+
+    client.follow("raw", "worker-0", collect)
+    assert done.wait(30)
+    assert lines == written
+    assert (folder / "metrics.jsonl").read_text().splitlines() == written

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from agent.protocol import PROTOCOL_VERSION
+
 AGENT = Path(__file__).resolve().parents[2] / "agent"
 
 
@@ -35,4 +37,4 @@ def test_agent_answers_hello_without_site_packages():
     proc = subprocess.run([sys.executable, "-I", "-S", "-c", code], input='{"id": 1, "op": "hello"}\n',
                           capture_output=True, text=True, timeout=30)
     answer = json.loads(proc.stdout.splitlines()[0])
-    assert answer["ok"] and answer["protocol"] == 1 and proc.returncode == 0
+    assert answer["ok"] and answer["protocol"] == PROTOCOL_VERSION and proc.returncode == 0

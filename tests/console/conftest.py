@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tests.testhosts import TestHosts, missing_requirements
+from tests.helpers.testhosts import TestHosts, missing_requirements
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 
 from console import checks
 from console import cluster as cl
-from console.runner import CONNECT_TIMEOUT
+from console.remote.link import CONNECT_TIMEOUT
 
 PROBE = {"python": "3.11.7", "python_executable": "/usr/bin/python3", "tensorflow": "2.21.0",
          "tf_keras": "2.21.0", "gpus": [], "time": 0.0}
@@ -82,6 +82,7 @@ def test_reachability_diagnoses(error, fix):
     task = {"name": "worker-0", "host": "a", "address": "10.0.0.1:12345"}
     problem = checks.reach_problem("b", task, {"ok": False, "error": error})
     assert str(problem) == f"b -> worker-0: b cannot reach a at 10.0.0.1:12345 ({error}); {fix}"
+    assert (problem.hosts, problem.task) == (("b", "a"), "worker-0")  # structured: nothing parses the words
 
 
 # --------------------------------------------------------------------------- on SSH test hosts

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 from agent import runs
 from console.cli import Printer, main
 from console.runner import TaskState
+from console.session import SessionEvent
 from trainer.metrics import read_records
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -247,7 +249,7 @@ def test_a_diverged_loss_prints_nan_and_the_console_goes_on():
     steps = [{"type": "step", "epoch": 0, "step": 4, "global_step": 5, "loss": None, "step_time": None},
              {"type": "epoch", "epoch": 0, "loss": None, "val_loss": float("nan"), "val_accuracy": 0.5},
              {"type": "unreadable", "raw": "[1, 2]"}]
-    printer.on_message(task, {"type": "metrics", "records": steps, "offset": 100})
+    printer.on_event(SessionEvent("records", task, records=steps))
     printer.status_line(SimpleNamespace(tasks=[task]))
     assert out.getvalue().splitlines() == [
         "worker-0: epoch 1 done  loss nan  val_loss nan  val_accuracy 0.5000",
@@ -306,8 +308,17 @@ def test_the_status_line_survives_records_with_odd_fields():
     out = io.StringIO()
     printer = Printer(as_json=False, out=out)
     task = TaskState("worker-0", "local", phase="training")
-    printer.on_message(task, {"type": "metrics", "offset": 10, "records": [
+    printer.on_event(SessionEvent("records", task, records=[
         {"type": "event", "event": "started"},
-        {"type": "step", "epoch": "0", "step": None, "loss": "low", "step_time": "fast"}]})
+        {"type": "step", "epoch": "0", "step": None, "loss": "low", "step_time": "fast"}]))
     printer.status_line(SimpleNamespace(tasks=[task]))
     assert out.getvalue().splitlines()[-1] == "  worker-0 e? ?/? loss nan ? ms"
+
+
+def test_verbose_prints_what_tfcc_does_and_only_then(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TFCC_CONSOLE_HOME", str(tmp_path))
+    monkeypatch.setattr("console.cli.cmd_runs", lambda ns: logging.getLogger("console.runner").info("working") or 0)
+    assert main(["--verbose", "runs"]) == 0
+    assert capsys.readouterr().err == "tfcc: console.runner: working\n"
+    assert main(["runs"]) == 0
+    assert capsys.readouterr().err == ""

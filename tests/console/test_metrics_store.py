@@ -7,8 +7,9 @@ import random
 
 import numpy as np
 
-from console.metrics_store import MetricsStore, Series, describe_event, metric_text
-from console.synthetic import started_record, step_record
+from console.metrics_store import MetricsStore, Series
+from console.text import event_text
+from tests.helpers.synthetic import started_record, step_record
 
 
 def test_series_keeps_the_newest_points_one_by_one_and_in_bulk():
@@ -50,8 +51,8 @@ def test_progress_eta_stragglers_and_events():
     assert store.stragglers() == ["worker-1"]  # the synthetic worker 1 is 1.6x slower
     assert store.started["global_batch"] == 48
     assert [e["event"] for e in store.events_snapshot()] == ["started"] * 3
-    assert describe_event({"event": "failed", "error": "boom; do X"}) == "FAILED: boom; do X"
-    assert describe_event(store.started).endswith("= 3 workers × 1 replica × 16")
+    assert event_text({"event": "failed", "error": "boom; do X"}) == "FAILED: boom; do X"
+    assert event_text(store.started).endswith("= 3 workers × 1 replica × 16")
 
 
 def test_csv_export_has_every_point(tmp_path):
@@ -79,9 +80,7 @@ def test_a_diverged_loss_is_a_gap_and_reads_nan_never_an_error():
     assert list(x) == [1.0, 2.0, 3.0, 4.0, 5.0]
     assert list(y[:2]) == [0.5, 0.49] and np.isnan(y[2]) and np.isinf(y[3]) and np.isnan(y[4])
     assert np.isnan(store.series("worker-0", "examples_per_sec")[1][4])
-    assert store.events[-1]["text"] == "epoch 1 done, loss nan, val_accuracy nan"
-    assert metric_text(None) == metric_text(float("nan")) == metric_text("x") == metric_text(True) == "nan"
-    assert metric_text(0.123456) == "0.1235" and metric_text(3) == "3.0000"
+    assert store.events[-1]["text"] == "epoch 1 done  loss nan  val_accuracy nan"
 
 
 def test_a_damaged_metrics_line_is_an_event_not_a_loss():

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from console.localrun import LocalTask, local_cluster, start_local_tasks
+from tests.helpers.localrun import LocalTask, local_cluster, start_local_tasks
 from trainer.metrics import read_records
 
 DATA = Path(__file__).parent / "data"

@@ -1,23 +1,12 @@
-"""TF_CONFIG validation, batch arithmetic and strategy choice (no TensorFlow)."""
+"""TF_CONFIG validation and the trainer's options (no TensorFlow)."""
 
 import json
-import math
 import subprocess
 import sys
 
 import pytest
 
-from trainer.config import (
-    ClusterConfig,
-    ConfigError,
-    TaskId,
-    check_autoshard,
-    choose_strategy,
-    make_tf_config,
-    parse_options,
-    parse_tf_config,
-    plan_batches,
-)
+from trainer.config import ConfigError, TaskId, make_tf_config, parse_options, parse_tf_config
 
 TWO = {"worker": ["a:1000", "b:1000"]}
 
@@ -71,65 +60,6 @@ def test_bad_tf_config_says_what_is_wrong(text, expected):
     assert expected in str(err.value)
 
 
-def test_batch_plan_arithmetic_and_lr_rules():
-    kw = dict(per_replica_batch=32, num_workers=2, replicas_per_worker=2, num_examples=1437,
-              steps_per_epoch=None, base_learning_rate=0.001)
-    plan = plan_batches(lr_rule="linear", **kw)
-    assert (plan.num_replicas, plan.per_worker_batch, plan.global_batch) == (4, 64, 128)
-    assert plan.steps_per_epoch == 1437 // 128
-    assert plan.learning_rate == pytest.approx(0.004)
-    assert plan_batches(lr_rule="sqrt", **kw).learning_rate == pytest.approx(0.001 * math.sqrt(4))
-    assert plan_batches(lr_rule="none", **kw).learning_rate == pytest.approx(0.001)
-    assert plan_batches(lr_rule="none", **{**kw, "steps_per_epoch": 7}).steps_per_epoch == 7
-    from_global = plan_batches(lr_rule="none", **{**kw, "global_batch": 256})
-    assert (from_global.per_replica_batch, from_global.global_batch) == (64, 256)
-
-
-@pytest.mark.parametrize(
-    "overrides, expected",
-    [
-        ({"per_replica_batch": 0}, "--per-replica-batch is 0; it must be from 1 to 1048576"),
-        ({"per_replica_batch": 1000}, "is larger than the 1437 training examples; lower --per-replica-batch to at most 359"),
-        ({"num_examples": None}, "dataset's size is unknown"),
-        ({"steps_per_epoch": 0}, "--steps-per-epoch is 0"),
-        ({"base_learning_rate": -1.0}, "--learning-rate is -1.0; it must be a number above 0 and at most 10"),
-        ({"global_batch": 130}, "--global-batch 130 does not split evenly over 4 replicas; use a multiple of 4 "
-                                "(e.g. 128 or 132) or give the per-replica batch instead"),
-        ({"global_batch": 3}, "--global-batch 3 does not split evenly over 4 replicas; use a multiple of 4 (e.g. 4)"),
-        ({"global_batch": 0}, "--global-batch is 0; it must be from 1 to 1048576"),
-    ],
-)
-def test_batch_plans_that_cannot_work(overrides, expected):
-    kw = dict(per_replica_batch=32, num_workers=2, replicas_per_worker=2, num_examples=1437,
-              steps_per_epoch=None, base_learning_rate=0.001, lr_rule="linear")
-    with pytest.raises(ConfigError) as err:
-        plan_batches(**{**kw, **overrides})
-    assert expected in str(err.value)
-
-
-def test_strategy_choice():
-    one = ClusterConfig()
-    two = parse_tf_config(tf_config(TWO))
-    assert choose_strategy("auto", one, 1) == "default"
-    assert choose_strategy("auto", one, 2) == "mirrored"
-    assert choose_strategy("auto", two, 1) == "multi_worker_mirrored"
-    assert choose_strategy("multi_worker_mirrored", one, 1) == "multi_worker_mirrored"
-    with pytest.raises(ConfigError, match="--strategy mirrored trains on one host, but TF_CONFIG has 2"):
-        choose_strategy("mirrored", two, 2)
-    with pytest.raises(ConfigError, match="ParameterServerStrategy is not supported"):
-        choose_strategy("auto", parse_tf_config(tf_config({"worker": ["a:1"], "ps": ["b:1"]})), 1)
-
-
-def test_autoshard_rules():
-    check_autoshard("data", True, "digits", 2)
-    check_autoshard("off", True, "digits", 1)
-    check_autoshard("file", False, "mine", 2)
-    with pytest.raises(ConfigError, match="--autoshard file needs a dataset read from files"):
-        check_autoshard("file", True, "digits", 2)
-    with pytest.raises(ConfigError, match="would give every worker the same digits examples"):
-        check_autoshard("off", True, "digits", 2)
-
-
 def test_option_errors(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         parse_options(["--model-file", str(tmp_path / "nope.py")])
@@ -145,7 +75,7 @@ def test_option_errors(tmp_path):
 
 def test_importing_trainer_loads_no_tensorflow():
     """tf-keras must be selected before TensorFlow loads, and users' scripts import TF themselves."""
-    code = "import sys, trainer, trainer.main, trainer.config, trainer.workloads, trainer.metrics; " \
+    code = "import sys, trainer, trainer.main, trainer.config, trainer.plan, trainer.workloads, trainer.metrics; " \
            "print('tensorflow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

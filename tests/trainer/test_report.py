@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from console.localrun import local_cluster, start_local_tasks
+from tests.helpers.localrun import local_cluster, start_local_tasks
 from trainer.metrics import MetricsWriter, read_records
 
 from .conftest import DATA, THREADS, ClusterRun, run_cluster

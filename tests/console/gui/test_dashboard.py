@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QApplication
 from console.gui.colors import worker_color
 from console.gui.dashboard import MAX_POINTS, Dashboard
 from console.metrics_store import MetricsStore
-from console.synthetic import feed, step_record
+from tests.helpers.synthetic import feed, step_record
 from tests.console.gui.conftest import save_shot
 
 

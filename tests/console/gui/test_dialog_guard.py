@@ -48,10 +48,10 @@ def test_a_failing_window_test_whose_close_asks_a_question_fails_at_once_and_the
             window = MainWindow(profiles=Profiles(tmp_path / "profiles.json"))
             qtbot.addWidget(window)
             window.show()
-            window.batch.setValue(48)  # unsaved: closing the window asks whether to discard them
+            window.setup.batch.setValue(48)  # unsaved: closing the window asks whether to discard them
             with qtbot.waitSignal(window.checker.finished, timeout=60_000):
                 window.act_check.trigger()
-            assert window.dirty
+            assert window.files.dirty
             assert False, "deliberately failing"
 
         def test_the_next_one_runs(qtbot, tmp_path, monkeypatch):
@@ -75,13 +75,13 @@ def test_a_test_can_answer_the_dialogs_it_expects(session):
             window = MainWindow(profiles=Profiles(tmp_path / "profiles.json"))
             qtbot.addWidget(window)
             window.show()
-            window.batch.setValue(48)
+            window.setup.batch.setValue(48)
             dialogs.answer("QMessageBox.question", QMessageBox.Cancel)
-            window._on_new_triggered()  # "Discard the changes?" Cancel: nothing changes
-            assert window.cluster.hosts and window.dirty
+            window.files.act_new.trigger()  # "Discard the changes?" Cancel: nothing changes
+            assert window.cluster.hosts and window.files.dirty
             dialogs.answer("QFileDialog.getSaveFileName", (str(tmp_path / "mine.toml"), ""))
-            window._on_save_as_triggered()
-            assert window.path == tmp_path / "mine.toml" and not window.dirty
+            window.files.act_save_as.trigger()
+            assert window.files.path == tmp_path / "mine.toml" and not window.files.dirty
             assert [name for name, _ in dialogs.asked] == ["QMessageBox.question", "QFileDialog.getSaveFileName"]
 
         def test_an_answer_left_over_fails(dialogs):

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 
 def add_host(qtbot, window, name: str, local: bool = True, address: str = "", **fields) -> None:
-    dialog = window.open_host_dialog()
+    dialog = window.setup.open_host_dialog()
     qtbot.keyClicks(dialog.name, name)
     if local:
         dialog.local.setChecked(True)
@@ -41,23 +41,23 @@ def test_add_two_hosts_check_start_watch_and_stop(qtbot, gui_homes, shots):
     window = MainWindow(profiles=Profiles(gui_homes / "profiles.json"))
     qtbot.addWidget(window)
     window.show()
-    window._on_new_triggered()
+    window.files.act_new.trigger()
     assert window.cluster.hosts == [] and not window.act_start.isEnabled()
 
     add_host(qtbot, window, "alpha")
     add_host(qtbot, window, "beta")
     assert window.cluster.task_names() == ["worker-0", "worker-1"]
-    assert window.hosts_table.rowCount() == 2 and window.hosts_table.item(1, 1).text() == "beta"
-    window.epochs.setValue(200)        # still training when Stop is pressed
-    window.batch.setValue(16)
-    assert window.batch_label.text() == "global 32 = 2 workers × 1 replica × 16"
+    assert window.setup.hosts_table.rowCount() == 2 and window.setup.hosts_table.item(1, 1).text() == "beta"
+    window.setup.epochs.setValue(200)        # still training when Stop is pressed
+    window.setup.batch.setValue(16)
+    assert window.setup.batch_label.text() == "global 32 = 2 workers × 1 replica × 16"
 
     with qtbot.waitSignal(window.checker.finished, timeout=90_000) as checked:
         window.act_check.trigger()
     report = checked.args[0]
     assert report.ready, [str(p) for p in report.problems]
-    assert [window.hosts_table.item(r, 0).data(Qt.UserRole) for r in range(2)] == ["ok", "ok"]
-    assert "Ready to start" in window.details.toPlainText()
+    assert [window.setup.hosts_table.item(r, 0).data(Qt.UserRole) for r in range(2)] == ["ok", "ok"]
+    assert "Ready to start" in window.check_view.details.toPlainText()
     save_shot(window, shots, "window-checked")
 
     with qtbot.waitSignal(window.session.run_started, timeout=90_000):
@@ -93,7 +93,7 @@ def test_add_two_hosts_check_start_watch_and_stop(qtbot, gui_homes, shots):
 
     # Save the profile, detach and quit: the run goes on. Opening the window again reopens the
     # profile and reattaches to the run with its whole history; Stop from there.
-    window.save_profile(gui_homes / "two.toml")
+    window.files.save(gui_homes / "two.toml")
     run_id = window.session.run.run_id
     window.act_detach.trigger()
     window.close()
@@ -102,7 +102,7 @@ def test_add_two_hosts_check_start_watch_and_stop(qtbot, gui_homes, shots):
     again = MainWindow(profiles=Profiles(gui_homes / "profiles.json"))
     qtbot.addWidget(again)
     again.show()
-    assert again.path == gui_homes / "two.toml" and [h.name for h in again.cluster.hosts] == ["alpha", "beta"]
+    assert again.files.path == gui_homes / "two.toml" and [h.name for h in again.cluster.hosts] == ["alpha", "beta"]
     qtbot.waitUntil(lambda: again.session.run is not None, timeout=60_000)
     assert again.session.run.run_id == run_id
     qtbot.waitUntil(lambda: all(curve_points(again, w, "loss") > 0 for w in ("worker-0", "worker-1")), timeout=60_000)

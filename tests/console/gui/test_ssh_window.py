@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt
 
 from console.gui.main_window import MainWindow
 from console.profiles import Profiles
-from console.ssh import fingerprint
+from console.remote.ssh import fingerprint
 from tests.console.gui.conftest import save_shot
 from tests.console.gui.test_main_window import add_host, curve_points
 
@@ -22,12 +22,12 @@ def test_fingerprint_dialog_check_and_run_on_two_ssh_hosts(qtbot, ssh_hosts, gui
     window = MainWindow(profiles=Profiles(gui_homes / "profiles.json"))
     qtbot.addWidget(window)
     window.show()
-    window._on_new_triggered()
+    window.files.act_new.trigger()
     for h in ssh_hosts.hosts:
         add_host(qtbot, window, h.name, local=False, address=h.address, user="root",
                  key=str(ssh_hosts.client_key), python=sys.executable)
-    window.epochs.setValue(2)
-    window.batch.setValue(16)
+    window.setup.epochs.setValue(2)
+    window.setup.batch.setValue(16)
     expected = {h.address: fingerprint(paramiko.Ed25519Key.from_private_key_file(str(h.host_key)))
                 for h in ssh_hosts.hosts}
 
@@ -59,6 +59,6 @@ def test_fingerprint_dialog_check_and_run_on_two_ssh_hosts(qtbot, ssh_hosts, gui
     assert [h.address for h in window.diagram.hosts] == [h.address for h in ssh_hosts.hosts]
     assert window.diagram.chief == "worker-0" and window.diagram.split.from_run
     save_shot(window, shots, "dashboard-ssh-finished")
-    window.save_profile(gui_homes / "ssh.toml")
+    window.files.save(gui_homes / "ssh.toml")
     window.close()
     assert not window.threads.busy()

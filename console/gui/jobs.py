@@ -1,4 +1,4 @@
-"""Background work for the window: checks, runs and host-key questions, reported as signals.
+"""Background jobs of the window: checks, runs and host-key questions, reported as signals.
 
 Nothing here blocks the UI thread: one-shot work (a check, a stop) runs on a
 thread of its own, each task of a run is followed by ``Run.follow``'s threads,
@@ -13,12 +13,15 @@ import logging
 import threading
 import time
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Signal
 
 from console import checks
 from console import cluster as cl
 from console.metrics_store import MetricsStore
-from console.runner import ENDED, WATCHDOG_SECONDS, Run, RunError, connection_words, known_runs, new_run_id
+from agent.protocol import ENDED
+from console.runner import WATCHDOG_SECONDS, Run
+from console.runs import new_run_id
+from console.session import RunSession, SessionEvent
 
 log = logging.getLogger("console.gui")
 
@@ -103,13 +106,15 @@ class CheckJob(QObject):
         self.finished.emit(report)
 
 
-class RunSession(QObject):
-    """One run seen from the window: start or attach, follow every task, stop or detach."""
+class RunBridge(QObject):
+    """The window's view of one run: start or attach, then the core ``console.session.RunSession``
+    follows it (decoding, phases, the store, the watchdog) and this bridge turns its events into
+    Qt signals (emitted on the session's thread; Qt queues them to the UI thread)."""
 
     run_started = Signal(str)             # run id (its tasks are starting)
     start_failed = Signal(str)            # why, in words
     deploy_progressed = Signal(str, int, int)  # host, bytes sent, bytes total
-    records_received = Signal(str, list)  # task, its non-step records (events and epochs)
+    training_started = Signal(dict)       # the run's first "started" record (its batch plan)
     log_received = Signal(str, str, str)  # task, stream, text
     task_ended = Signal(str, str)         # task, phase
     watchdog_fired = Signal(str)
@@ -120,99 +125,69 @@ class RunSession(QObject):
         super().__init__(parent)
         self.threads = threads
         self.ask_host_key = ask_host_key
-        self.run: Run | None = None
+        self.core: RunSession | None = None
         self.store = MetricsStore()
-        self._watchdog = QTimer(self)
-        self._watchdog.setInterval(1000)
-        self._watchdog.timeout.connect(self._on_watchdog_timeout)
-        self._warned = False
         self.start_failed.connect(self._on_self_start_failed)
+
+    @property
+    def run(self) -> Run | None:
+        return None if self.core is None else self.core.run
 
     @property
     def active(self) -> bool:
         return self.run is not None and any(t.phase not in ENDED for t in self.run.tasks)
 
-    # ------------------------------------------------------------ start / attach
-
     def start(self, cluster: cl.Cluster, run_id: str | None = None) -> None:
-        if self.run is not None:  # a previous run, ended or not: stop following it
-            self.detach()
+        self.detach()  # a previous run, ended or not: stop following it
         self.store = MetricsStore()
-        self._warned = False
-        run = Run(cluster, run_id or new_run_id(), self.ask_host_key)
-        self.run = run
-        self.threads.start("start", self._start, run)
+        self.core = self._session(Run(cluster, run_id or new_run_id(), self.ask_host_key))
+        self.threads.start("start", self._start, self.core)
 
-    def _start(self, run: Run) -> None:
+    def _start(self, core: RunSession) -> None:
         try:
-            run.start(on_progress=self.deploy_progressed.emit)
+            core.run.start(on_progress=self.deploy_progressed.emit)
         except Exception as exc:
             log.exception("start failed")
-            run.detach()
+            core.run.detach()
             self.start_failed.emit(f"the run could not start: {exc}")
             return
-        self.run_started.emit(run.run_id)
-        run.follow(self._messages_of(run))
+        self.run_started.emit(core.run.run_id)
+        core.follow()
 
     def _on_self_start_failed(self, _message: str) -> None:
-        self.run = None  # its connections were closed by the thread that failed
+        self.core = None  # its connections were closed by the thread that failed
 
     def attach(self, run: Run) -> None:
         """Follow a run that is already going, from its first record (its whole history)."""
-        if self.run is not None:
-            self.detach()
+        self.detach()
         self.store = MetricsStore()
-        self._warned = True  # an attached run has long been launched
-        self.run = run
-        run.follow(self._messages_of(run))
+        self.core = self._session(run)
+        self.core.follow()
         self.run_started.emit(run.run_id)
 
-    def _messages_of(self, run: Run):
-        """The follow callback of ``run``: its messages count only while it is this session's run
-        (a follow thread of a detached run may still deliver one)."""
-        def on_message(task, message: dict) -> None:
-            if run is self.run:
-                self._on_run_message(task, message)
-        return on_message
+    def _session(self, run: Run) -> RunSession:
+        core = RunSession(run, self.store, WATCHDOG_SECONDS)
 
-    def _on_run_message(self, task, message: dict) -> None:
-        kind = message.get("type")
-        if kind == "metrics":
-            records = message["records"]
-            self.store.ingest(task.name, records)
-            others = [r for r in records if r.get("type") != "step"]
-            if others:
-                self.records_received.emit(task.name, others)
-        elif kind == "log":
-            self.log_received.emit(task.name, message["stream"], message.get("text", ""))
-        elif kind in ("reconnecting", "reconnected"):
-            self.store.note(task.name, kind, connection_words(task, message))
-        elif kind in ("end", "error"):
-            phase = message.get("phase") or "error"
-            code = (message.get("exit") or {}).get("returncode")
-            self.store.note(task.name, phase, f"process ended: {phase}"
-                            + (f" (exit code {code})" if code not in (None, 0) else "")
-                            + (f": {message['error']}" if message.get("error") else ""))
-            self.task_ended.emit(task.name, phase)
-            if self.run is not None and all(t.phase in ENDED for t in self.run.tasks):
+        def on_event(event: SessionEvent) -> None:
+            if core is not self.core:  # a run this window no longer follows
+                return
+            if event.kind == "training_started":
+                self.training_started.emit(event.records[0])
+            elif event.kind == "log":
+                self.log_received.emit(event.task.name, event.stream, event.text)
+            elif event.kind == "task_ended":
+                self.task_ended.emit(event.task.name, event.task.phase)
+            elif event.kind == "watchdog":
+                self.watchdog_fired.emit(event.text)
+            elif event.kind == "ended":
                 self.ended.emit()
 
-    def _on_watchdog_timeout(self) -> None:
-        if self.run is None or self._warned:
-            return
-        report = self.run.waiting_report(WATCHDOG_SECONDS)
-        if report:
-            self._warned = True
-            self.store.note("console", "watchdog", report)
-            self.watchdog_fired.emit(report)
-
-    # ------------------------------------------------------------ stop / detach
+        core.subscribe(on_event)
+        return core
 
     def stop(self) -> None:
-        run = self.run
-        if run is None:
-            return
-        self.threads.start("stop", self._stop, run)
+        if self.run is not None:
+            self.threads.start("stop", self._stop, self.run)
 
     def _stop(self, run: Run) -> None:
         try:
@@ -224,37 +199,6 @@ class RunSession(QObject):
 
     def detach(self) -> None:
         """Stop following (the run goes on). The connections close on a thread (``threads`` joins it)."""
-        run, self.run = self.run, None
-        self._watchdog.stop()
-        if run is not None:
-            self.threads.start("detach", run.detach)
-
-    def follow_watchdog(self) -> None:
-        self._watchdog.start()
-
-
-def running_runs(cluster: cl.Cluster, ask_host_key=None, limit: int = 20) -> list[Run]:
-    """Runs this console started on ``cluster``'s hosts that still have a task going (blocking)."""
-    found = []
-    addresses = {(h.name, h.address, h.local) for h in cluster.hosts}
-    for run_id in list(reversed(known_runs()))[:limit]:
-        try:
-            run = Run.load(run_id, ask_host_key)
-        except (RunError, cl.ClusterFileError, ValueError, KeyError):
-            continue
-        if not {(h.name, h.address, h.local) for h in run.cluster.hosts} <= addresses:
-            run.detach()
-            continue
-        try:
-            phases = [s["phase"] for s in run.status()]
-        except Exception as exc:
-            log.info("run %s: no status (%s)", run_id, exc)
-            run.detach()
-            continue
-        if any(p not in ENDED for p in phases):
-            for task in run.tasks:
-                task.phase = "starting"
-            found.append(run)
-        else:
-            run.detach()
-    return found
+        core, self.core = self.core, None
+        if core is not None:
+            self.threads.start("detach", core.detach)

@@ -6,8 +6,8 @@ lets root in with the suite's own client key. The namespaces share this
 machine's file system; each host's sshd sets its own ``TFCC_HOME`` so their run
 folders stay apart. Needs root, iproute2 and openssh-server.
 
-By hand:  python -m tests.testhosts up 2 /tmp/tfcc-hosts   (prints the hosts)
-          python -m tests.testhosts down 2
+By hand:  python -m tests.helpers.testhosts up 2 /tmp/tfcc-hosts   (prints the hosts)
+          python -m tests.helpers.testhosts down 2
 """
 
 from __future__ import annotations
@@ -48,21 +48,11 @@ class TestHost:
     folder: Path
     sshd: subprocess.Popen | None = None
 
-    @property
-    def name(self) -> str:
-        return f"tfcch{self.index}"
-
-    @property
-    def address(self) -> str:
-        return f"{SUBNET}.{10 + self.index}"
-
-    @property
-    def host_key(self) -> Path:
-        return self.folder / "host_key"
-
-    @property
-    def tfcc_home(self) -> Path:
-        return self.folder / "tfcc-home"
+    def __post_init__(self) -> None:
+        self.name = f"tfcch{self.index}"  # also its network namespace
+        self.address = f"{SUBNET}.{10 + self.index}"
+        self.host_key = self.folder / "host_key"
+        self.tfcc_home = self.folder / "tfcc-home"
 
     def host_key_line(self) -> str:
         kind, data = Path(str(self.host_key) + ".pub").read_text().split()[:2]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import getpass
 import hashlib
-import logging
 import os
 import posixpath
 import shlex
@@ -26,10 +25,9 @@ from typing import Callable
 
 import paramiko
 
-from console.agent_client import Channel
+from console.remote.channel import Channel
 from console.errors import TfccError
 
-log = logging.getLogger("console.ssh")
 
 CONNECT_TIMEOUT = 10.0
 COMMAND_TIMEOUT = 30.0
@@ -178,6 +176,7 @@ class SSHConnection:
     def __init__(self, address: str, *, user: str = "", port: int = 22, key: str = "",
                  ask: AskHostKey | None = None, timeout: float = CONNECT_TIMEOUT, proxy_jump: str | None = None):
         self.target = resolve(address, user, port, key, proxy_jump)
+        self.description = f"the agent on {self.target.known_as}"
         self.ask = ask
         self.timeout = timeout
         self.client: paramiko.SSHClient | None = None
@@ -294,7 +293,7 @@ class SSHConnection:
             return home, None
         return home, self._agent_channel(chan, stdin, stdout)
 
-    def open_agent_channel(self, dist: str, python: str) -> Channel:
+    def open_agent(self, dist: str, python: str) -> Channel:
         chan, stdin, stdout = self._exec_streams(_agent_command(shlex.quote(dist), python))
         chan.settimeout(self.timeout)
         return self._agent_channel(chan, stdin, stdout)
@@ -327,7 +326,7 @@ class SSHConnection:
             raise self._dropped(exc) from None
         return chan, chan.makefile_stdin("wb"), chan.makefile("rb")
 
-    def sftp(self) -> "SFTPFiles":
+    def files(self) -> "SFTPFiles":
         client = self.connect()
         try:
             return SFTPFiles(client.open_sftp())

@@ -4,14 +4,16 @@ from pathlib import Path
 
 import pytest
 
-from console.deploy import LocalFiles, deploy, make_bundle
+from console import PROJECT_ROOT
+from console.remote.deploy import deploy, make_bundle
+from console.remote.local import LocalFiles
 
 
 def test_same_code_uploads_nothing_the_second_time(tmp_path):
     bundle = make_bundle()
     target, sent = deploy(bundle, LocalFiles(), str(tmp_path))
     assert sent == bundle.size > 0
-    assert (Path(target) / "agent" / "server.py").read_bytes() == (Path(__file__).parents[2] / "agent" / "server.py").read_bytes()
+    assert (Path(target) / "agent" / "server.py").read_bytes() == (PROJECT_ROOT / "agent" / "server.py").read_bytes()
     assert deploy(bundle, LocalFiles(), str(tmp_path)) == (target, 0)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from console import cluster as cl
-from console.picture import picture
+from console.diagram_model import picture
 
 
 def make(tasks, hosts=("a", "b"), **training) -> cl.Cluster:

@@ -1,7 +1,7 @@
 """Talk to an agent over any transport's channel (Qt-free).
 
 A channel is a pair of binary streams to a running ``python3 -m agent`` (a
-local subprocess, or an SSH exec channel). The client writes requests and a
+local subprocess, ``console.remote.local``, or an SSH exec channel, ``console.remote.ssh``). The client writes requests and a
 reader thread dispatches answers by request id: plain calls resolve a Future;
 a ``follow`` delivers each streamed message to a callback (on the reader
 thread), until its ``end`` message or the channel closes.
@@ -13,25 +13,25 @@ import itertools
 import json
 import logging
 import os
-import subprocess
-import sys
 import threading
-import uuid
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from pathlib import Path
 from typing import Callable
 
-from agent import PROTOCOL_VERSION
+from agent.protocol import PROTOCOL_VERSION
 from console.errors import TfccError
 
-log = logging.getLogger("console.agent")
+log = logging.getLogger("console.remote")
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 class AgentRequestError(TfccError):
-    """The agent refused a request; the message is the agent's (it says what to do)."""
+    """The agent refused a request; the message is the agent's (it says what to do), ``code`` one of
+    ``agent.protocol.ERROR_CODES`` for a program to act on."""
+
+    def __init__(self, message: str, code: str | None = None):
+        super().__init__(message)
+        self.code = code
 
 
 class AgentTimeout(TfccError):
@@ -69,12 +69,19 @@ class Channel:
     """What a transport gives: streams to one agent process, and a way to close them."""
 
     def __init__(self, stdin, stdout, close: Callable[[], None], description: str,
-                 stderr_tail: Callable[[], str] | None = None):
+                 stderr_tail: Callable[[], str] | None = None, abort: Callable[[], None] | None = None):
         self.stdin = stdin
         self.stdout = stdout
         self._close = close
         self.description = description
         self._stderr_tail = stderr_tail
+        self._abort = abort
+
+    def abort(self) -> None:
+        """End an agent that does not answer (it would not end by itself), then close."""
+        if self._abort is not None:
+            self._abort()
+        self.close()
 
     def stderr_tail(self) -> str:
         """The end of what the agent wrote to stderr (kept in a file on its host), or ""."""
@@ -86,62 +93,6 @@ class Channel:
 
     def close(self) -> None:
         self._close()
-
-
-class LocalTransport:
-    """Runs the agent as a subprocess of this machine (hosts marked ``local``)."""
-
-    def __init__(self, python: str = sys.executable, agent_root: Path = PROJECT_ROOT,
-                 env: dict | None = None, stderr_dir: Path | None = None):
-        self.python = python
-        self.agent_root = Path(agent_root)
-        self.env = env
-        self.stderr_dir = stderr_dir  # where the agent's stderr is kept (default: nowhere)
-
-    def open_channel(self) -> Channel:
-        env = dict(os.environ if self.env is None else self.env)
-        env.pop("PYTHONPATH", None)  # the agent needs nothing but its own folder (the cwd)
-        stderr_path = None
-        if self.stderr_dir is not None:
-            Path(self.stderr_dir).mkdir(parents=True, exist_ok=True)
-            stderr_path = Path(self.stderr_dir) / f"agent-{uuid.uuid4().hex[:12]}.err"
-            env["TFCC_AGENT_STDERR"] = str(stderr_path)
-        # -S: the agent needs only the standard library; skipping site saves most of the start-up.
-        with open(stderr_path or os.devnull, "wb") as err:
-            proc = subprocess.Popen([self.python, "-S", "-m", "agent"], cwd=self.agent_root, env=env,
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
-
-        def close():
-            try:
-                proc.stdin.close()
-            except OSError:
-                pass
-            # An agent ends when its stdin closes; one that hangs is killed. Its stdout is closed
-            # only after it has ended: closing it while the reader thread waits on it would wait too.
-            threading.Thread(target=_reap, args=(proc,), name="tfcc-agent-reaper", daemon=True).start()
-
-        def stderr_tail() -> str:
-            if stderr_path is None:
-                return ""
-            text = tail(stderr_path)
-            stderr_path.unlink(missing_ok=True)
-            return text
-
-        channel = Channel(proc.stdin, proc.stdout, close, f"local agent (pid {proc.pid})", stderr_tail)
-        channel.process = proc
-        return channel
-
-
-def _reap(proc: subprocess.Popen, grace: float = 2.0) -> None:
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    try:
-        proc.stdout.close()
-    except OSError:
-        pass
 
 
 class Follow:
@@ -247,7 +198,7 @@ class AgentClient:
             raise AgentTimeout(f"{self.channel.description} gave no answer to {op!r} in {limit:.0f} s",
                                "check that the host and its Python are not overloaded or hung") from None
         if not answer.get("ok"):
-            raise AgentRequestError(answer.get("error") or "the agent refused the request")
+            raise AgentRequestError(answer.get("error") or "the agent refused the request", answer.get("code"))
         return answer
 
     def hello(self, timeout: float | None = None) -> dict:

@@ -13,9 +13,11 @@ import pytest
 
 from console import cluster as cl
 from console.cli import main
-from console.runner import HostLink, Run, RunError
-from tests.console.test_runner import crashing_python
-from console.ssh import Jump, SSHConnection, SSHError, fingerprint, parse_proxy_jump
+from console.remote.link import HostError, HostLink
+from console.runner import Run
+from console.session import RunSession
+from tests.console.remote.test_link import crashing_python
+from console.remote.ssh import Jump, SSHConnection, SSHError, fingerprint, parse_proxy_jump
 from trainer.metrics import read_records
 
 
@@ -101,13 +103,15 @@ def test_dropped_connection_loses_and_repeats_nothing(ssh_hosts, ssh_env):
     got: dict[str, list] = {t.name: [] for t in run.tasks}
     cond = threading.Condition()
 
-    def on_message(task, message):
+    def on_event(event):
         with cond:
-            if message.get("type") == "metrics":
-                got[task.name] += message["records"]
+            if event.kind == "records":
+                got[event.task.name] += event.records
             cond.notify_all()
 
-    run.follow(on_message)
+    session = RunSession(run)
+    session.subscribe(on_event)
+    session.follow()
     try:
         with cond:
             assert cond.wait_for(lambda: sum(r["type"] == "step" for r in got["worker-1"]) >= 5, 180)
@@ -117,7 +121,7 @@ def test_dropped_connection_loses_and_repeats_nothing(ssh_hosts, ssh_env):
         ssh_hosts.cut_sessions(ssh_hosts.hosts[1])
         with cond:
             assert cond.wait_for(lambda: before.closed.is_set(), 30)
-        assert run.wait(timeout=300)
+        assert session.wait(timeout=300)
         assert link.client is not None and link.client is not before  # it reconnected
         for i, h in enumerate(ssh_hosts.hosts):
             in_file = read_records(h.tfcc_home / "runs" / "ssh2" / f"worker-{i}" / "metrics.jsonl")
@@ -125,7 +129,7 @@ def test_dropped_connection_loses_and_repeats_nothing(ssh_hosts, ssh_env):
             assert in_file[-1]["event"] == "finished"
         assert [t.phase for t in run.tasks] == ["finished", "finished"]
     finally:
-        run.detach()
+        session.detach()
 
 
 @pytest.mark.slow
@@ -263,7 +267,7 @@ def test_an_agent_that_dies_at_start_over_ssh_says_its_last_words(ssh_hosts, ssh
     link = HostLink(cl.Host(name=host.name, address=host.address, user="root", key=str(ssh_hosts.client_key),
                             python=python))
     try:
-        with pytest.raises(RunError) as err:
+        with pytest.raises(HostError) as err:
             link.connect()
     finally:
         link.drop()

@@ -54,7 +54,7 @@ def start_local_tasks(
     a user's own program ``python SCRIPT ARGS`` that reads TF_CONFIG itself
     (it finds its run folder in ``$TFCC_RUN_DIR``).
     """
-    project_root = Path(__file__).resolve().parent.parent
+    project_root = Path(__file__).resolve().parents[2]
     tasks = []
     for task_type, addrs in cluster.items():
         for index in range(len(addrs)):

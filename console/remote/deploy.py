@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-log = logging.getLogger("console.deploy")
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from console import PROJECT_ROOT
+
+log = logging.getLogger("console.remote")
 PACKAGES = ("agent", "trainer")
 
 
@@ -48,25 +47,6 @@ def make_bundle(extra: dict[str, Path] | None = None) -> Bundle:
     for rel, path in files:
         digest.update(rel.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
     return Bundle(tuple(files), digest.hexdigest())
-
-
-class LocalFiles:
-    """File operations on this machine (for hosts marked local)."""
-
-    def exists(self, path: str) -> bool:
-        return os.path.exists(path)
-
-    def makedirs(self, path: str) -> None:
-        os.makedirs(path, exist_ok=True)
-
-    def put(self, local: Path, remote: str) -> None:
-        shutil.copyfile(local, remote)
-
-    def rename(self, src: str, dst: str) -> None:
-        os.rename(src, dst)
-
-    def remove_tree(self, path: str) -> None:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def deploy(bundle: Bundle, files, home: str, on_progress=None) -> tuple[str, int]:

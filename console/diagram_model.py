@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agent.protocol import format_address, parse_address, parse_task_name, task_name
 from console import cluster as cl
-from trainer.config import replicas_per_worker
+from trainer.plan import GlobalSplit, replicas_per_worker, strategy_for
 
 
 @dataclass
@@ -53,14 +54,6 @@ class BatchSplit:
         return self.per_replica * self.replicas_per_worker
 
 
-def _strategy(requested: str, workers: int, gpus: int) -> str:
-    if requested != "auto":
-        return requested
-    if workers > 1:
-        return "multi_worker_mirrored"
-    return "mirrored" if gpus > 1 else "default"
-
-
 def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, started: dict | None = None,
             addresses: dict[str, str] | None = None) -> tuple[list[HostBox], BatchSplit]:
     """The diagram's content. ``gpus_by_host`` comes from a check; ``started`` is a run's
@@ -68,19 +61,18 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
     gpus_by_host = gpus_by_host or {}
     addresses = addresses or {}
     names = cluster.task_names()
-    workers = [n for n in names if n.split("-")[0] in ("chief", "worker")]
-    chief = "chief-0" if "chief-0" in names else ("worker-0" if "worker-0" in names else None)
+    workers = [n for n in names if parse_task_name(n)[0] in ("chief", "worker")]
+    chief = next((n for n in (task_name("chief", 0), task_name("worker", 0)) if n in names), None)
     ports = []
     for name, task in zip(names, cluster.tasks):
-        port = addresses[name].rsplit(":", 1)[1] if name in addresses else task.port
-        ports.append(int(port) if port != "auto" else "auto")
+        ports.append(parse_address(addresses[name])[1] if name in addresses else task.port)
     resolved = "auto" not in ports
     t = cluster.training
     boxes = {h.name: HostBox(h.name, h.address or "localhost") for h in cluster.hosts}
     device_counts = []
     for i, (name, task) in enumerate(zip(names, cluster.tasks)):
         gpus = len(task.gpus) if task.gpus else gpus_by_host.get(task.host, 0)
-        strategy = _strategy(t.strategy, len(workers), gpus)
+        strategy = strategy_for(t.strategy, len(workers), gpus)
         if started is not None:
             count = int(started.get("replicas_per_worker") or 1)
         else:
@@ -92,7 +84,7 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
             devices = ["CPU"] if count == 1 else [f"CPU {d}" for d in range(count)]
         device_counts.append(len(devices))
         host = cluster.host(task.host)
-        address = f"{host.tf_host}:{ports[i]}"
+        address = format_address(host.tf_host, ports[i])
         boxes[task.host].tasks.append(TaskBox(name, task.role, task.host, address, name == chief, devices,
                                               cluster.tf_config(i, ports) if resolved else None))
     if started is not None:
@@ -104,12 +96,13 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
         replicas = per_worker * len(workers)
         problem = ""
         if t.global_batch:
-            per_replica = t.global_batch // max(1, replicas)
-            if t.global_batch % max(1, replicas):
+            shares = GlobalSplit(t.global_batch, max(1, replicas))
+            per_replica = shares.per_replica
+            if not shares.even:
                 problem = (f"global batch {t.global_batch} does not split evenly over {replicas} replicas; "
                            f"use a multiple of {replicas}")
         else:
             per_replica = t.per_replica_batch
         split = BatchSplit(len(workers), per_worker, per_replica, per_replica * replicas,
-                           _strategy(t.strategy, len(workers), 0), False, problem)
+                           strategy_for(t.strategy, len(workers), 0), False, problem)
     return [b for b in boxes.values() if b.tasks] + [b for b in boxes.values() if not b.tasks], split

@@ -1,0 +1,120 @@
+"""The words the agent and the console share: version, ops, task phases, streams, error codes, names.
+
+Standard library only, Python 3.9+: this module is deployed with the agent and
+imported by the console and the trainer too, so each word is written here once.
+"""
+
+from __future__ import annotations
+
+PROTOCOL_VERSION = 2  # 2: metrics follow messages carry the file's own lines ("lines"), not records
+
+# --------------------------------------------------------------------------- operations
+# agent/server.py has one handler per op (Server.op_<name>) and its op table is built from them.
+
+HELLO = "hello"
+START = "start"
+FOLLOW = "follow"
+STATUS = "status"
+LIST = "list"
+STOP = "stop"
+PORTS = "ports"
+LOGS = "logs"
+PROBE = "probe"
+CHECK_PORTS = "check_ports"
+LISTEN = "listen"
+RELEASE = "release"
+CONNECT = "connect"
+OPS = (HELLO, START, FOLLOW, STATUS, LIST, STOP, PORTS, LOGS, PROBE, CHECK_PORTS, LISTEN, RELEASE, CONNECT)
+
+# The messages a follow streams: {"id": N, "type": ...}.
+FOLLOWING = "following"  # the first: the offsets it reads from, and when the agent started the task
+METRICS_MESSAGE = "metrics"
+LOG_MESSAGE = "log"
+END = "end"              # the last: the task's phase and exit record
+
+# --------------------------------------------------------------------------- task phases
+# The agent reports RUNNING, FINISHED, FAILED or LOST (AGENT_PHASES); the console adds the others.
+
+STARTING = "starting"             # the console has not heard from the task's agent yet
+RUNNING = "running"               # its process runs
+WAITING = "waiting for the cluster"  # the trainer has launched; TensorFlow waits for the other tasks
+TRAINING = "training"             # the cluster has formed
+FINISHED = "finished"             # exit code 0
+FAILED = "failed"                 # another exit code, or a signal
+LOST = "lost"                     # its supervisor vanished without recording the end (killed)
+ERROR = "error"                   # the console cannot follow it any more (the agent refused, a key changed)
+NOT_STARTED = "not started"       # a task of a resumed run that has no folder on its host yet
+
+AGENT_PHASES = (RUNNING, FINISHED, FAILED, LOST)
+ALIVE = (RUNNING, WAITING, TRAINING)   # its process runs on its host
+ENDED = (FINISHED, FAILED, LOST, ERROR)
+
+# --------------------------------------------------------------------------- a task's streams
+# Files in the task's run folder, followed from byte offsets.
+
+METRICS = "metrics.jsonl"
+STDOUT = "stdout.log"
+STDERR = "stderr.log"
+LOG_STREAMS = (STDOUT, STDERR)
+STREAMS = (METRICS, *LOG_STREAMS)
+
+# --------------------------------------------------------------------------- environment variables
+
+HOME_VARIABLE = "TFCC_HOME"                  # the agent's folder on a host (default ~/.tfcc): runs/ and dist/
+AGENT_STDERR_VARIABLE = "TFCC_AGENT_STDERR"  # the file the agent's stderr goes to; a clean exit removes it
+# What the agent gives a task, besides TF_CONFIG:
+RUN_DIR_VARIABLE = "TFCC_RUN_DIR"            # its run folder, where it writes METRICS
+RUN_ID_VARIABLE = "TFCC_RUN_ID"
+TASK_VARIABLE = "TFCC_TASK"                  # its task name (task_name below)
+
+# --------------------------------------------------------------------------- refusals
+# {"id": N, "ok": false, "error": "what is wrong and what to do", "code": <one of these>}
+
+BAD_REQUEST = "bad-request"            # not a JSON object on a line
+UNKNOWN_OP = "unknown-op"
+PROTOCOL_MISMATCH = "protocol-mismatch"
+BAD_NAME = "bad-name"                  # a run id or task that cannot name a folder
+BAD_ARGUMENT = "bad-argument"          # a missing or out-of-range field
+TASK_EXISTS = "task-exists"            # a fresh start of a task the run already has
+ALREADY_RUNNING = "already-running"
+NO_SUCH_TASK = "no-such-task"
+AGENT_BUG = "agent-bug"                # an unexpected exception in the agent
+ERROR_CODES = (BAD_REQUEST, UNKNOWN_OP, PROTOCOL_MISMATCH, BAD_NAME, BAD_ARGUMENT, TASK_EXISTS, ALREADY_RUNNING,
+               NO_SUCH_TASK, AGENT_BUG)
+
+
+# --------------------------------------------------------------------------- task names and addresses
+
+
+def task_name(role: str, index: int) -> str:
+    """``worker-0``: a task's name, its index counting within its role."""
+    return f"{role}-{index}"
+
+
+def parse_task_name(name: str) -> tuple[str, int]:
+    """``("worker", 0)`` from ``"worker-0"``; ValueError if ``name`` is not role-index."""
+    role, sep, index = name.rpartition("-")
+    if not sep or not role or not index.isdigit():
+        raise ValueError(f"task name {name!r} is not role-index (like worker-0)")
+    return role, int(index)
+
+
+def format_address(host: str, port) -> str:
+    """``host:port``, an IPv6 literal in brackets (``[::1]:2222``), as TF_CONFIG writes it."""
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``(host, port)`` from ``host:port`` or ``[v6]:port`` (the host without brackets); ValueError if neither."""
+    host, sep, port = address.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"address {address!r}: an IPv6 host goes in brackets, like [::1]:2222")
+    if not sep or not host:
+        raise ValueError(f"address {address!r} has no host:port")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"address {address!r} has port {port!r}; a port is a number from 1 to 65535")
+    return host, int(port)

@@ -1,0 +1,91 @@
+"""The check's report: each host's versions, the problems with their fixes, and the reachability matrix."""
+
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QSplitter, QTableWidget, QTableWidgetItem, QTextBrowser
+
+from console.checks import Report
+
+
+def cell(text: str, tooltip: str = "") -> QTableWidgetItem:
+    """A table cell the person reads but does not edit."""
+    item = QTableWidgetItem(text)
+    item.setFlags(item.flags() & ~Qt.ItemIsEditable)
+    if tooltip:
+        item.setToolTip(tooltip)
+    return item
+
+
+def host_marks(report: Report) -> dict[str, list[str]]:
+    """What ``report`` says of each host it looked at: its problems, in words ([] when every check passed).
+
+    A problem marks the hosts it names (a reach problem names both ends), never a host whose
+    name merely starts the same way.
+    """
+    problems: dict[str, list[str]] = {}
+    for p in report.problems:
+        for name in dict.fromkeys(p.hosts):
+            problems.setdefault(name, []).append(str(p))
+    return {r.name: problems.get(r.name) or ([] if r.ok else [r.error or "failed"]) for r in report.hosts}
+
+
+class CheckView(QSplitter):
+    """The *Check* tab: a report's details above its reachability matrix, or why there is nothing to check."""
+
+    def __init__(self, parent=None):
+        super().__init__(Qt.Vertical, parent)
+        self.details = QTextBrowser()
+        self.matrix = QTableWidget()
+        self.addWidget(self.details)
+        self.addWidget(self.matrix)
+
+    def show_refusal(self, reason: str) -> None:
+        """The settings cannot work (``cluster.validate`` said why): nothing was checked."""
+        self.details.setHtml(f"<p style='color:#b00020'><b>The settings cannot work:</b> {html.escape(reason)}</p>")
+
+    def show_report(self, report: Report) -> None:
+        rows = []
+        for r in report.hosts:
+            p = r.probe or {}
+            gpus = p.get("gpus") or []
+            rows.append(
+                f"<tr><td><b>{html.escape(r.name)}</b></td><td>{'ok' if r.ok else 'FAILED'}</td>"
+                f"<td>{html.escape(str(p.get('python', '')))}</td><td>{html.escape(str(p.get('tensorflow') or '-'))}</td>"
+                f"<td>{html.escape(str(p.get('tf_keras') or '-'))}</td><td>{len(gpus)}"
+                f"{' (' + html.escape(gpus[0].get('name', '')) + ')' if gpus else ''}</td>"
+                f"<td>{p.get('cpus', '')}</td></tr>")
+        problems = "".join(f"<li><b>{html.escape(p.where)}</b>: {html.escape(p.cause)}.<br><i>Fix:</i> "
+                           f"{html.escape(p.fix)}</li>" for p in report.problems)
+        self.details.setHtml(
+            f"<h3>{'Ready to start' if report.ready else 'Not ready'}</h3>"
+            "<table cellpadding=4><tr><th>host</th><th>state</th><th>Python</th><th>TensorFlow</th>"
+            f"<th>tf-keras</th><th>GPUs</th><th>CPUs</th></tr>{''.join(rows)}</table>"
+            + (f"<h4>Problems</h4><ul>{problems}</ul>" if problems else "<p>Every check passed.</p>"))
+        self._show_matrix(report)
+
+    def _show_matrix(self, report: Report) -> None:
+        """One row per host that connected, one column per task: ok, or why that host could not reach it."""
+        columns = [t for t in report.tasks if t["address"]]
+        sources = list(report.matrix)
+        self.matrix.clear()
+        self.matrix.setRowCount(len(sources))
+        self.matrix.setColumnCount(len(columns))
+        self.matrix.setHorizontalHeaderLabels([f"{t['name']}\n{t['address']}" for t in columns])
+        self.matrix.setVerticalHeaderLabels([f"from {s}" for s in sources])
+        for i, source in enumerate(sources):
+            for j, t in enumerate(columns):
+                result = report.matrix[source].get(t["address"])
+                if result is None:
+                    item = cell("—", "the task's own host")
+                else:
+                    item = cell("ok" if result["ok"] else result["error"])
+                    if not result["ok"]:
+                        item.setForeground(Qt.red)
+                        problem = next((p for p in report.problems if p.where == f"{source} -> {t['name']}"), None)
+                        if problem is not None:
+                            item.setToolTip(str(problem))
+                self.matrix.setItem(i, j, item)
+        self.matrix.resizeColumnsToContents()

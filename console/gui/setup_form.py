@@ -1,0 +1,302 @@
+"""The setup form: the hosts and their tasks, and the training settings with the global batch line."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
+                               QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPushButton, QSpinBox, QStyle,
+                               QTableWidget, QVBoxLayout, QWidget)
+
+from console import cluster as cl
+from console.checks import Report
+from console.gui.check_view import cell, host_marks
+from console.gui.dialogs import HostDialog, ImportDialog
+from console.diagram_model import picture
+from trainer.config import AUTOSHARD_POLICIES, COMMUNICATIONS, LR_RULES, STRATEGIES
+
+WORKLOADS = ("digits", "synthetic", "file", "script")
+
+
+class SetupForm(QWidget):
+    """Edits a cluster in place: its hosts and tasks (marked by the last check) and its training settings."""
+
+    cluster_changed = Signal()  # the person edited the cluster: hosts, tasks or training
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.cluster = cl.Cluster([], [])
+        self.report: Report | None = None  # the last check of these hosts
+        self._loading = False
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self._build_hosts(), 3)
+        layout.addWidget(self._build_training(), 2)
+
+    def _build_hosts(self) -> QGroupBox:
+        self.hosts_table = QTableWidget(0, 6)
+        self.hosts_table.setHorizontalHeaderLabels(["", "Host", "Address", "User", "Python", "Tasks"])
+        self.hosts_table.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.hosts_table.setSelectionMode(QAbstractItemView.SingleSelection)
+        self.hosts_table.verticalHeader().hide()
+        header = self.hosts_table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeToContents)
+        header.setStretchLastSection(True)
+        header.setMaximumSectionSize(170)
+        self.hosts_table.setTextElideMode(Qt.ElideMiddle)
+        self.hosts_table.doubleClicked.connect(self._on_edit_host_clicked)
+        self.hosts_table.itemSelectionChanged.connect(self._on_hosts_selection_changed)
+        self.btn_add = QPushButton("Add…")
+        self.btn_add.clicked.connect(self._on_add_host_clicked)
+        self.btn_import = QPushButton("Import from ~/.ssh/config…")
+        self.btn_import.clicked.connect(self._on_import_clicked)
+        self.btn_edit = QPushButton("Edit…")
+        self.btn_edit.clicked.connect(self._on_edit_host_clicked)
+        self.btn_remove = QPushButton("Remove")
+        self.btn_remove.clicked.connect(self._on_remove_host_clicked)
+        buttons = QHBoxLayout()
+        for b in (self.btn_add, self.btn_import, self.btn_edit, self.btn_remove):
+            buttons.addWidget(b)
+        self.tasks_table = QTableWidget(0, 5)
+        self.tasks_table.setHorizontalHeaderLabels(["Task", "Host", "Role", "Port", "GPUs"])
+        self.tasks_table.verticalHeader().hide()
+        self.tasks_table.setSelectionMode(QAbstractItemView.NoSelection)
+        self.tasks_table.horizontalHeader().setSectionResizeMode(QHeaderView.Stretch)
+        box = QGroupBox("Hosts")
+        layout = QVBoxLayout(box)
+        layout.addWidget(self.hosts_table)
+        layout.addLayout(buttons)
+        layout.addWidget(QLabel("Tasks (edit a host to change its tasks)"))
+        layout.addWidget(self.tasks_table)
+        return box
+
+    def _build_training(self) -> QGroupBox:
+        self.workload = QComboBox()
+        self.workload.addItems(WORKLOADS)
+        self.user_file = QLineEdit()
+        self.user_file.setPlaceholderText("your model file (build_model, train_dataset) or script")
+        browse = QPushButton("…")
+        browse.clicked.connect(self._on_browse_user_file_clicked)
+        self.epochs = QSpinBox()
+        self.epochs.setRange(1, 100000)
+        self.batch_mode = QComboBox()
+        self.batch_mode.addItems(["per replica", "global"])
+        self.batch = QSpinBox()
+        self.batch.setRange(1, 1 << 20)
+        self.lr = QDoubleSpinBox()
+        self.lr.setDecimals(6)
+        self.lr.setRange(1e-6, 10.0)
+        self.lr.setSingleStep(0.0005)
+        self.lr_rule = QComboBox()
+        self.lr_rule.addItems(LR_RULES)
+        self.strategy = QComboBox()
+        self.strategy.addItems([s for s in STRATEGIES if s != "parameter_server"])
+        self.communication = QComboBox()
+        self.communication.addItems(COMMUNICATIONS)
+        self.autoshard = QComboBox()
+        self.autoshard.addItems(AUTOSHARD_POLICIES)
+        self.batch_label = QLabel()
+        self.batch_label.setWordWrap(True)
+        self.batch_label.setStyleSheet("font-weight: bold")
+        form = QFormLayout()
+        rows = (("Workload", self.workload), ("Model file / script", _row(self.user_file, browse)),
+                ("Epochs", self.epochs), ("Batch", _row(self.batch, self.batch_mode)), ("Learning rate", self.lr),
+                ("LR scaling", self.lr_rule), ("Strategy", self.strategy), ("Communication", self.communication),
+                ("Autoshard", self.autoshard), ("", self.batch_label))
+        for label, field in rows:
+            form.addRow(label, field)
+        for combo in (self.workload, self.batch_mode, self.lr_rule, self.strategy, self.communication, self.autoshard):
+            combo.currentIndexChanged.connect(self._on_training_edited)
+        for spin in (self.epochs, self.batch, self.lr):
+            spin.valueChanged.connect(self._on_training_edited)
+        self.user_file.textChanged.connect(self._on_training_edited)
+        box = QGroupBox("Training")
+        box.setLayout(form)
+        return box
+
+    # ------------------------------------------------------------ the model
+
+    def set_cluster(self, cluster: cl.Cluster) -> None:
+        """Show ``cluster`` and edit it in place from now on; no check has looked at its hosts yet."""
+        self.cluster = cluster
+        self.report = None
+        self._loading = True
+        try:
+            t = cluster.training
+            self.workload.setCurrentText("script" if t.script else ("file" if t.model_file else t.workload))
+            self.user_file.setText(t.script or t.model_file)
+            self.epochs.setValue(t.epochs)
+            self.batch_mode.setCurrentIndex(1 if t.global_batch else 0)
+            self.batch.setValue(t.global_batch or t.per_replica_batch)
+            self.lr.setValue(t.learning_rate)
+            self.lr_rule.setCurrentText(t.lr_scaling)
+            self.strategy.setCurrentText(t.strategy)
+            self.communication.setCurrentText(t.communication)
+            self.autoshard.setCurrentText(t.autoshard)
+        finally:
+            self._loading = False
+        self._refresh_tables()
+        self._refresh_batch_line()
+
+    def set_report(self, report: Report) -> None:
+        """A check of these hosts: its marks on them, and the GPUs it found in the batch line."""
+        self.report = report
+        self._refresh_tables()
+        self._refresh_batch_line()
+
+    def gpus_by_host(self) -> dict[str, int]:
+        """The GPUs the last check found on each host it reached ({} before a check)."""
+        if self.report is None:
+            return {}
+        return {r.name: len((r.probe or {}).get("gpus") or []) for r in self.report.hosts if r.probe}
+
+    def _on_training_edited(self, *_) -> None:
+        if self._loading:
+            return
+        t = self.cluster.training
+        workload = self.workload.currentText()
+        path = self.user_file.text().strip()
+        t.workload = workload if workload in ("digits", "synthetic", "file") else "digits"
+        t.model_file = path if workload == "file" else ""
+        t.script = path if workload == "script" else ""
+        t.epochs = self.epochs.value()
+        if self.batch_mode.currentIndex() == 1:
+            t.global_batch, t.per_replica_batch = self.batch.value(), 32
+        else:
+            t.global_batch, t.per_replica_batch = 0, self.batch.value()
+        t.learning_rate = self.lr.value()
+        t.lr_scaling = self.lr_rule.currentText()
+        t.strategy = self.strategy.currentText()
+        t.communication = self.communication.currentText()
+        t.autoshard = self.autoshard.currentText()
+        self._refresh_batch_line()
+        self.cluster_changed.emit()
+
+    def _on_hosts_edited(self, keep_report: bool = False) -> None:
+        if not keep_report:
+            self.report = None  # it spoke of other hosts
+        self._refresh_tables()
+        self._refresh_batch_line()
+        self.cluster_changed.emit()
+
+    # ------------------------------------------------------------ showing it
+
+    def _refresh_batch_line(self) -> None:
+        self.user_file.setEnabled(self.workload.currentText() in ("file", "script"))
+        if not self.cluster.tasks:
+            self.batch_label.setText("Add a host with a worker to see the global batch.")
+            return
+        _, split = picture(self.cluster, self.gpus_by_host())
+        text = split.label + (f"  ({split.per_worker} per worker)" if split.replicas_per_worker > 1 else "")
+        self.batch_label.setText(f"<span style='color:#b00020'>{html.escape(split.problem)}</span>"
+                                 if split.problem else text)
+
+    def _refresh_tables(self) -> None:
+        c = self.cluster
+        marks = host_marks(self.report) if self.report is not None else {}
+        self.hosts_table.setRowCount(len(c.hosts))
+        for row, host in enumerate(c.hosts):
+            tasks = [n for n, t in zip(c.task_names(), c.tasks) if t.host == host.name]
+            status = cell("")
+            if host.name in marks:
+                bad = marks[host.name]
+                icon = QStyle.SP_MessageBoxCritical if bad else QStyle.SP_DialogApplyButton
+                status.setIcon(self.style().standardIcon(icon))
+                status.setToolTip("\n".join(bad) if bad else "every check passed")
+                status.setData(Qt.UserRole, "failed" if bad else "ok")
+            python = host.python or ("this console's Python" if host.local else "python3")
+            row_cells = (status, cell(host.name), cell("this machine" if host.local else host.address),
+                         cell("" if host.local else host.user), cell(python, host.interpreter),
+                         cell(", ".join(tasks) or "none"))
+            for column, item in enumerate(row_cells):
+                self.hosts_table.setItem(row, column, item)
+        names = c.task_names()
+        self.tasks_table.setRowCount(len(c.tasks))
+        chief = "chief-0" if "chief-0" in names else "worker-0"
+        for row, (name, task) in enumerate(zip(names, c.tasks)):
+            row_cells = (cell(("\u265b " if name == chief else "") + name), cell(task.host), cell(task.role),
+                         cell(str(task.port)), cell(",".join(map(str, task.gpus)) or "all"))
+            for column, item in enumerate(row_cells):
+                self.tasks_table.setItem(row, column, item)
+        self._on_hosts_selection_changed()
+
+    # ------------------------------------------------------------ hosts
+
+    def _selected_host(self) -> cl.Host | None:
+        rows = self.hosts_table.selectionModel().selectedRows()
+        return self.cluster.hosts[rows[0].row()] if rows else None
+
+    def _on_hosts_selection_changed(self) -> None:
+        selected = self._selected_host() is not None
+        self.btn_edit.setEnabled(selected)
+        self.btn_remove.setEnabled(selected)
+
+    def open_host_dialog(self, host: cl.Host | None = None) -> HostDialog:
+        """The add (or edit) dialog, opened (not run) so that the UI goes on; applied on accept."""
+        tasks = [t for t in self.cluster.tasks if host is not None and t.host == host.name]
+        dialog = HostDialog({h.name for h in self.cluster.hosts}, host, tasks or None, self)
+        dialog.accepted.connect(lambda: self._apply_host_dialog(dialog, host))
+        dialog.open()
+        self.host_dialog = dialog
+        return dialog
+
+    def _apply_host_dialog(self, dialog: HostDialog, old: cl.Host | None) -> None:
+        new = dialog.host()
+        tasks = dialog.tasks()
+        if old is None:
+            self.cluster.hosts.append(new)
+            self.cluster.tasks.extend(tasks)
+        else:
+            index = self.cluster.hosts.index(old)
+            self.cluster.hosts[index] = new
+            first = next((i for i, t in enumerate(self.cluster.tasks) if t.host == old.name), len(self.cluster.tasks))
+            kept = [t for t in self.cluster.tasks if t.host != old.name]
+            self.cluster.tasks = kept[:first] + tasks + kept[first:]
+        if any(t.role == "chief" for t in tasks):  # at most one chief
+            for t in self.cluster.tasks:
+                if t.role == "chief" and t not in tasks:
+                    t.role = "worker"
+        self._on_hosts_edited()
+
+    def _on_add_host_clicked(self) -> None:
+        self.open_host_dialog()
+
+    def _on_edit_host_clicked(self, *_) -> None:
+        host = self._selected_host()
+        if host is not None:
+            self.open_host_dialog(host)
+
+    def _on_remove_host_clicked(self) -> None:
+        host = self._selected_host()
+        if host is None:
+            return
+        self.cluster.hosts.remove(host)
+        self.cluster.tasks = [t for t in self.cluster.tasks if t.host != host.name]
+        self._on_hosts_edited()
+
+    def _on_import_clicked(self) -> None:
+        dialog = ImportDialog({h.name for h in self.cluster.hosts}, self)
+        self.import_dialog = dialog
+
+        def apply():
+            for host in dialog.chosen():
+                self.cluster.hosts.append(host)
+                self.cluster.tasks.append(cl.Task(host=host.name))
+            self._on_hosts_edited(keep_report=True)  # it still speaks of the hosts that were there
+
+        dialog.accepted.connect(apply)
+        dialog.open()
+
+    def _on_browse_user_file_clicked(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Model file or script", str(Path.cwd()), "Python (*.py)")
+        if path:
+            self.user_file.setText(path)
+
+
+def _row(*widgets: QWidget) -> QHBoxLayout:
+    row = QHBoxLayout()
+    for widget in widgets:
+        row.addWidget(widget)
+    return row

@@ -1,0 +1,109 @@
+"""This machine as a host (hosts marked ``local``): the agent as a subprocess, files by copying (Qt-free)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+from console import PROJECT_ROOT
+from console.remote.channel import Channel, tail
+
+
+
+def local_agent(python: str = sys.executable, agent_root: Path = PROJECT_ROOT, env: dict | None = None,
+                stderr_dir: Path | None = None) -> Channel:
+    """``python -S -m agent`` in ``agent_root`` as a subprocess: its channel. ``stderr_dir``: where its
+    stderr is kept (read when it dies at start; default: nowhere)."""
+    env = dict(os.environ if env is None else env)
+    env.pop("PYTHONPATH", None)  # the agent needs nothing but its own folder (the cwd)
+    stderr_path = None
+    if stderr_dir is not None:
+        Path(stderr_dir).mkdir(parents=True, exist_ok=True)
+        stderr_path = Path(stderr_dir) / f"agent-{uuid.uuid4().hex[:12]}.err"
+        env["TFCC_AGENT_STDERR"] = str(stderr_path)
+    # -S: the agent needs only the standard library; skipping site saves most of the start-up.
+    with open(stderr_path or os.devnull, "wb") as err:
+        proc = subprocess.Popen([python, "-S", "-m", "agent"], cwd=agent_root, env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+
+    def close():
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        # An agent ends when its stdin closes; one that hangs is killed. Its stdout is closed
+        # only after it has ended: closing it while the reader thread waits on it would wait too.
+        threading.Thread(target=_reap, args=(proc,), name="tfcc-agent-reaper", daemon=True).start()
+
+    def stderr_tail() -> str:
+        if stderr_path is None:
+            return ""
+        text = tail(stderr_path)
+        stderr_path.unlink(missing_ok=True)
+        return text
+
+    return Channel(proc.stdin, proc.stdout, close, f"local agent (pid {proc.pid})", stderr_tail, abort=proc.kill)
+
+
+def _reap(proc: subprocess.Popen, grace: float = 2.0) -> None:
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    try:
+        proc.stdout.close()
+    except OSError:
+        pass
+
+
+class LocalFiles:
+    """File operations on this machine (for hosts marked local)."""
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def put(self, local: Path, remote: str) -> None:
+        shutil.copyfile(local, remote)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.rename(src, dst)
+
+    def remove_tree(self, path: str) -> None:
+        shutil.rmtree(path, ignore_errors=True)
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+class LocalTransport:
+    """The ``Transport`` of a local host: its home is ``$TFCC_HOME`` (default ``~/.tfcc``)."""
+
+    description = "this machine"
+
+    def __init__(self):
+        self.home = os.environ.get("TFCC_HOME") or str(Path.home() / ".tfcc")
+
+    def connect(self) -> None:
+        """Nothing to open."""
+
+    def start_agent(self, dist_name: str, python: str) -> tuple[str, Channel | None]:
+        dist = Path(self.home) / "dist" / dist_name
+        return self.home, (self.open_agent(str(dist), python) if (dist / ".complete").exists() else None)
+
+    def files(self) -> LocalFiles:
+        return LocalFiles()
+
+    def open_agent(self, dist: str, python: str) -> Channel:
+        return local_agent(python, Path(dist), stderr_dir=Path(self.home))
+
+    def close(self) -> None:
+        """Nothing to close: each agent ends with its channel."""

@@ -1,0 +1,126 @@
+"""The runs this console started: their ids, their manifests in its state folder (Qt-free).
+
+A run id names one run everywhere: a folder on every host and ``<state>/runs/<id>.json``
+here, which keeps the cluster and each task's TF_CONFIG so that a run can be followed,
+stopped and resumed by a later console.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.protocol import ENDED
+from agent.runs import name_problem
+from console import cluster as cl
+from console.errors import TfccError, state_dir
+from console.files import write_atomically
+
+log = logging.getLogger("console.runs")
+
+
+class RunError(TfccError):
+    """A run cannot start or be found; the message says what to do."""
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def check_run_id(run_id) -> str:
+    """``run_id`` if it can name a run (a folder on every host and a manifest here), else a RunError.
+
+    Checked before anything touches a disk: ``../x`` must never become a path.
+    """
+    problem = name_problem("run id", run_id)
+    if problem:
+        raise RunError(problem)
+    return run_id
+
+
+def manifest_path(run_id: str) -> Path:
+    return state_dir() / "runs" / f"{check_run_id(run_id)}.json"
+
+
+def known_runs() -> list[str]:
+    """The ids of the runs this console has manifests of (oldest first)."""
+    return sorted(p.stem for p in (state_dir() / "runs").glob("*.json") if name_problem("run id", p.stem) is None)
+
+
+@dataclass
+class Manifest:
+    """What the console keeps of a run it started, checked when read."""
+
+    run_id: str
+    cluster: cl.Cluster
+    tasks: list[tuple[str, str]]  # (task name, host name), in cluster order
+    tf_configs: list[str]         # each task's TF_CONFIG, as its process got it
+
+
+def write_manifest(manifest: Manifest) -> None:
+    path = manifest_path(manifest.run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"run_id": manifest.run_id, "created": time.time(), "cluster": cl.dumps(manifest.cluster),
+            "tasks": [{"name": name, "host": host, "tf_config": config}
+                      for (name, host), config in zip(manifest.tasks, manifest.tf_configs)]}
+    write_atomically(path, json.dumps(data, indent=1))
+
+
+def read_manifest(run_id: str) -> Manifest:
+    """A run's manifest, checked: a damaged one is a RunError that says which file and what to do."""
+    path = manifest_path(run_id)
+    if not path.is_file():
+        known = known_runs()
+        raise RunError(f"no run {run_id!r} is known to this console",
+                       "tfcc runs lists them" + (f" (the newest is {known[-1]})" if known else ""))
+    damaged = (f"the manifest of run {run_id} ({path}) is damaged",
+               "tfcc cannot follow or stop that run from it; its tasks may still run on their hosts "
+               "(stop them there if so), then delete the file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        tasks = data["tasks"]
+        cluster = cl.loads(data["cluster"], source=f"the cluster in {path}")
+        names = cluster.task_names()
+        if (not isinstance(tasks, list) or len(tasks) != len(names) or [t["name"] for t in tasks] != names
+                or not all(isinstance(t["tf_config"], str) and isinstance(t["host"], str) for t in tasks)):
+            raise ValueError("its tasks do not match its cluster")
+        for t in tasks:
+            json.loads(t["tf_config"])
+    except OSError as exc:
+        raise RunError(f"the manifest of run {run_id} ({path}) cannot be read ({exc.strerror})",
+                       "check its permissions") from None
+    except (ValueError, KeyError, TypeError, cl.ClusterFileError) as exc:
+        raise RunError(f"{damaged[0]} ({type(exc).__name__}: {str(exc)[:200]})", damaged[1]) from None
+    return Manifest(run_id, cluster, [(t["name"], t["host"]) for t in tasks], [t["tf_config"] for t in tasks])
+
+
+def running_runs(cluster: cl.Cluster, ask_host_key=None, limit: int = 20) -> list:
+    """The runs this console started on ``cluster``'s hosts that still have a task going (newest
+    first; blocking: it asks each host)."""
+    from console.runner import Run  # runner builds on this module
+
+    found = []
+    addresses = {(h.name, h.address, h.local) for h in cluster.hosts}
+    for run_id in list(reversed(known_runs()))[:limit]:
+        try:
+            run = Run.load(run_id, ask_host_key)
+        except TfccError:
+            continue
+        if not {(h.name, h.address, h.local) for h in run.cluster.hosts} <= addresses:
+            run.detach()
+            continue
+        try:
+            phases = [s["phase"] for s in run.status()]
+        except TfccError as exc:
+            log.info("run %s: no status (%s)", run_id, exc)
+            run.detach()
+            continue
+        if any(p not in ENDED for p in phases):
+            found.append(run)
+        else:
+            run.detach()
+    return found

@@ -1,0 +1,75 @@
+"""The words tfcc uses for what happens in a run, for the CLI and the window alike (Qt-free).
+
+Each function turns one kind of record or message into the one line both front ends
+show; neither front end words these on its own.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def metric_value(value) -> float:
+    """A record's metric as a float: NaN for a missing, non-finite or non-numeric one (a gap in a plot)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    return float(value)
+
+
+def metric_text(value, digits: int = 4) -> str:
+    """A metric as text: ``nan`` for a missing, non-finite or non-numeric value (a diverged loss is
+    ``null`` in the metrics file), never an error."""
+    value = metric_value(value)
+    return f"{value:.{digits}f}" if math.isfinite(value) else "nan"
+
+
+def count(index) -> str:
+    """A 0-based epoch or step index as people count it (1-based); "?" if it is not a number."""
+    value = metric_value(index)
+    return f"{int(value) + 1}" if math.isfinite(value) else "?"
+
+
+def epoch_text(r: dict) -> str:
+    """An epoch record: ``epoch 3 done  loss 0.1234  val_loss …  val_accuracy …``."""
+    val = "".join(f"  {key} {metric_text(r.get(key))}" for key in ("val_loss", "val_accuracy") if key in r)
+    return f"epoch {count(r.get('epoch'))} done  loss {metric_text(r.get('loss'))}{val}"
+
+
+def event_text(r: dict) -> str:
+    """An event record of the trainer (docs/metrics.md)."""
+    name = r.get("event")
+    if name == "launched":
+        return f"launched (pid {r.get('pid')}), waiting for the cluster"
+    if name == "cluster_formed":
+        return f"cluster formed: {r.get('strategy')}, {r.get('num_replicas')} replicas"
+    if name == "started":
+        workers, replicas = r.get("num_workers"), r.get("replicas_per_worker")
+        return (f"training started: global batch {r.get('global_batch')} = {workers} worker{'s' * (workers != 1)} × "
+                f"{replicas} replica{'s' * (replicas != 1)} × {r.get('per_replica_batch')}")
+    if name == "finished":
+        return "finished" + (f", model saved to {r['model']}" if r.get("model") else "")
+    if name == "failed":
+        return f"FAILED: {r.get('error') or 'no reason given'}"
+    return str(name)
+
+
+def unreadable_text(r: dict) -> str:
+    """A damaged line of a metrics file (decoded as ``unreadable``)."""
+    return f"a line of its metrics file is not a record, skipped: {str(r.get('raw', ''))[:80]!r}"
+
+
+def outcome_text(phase: str, exit: dict | None = None, error: str | None = None) -> str:
+    """How a task ended: ``finished (exit code 0)``, ``failed (exit code 1)``, ``error: …``."""
+    if error:
+        return f"{phase}: {error}"
+    code = (exit or {}).get("returncode")
+    return f"{phase} (exit code {code})" if code is not None else phase
+
+
+def connection_text(host: str, message: dict) -> str:
+    """A ``reconnecting`` or ``reconnected`` message of a task's follow."""
+    if message["type"] == "reconnecting" and message.get("first"):
+        return f"cannot reach host {host} ({message['error']}); trying again (the task may still run there)"
+    if message["type"] == "reconnecting":
+        return f"lost the connection to host {host} ({message['error']}); reconnecting (the task goes on there)"
+    return f"reconnected to host {host} after {message['after']:.0f} s; following on from where it stopped"

@@ -1,0 +1,36 @@
+"""The check's report: the hosts it marks."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+
+from console import cluster as cl
+from console.checks import HostReport, Problem, Report, reach_problem
+from tests.console.gui.test_window_settings import window_on
+
+
+def test_check_problems_mark_the_hosts_they_name_not_hosts_whose_name_is_a_prefix(qtbot, gui_homes):
+    """Hosts "w" and "w2": a problem of w2's ("w2 -> worker-1") is not w's."""
+    w = window_on(qtbot, gui_homes)
+    w.set_cluster(cl.Cluster([cl.Host("w", local=True), cl.Host("w2", local=True)],
+                             [cl.Task("w", port=2221), cl.Task("w2", port=2222)]), None)
+
+    def marks():
+        table = w.setup.hosts_table
+        return {table.item(r, 1).text(): (table.item(r, 0).data(Qt.UserRole), table.item(r, 0).toolTip())
+                for r in range(2)}
+
+    hosts = [HostReport("w", "localhost", ok=True), HostReport("w2", "localhost", ok=True)]
+    tasks = [{"name": "worker-0", "host": "w", "address": "localhost:2221"},
+             {"name": "worker-1", "host": "w2", "address": "localhost:2222"}]
+    only_w2 = [reach_problem("w2", tasks[1], {"error": "refused"}),
+               Problem("w2", "port 2222 is in use by pid 7 (python3)", "stop that process", ("w2",))]
+    w.checker.finished.emit(Report(hosts, tasks, {}, only_w2))
+    assert marks()["w"] == ("ok", "every check passed")
+    assert marks()["w2"] == ("failed", "\n".join(map(str, only_w2)))
+
+    both = [Problem("cluster", "TensorFlow differs between hosts: w has 2.21.0, w2 has 2.20.0",
+                    "install the same version everywhere", ("w", "w2"))]
+    w.checker.finished.emit(Report(hosts, tasks, {}, both))
+    assert [mark for mark, _ in marks().values()] == ["failed", "failed"]
+    w.close()

@@ -1,0 +1,79 @@
+"""The link to a host's agent: it starts, says why it did not, gives up in time, closes for good."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import pytest
+
+from console import cluster as cl
+from console.remote.link import HostError, HostLink
+
+
+@pytest.fixture
+def homes(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFCC_HOME", str(tmp_path / "host-home"))
+    monkeypatch.setenv("TFCC_CONSOLE_HOME", str(tmp_path / "console-home"))
+    return tmp_path
+
+
+def crashing_python(folder) -> str:
+    """An "interpreter" that dies at start with a Python error on stderr, as a broken one would."""
+    path = folder / "broken-python"
+    path.write_text("#!/bin/sh\necho 'Traceback (most recent call last):' >&2\n"
+                    "echo \"ImportError: cannot import name 'runs' from 'agent'\" >&2\nexit 1\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_an_agent_that_dies_at_start_says_its_last_words(homes):
+    """The agent's stderr is kept in a file on its host; its last line is the error (once: "channel closed")."""
+    python = crashing_python(homes)
+    link = HostLink(cl.Host(name="here", local=True, python=python))
+    with pytest.raises(HostError) as err:
+        link.connect()
+    assert str(err.value) == (f"host here: the agent did not start with {python!r} (it said: ImportError: cannot "
+                              "import name 'runs' from 'agent'); set python in the host's entry to a working "
+                              "Python 3.9+ interpreter")
+    assert not list((homes / "host-home").glob("agent-*.err")), "the file is removed once read"
+
+
+def test_an_agent_that_hangs_at_start_is_given_up_on_within_the_timeout(homes):
+    """An interpreter that neither answers nor reads (stuck in an import): the connect gives up after
+    its timeout and closing it waits for nothing (it once waited for the process to end)."""
+    path = homes / "hanging-python"
+    path.write_text("#!/bin/sh\nexec sleep 600\n")
+    path.chmod(0o755)
+    link = HostLink(cl.Host(name="here", local=True, python=str(path)), timeout=2)
+    t0 = time.monotonic()
+    with pytest.raises(HostError, match=f"^host here: no answer in 2 s from the agent started with '{path}'; check "):
+        link.connect()
+    assert time.monotonic() - t0 < 2 + 1.5
+
+
+def test_a_connect_overtaken_by_a_drop_keeps_nothing_open(homes):
+    """A detach (or the end of a check) while a host is still connecting: what that connect opens is
+    closed, not left delivering a forgotten run's messages."""
+    slow = homes / "slow-python"
+    slow.write_text(f"#!/bin/sh\nsleep 1\nexec {sys.executable} \"$@\"\n")
+    slow.chmod(0o755)
+    link = HostLink(cl.Host(name="here", local=True, python=str(slow)))
+    outcome = {}
+
+    def connect():
+        try:
+            outcome["client"] = link.connect()
+        except HostError as exc:
+            outcome["error"] = str(exc)
+
+    thread = threading.Thread(target=connect)
+    thread.start()
+    stage = threading.Event()
+    while link.stage != "starting the agent":  # the agent's interpreter is starting (1 s)
+        assert thread.is_alive() and not stage.wait(0.01)
+    link.drop()
+    thread.join(30)
+    assert outcome == {"error": "host here: the connection was closed while it was being opened"}
+    assert link.client is None

@@ -1,0 +1,31 @@
+"""The one wording of runs: numbers that never fail, records, outcomes, connections."""
+
+from __future__ import annotations
+
+from console import text
+
+
+def test_metrics_read_nan_never_an_error():
+    m = text.metric_text
+    assert m(None) == m(float("nan")) == m(float("inf")) == m("x") == m(True) == "nan"
+    assert m(0.123456) == "0.1235" and m(3) == "3.0000"
+    assert text.count(0) == "1" and text.count("0") == text.count(None) == "?"
+
+
+def test_records_and_outcomes():
+    assert text.epoch_text({"epoch": 2, "loss": 0.25, "val_accuracy": 0.9}) == \
+        "epoch 3 done  loss 0.2500  val_accuracy 0.9000"
+    assert text.event_text({"event": "failed"}) == "FAILED: no reason given"
+    assert text.event_text({"event": "finished", "model": "/r/model.keras"}) == "finished, model saved to /r/model.keras"
+    assert text.outcome_text("failed", {"returncode": 1}) == "failed (exit code 1)"
+    assert text.outcome_text("error", None, "no task worker-3") == "error: no task worker-3"
+    assert text.unreadable_text({"raw": "[1, 2]"}) == "a line of its metrics file is not a record, skipped: '[1, 2]'"
+
+
+def test_connection_words():
+    lost = {"type": "reconnecting", "error": "refused"}
+    assert text.connection_text("h1", lost) == \
+        "lost the connection to host h1 (refused); reconnecting (the task goes on there)"
+    assert text.connection_text("h1", {**lost, "first": True}).startswith("cannot reach host h1 (refused); trying again")
+    assert text.connection_text("h1", {"type": "reconnected", "after": 8.4}) == \
+        "reconnected to host h1 after 8 s; following on from where it stopped"

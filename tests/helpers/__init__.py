@@ -1,0 +1,1 @@
+"""Test fixtures outside the product: the local task launcher and the SSH test hosts."""
