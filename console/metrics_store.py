@@ -171,7 +171,6 @@ class MetricsStore:
         self.progress: dict[str, WorkerProgress] = {}
         self.epochs: list[dict] = []
         self.events: list[dict] = []   # {"time", "task", "event", "text"}
-        self.started: dict | None = None  # the first "started" event (the batch plan)
         self.version = 0
 
     def _worker(self, task: str) -> None:
@@ -228,8 +227,6 @@ class MetricsStore:
                     if name == "started":
                         prog.steps_per_epoch = r.get("steps_per_epoch") or 0
                         prog.epochs = r.get("epochs") or 0
-                        if self.started is None:
-                            self.started = dict(r)
                     self.events.append({"time": r.get("time"), "task": task, "event": name,
                                         "text": text.event_text(r)})
             self.version += 1

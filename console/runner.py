@@ -150,11 +150,13 @@ class Run:
         started: list[TaskState] = []
         try:
             self._start_tasks(configs, resume, started)
-        except TfccError as exc:
+        except Exception as exc:
             if not started:
                 raise
             # Half a cluster would wait for the rest for an hour, holding its ports and GPUs.
             stopped = self._stop_tasks(started)
+            if not isinstance(exc, TfccError):
+                raise
             raise RunError(f"{exc.cause} (starting run {self.run_id}, after {', '.join(t.name for t in started)} "
                            f"had started: {'stopped again' if stopped else 'STILL RUNNING: tfcc stop ' + self.run_id})",
                            (exc.fix + "; then " if exc.fix else "") + f"start it again with tfcc resume {self.run_id}"

@@ -115,7 +115,7 @@ def running_runs(cluster: cl.Cluster, ask_host_key=None, limit: int = 20) -> lis
             continue
         try:
             phases = [s["phase"] for s in run.status()]
-        except TfccError as exc:
+        except Exception as exc:  # a host that cannot say: that run is not offered, the others still are
             log.info("run %s: no status (%s)", run_id, exc)
             run.detach()
             continue

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import queue
 import threading
 import time
@@ -80,8 +81,9 @@ class RunSession:
     def follow(self, poll: float = 0.2) -> None:
         """Follow every task from where it was last read (from its first record, for a new session)."""
         self.run.follow(self._on_run_message, poll)  # first: the session's thread ends when they have
-        self._thread = threading.Thread(target=self._loop, name=f"tfcc-session-{self.run.run_id}", daemon=True)
-        self._thread.start()
+        thread = threading.Thread(target=self._loop, name=f"tfcc-session-{self.run.run_id}", daemon=True)
+        thread.start()
+        self._thread = thread  # only once started: a detach joins it
 
     def wait(self, timeout: float | None = None) -> bool:
         """Whether every task's follow has ended and all it sent has been handled."""
@@ -103,28 +105,34 @@ class RunSession:
         self._queue.put((task, message))  # on a follow thread: nothing more, whatever the listeners do
 
     def _loop(self) -> None:
-        while not self._detached.is_set():
-            try:
-                batch = [self._queue.get(timeout=0.5)]
-            except queue.Empty:
-                batch = []
-            while True:  # whatever else has come meanwhile, in order
+        try:
+            while not self._detached.is_set():
                 try:
-                    batch.append(self._queue.get_nowait())
+                    batch = [self._queue.get(timeout=0.5)]
                 except queue.Empty:
-                    break
-            for task, message in batch:
+                    batch = []
+                while True:  # whatever else has come meanwhile, in order
+                    try:
+                        batch.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                for task, message in batch:
+                    if self._detached.is_set():
+                        return
+                    try:
+                        self._handle(task, message)
+                    except Exception:  # a bug must not end the session: the log has it
+                        log.exception("handling a message of %s", task.name)
                 try:
-                    self._handle(task, message)
-                except Exception:  # a bug must not end the session: the log has it
-                    log.exception("handling a message of %s", task.name)
-            self._check_watchdog()
-            if not batch and self.run.wait(0) and self._queue.empty():
-                if all(t.phase in ENDED for t in self.run.tasks):
-                    self._tell(SessionEvent("ended"))
-                self._done.set()
-                return
-        self._done.set()
+                    self._check_watchdog()
+                except Exception:
+                    log.exception("the watchdog of run %s", self.run.run_id)
+                if not batch and self.run.wait(0) and self._queue.empty():
+                    if all(t.phase in ENDED for t in self.run.tasks):
+                        self._tell(SessionEvent("ended"))
+                    return
+        finally:
+            self._done.set()  # whatever happened: nobody waits for this session for ever
 
     def _handle(self, task: TaskState, message: dict) -> None:
         kind = message.get("type")
@@ -132,8 +140,9 @@ class RunSession:
             records = [decode_line(line) for line in message["lines"]]
             self._records(task, records)
         elif kind == "following":
-            if task.launched_at is None and message.get("started"):
-                task.launched_at = message["started"]  # the agent started it: user scripts count too
+            started = text.metric_value(message.get("started"))
+            if task.launched_at is None and math.isfinite(started):
+                task.launched_at = started  # the agent started it: user scripts count too
             if task.phase == STARTING:
                 task.phase = RUNNING
         elif kind == "log":
@@ -157,7 +166,8 @@ class RunSession:
         for r in records:
             name = r.get("event")
             if name == "launched":  # the newest launch counts (a resumed run has several)
-                task.launched_at = r.get("time") or task.launched_at
+                when = text.metric_value(r.get("time"))
+                task.launched_at = when if math.isfinite(when) else task.launched_at
                 task.cluster_formed = False
                 task.phase = WAITING
             elif name == "cluster_formed":
@@ -184,6 +194,8 @@ class RunSession:
             self._tell(SessionEvent("watchdog", text=report))
 
     def _tell(self, event: SessionEvent) -> None:
+        if self._detached.is_set():
+            return
         for listener in self._listeners:
             try:
                 listener(event)

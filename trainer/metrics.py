@@ -20,7 +20,6 @@ from pathlib import Path
 
 log = logging.getLogger("trainer.metrics")
 
-SCHEMA_VERSION = 1
 _STOP = object()
 
 

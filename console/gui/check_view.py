@@ -84,7 +84,8 @@ class CheckView(QSplitter):
                     item = cell("ok" if result["ok"] else result["error"])
                     if not result["ok"]:
                         item.setForeground(Qt.red)
-                        problem = next((p for p in report.problems if p.where == f"{source} -> {t['name']}"), None)
+                        problem = next((p for p in report.problems if p.task == t["name"] and p.hosts[:1] == (source,)),
+                                       None)
                         if problem is not None:
                             item.setToolTip(str(problem))
                 self.matrix.setItem(i, j, item)

@@ -17,6 +17,7 @@ from PySide6.QtGui import QColor, QFont, QPainter
 from PySide6.QtWidgets import (QGridLayout, QLabel, QListWidget, QListWidgetItem, QPlainTextEdit, QSizePolicy,
                                QSplitter, QTabWidget, QVBoxLayout, QWidget)
 
+from agent.protocol import ERROR, FAILED, LOST, WAITING
 from console.gui.colors import worker_color
 from console.metrics_store import LABELS, METRICS, MetricsStore
 
@@ -64,7 +65,7 @@ class ProgressLine(QWidget):
         super().__init__(parent)
         self.colour = colour
         self._value = 0.0
-        self._text = "waiting for the cluster"
+        self._text = WAITING
         self.setMinimumHeight(18)
         self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
 
@@ -303,7 +304,7 @@ class Dashboard(QWidget):
         for e in events[self._seen_events:]:
             when = dt.datetime.fromtimestamp(e["time"] or time.time()).strftime("%H:%M:%S")
             item = QListWidgetItem(f"{when}  {e['task']}: {e['text']}")
-            if e["event"] in ("failed", "error", "lost", "watchdog", "reconnecting"):
+            if e["event"] in (FAILED, ERROR, LOST, "watchdog", "reconnecting"):
                 item.setForeground(Qt.red)
             self.events.addItem(item)
         if len(events) > self._seen_events:

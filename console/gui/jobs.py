@@ -113,10 +113,11 @@ class RunBridge(QObject):
 
     run_started = Signal(str)             # run id (its tasks are starting)
     start_failed = Signal(str)            # why, in words
+    _start_failed_for = Signal(object, str)  # the session whose start failed, why (to the UI thread)
     deploy_progressed = Signal(str, int, int)  # host, bytes sent, bytes total
     training_started = Signal(dict)       # the run's first "started" record (its batch plan)
     log_received = Signal(str, str, str)  # task, stream, text
-    task_ended = Signal(str, str)         # task, phase
+    task_ended = Signal(str, str)         # task, how it ended in words (console.text)
     watchdog_fired = Signal(str)
     stopped = Signal()
     ended = Signal()                      # every task has ended
@@ -127,7 +128,7 @@ class RunBridge(QObject):
         self.ask_host_key = ask_host_key
         self.core: RunSession | None = None
         self.store = MetricsStore()
-        self.start_failed.connect(self._on_self_start_failed)
+        self._start_failed_for.connect(self._on_self_start_failed_for)
 
     @property
     def run(self) -> Run | None:
@@ -149,13 +150,15 @@ class RunBridge(QObject):
         except Exception as exc:
             log.exception("start failed")
             core.run.detach()
-            self.start_failed.emit(f"the run could not start: {exc}")
+            self._start_failed_for.emit(core, f"the run could not start: {exc}")
             return
         self.run_started.emit(core.run.run_id)
         core.follow()
 
-    def _on_self_start_failed(self, _message: str) -> None:
-        self.core = None  # its connections were closed by the thread that failed
+    def _on_self_start_failed_for(self, core: RunSession, message: str) -> None:
+        if core is self.core:  # not a run already detached from (a new one may be starting)
+            self.core = None   # its connections were closed by the thread that failed
+            self.start_failed.emit(message)
 
     def attach(self, run: Run) -> None:
         """Follow a run that is already going, from its first record (its whole history)."""
@@ -176,7 +179,7 @@ class RunBridge(QObject):
             elif event.kind == "log":
                 self.log_received.emit(event.task.name, event.stream, event.text)
             elif event.kind == "task_ended":
-                self.task_ended.emit(event.task.name, event.task.phase)
+                self.task_ended.emit(event.task.name, event.text)
             elif event.kind == "watchdog":
                 self.watchdog_fired.emit(event.text)
             elif event.kind == "ended":

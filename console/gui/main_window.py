@@ -212,8 +212,8 @@ class MainWindow(QMainWindow):
     def _on_session_log_received(self, task: str, stream: str, text: str) -> None:
         self.dashboard.append_log(task, stream, text)
 
-    def _on_session_task_ended(self, task: str, phase: str) -> None:
-        self.statusBar().showMessage(f"{task} {phase}")
+    def _on_session_task_ended(self, task: str, words: str) -> None:
+        self.statusBar().showMessage(f"{task}: {words}")
         self._update_actions()
 
     def _on_session_watchdog_fired(self, message: str) -> None:

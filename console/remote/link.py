@@ -58,25 +58,29 @@ class HostLink:
             self.transport.connect()
             self.stage = "starting the agent"
             python = self.host.interpreter
-            try:
-                if self.dist is not None:
-                    channel = self.transport.open_agent(self.dist, python)
+
+            def started(how, *args):
+                try:
+                    return how(*args)
+                except OSError as exc:  # this machine could not run the interpreter at all
+                    raise HostError(f"host {self.host.name}: the agent did not start with {python!r} "
+                                    f"({exc.strerror or exc})",
+                                    "set python in the host's entry to a Python 3.9+ interpreter") from None
+
+            if self.dist is not None:
+                channel = started(self.transport.open_agent, self.dist, python)
+            else:
+                # One step finds the home and, when the code is already there, starts the agent.
+                home, channel = started(self.transport.start_agent, bundle.name, python)
+                self.home = home
+                if channel is None:
+                    self.stage = "deploying"
+                    dist = self._deploy(bundle, on_progress)
+                    self.stage = "starting the agent"
+                    channel = started(self.transport.open_agent, dist, python)
+                    self.dist = dist
                 else:
-                    # One step finds the home and, when the code is already there, starts the agent.
-                    self.home, channel = self.transport.start_agent(bundle.name, python)
-                    self.dist = f"{self.home}/dist/{bundle.name}"
-                    if channel is None:
-                        self.stage = "deploying"
-                        files = self.transport.files()
-                        try:
-                            self.dist, _ = deploy(bundle, files, self.home, on_progress)
-                        finally:
-                            files.close()
-                        self.stage = "starting the agent"
-                        channel = self.transport.open_agent(self.dist, python)
-            except OSError as exc:  # this machine could not run the interpreter at all
-                raise HostError(f"host {self.host.name}: the agent did not start with {python!r} ({exc.strerror})",
-                                "set python in the host's entry to a Python 3.9+ interpreter") from None
+                    self.dist = f"{home}/dist/{bundle.name}"
             client = AgentClient(channel)
             try:
                 client.hello(timeout=self.timeout)
@@ -102,6 +106,20 @@ class HostLink:
                 raise HostError(f"host {self.host.name}: the connection was closed while it was being opened")
             self.stage = "connected"
             return client
+
+    def _deploy(self, bundle, on_progress) -> str:
+        """Upload what ``<home>/dist`` lacks of ``bundle``; the dist folder."""
+        try:
+            files = self.transport.files()
+            try:
+                dist, _ = deploy(bundle, files, self.home, on_progress)
+            finally:
+                files.close()
+        except OSError as exc:
+            raise HostError(f"host {self.host.name}: cannot write tfcc's code to {self.home}/dist "
+                            f"({exc.strerror or exc})",
+                            "check the free disk space and the permissions there (TFCC_HOME moves it)") from None
+        return dist
 
     def close(self, client: AgentClient | None = None) -> None:
         """Close the channel (only if it is still ``client``, when given)."""

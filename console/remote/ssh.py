@@ -314,7 +314,10 @@ class SSHConnection:
     def _take_tail(self, path: str) -> str:
         """The end of a file on the host, removed after reading (an agent's stderr)."""
         quoted = shlex.quote(path)
-        code, out, _ = self.run(f"tail -c 4000 {quoted} 2>/dev/null; rm -f {quoted}", timeout=self.timeout)
+        try:
+            code, out, _ = self.run(f"tail -c 4000 {quoted} 2>/dev/null; rm -f {quoted}", timeout=self.timeout)
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise self._dropped(exc) from None
         return out
 
     def _exec_streams(self, command: str):

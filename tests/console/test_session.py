@@ -180,3 +180,15 @@ def test_a_lost_connection_and_its_return_are_events_of_the_run(homes):
     assert [(e["task"], e["event"], e["text"]) for e in session.store.events] == [
         ("worker-0", "reconnecting", expected[0]), ("worker-0", "reconnected", expected[1])]
     assert [(e.kind, e.text) for e in events] == [("connection", expected[0]), ("connection", expected[1])]
+
+
+def test_a_launch_time_that_is_not_a_number_is_ignored_not_fatal(homes):
+    """A user's script may write its own "launched" event; the watchdog's clock takes numbers only
+    (a string there once killed the session's thread, and `tfcc run` waited for ever)."""
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here")])
+    session = RunSession(Run(cluster, "r"))
+    task = session.run.tasks[0]
+    session._handle(task, {"type": "metrics", "offset": 10,
+                           "lines": ['{"type": "event", "event": "launched", "time": "2024-01-01T00:00:00"}']})
+    assert task.launched_at is None and task.phase == "waiting for the cluster"
+    assert session.run.waiting_report(after=0) is None

@@ -77,3 +77,13 @@ def test_a_connect_overtaken_by_a_drop_keeps_nothing_open(homes):
     thread.join(30)
     assert outcome == {"error": "host here: the connection was closed while it was being opened"}
     assert link.client is None
+
+
+def test_a_home_that_cannot_be_written_says_so_not_that_python_is_wrong(homes, monkeypatch):
+    monkeypatch.setenv("TFCC_HOME", "/etc/passwd/tfcc")  # below a file: nothing can be written there
+    link = HostLink(cl.Host(name="here", local=True))
+    with pytest.raises(HostError) as err:
+        link.connect()
+    assert str(err.value) == ("host here: cannot write tfcc's code to /etc/passwd/tfcc/dist (Not a directory); "
+                              "check the free disk space and the permissions there (TFCC_HOME moves it)")
+    assert link.dist is None  # nothing half deployed is taken for deployed next time
