@@ -33,7 +33,7 @@ from console import text
 from console.errors import TfccError, describe, log_to_file, log_to_terminal
 from console.runner import WATCHDOG_SECONDS, Run
 from console.runs import RunError, check_run_id, known_runs, new_run_id
-from console.session import RunSession, SessionEvent
+from console.session import SUPERVISION, RunSession, SessionEvent
 
 
 def strict_json(value) -> str:
@@ -86,8 +86,8 @@ class Printer:
                 message = event.message
                 self.emit(strict_json({"task": task.name, "host": task.host, "type": message["type"],
                                        **{k: v for k, v in message.items() if k not in ("id", "type")}}))
-            elif event.kind == "watchdog":
-                self.emit(strict_json({"type": "watchdog", "message": event.text}))
+            elif event.kind in ("watchdog", *SUPERVISION):
+                self.emit(strict_json({**event.message, "type": event.kind, "message": event.text}))
             return
         if event.kind == "records":
             for record in event.records:
@@ -97,7 +97,7 @@ class Printer:
                     self.emit(f"{task.name}: {text.unreadable_text({'raw': strict_json(record)})}")
         elif event.kind in ("task_ended", "connection"):
             self.emit(f"{task.name}: {event.text}")
-        elif event.kind == "watchdog":
+        elif event.kind in ("watchdog", *SUPERVISION):
             self.emit(f"tfcc: {event.text}")
 
     def _record(self, name: str, r: dict) -> None:

@@ -24,6 +24,7 @@ from console.files import write_atomically
 from trainer.config import (AUTOSHARD_POLICIES, COMMUNICATIONS, LR_RULES, MAX_BATCH, MAX_EPOCHS, STRATEGIES, WORKLOADS,
                             count_problem, learning_rate_problem, make_tf_config)
 
+MAX_RESTARTS = 100
 DEFAULT_CLUSTER = PROJECT_ROOT / "resources" / "default_cluster.toml"
 ROLES = ("chief", "worker")
 MAX_FILE_BYTES = 1 << 20  # a cluster file is a few KB; a bigger one is the wrong file
@@ -82,6 +83,7 @@ class Training:
     strategy: str = "auto"
     communication: str = "auto"
     autoshard: str = "auto"
+    max_restarts: int = 3      # group restarts after retryable failures before the run is given up
 
     def trainer_args(self) -> list[str]:
         """Options for ``python -m trainer`` (or, with ``script``, just ``args``)."""
@@ -165,7 +167,7 @@ _TYPES = {
     Task: {"host": str, "role": str},
     Training: {"workload": str, "model_file": str, "script": str, "epochs": int, "per_replica_batch": int,
                "global_batch": int, "learning_rate": float, "lr_scaling": str, "strategy": str, "communication": str,
-               "autoshard": str},
+               "autoshard": str, "max_restarts": int},
 }
 
 
@@ -338,7 +340,8 @@ def validate(cluster: Cluster) -> None:
     _choice("training.autoshard", t.autoshard, AUTOSHARD_POLICIES)
     _choice("training.lr_scaling", t.lr_scaling, LR_RULES)
     for name, value, low, high in (("epochs", t.epochs, 1, MAX_EPOCHS),
-                                   ("per_replica_batch", t.per_replica_batch, 1, MAX_BATCH)):
+                                   ("per_replica_batch", t.per_replica_batch, 1, MAX_BATCH),
+                                   ("max_restarts", t.max_restarts, 0, MAX_RESTARTS)):
         problem = count_problem(value, low, high)
         if problem:
             raise ClusterFileError(f"training.{name} is {value}; {problem}")

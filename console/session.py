@@ -18,10 +18,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from agent.protocol import ENDED, ERROR, RUNNING, STARTING, TRAINING, WAITING
-from console import text
+from agent.protocol import ENDED, ERROR, FAILED, LOST, RUNNING, STARTING, STDERR, TRAINING, WAITING
+from console import supervision, text
+from console.errors import TfccError
 from console.metrics_store import MetricsStore
 from console.runner import WATCHDOG_SECONDS, Run, TaskState
+from console.supervision import Failure
 
 log = logging.getLogger("console.session")
 
@@ -45,7 +47,9 @@ class SessionEvent:
     ``kind`` is one of: ``records`` (a batch of a task's decoded records), ``training_started``
     (the first ``started`` event of the run, in ``records``), ``log`` (``stream``, ``text``),
     ``connection`` (a task's follow lost or regained its host: ``message``, ``text``),
-    ``task_ended`` (``message``, ``text``), ``watchdog`` (``text``), ``ended`` (every task ended).
+    ``task_ended`` (``message``, ``text``), ``watchdog`` (``text``), ``ended`` (every task ended);
+    the supervisor's ``failure`` (one per failed task: cause and fix), ``restarting``, ``restarted``
+    and ``gave_up`` (``text``; ``message`` has the ``attempt``).
     """
 
     kind: str
@@ -57,15 +61,23 @@ class SessionEvent:
 
 
 Listener = Callable[[SessionEvent], None]
+SUPERVISION = ("failure", "restarting", "restarted", "gave_up")  # the kinds of the supervisor's events
 
 
 class RunSession:
     """Follow ``run``; ``store`` (optional) gets every record, listeners get ``SessionEvent``\\ s."""
 
-    def __init__(self, run: Run, store: MetricsStore | None = None, watchdog: float = WATCHDOG_SECONDS):
+    def __init__(self, run: Run, store: MetricsStore | None = None, watchdog: float = WATCHDOG_SECONDS,
+                 restarts: int | None = None):
         self.run = run
         self.store = store
         self.watchdog = watchdog
+        # Group restarts left for retryable failures (default: the cluster file's max_restarts).
+        self.restarts_left = run.cluster.training.max_restarts if restarts is None else restarts
+        self.attempt = 1
+        self._failed: list[TaskState] = []     # tasks of this attempt that ended badly, not yet judged
+        self._failed_event: dict[str, str] = {}  # task -> the trainer's own words for its failure
+        self._given_up = False
         self.started_record: dict | None = None  # the run's first "started" event (its batch plan)
         self.warned = False
         self._listeners: list[Listener] = []
@@ -80,7 +92,8 @@ class RunSession:
 
     def follow(self, poll: float = 0.2) -> None:
         """Follow every task from where it was last read (from its first record, for a new session)."""
-        self.run.follow(self._on_run_message, poll)  # first: the session's thread ends when they have
+        self._poll = poll
+        self.run.follow(self._follower(self.attempt), poll)  # first: the session's thread ends when they have
         thread = threading.Thread(target=self._loop, name=f"tfcc-session-{self.run.run_id}", daemon=True)
         thread.start()
         self._thread = thread  # only once started: a detach joins it
@@ -101,8 +114,10 @@ class RunSession:
 
     # ------------------------------------------------------------ the session's thread
 
-    def _on_run_message(self, task: TaskState, message: dict) -> None:
-        self._queue.put((task, message))  # on a follow thread: nothing more, whatever the listeners do
+    def _follower(self, attempt: int):
+        def on_run_message(task: TaskState, message: dict) -> None:
+            self._queue.put((attempt, task, message))  # on a follow thread: nothing more, whatever listeners do
+        return on_run_message
 
     def _loop(self) -> None:
         try:
@@ -116,13 +131,19 @@ class RunSession:
                         batch.append(self._queue.get_nowait())
                     except queue.Empty:
                         break
-                for task, message in batch:
+                for attempt, task, message in batch:
                     if self._detached.is_set():
                         return
                     try:
-                        self._handle(task, message)
+                        if attempt == self.attempt or message.get("type") in ("metrics", "log"):
+                            self._handle(task, message)  # an earlier attempt's records still count, not its ends
                     except Exception:  # a bug must not end the session: the log has it
                         log.exception("handling a message of %s", task.name)
+                if self._failed:
+                    try:
+                        self._supervise()
+                    except Exception:
+                        log.exception("supervising run %s", self.run.run_id)
                 try:
                     self._check_watchdog()
                 except Exception:
@@ -155,6 +176,8 @@ class RunSession:
         elif kind in ("end", "error"):
             task.phase = message.get("phase") or ERROR
             task.exit = message.get("exit")
+            if task.phase in (FAILED, LOST):
+                self._failed.append(task)
             words = text.outcome_text(task.phase, task.exit, message.get("error"))
             if self.store is not None:
                 self.store.note(task.name, task.phase, f"process ended: {words}")
@@ -175,11 +198,75 @@ class RunSession:
                 task.phase = TRAINING
             elif name == "started" and self.started_record is None:
                 self.started_record = started = r
+            elif name == "failed":
+                self._failed_event[task.name] = str(r.get("error") or "")
         if self.store is not None:
             self.store.ingest(task.name, records)
         self._tell(SessionEvent("records", task, records=records))
         if started is not None:
             self._tell(SessionEvent("training_started", task, records=[started]))
+
+    # ------------------------------------------------------------ supervision
+
+    def _supervise(self) -> None:
+        """A task of this attempt ended badly: stop the rest for sure, judge, and restart every task
+        from their backups when that can help and the budget allows; else the run ends here."""
+        failed, self._failed = self._failed, []
+        if self._given_up or self.run.cluster.training.max_restarts == 0:
+            return  # no (more) supervision: the run ends as its tasks do
+        self.run.stop(grace=2)  # TensorFlow ignores SIGTERM while it waits: SIGKILL soon after
+        self.run.wait(60)       # every follow of this attempt has delivered its end
+        verdict = supervision.judge([self._failure(t) for t in failed])
+        for line in verdict.lines:
+            self._say("failure", line)
+        self._given_up = not verdict.retryable or self.restarts_left <= 0  # the ends of the stopped tasks follow
+        if not verdict.retryable:
+            self._say("gave_up", f"run {self.run.run_id} failed; a restart would fail the same way: fix the cause "
+                                 f"above, then tfcc resume {self.run.run_id}")
+            return
+        if self.restarts_left <= 0:
+            self._say("gave_up", f"run {self.run.run_id} failed again after {self.attempt - 1} restart(s), the "
+                                 f"most its max_restarts allows; fix the cause above, then tfcc resume "
+                                 f"{self.run.run_id}")
+            return
+        delay = supervision.backoff(self.attempt)
+        self._say("restarting", f"restarting every task of run {self.run.run_id} from its last backup in "
+                                f"{delay:.0f} s (restart {self.attempt} of at most "
+                                f"{self.attempt - 1 + self.restarts_left})")
+        if self._detached.wait(delay):
+            self._given_up = True
+            return
+        self.restarts_left -= 1
+        self.attempt += 1
+        for task in self.run.tasks:
+            task.phase, task.exit, task.launched_at, task.cluster_formed = STARTING, None, None, False
+        self._opened = time.monotonic()  # the watchdog gives the new attempt its own time
+        try:
+            self.run.start(resume=True)
+        except TfccError as exc:
+            self._say("gave_up", f"run {self.run.run_id} could not be restarted: {exc}")
+            for task in self.run.tasks:
+                task.phase = FAILED
+            return
+        self.run.follow(self._follower(self.attempt), self._poll)
+        self._say("restarted", f"run {self.run.run_id}: attempt {self.attempt} started from the tasks' backups")
+
+    def _failure(self, task: TaskState) -> Failure:
+        tail = ""
+        try:
+            logs = self.run.links[task.host].connect().call("logs", run_id=self.run.run_id, task=task.name,
+                                                           max_bytes=8000)["logs"]
+            tail = logs.get(STDERR, "")
+        except TfccError as exc:
+            log.info("no log of %s: %s", task.name, exc)
+        return Failure(task.name, task.host, task.phase, (task.exit or {}).get("returncode"), tail,
+                       self._failed_event.pop(task.name, None))
+
+    def _say(self, kind: str, words: str) -> None:
+        """A supervision event (failure, restarting, restarted, gave_up), in the store and to listeners."""
+        if self.store is not None:
+            self.store.note("console", kind, words)
+        self._tell(SessionEvent(kind, text=words, message={"type": kind, "attempt": self.attempt}))
 
     def _check_watchdog(self) -> None:
         # A session that attaches to a run gives its cluster the same time from now: the replay of

@@ -304,7 +304,7 @@ class Dashboard(QWidget):
         for e in events[self._seen_events:]:
             when = dt.datetime.fromtimestamp(e["time"] or time.time()).strftime("%H:%M:%S")
             item = QListWidgetItem(f"{when}  {e['task']}: {e['text']}")
-            if e["event"] in (FAILED, ERROR, LOST, "watchdog", "reconnecting"):
+            if e["event"] in (FAILED, ERROR, LOST, "watchdog", "reconnecting", "failure", "gave_up"):
                 item.setForeground(Qt.red)
             self.events.addItem(item)
         if len(events) > self._seen_events:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 
@@ -11,7 +13,8 @@ import pytest
 from console import cluster as cl
 from console.metrics_store import MetricsStore
 from console.runner import Run
-from console.session import RunSession, decode_line
+from console.session import SUPERVISION, RunSession, decode_line
+from trainer.metrics import read_records
 
 
 def wait_until(predicate, timeout: float) -> bool:
@@ -192,3 +195,90 @@ def test_a_launch_time_that_is_not_a_number_is_ignored_not_fatal(homes):
                            "lines": ['{"type": "event", "event": "launched", "time": "2024-01-01T00:00:00"}']})
     assert task.launched_at is None and task.phase == "waiting for the cluster"
     assert session.run.waiting_report(after=0) is None
+
+
+# --------------------------------------------------------------------------- supervision
+
+
+def supervised(run: Run) -> tuple[RunSession, list]:
+    session = RunSession(run, MetricsStore())
+    events = []
+    session.subscribe(lambda e: events.append((e.kind, e.text)) if e.kind in SUPERVISION else None)
+    return session, events
+
+
+def script_run(homes, name: str, code: str, restarts: int) -> Run:
+    script = homes / "task.py"
+    script.write_text(code)
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
+                         cl.Training(script=str(script), max_restarts=restarts))
+    return Run(cluster, name)
+
+
+def test_a_bug_in_the_code_is_not_restarted(homes):
+    run = script_run(homes, "bug", "raise ValueError('the data has 3 columns, the model wants 4')\n", 3)
+    run.start()
+    session, events = supervised(run)
+    session.follow()
+    try:
+        assert session.wait(60)
+    finally:
+        session.detach()
+    kinds = [k for k, _ in events]
+    assert "restarting" not in kinds and kinds[-1] == "gave_up"
+    assert any("exit code 1" in t for k, t in events if k == "failure")
+    assert "a restart would fail the same way" in events[-1][1]
+    assert [t.phase for t in run.tasks] == ["failed", "failed"]
+
+
+def test_the_restart_budget_ends_with_one_clear_message(homes):
+    """Tasks that are killed every time: retryable, restarted as often as max_restarts says, then given up."""
+    run = script_run(homes, "doomed", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", 1)
+    run.start()
+    session, events = supervised(run)
+    session.follow()
+    try:
+        assert session.wait(120)
+    finally:
+        session.detach()
+    kinds = [k for k, _ in events]
+    assert kinds.count("restarted") == 1 and kinds[-1] == "gave_up"
+    assert any("killed by SIGKILL" in t for k, t in events if k == "failure")
+    assert events[-1][1].startswith("run doomed failed again after 1 restart(s), the most its max_restarts allows")
+    assert session.attempt == 2 and all(t.phase != "finished" for t in run.tasks)
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_epoch_is_restarted_with_the_group_and_the_run_finishes(homes, monkeypatch):
+    """SIGKILL one worker of a 2-worker digits run: MultiWorkerMirroredStrategy cannot go on, so every
+    task is stopped and started again from its backup; the run finishes as accurate as ever."""
+    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
+                         cl.Training(epochs=6, per_replica_batch=16))
+    run = Run(cluster, "killed")
+    run.start()
+    session, events = supervised(run)
+    epochs = []
+    session.subscribe(lambda e: epochs.extend((e.task.name, r["epoch"], session.attempt) for r in e.records
+                                              if r.get("type") == "epoch") if e.kind == "records" else None)
+    session.follow()
+    folder = homes / "host-home" / "runs" / "killed" / "worker-1"
+    try:
+        assert wait_until(lambda: any(e[:2] == ("worker-1", 1) for e in epochs), 180)  # two epochs backed up
+        child = json.loads((folder / "child.json").read_text())["pid"]
+        os.kill(child, signal.SIGKILL)
+        killed = time.monotonic()
+        assert wait_until(lambda: any(k == "failure" for k, _ in events), 30)
+        assert time.monotonic() - killed < 5, "the failure is reported within 5 s"
+        assert wait_until(lambda: all(t.phase == "training" for t in run.tasks) and session.attempt == 2, 60)
+        assert session.wait(300)
+    finally:
+        session.detach()
+        run.stop(grace=0)
+    assert [t.phase for t in run.tasks] == ["finished", "finished"]
+    assert any("worker-1 on here: killed by SIGKILL" in t for k, t in events if k == "failure")
+    assert [k for k, _ in events if k in ("restarting", "restarted")] == ["restarting", "restarted"]
+    resumed = [e for e in epochs if e[2] == 2 and e[0] == "worker-0"]
+    assert resumed[0][1] >= 1 and resumed[-1][1] == 5  # from its backup: not from the first epoch
+    finished = read_records(homes / "host-home" / "runs" / "killed" / "worker-0" / "metrics.jsonl")[-1]
+    assert finished["event"] == "finished" and finished["metrics"]["val_accuracy"] >= 0.93

@@ -1,0 +1,84 @@
+"""When a run's task fails: can restarting every task from their backups help? (Qt-free)
+
+MultiWorkerMirroredStrategy cannot recover in-process: when one task dies the others fail
+too, and only a restart of the whole group with the same TF_CONFIG resumes training (from
+the backups each task writes). A failure is *retryable* when the process was killed or
+lost (a signal, an exit code of 128 or more as Kubeflow's TFJob counts them, a vanished
+supervisor) or when the diagnosis of its log says so (a lost peer, a heartbeat); it is
+*permanent* when the diagnosis finds an error that a restart would only repeat (a bug in
+the training code, a bad configuration).
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+
+from agent.protocol import LOST
+
+try:  # the diagnosis table; without it, the exit status alone decides
+    from console.diagnosis import diagnose
+except ImportError:  # pragma: no cover
+    diagnose = None
+
+
+@dataclass
+class Failure:
+    """One task that ended badly, as the session saw it before anything was stopped."""
+
+    task: str
+    host: str
+    phase: str
+    returncode: int | None
+    stderr_tail: str = ""
+    failed_event: str | None = None  # the trainer's own words (its ``failed`` event)
+
+
+@dataclass
+class Verdict:
+    retryable: bool
+    lines: list[str]  # one per failed task: what happened and what to do
+
+
+def signal_name(returncode: int) -> str:
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def judge(failures: list[Failure]) -> Verdict:
+    """Restart or not, and the words for each failed task.
+
+    A task killed or lost makes the group retryable (the others' errors are its consequence:
+    they lost a peer); an error a restart would repeat (a diagnosis says permanent, or a plain
+    exit code while nothing was killed) does not.
+    """
+    lines = []
+    killed = retryable_cause = permanent_cause = plain_error = False
+    for f in failures:
+        found = diagnose(f.stderr_tail, f.returncode, f.failed_event) if diagnose else None
+        code = f.returncode
+        if f.phase == LOST or code is None or code < 0 or code >= 128:
+            killed = True
+        if found is not None:
+            lines.append(f"{f.task} on {f.host}: {found.cause}; {found.fix}")
+            retryable_cause |= found.retryable
+            permanent_cause |= not found.retryable
+        elif f.phase == LOST or code is None:
+            lines.append(f"{f.task} on {f.host}: its process vanished without an exit status (killed with its "
+                         "supervisor, or the host went down)")
+        elif code < 0 or code >= 128:
+            how = f"killed by {signal_name(code)}" if code < 0 else f"exit code {code} (killed by a signal)"
+            lines.append(f"{f.task} on {f.host}: {how}")
+        else:
+            plain_error = True
+            lines.append(f"{f.task} on {f.host}: exit code {code}"
+                         + (f": {f.failed_event}" if f.failed_event else "") + "; see tfcc logs for its output")
+    retryable = (killed or retryable_cause) and not permanent_cause and not (plain_error and not killed)
+    return Verdict(retryable, lines)
+
+
+def backoff(restart: int) -> float:
+    """Seconds before the ``restart``-th restart (1, 2, …): quick first, then slower."""
+    return min(2.0 ** (restart - 1), 30.0)
