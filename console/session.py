@@ -61,7 +61,39 @@ class SessionEvent:
 
 
 Listener = Callable[[SessionEvent], None]
-SUPERVISION = ("failure", "restarting", "restarted", "gave_up")  # the kinds of the supervisor's events
+SUPERVISION = ("alert", "stalled", "failure", "restarting", "restarted", "gave_up")  # the supervisor's events
+SUPERVISION_ALARMS = ("alert", "stalled", "failure", "gave_up")  # the ones a person must look at
+STALL_FLOOR = 15.0  # seconds without a step that are never a stall, however quick the steps were
+
+
+class Pace:
+    """How fast a task makes steps: the stall watchdog waits many of them, never less than a floor."""
+
+    def __init__(self, keep: int = 50):
+        self.times: list[float] = []
+        self.keep = keep
+        self.last_at: float | None = None  # when its last step arrived (monotonic)
+        self.epoch = self.index = None
+        self.epoch_end = False
+
+    def step(self, record: dict, now: float, steps_per_epoch) -> None:
+        took = text.metric_value(record.get("step_time"))
+        if math.isfinite(took) and took > 0:
+            self.times = (self.times + [took])[-self.keep:]
+        self.last_at, self.epoch, self.index = now, record.get("epoch"), record.get("step")
+        # After an epoch's last step come its validation and backup, which can take long.
+        self.epoch_end = isinstance(self.index, int) and self.index + 1 == steps_per_epoch
+
+    def epoch_done(self, now: float) -> None:
+        self.last_at, self.epoch_end = now, False
+
+    def median(self) -> float:
+        return sorted(self.times)[len(self.times) // 2] if self.times else 0.0
+
+    def patience(self, floor: float) -> float:
+        """How long without a step is a stall: 50 x the median step, at least ``floor``; ten times
+        that after an epoch's last step (validation and the backup come then)."""
+        return max(floor, 50 * self.median()) * (10 if self.epoch_end else 1)
 
 
 class RunSession:
@@ -78,6 +110,12 @@ class RunSession:
         self._failed: list[TaskState] = []     # tasks of this attempt that ended badly, not yet judged
         self._failed_event: dict[str, str] = {}  # task -> the trainer's own words for its failure
         self._given_up = False
+        self._pace: dict[str, Pace] = {}          # task -> its step times (the stall watchdog)
+        self._stalled: dict[str, str] = {}        # task -> how it stalled
+        self._diverged: set[str] = set()          # tasks whose loss went non-finite (said once)
+        self._steps_per_epoch: dict[str, int] = {}
+        self._stderr_from: dict[str, int] = {}    # task -> where its stderr's current attempt begins
+        self.stall_floor = STALL_FLOOR
         self.started_record: dict | None = None  # the run's first "started" event (its batch plan)
         self.warned = False
         self._listeners: list[Listener] = []
@@ -139,6 +177,10 @@ class RunSession:
                             self._handle(task, message)  # an earlier attempt's records still count, not its ends
                     except Exception:  # a bug must not end the session: the log has it
                         log.exception("handling a message of %s", task.name)
+                try:
+                    self._check_stalls()
+                except Exception:
+                    log.exception("the stall watchdog of run %s", self.run.run_id)
                 if self._failed:
                     try:
                         self._supervise()
@@ -200,6 +242,12 @@ class RunSession:
                 self.started_record = started = r
             elif name == "failed":
                 self._failed_event[task.name] = str(r.get("error") or "")
+            if r.get("type") == "step":
+                self._progress(task, r)
+            elif r.get("type") == "epoch" and task.name in self._pace:
+                self._pace[task.name].epoch_done(time.monotonic())
+            if name == "started":
+                self._steps_per_epoch[task.name] = r.get("steps_per_epoch")
         if self.store is not None:
             self.store.ingest(task.name, records)
         self._tell(SessionEvent("records", task, records=records))
@@ -207,6 +255,36 @@ class RunSession:
             self._tell(SessionEvent("training_started", task, records=[started]))
 
     # ------------------------------------------------------------ supervision
+
+    def _progress(self, task: TaskState, step: dict) -> None:
+        """A step of ``task``: the stall watchdog's clock, and the alert for a first non-finite loss."""
+        pace = self._pace.setdefault(task.name, Pace())
+        pace.step(step, time.monotonic(), self._steps_per_epoch.get(task.name))
+        loss = text.metric_value(step.get("loss", step.get("loss_avg")))
+        if not math.isfinite(loss) and task.name not in self._diverged:
+            self._diverged.add(task.name)
+            self._say("alert", f"{task.name}: the loss is {text.metric_text(loss)} at epoch "
+                               f"{text.count(step.get('epoch'))} step {text.count(step.get('step'))}: training "
+                               "diverged (lower the learning rate, or look at the data)")
+
+    def _check_stalls(self) -> None:
+        """A training task with no new step for far longer than its steps take is stalled (a stopped
+        process, a hung collective, a host that no longer answers): a failure like any other."""
+        if self._given_up or self._failed:
+            return
+        now = time.monotonic()
+        for task in self.run.tasks:
+            pace = self._pace.get(task.name)
+            if task.phase != TRAINING or pace is None or pace.last_at is None:
+                continue
+            silent = now - pace.last_at
+            if silent > pace.patience(self.stall_floor):
+                self._stalled[task.name] = (f"made no step for {silent:.0f} s (its steps took "
+                                            f"{pace.median():.2f} s; its last was epoch {text.count(pace.epoch)} "
+                                            f"step {text.count(pace.index)})")
+                self._say("stalled", f"{task.name} on {task.host} {self._stalled[task.name]}")
+                self._failed.append(task)
+                return
 
     def _supervise(self) -> None:
         """A task of this attempt ended badly: stop the rest for sure, judge, and restart every task
@@ -240,6 +318,8 @@ class RunSession:
         self.attempt += 1
         for task in self.run.tasks:
             task.phase, task.exit, task.launched_at, task.cluster_formed = STARTING, None, None, False
+            self._stderr_from[task.name] = task.offsets[STDERR]  # all of it was read: the old attempt's
+        self._pace.clear()
         self._opened = time.monotonic()  # the watchdog gives the new attempt its own time
         try:
             self.run.start(resume=True)
@@ -253,14 +333,17 @@ class RunSession:
 
     def _failure(self, task: TaskState) -> Failure:
         tail = ""
-        try:
-            logs = self.run.links[task.host].connect().call("logs", run_id=self.run.run_id, task=task.name,
-                                                           max_bytes=8000)["logs"]
-            tail = logs.get(STDERR, "")
+        try:  # this attempt's part of its stderr only: an earlier attempt's errors are no cause now
+            client = self.run.links[task.host].connect()
+            size = client.call("status", run_id=self.run.run_id, task=task.name)["sizes"].get(STDERR, 0)
+            fresh = size - self._stderr_from.get(task.name, 0)
+            if fresh > 0:
+                tail = client.call("logs", run_id=self.run.run_id, task=task.name,
+                                   max_bytes=min(8000, fresh))["logs"].get(STDERR, "")
         except TfccError as exc:
             log.info("no log of %s: %s", task.name, exc)
         return Failure(task.name, task.host, task.phase, (task.exit or {}).get("returncode"), tail,
-                       self._failed_event.pop(task.name, None))
+                       self._failed_event.pop(task.name, None), self._stalled.pop(task.name, None))
 
     def _say(self, kind: str, words: str) -> None:
         """A supervision event (failure, restarting, restarted, gave_up), in the store and to listeners."""

@@ -22,6 +22,9 @@ except ImportError:  # pragma: no cover
     diagnose = None
 
 
+LOST_PEER = "lost contact with another task of the cluster"  # how trainer.train words an UnavailableError
+
+
 @dataclass
 class Failure:
     """One task that ended badly, as the session saw it before anything was stopped."""
@@ -32,6 +35,7 @@ class Failure:
     returncode: int | None
     stderr_tail: str = ""
     failed_event: str | None = None  # the trainer's own words (its ``failed`` event)
+    stalled: str | None = None       # how it stalled, when the stall watchdog stopped it
 
 
 @dataclass
@@ -59,9 +63,12 @@ def judge(failures: list[Failure]) -> Verdict:
     for f in failures:
         found = diagnose(f.stderr_tail, f.returncode, f.failed_event) if diagnose else None
         code = f.returncode
-        if f.phase == LOST or code is None or code < 0 or code >= 128:
+        if f.phase == LOST or code is None or code < 0 or code >= 128 or f.stalled:
             killed = True
-        if found is not None:
+        if f.stalled:
+            lines.append(f"{f.task} on {f.host} {f.stalled}: its process was stopped, or it waits for a "
+                         "collective that a peer never joined" + (f" ({found.cause})" if found else ""))
+        elif found is not None:
             lines.append(f"{f.task} on {f.host}: {found.cause}; {found.fix}")
             retryable_cause |= found.retryable
             permanent_cause |= not found.retryable
@@ -71,6 +78,9 @@ def judge(failures: list[Failure]) -> Verdict:
         elif code < 0 or code >= 128:
             how = f"killed by {signal_name(code)}" if code < 0 else f"exit code {code} (killed by a signal)"
             lines.append(f"{f.task} on {f.host}: {how}")
+        elif f.failed_event and LOST_PEER in f.failed_event:  # the trainer's own word: a peer went away
+            retryable_cause = True
+            lines.append(f"{f.task} on {f.host}: {f.failed_event}")
         else:
             plain_error = True
             lines.append(f"{f.task} on {f.host}: exit code {code}"

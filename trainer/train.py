@@ -55,6 +55,18 @@ class TaskBackupAndRestore(tf.keras.callbacks.BackupAndRestore):
             state.back_up = lambda epoch, batch=0: state.write_checkpoint_manager.save()
 
 
+class BackupReported(tf.keras.callbacks.Callback):
+    """After the backup callback: a ``backed_up`` event once an epoch's backup is on disk, so the
+    console knows which epoch a restart of this task resumes from."""
+
+    def __init__(self, writer: MetricsWriter):
+        super().__init__()
+        self.writer = writer
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.writer.event("backed_up", epoch=epoch)
+
+
 def configure_runtime(opts: Options) -> None:
     """Threads and logical devices: must happen before any TensorFlow op."""
     if opts.intra_op_threads:
@@ -175,6 +187,7 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
     callbacks = [
         reporter,  # first: it takes its own keys out of the logs before other callbacks see them
         TaskBackupAndRestore(str(run_dir / "backup")),
+        BackupReported(writer),
         tf.keras.callbacks.TensorBoard(str(tb_dir), update_freq="epoch", profile_batch=0, write_graph=False),
     ]
     if workload.extra_callbacks is not None:

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (QGridLayout, QLabel, QListWidget, QListWidgetItem
                                QSplitter, QTabWidget, QVBoxLayout, QWidget)
 
 from agent.protocol import ERROR, FAILED, LOST, WAITING
+from console.session import SUPERVISION_ALARMS
 from console.gui.colors import worker_color
 from console.metrics_store import LABELS, METRICS, MetricsStore
 
@@ -304,7 +305,7 @@ class Dashboard(QWidget):
         for e in events[self._seen_events:]:
             when = dt.datetime.fromtimestamp(e["time"] or time.time()).strftime("%H:%M:%S")
             item = QListWidgetItem(f"{when}  {e['task']}: {e['text']}")
-            if e["event"] in (FAILED, ERROR, LOST, "watchdog", "reconnecting", "failure", "gave_up"):
+            if e["event"] in (FAILED, ERROR, LOST, "watchdog", "reconnecting", *SUPERVISION_ALARMS):
                 item.setForeground(Qt.red)
             self.events.addItem(item)
         if len(events) > self._seen_events:

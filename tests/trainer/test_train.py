@@ -45,7 +45,9 @@ def test_two_workers_record_every_step(digits2):
             assert r["task_type"] == "worker" and r["task_index"] == i
             assert r["step_time"] > 0 and r["examples_per_sec"] > 0 and r["global_batch"] == 64
         assert [e["event"] for e in digits2.records(i, "event")] == \
-            ["launched", "cluster_formed", "started", "finished"]
+            ["launched", "cluster_formed", "started", *["backed_up"] * DIGITS_EPOCHS, "finished"]
+        assert [e["epoch"] for e in digits2.records(i, "event") if e["event"] == "backed_up"] == \
+            list(range(DIGITS_EPOCHS))
     # Synchronous training: both workers report the same loss for every step.
     assert step_losses(digits2, 0) == pytest.approx(step_losses(digits2, 1), rel=1e-6)
 

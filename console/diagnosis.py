@@ -1,0 +1,381 @@
+"""Runtime diagnosis: a failed or stalled task's stderr tail and exit status -> cause, fix, retryable.
+
+One table of failure signatures, each keyed on the real message text of TensorFlow 2.21,
+tf-keras 2.21, NCCL or CUDA (read in their sources and the installed wheel, or seen in runs
+here), tried in order; the first that matches is the diagnosis. The order is the point:
+
+1. errors this task raised itself (a missing module, Keras 3, a busy port, data that ran out,
+   memory, NCCL, a collective group that does not add up, ...);
+2. the consequences of another task's end (a peer lost, heartbeats stopped, a barrier timed
+   out): a survivor's log says "connection reset", but the cause lies elsewhere and restarting
+   every task can help;
+3. the host OOM killer (exit 137, or SIGKILL with the shell's "Killed");
+4. a GPU host that cannot use its GPUs (driver too old, CUDA libraries missing): worth fixing,
+   but it explains nothing that 1-3 explain;
+
+then, with no signature, the exit status alone: a signal (retryable), a Python traceback (an
+error in the training code, permanent), the trainer's own ``tfcc-trainer: error:`` line.
+Known noise ("failed call to cuInit" and the other start-up lines of a CPU host, which appear
+in healthy logs) is dropped before anything is matched, so it is never a cause.
+
+Qt-free and TensorFlow-free: the console imports it for every front end.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from agent.protocol import task_name
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What ended a task, in words a TensorFlow user understands."""
+
+    name: str        # short id, e.g. "peer-lost"
+    cause: str       # one sentence: what happened
+    fix: str         # what to do
+    retryable: bool  # whether restarting every task from the backups can help
+
+
+_RESTART = ("tfcc restarts every task of the run from its backups with the same TF_CONFIG "
+            "(up to the run's max_restarts; `tfcc resume RUN` after that)")
+_LOGS = "the task's log (`tfcc logs RUN TASK`)"
+
+# Start-up lines of healthy runs (a CPU host with the full TensorFlow wheel prints all of them).
+# "failed call to cuInit" is noise unless it names a driver mismatch, which is a real problem.
+_NOISE = re.compile(
+    r"failed call to cuInit(?!.*(?:DRIVER_MISMATCH|insufficient))"
+    r"|Could not find cuda drivers on your machine, GPU will not be used"
+    r"|oneDNN custom operations are on"
+    r"|This TensorFlow binary is optimized to use available CPU instructions"
+    r"|^To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler flags"
+    r"|All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+    r"|Unable to register cu(?:DNN|FFT|BLAS) factory"
+    r"|TF-TRT Warning: Could not find TensorRT",
+    re.IGNORECASE,
+)
+
+_TASK = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
+# "ValueError: boom", "tensorflow.python.framework.errors_impl.UnavailableError: Graph execution error:"
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*([A-Z]\w*(?:Error|Exception|Exit|Interrupt))(?::[ \t]*(.*))?$",
+                        re.MULTILINE)
+_INNER_EXCEPTION = re.compile(r"^[ \t]+([A-Z]\w*(?:Error|Exception)): (.+)$", re.MULTILINE)
+_FUNCTION_NODE = re.compile(r"^\{\{function_node [^}]*\}\}\s*")  # "{{function_node __wrapped__Foo_device_/job:…}} "
+_OP_SUFFIX = re.compile(r"\s*\[Op:[^\]]*\].*$")                    # " [Op:Foo] name: "
+_TRAINER_ERROR = re.compile(r"^tfcc-trainer: error: (.+)$", re.MULTILINE)
+_SHELL_KILLED = r"^(?:.*\bline \d+:\s+\d+ )?Killed\b"  # bash: "Killed" or "x.sh: line 3: 4242 Killed  python ..."
+
+_PACKAGES = {"sklearn": "scikit-learn", "cv2": "opencv-python", "PIL": "pillow", "yaml": "pyyaml",
+             "tensorflow_datasets": "tensorflow-datasets"}
+
+
+def _tasks(text: str) -> list[str]:
+    return [task_name(job, int(index)) for job, index in _TASK.findall(text)]
+
+
+def _unhealthy(match: re.Match, text: str) -> dict:
+    """The task that stopped sending heartbeats: named after the list's head, or before "heartbeat timeout"."""
+    found = re.search(r"stopped sending heartbeats\):\s*(/job:\S+)|Task (/job:\S+) heartbeat timeout", text)
+    named = _tasks(found[0]) if found else []
+    return {"peer": named[0] if named else "another task of the run"}
+
+
+def _late(match: re.Match, text: str) -> dict:
+    """The first task a barrier's timeout names as late."""
+    found = re.search(r"Some timed out task names:\s*(/job:\S+)", text)
+    named = _tasks(found[1]) if found else []
+    return {"late": f" (late: {named[0]})" if named else ""}
+
+
+def _remote_peer(match: re.Match, text: str) -> dict:
+    """The task a failed call was talking to: gRPC says "from remote target /job:worker/…/task:0"."""
+    named = _tasks(" ".join(re.findall(r"remote target (\S+)", text)))
+    return {"peer": named[-1] if named else "another task of the run"}
+
+
+def _first(pattern: str, text: str, template: str) -> str:
+    """``template`` filled with the groups that took part in the first match of ``pattern``, or ""."""
+    found = re.search(pattern, text)
+    return template.format(*(group for group in found.groups() if group is not None)) if found else ""
+
+
+@dataclass(frozen=True)
+class _Signature:
+    name: str
+    pattern: str          # a regular expression over the stderr tail and the trainer's error
+    cause: str            # may name {fields} that ``detail`` gives
+    fix: str
+    retryable: bool
+    detail: Callable[[re.Match, str], dict] | None = None
+    on_success: bool = False            # also worth saying when the task exited 0
+    exits: frozenset[int] | None = None  # only with one of these exit statuses
+
+    def diagnose(self, text: str, returncode: int | None) -> Diagnosis | None:
+        if self.exits is not None and returncode not in self.exits:
+            return None
+        match = re.search(self.pattern, text, re.MULTILINE)
+        if match is None:
+            return None
+        fields = self.detail(match, text) if self.detail else {}
+        return Diagnosis(self.name, self.cause.format(**fields), self.fix.format(**fields), self.retryable)
+
+
+_SIGNATURES: tuple[_Signature, ...] = (
+    # 1. errors this task raised itself
+    _Signature(
+        "cpu-lacks-avx", r"The TensorFlow library was compiled to use (\w+) instructions, but these aren't "
+                         r"available on your machine",
+        "the CPU of the task's host lacks the {flag} instructions this TensorFlow is built for, "
+        "so TensorFlow aborted as it loaded",
+        "run the task on a host whose CPU has {flag} (see the flags in /proc/cpuinfo), "
+        "or install a TensorFlow built for this CPU there", False,
+        detail=lambda m, t: {"flag": m[1]}),
+    _Signature(
+        "tf-keras-missing", r"TF_USE_LEGACY_KERAS set to True, but you do not have the tf_keras package installed"
+                            r"|No module named 'tf_keras'",
+        "TF_USE_LEGACY_KERAS=1 makes tf.keras the tf-keras package (Keras 2), but tf-keras is not installed "
+        "in the task's Python on its host",
+        "install tf-keras of TensorFlow's minor version there (pip install 'tf-keras==2.21.*' beside "
+        "TensorFlow 2.21); `tfcc check` shows each host's TensorFlow and tf-keras", False),
+    _Signature(
+        "module-missing", r"ModuleNotFoundError: No module named '([\w.]+)'",
+        "the training code imports the module '{module}', which is not installed in the task's Python on its host",
+        "install it on that host (pip install {package}) in the Python its `python` setting names, "
+        "or drop the import; then start the run again", False,
+        detail=lambda m, t: {"module": m[1], "package": _PACKAGES.get(m[1].split(".")[0], m[1].split(".")[0])}),
+    _Signature(
+        "keras3-multiworker", r"Attempt to convert a value \(PerReplica",
+        "the script trains with Keras 3 (`import keras`), whose fit fails under MultiWorkerMirroredStrategy "
+        "before the first step (keras-team/keras#20585)",
+        "use tf-keras (Keras 2): `import tf_keras as keras`, or set TF_USE_LEGACY_KERAS=1 before importing "
+        "TensorFlow and use tf.keras", False),
+    _Signature(
+        "keras-mixed", r"The added layer must be an instance of class Layer\. Received: layer=<keras\."
+                       r"|Only instances of `keras\.Layer` can be added to a Sequential model\. Received: <tf_keras\.",
+        "the script mixes Keras 3 objects (`import keras`) with tf-keras ones (tf.keras) in one model",
+        "use tf-keras throughout: `import tf_keras as keras`, or tf.keras with TF_USE_LEGACY_KERAS=1 set "
+        "before importing TensorFlow, and no plain `import keras`", False),
+    _Signature(
+        "collective-config-late", r"Collective ops must be configured at program startup"
+                                  r"|Collective ops are already configured",
+        "the script created MultiWorkerMirroredStrategy after TensorFlow had started (a tensor, dataset or "
+        "model was made first), or created it twice",
+        "create the strategy once, right after importing TensorFlow and before any other TensorFlow call", False),
+    _Signature(
+        "port-in-use", r"Could not start gRPC server|could not start this task's gRPC server"
+                       r"|is already in use on this host",
+        "the task's TensorFlow port{port} is taken on its host (by another program, or a task of an earlier "
+        "run still going), so TensorFlow could not start its gRPC server",
+        "stop what holds the port (`tfcc check` names the process), or give the task another port "
+        "or port = \"auto\" in the cluster file", False,
+        detail=lambda m, t: {"port": _first(r"resolved for '[^']*:(\d+)'|\bport (\d+) of task", t, " {}")}),
+    _Signature(
+        # Not AUTO's warning "... failed to apply FILE sharding policy because of the following reason: Found ...".
+        "autoshard-file", r"(?<!following reason: )Found an unshardable source dataset|--autoshard file needs",
+        "autoshard policy FILE splits the data by input files, but this dataset is not read from files",
+        "set autoshard to \"auto\" or \"data\" in the training settings, or read the data from files "
+        "(e.g. TFRecords)", False),
+    _Signature(
+        "input-exhausted", r"Your (?:input|dataset|dataset iterator) ran out of data",
+        "the training data ran out before the epochs were done: the dataset gives fewer batches than "
+        "steps_per_epoch × epochs{needed}, so training stopped early",
+        "`.repeat()` the dataset (before batching it), or set steps_per_epoch to the number of batches "
+        "one pass over the data gives", False,
+        detail=lambda m, t: {"needed": _first(r"\(in this case, (\d+) batches\)", t, " ({} were needed)")},
+        on_success=True),
+    _Signature(
+        "disk-full", r"No space left on device",
+        "the disk of the task's host is full, so writing a backup, checkpoint, log or the model failed",
+        "free space on that host (`tfcc check` shows its free disk; old runs are in ~/.tfcc/runs), "
+        "then `tfcc resume RUN`", False),
+    _Signature(
+        # Not the allocator's "ran out of memory trying to allocate ... The caller indicates that this is not
+        # a failure" nor a start-up CUDA_ERROR_OUT_OF_MEMORY: TensorFlow goes on after both.
+        "out-of-memory", r"OOM when allocating|ResourceExhaustedError",
+        "TensorFlow ran out of memory{device}: the tensors of one training step do not fit",
+        "lower the batch per replica in the training settings or use a smaller model; check that no other "
+        "process holds that GPU's memory (nvidia-smi)", False,
+        detail=lambda m, t: {"device": _first(r"OOM when allocating .*? on \S*?/device:([A-Z]+:\d+)", t, " on {}")}),
+    _Signature(
+        "nccl-error", r"NCCL: (?:unhandled (?:cuda|system) error|internal error|invalid (?:argument|usage))"
+                      r"|nccl(?:UnhandledCuda|System|Internal)Error|ncclInvalid(?:Argument|Usage)",
+        "NCCL, the library that moves gradients between the GPUs, failed{error}",
+        "set NCCL_DEBUG=WARN in the tasks' environment to see why (often the network interface: set "
+        "NCCL_SOCKET_IFNAME; in a container, a small /dev/shm), or set communication to \"ring\" in the "
+        "training settings to do without NCCL", False,
+        detail=lambda m, t: {"error": _first(r"NCCL: ([a-z][a-z ]+[a-z])", t, ": {}")}),
+    _Signature(
+        "collective-mismatch", r"is joining a group with size|but that group has size"
+                               r"|is joining a group that is already full|is joining a group with incompatible"
+                               r"|Shape mismatch in the collective instance",
+        "the workers do not agree on the all-reduce group{sizes}: they have different numbers of GPUs "
+        "or run different model code",
+        "give every worker task the same number of GPUs (its gpus in the cluster file), check that each GPU "
+        "host's TensorFlow sees its GPUs (`tfcc check`), and run the same script on every host", False,
+        detail=lambda m, t: {"sizes": _first(r"with size ?(\d+), but that group has size (\d+)", t,
+                                             " (a task joined it with {} replicas in all, the group has {})")}),
+    _Signature(  # seen here when a stopped task went on beside its peer's next attempt
+        "collective-out-of-step", r"Collective instance \d+ expected type \d+ and data_type \d+ but got type",
+        "the tasks ran different collective operations at the same point: they are out of step (one is from "
+        "an earlier attempt, or went on after being stopped) or run different code",
+        "restart every task together: " + _RESTART + "; if it recurs after a full restart, run the same "
+        "script and TensorFlow version on every host", True),
+    _Signature(
+        "incarnation-mismatch", r"current incarnation doesn't match with one in the group"
+                                r"|Incarnation ID mismatch|tried to connect with a different incarnation",
+        "only part of the cluster was restarted: a task came back while the others still expected "
+        "its previous process",
+        "restart every task together, never one alone: " + _RESTART, True),
+    # 2. another task ended: this one only lost its partner
+    _Signature(
+        "nccl-peer-lost", r"remote process exited or there was a network error|ncclRemoteError",
+        "NCCL lost a peer: another task's process ended or the network between the GPU hosts failed",
+        _RESTART + "; if it recurs, read the diagnosis of the task that ended first, or set "
+        "NCCL_SOCKET_IFNAME to the hosts' network interface", True),
+    _Signature(
+        "heartbeat-lost", r"The following tasks are unhealthy \(stopped sending heartbeats\)"
+                          r"|heartbeat timeout\. This indicates that the remote task has failed",
+        "{peer} sent no heartbeat for 10 s (TensorFlow's limit): its process froze or was stopped, crashed, "
+        "or its host became unreachable",
+        _RESTART + "; if it recurs, look at that task's host (memory, swapping, `tfcc check`)", True,
+        detail=_unhealthy),
+    _Signature(
+        "barrier-timeout", r"Barrier timed out|Shutdown barrier has failed",
+        "the tasks did not all reach a synchronisation point in time{late}: one had stopped, "
+        "fallen far behind, or could not be reached",
+        _RESTART + "; if it recurs, read that task's diagnosis and test the ports between the hosts "
+        "with `tfcc check`", True,
+        detail=_late),
+    _Signature(
+        # Not "Collective ops is aborted by: X" alone: X can be this task's own error.
+        "peer-lost", r"UnavailableError|Connection reset by peer|Socket closed"
+                     r"|lost contact with another task of the cluster",
+        "this task lost contact with {peer}: that task ended (killed, crashed, or stopped by its own error) "
+        "or its host became unreachable, and MultiWorkerMirroredStrategy cannot go on without every task",
+        _RESTART + "; the other task's own diagnosis says why it ended, and `tfcc check` tests the ports "
+        "between the hosts", True,
+        detail=_remote_peer),
+    # 3. the host's out-of-memory killer (exit 137 without "Killed" is the fallback's, below)
+    _Signature(
+        "host-oom", _SHELL_KILLED,
+        "the task was killed with SIGKILL, most likely by the host's out-of-memory killer (the host ran out "
+        "of RAM)",
+        "lower the batch per replica, or run fewer tasks on that host or give it more memory; "
+        + _RESTART, True, exits=frozenset({137, -signal.SIGKILL})),
+    # 4. a GPU host that cannot use its GPUs
+    _Signature(
+        "cuda-driver-too-old", r"CUDA driver version is insufficient for CUDA runtime version"
+                               r"|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH|does not match DSO version",
+        "the NVIDIA driver of the task's host is too old for the CUDA libraries this TensorFlow uses, "
+        "so TensorFlow cannot use its GPUs",
+        "upgrade the host's NVIDIA driver (nvidia-smi shows its version; TensorFlow's install page names the "
+        "CUDA version each release needs), or install a TensorFlow built for that driver", False,
+        on_success=True),
+    _Signature(
+        "gpu-libs-missing", r"Cannot dlopen some GPU libraries",
+        "TensorFlow found a GPU but not the CUDA libraries it needs{libraries}, so the task ran without its GPUs",
+        "install TensorFlow with its CUDA libraries in that host's Python (pip install "
+        "'tensorflow[and-cuda]==2.21.*'), or clear the task's gpus in the cluster file to train on the CPU",
+        False,
+        detail=lambda m, t: {"libraries": _first(r"Could not load dynamic library '([^']+)'", t, " ({} first)")},
+        on_success=True),
+)
+
+_HOST_OOM = next(s for s in _SIGNATURES if s.name == "host-oom")
+_SIGNAL_WHY = {
+    signal.SIGKILL: "by tfcc's stop, a person, or the host's out-of-memory killer",
+    signal.SIGTERM: "asked to stop from outside: a person, a scheduler or the host shutting down",
+    signal.SIGINT: "interrupted (Ctrl-C)",
+    signal.SIGHUP: "its terminal or session closed",
+    signal.SIGSEGV: "a crash inside TensorFlow or another native library",
+    signal.SIGBUS: "a crash inside TensorFlow or another native library",
+    signal.SIGABRT: "TensorFlow aborted on a fatal check (a log line starting with F)",
+}
+
+
+def diagnose(stderr_tail: str, returncode: int | None, metrics_error: str | None = None) -> Diagnosis | None:
+    """The most specific diagnosis of a task's end, else one from its exit status alone, else None.
+
+    ``stderr_tail`` is the end of the task's stderr; ``returncode`` its exit status (negative: killed
+    by that signal, as subprocess reports it; None: still running or unknown); ``metrics_error`` the
+    ``error`` of the trainer's ``failed`` event. A clean exit (0) gets a diagnosis only from a signature
+    that matters even then (its data ran out, it could not use its GPUs).
+    """
+    text = "\n".join(line for line in (stderr_tail or "").splitlines() if not _NOISE.search(line))
+    if metrics_error:
+        text += "\n" + metrics_error
+    for signature in _SIGNATURES:
+        if returncode == 0 and not signature.on_success:
+            continue
+        found = signature.diagnose(text, returncode)
+        if found is not None:
+            return found
+    if returncode is None or returncode == 0:
+        return None
+    return _from_exit(text, returncode, metrics_error)
+
+
+def _signal_number(returncode: int) -> int | None:
+    """The signal that ended the task: subprocess says -N; a shell in between says 128 + N."""
+    number = -returncode if returncode < 0 else returncode - 128 if 128 < returncode <= 128 + 64 else None
+    return number if number is not None and 1 <= number <= 64 else None
+
+
+def _from_exit(text: str, returncode: int, metrics_error: str | None) -> Diagnosis | None:
+    if returncode == 128 + signal.SIGKILL:
+        return Diagnosis(_HOST_OOM.name, _HOST_OOM.cause, _HOST_OOM.fix, _HOST_OOM.retryable)
+    number = _signal_number(returncode)
+    if number is not None:
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        why = _SIGNAL_WHY.get(number, "sent from outside the task or raised by a fault inside it")
+        return Diagnosis("killed-by-signal", f"the task was killed by {name} ({why})",
+                         f"{_RESTART}; if it happens again, look at {_LOGS} and its host", True)
+    exception = _last_exception(text)
+    if exception is not None:
+        return Diagnosis("training-error", f"error in the training code: {exception}",
+                         f"fix it where the traceback in {_LOGS} points, then start the run again; "
+                         "a restart would fail the same way", False)
+    said = _TRAINER_ERROR.findall(text) or [metrics_error]
+    if said[-1]:
+        cause, _, fix = said[-1].partition("; ")
+        return Diagnosis("bad-input", cause, fix or "correct it in the cluster file or the training settings, "
+                         "then start the run again", False)
+    return None
+
+
+def _last(pattern: re.Pattern, text: str, start: int = 0) -> re.Match | None:
+    matches = list(pattern.finditer(text, start))
+    return matches[-1] if matches else None
+
+
+def _last_exception(text: str) -> str | None:
+    """``Name: message`` from the last exception line, with TensorFlow's wrappings taken off: for
+    "Graph execution error:" the message's first line after the "Detected at node" frames, for autograph's
+    "in user code:" the block's own error, and never "{{function_node …}}" or "[Op:…]"."""
+    found = _last(_EXCEPTION, text)
+    if found is None:
+        return None
+    name, message = found[1], (found[2] or "").strip()
+    if message == "in user code:":  # autograph: the error is the block's last indented "Name: message" line
+        inner = _last(_INNER_EXCEPTION, text, found.end())
+        if inner is not None:
+            name, message = inner[1], inner[2].strip()
+    elif message == "Graph execution error:":
+        rest = text[found.end():].splitlines()
+        in_frames = any(line.startswith("Detected at node") for line in rest[:3])
+        for line in rest:
+            if in_frames and (line.startswith("Detected at node") or not line.strip() or line[:1].isspace()):
+                continue
+            if line.strip():
+                message = line.strip()
+                break
+    message = _FUNCTION_NODE.sub("", _OP_SUFFIX.sub("", message))
+    message = message if len(message) <= 200 else message[:197] + "..."
+    return f"{name}: {message}" if message else name

@@ -1,0 +1,54 @@
+"""Whether a restart can help: killed and lost tasks yes, bugs no; the stall watchdog's patience."""
+
+from __future__ import annotations
+
+import pytest
+
+from console.session import Pace
+from console.supervision import Failure, backoff, judge
+
+
+@pytest.mark.parametrize(
+    "failures, retryable, words",
+    [
+        ([Failure("worker-1", "b", "failed", -9)], True, "worker-1 on b: the task was killed by SIGKILL"),
+        ([Failure("worker-1", "b", "failed", 137)], True, "worker-1 on b: the task was killed with SIGKILL, most "
+                                                          "likely by the host's out-of-memory killer"),
+        ([Failure("worker-1", "b", "lost", None)], True, "its process vanished without an exit status"),
+        ([Failure("worker-0", "a", "failed", 1, failed_event="lost contact with another task of the cluster "
+                  "(Socket closed); restart every task of the run")], True, "lost contact with another task"),
+        ([Failure("worker-0", "a", "failed", 1, failed_event="ValueError: 3 columns")], False,
+         "worker-0 on a: error in the training code: ValueError: 3 columns"),
+        ([Failure("worker-1", "b", "failed", -9), Failure("worker-0", "a", "failed", 1)], True,
+         "killed by SIGKILL"),  # the survivor's error is the consequence of the kill
+        ([Failure("worker-0", "a", "failed", 1, "Traceback (most recent call last):\n  File \"t.py\", line 3\n"
+                  "ValueError: the data has 3 columns"),
+          Failure("worker-1", "b", "failed", 1, "tensorflow.python.framework.errors_impl.UnavailableError: "
+                  "Socket closed")], False, "ValueError: the data has 3 columns"),  # the cause wins
+        ([Failure("worker-1", "b", "failed", None, stalled="made no step for 40 s")], True,
+         "worker-1 on b made no step for 40 s: its process was stopped"),
+    ],
+    ids=["sigkill", "exit-137", "lost", "lost-peer", "bug", "kill-and-survivor", "bug-and-survivor", "stalled"],
+)
+def test_judge(failures, retryable, words):
+    verdict = judge(failures)
+    assert verdict.retryable is retryable
+    assert any(words in line for line in verdict.lines), verdict.lines
+
+
+def test_backoff_grows_and_is_bounded():
+    assert [backoff(n) for n in (1, 2, 3, 10)] == [1.0, 2.0, 4.0, 30.0]
+
+
+def test_the_stall_watchdog_waits_many_steps_and_longer_after_an_epochs_last_step():
+    pace = Pace()
+    for i in range(10):
+        pace.step({"step": i, "epoch": 0, "step_time": 0.5}, float(i), steps_per_epoch=22)
+    assert pace.patience(15.0) == 25.0  # 50 x the median step
+    pace.step({"step": 21, "epoch": 0, "step_time": 0.5}, 11.0, steps_per_epoch=22)
+    assert pace.patience(15.0) == 250.0  # validation and the backup come now
+    pace.epoch_done(12.0)
+    assert pace.patience(15.0) == 25.0 and pace.last_at == 12.0
+    quick = Pace()
+    quick.step({"step": 0, "step_time": 0.01}, 0.0, steps_per_epoch=None)
+    assert quick.patience(15.0) == 15.0  # never below the floor
