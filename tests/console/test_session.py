@@ -207,6 +207,15 @@ def supervised(run: Run) -> tuple[RunSession, list]:
     return session, events
 
 
+def supervised_digits(name: str, epochs: int) -> tuple[Run, RunSession, list]:
+    """A started 2-worker digits run on this machine, with its supervised session (not yet following)."""
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
+                         cl.Training(epochs=epochs, per_replica_batch=16))
+    run = Run(cluster, name)
+    run.start()
+    return (run, *supervised(run))
+
+
 def script_run(homes, name: str, code: str, restarts: int) -> Run:
     script = homes / "task.py"
     script.write_text(code)
@@ -254,11 +263,7 @@ def test_a_worker_killed_mid_epoch_is_restarted_with_the_group_and_the_run_finis
     """SIGKILL one worker of a 2-worker digits run: MultiWorkerMirroredStrategy cannot go on, so every
     task is stopped and started again from its backup; the run finishes as accurate as ever."""
     monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
-    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
-                         cl.Training(epochs=6, per_replica_batch=16))
-    run = Run(cluster, "killed")
-    run.start()
-    session, events = supervised(run)
+    run, session, events = supervised_digits("killed", epochs=6)
     epochs = []
     session.subscribe(lambda e: epochs.extend((e.task.name, r["epoch"], session.attempt) for r in e.records
                                               if r.get("type") == "epoch") if e.kind == "records" else None)
@@ -303,11 +308,7 @@ def test_a_frozen_worker_is_named_and_the_group_restarted(homes, monkeypatch):
     """SIGSTOP one worker: within 20 s the console names what stalled, restarts every task, and the run
     finishes (TensorFlow's own heartbeat fails the peer after ~6 s; nothing recovers in-process)."""
     monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
-    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
-                         cl.Training(epochs=5, per_replica_batch=16))
-    run = Run(cluster, "frozen")
-    run.start()
-    session, events = supervised(run)
+    run, session, events = supervised_digits("frozen", epochs=5)
     backups = []
     session.subscribe(lambda e: backups.extend((e.task.name, r["epoch"]) for r in e.records
                                                if r.get("event") == "backed_up") if e.kind == "records" else None)
