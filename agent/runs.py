@@ -36,6 +36,8 @@ class AgentError(Exception):
         self.code = code
 
 
+STOP_MARKER = "stop_requested"  # in a task's folder while a stop someone asked for ends it
+
 def home() -> Path:
     return Path(os.environ.get(protocol.HOME_VARIABLE) or Path.home() / ".tfcc")
 
@@ -151,7 +153,7 @@ def start(req: dict) -> dict:
         raise AgentError(f"task {task} of run {run_id} is already running (pid {state['pid']}); stop it first",
                          protocol.ALREADY_RUNNING)
     folder.mkdir(parents=True, exist_ok=True)
-    for stale in ("exit.json", "state.json"):
+    for stale in ("exit.json", "state.json", STOP_MARKER):
         try:
             (folder / stale).unlink()
         except FileNotFoundError:
@@ -255,6 +257,7 @@ def stop(run_id: str, task: str, grace: float = 10.0) -> dict:
     if not is_same_process(pid, start_time):
         return {"run_id": run_id, "task": task, "stopped": False, "reason": "not running"}
     pgid = state.get("pgid", pid)
+    (folder / STOP_MARKER).touch()  # asked for: whoever follows the task must not take its end for a failure
     _signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while group_members(pgid) and time.monotonic() < deadline:

@@ -75,6 +75,7 @@ class Pace:
         self.last_at: float | None = None  # when its last step arrived (monotonic)
         self.epoch = self.index = None
         self.epoch_end = False
+        self.finished = False  # its last epoch is done: what follows is no stall
 
     def step(self, record: dict, now: float, steps_per_epoch) -> None:
         took = text.metric_value(record.get("step_time"))
@@ -110,10 +111,12 @@ class RunSession:
         self._failed: list[TaskState] = []     # tasks of this attempt that ended badly, not yet judged
         self._failed_event: dict[str, str] = {}  # task -> the trainer's own words for its failure
         self._given_up = False
+        self._stop_requested = False
         self._pace: dict[str, Pace] = {}          # task -> its step times (the stall watchdog)
         self._stalled: dict[str, str] = {}        # task -> how it stalled
         self._diverged: set[str] = set()          # tasks whose loss went non-finite (said once)
         self._steps_per_epoch: dict[str, int] = {}
+        self._epochs: dict[str, float] = {}       # task -> how many epochs it trains (its started event)
         self._stderr_from: dict[str, int] = {}    # task -> where its stderr's current attempt begins
         self.stall_floor = STALL_FLOOR
         self.started_record: dict | None = None  # the run's first "started" event (its batch plan)
@@ -148,6 +151,8 @@ class RunSession:
             self._thread.join(5)
 
     def stop(self, grace: float = 10.0) -> list[dict]:
+        """Stop every task (the person asked: their ends are no failures to restart from)."""
+        self._stop_requested = True
         return self.run.stop(grace)
 
     # ------------------------------------------------------------ the session's thread
@@ -218,8 +223,8 @@ class RunSession:
         elif kind in ("end", "error"):
             task.phase = message.get("phase") or ERROR
             task.exit = message.get("exit")
-            if task.phase in (FAILED, LOST):
-                self._failed.append(task)
+            if task.phase in (FAILED, LOST) and not (message.get("stopped") or self._stop_requested):
+                self._failed.append(task)  # not a stop that someone asked for (here or with tfcc stop)
             words = text.outcome_text(task.phase, task.exit, message.get("error"))
             if self.store is not None:
                 self.store.note(task.name, task.phase, f"process ended: {words}")
@@ -245,9 +250,13 @@ class RunSession:
             if r.get("type") == "step":
                 self._progress(task, r)
             elif r.get("type") == "epoch" and task.name in self._pace:
-                self._pace[task.name].epoch_done(time.monotonic())
+                pace = self._pace[task.name]
+                pace.epoch_done(time.monotonic())
+                # After the last epoch come the model's save and the end: no more steps to wait for.
+                pace.finished = text.metric_value(r.get("epoch")) + 1 >= self._epochs.get(task.name, math.inf)
             if name == "started":
                 self._steps_per_epoch[task.name] = r.get("steps_per_epoch")
+                self._epochs[task.name] = text.metric_value(r.get("epochs"))
         if self.store is not None:
             self.store.ingest(task.name, records)
         self._tell(SessionEvent("records", task, records=records))
@@ -275,7 +284,7 @@ class RunSession:
         now = time.monotonic()
         for task in self.run.tasks:
             pace = self._pace.get(task.name)
-            if task.phase != TRAINING or pace is None or pace.last_at is None:
+            if task.phase != TRAINING or pace is None or pace.last_at is None or pace.finished:
                 continue
             silent = now - pace.last_at
             if silent > pace.patience(self.stall_floor):

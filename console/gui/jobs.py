@@ -189,12 +189,12 @@ class RunBridge(QObject):
         return core
 
     def stop(self) -> None:
-        if self.run is not None:
-            self.threads.start("stop", self._stop, self.run)
+        if self.core is not None:
+            self.threads.start("stop", self._stop, self.core)
 
-    def _stop(self, run: Run) -> None:
+    def _stop(self, core: RunSession) -> None:
         try:
-            run.stop()
+            core.stop()
         except Exception as exc:
             log.exception("stop failed")
             self.store.note("console", "error", f"stopping failed: {exc}")
