@@ -15,7 +15,7 @@ from console import cluster as cl
 from console.cli import main
 from console.remote.link import HostError, HostLink
 from console.runner import Run
-from console.session import RunSession
+from console.session import SUPERVISION, RunSession
 from tests.console.remote.test_link import crashing_python
 from console.remote.ssh import Jump, SSHConnection, SSHError, fingerprint, parse_proxy_jump
 from trainer.metrics import read_records
@@ -274,3 +274,41 @@ def test_an_agent_that_dies_at_start_over_ssh_says_its_last_words(ssh_hosts, ssh
     assert f"host {host.name}: the agent did not start with {python!r} (it said: ImportError: cannot import " \
         "name 'runs' from 'agent')" in str(err.value)
     assert not list(host.tfcc_home.glob("agent-*.err")), "the file is removed once read"
+
+
+@pytest.mark.slow
+def test_a_worker_killed_on_its_ssh_host_is_restarted_with_the_group(ssh_hosts, ssh_env):
+    """The supervision over SSH: one worker killed on its namespace host; every task is stopped and
+    started again there from its backup, and the run finishes."""
+    ssh_hosts.known_hosts(ssh_env / "known_hosts")
+    run = Run(two_host_cluster(ssh_hosts, 4), "sshkill")
+    run.start()
+    session = RunSession(run)
+    backups, said = set(), []
+    cond = threading.Condition()
+
+    def on_event(e):
+        with cond:
+            if e.kind == "records":
+                backups.update((e.task.name, r["epoch"]) for r in e.records if r.get("event") == "backed_up")
+            elif e.kind in SUPERVISION:
+                said.append((e.kind, e.text))
+            cond.notify_all()
+
+    session.subscribe(on_event)
+    session.follow()
+    h1 = ssh_hosts.hosts[1]
+    try:
+        with cond:
+            assert cond.wait_for(lambda: {("worker-0", 0), ("worker-1", 0)} <= backups, 180)
+        child = json.loads((h1.tfcc_home / "runs" / "sshkill" / "worker-1" / "child.json").read_text())["pid"]
+        h1.exec("kill", "-KILL", str(child))
+        with cond:
+            assert cond.wait_for(lambda: any(k == "restarted" for k, _ in said), 60), said
+        assert session.wait(300)
+    finally:
+        session.detach()
+        run.stop(grace=0)
+    assert [t.phase for t in run.tasks] == ["finished", "finished"], said
+    finished = read_records(ssh_hosts.hosts[0].tfcc_home / "runs" / "sshkill" / "worker-0" / "metrics.jsonl")[-1]
+    assert finished["event"] == "finished" and finished["metrics"]["val_accuracy"] >= 0.9
