@@ -216,6 +216,18 @@ def supervised_digits(name: str, epochs: int) -> tuple[Run, RunSession, list]:
     return (run, *supervised(run))
 
 
+def supervised_to_the_end(run: Run, timeout: float) -> tuple[RunSession, list]:
+    """Start ``run`` and follow it under supervision until its session ends."""
+    run.start()
+    session, events = supervised(run)
+    session.follow()
+    try:
+        assert session.wait(timeout)
+    finally:
+        session.detach()
+    return session, events
+
+
 def script_run(homes, name: str, code: str, restarts: int) -> Run:
     script = homes / "task.py"
     script.write_text(code)
@@ -226,13 +238,7 @@ def script_run(homes, name: str, code: str, restarts: int) -> Run:
 
 def test_a_bug_in_the_code_is_not_restarted(homes):
     run = script_run(homes, "bug", "raise ValueError('the data has 3 columns, the model wants 4')\n", 3)
-    run.start()
-    session, events = supervised(run)
-    session.follow()
-    try:
-        assert session.wait(60)
-    finally:
-        session.detach()
+    session, events = supervised_to_the_end(run, 60)
     kinds = [k for k, _ in events]
     assert "restarting" not in kinds and kinds[-1] == "gave_up"
     assert any("error in the training code: ValueError: the data has 3 columns, the model wants 4" in t
@@ -244,13 +250,7 @@ def test_a_bug_in_the_code_is_not_restarted(homes):
 def test_the_restart_budget_ends_with_one_clear_message(homes):
     """Tasks that are killed every time: retryable, restarted as often as max_restarts says, then given up."""
     run = script_run(homes, "doomed", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", 1)
-    run.start()
-    session, events = supervised(run)
-    session.follow()
-    try:
-        assert session.wait(120)
-    finally:
-        session.detach()
+    session, events = supervised_to_the_end(run, 120)
     kinds = [k for k, _ in events]
     assert kinds.count("restarted") == 1 and kinds[-1] == "gave_up"
     assert any("killed by SIGKILL" in t for k, t in events if k == "failure")
