@@ -15,11 +15,8 @@ import signal
 from dataclasses import dataclass
 
 from agent.protocol import LOST
+from console.diagnosis import diagnose
 
-try:  # the diagnosis table; without it, the exit status alone decides
-    from console.diagnosis import diagnose
-except ImportError:  # pragma: no cover
-    diagnose = None
 
 
 LOST_PEER = "lost contact with another task of the cluster"  # how trainer.train words an UnavailableError
@@ -61,7 +58,7 @@ def judge(failures: list[Failure]) -> Verdict:
     lines = []
     killed = retryable_cause = permanent_cause = plain_error = False
     for f in failures:
-        found = diagnose(f.stderr_tail, f.returncode, f.failed_event) if diagnose else None
+        found = diagnose(f.stderr_tail, f.returncode, f.failed_event)
         code = f.returncode
         if f.phase == LOST or code is None or code < 0 or code >= 128 or f.stalled:
             killed = True
