@@ -111,7 +111,8 @@ class Printer:
         elif kind == "event":
             if r.get("event") == "started":
                 self.steps_per_epoch[name] = r.get("steps_per_epoch", "?")
-            self.emit(f"{name}: {text.event_text(r)}")
+            if r.get("event") not in text.QUIET_EVENTS:
+                self.emit(f"{name}: {text.event_text(r)}")
 
     def status_line(self, run: Run) -> None:
         if self.as_json:

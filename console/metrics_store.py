@@ -227,8 +227,9 @@ class MetricsStore:
                     if name == "started":
                         prog.steps_per_epoch = r.get("steps_per_epoch") or 0
                         prog.epochs = r.get("epochs") or 0
-                    self.events.append({"time": r.get("time"), "task": task, "event": name,
-                                        "text": text.event_text(r)})
+                    if name not in text.QUIET_EVENTS:
+                        self.events.append({"time": r.get("time"), "task": task, "event": name,
+                                            "text": text.event_text(r)})
             self.version += 1
 
     def note(self, task: str, event: str, text: str, when: float | None = None) -> None:

@@ -35,6 +35,9 @@ def epoch_text(r: dict) -> str:
     return f"epoch {count(r.get('epoch'))} done  loss {metric_text(r.get('loss'))}{val}"
 
 
+QUIET_EVENTS = ("backed_up",)  # bookkeeping of the run: in the --json stream, not in the lines people read
+
+
 def event_text(r: dict) -> str:
     """An event record of the trainer (docs/metrics.md)."""
     name = r.get("event")

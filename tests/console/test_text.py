@@ -29,3 +29,17 @@ def test_connection_words():
     assert text.connection_text("h1", {**lost, "first": True}).startswith("cannot reach host h1 (refused); trying again")
     assert text.connection_text("h1", {"type": "reconnected", "after": 8.4}) == \
         "reconnected to host h1 after 8 s; following on from where it stopped"
+
+
+def test_backups_are_bookkeeping_not_lines_to_read(capsys):
+    from console.cli import Printer
+    from console.metrics_store import MetricsStore
+    from console.runner import TaskState
+    from console.session import SessionEvent
+
+    record = {"type": "event", "event": "backed_up", "epoch": 0}
+    store = MetricsStore()
+    store.ingest("worker-0", [record])
+    assert store.events == []
+    Printer(as_json=False).on_event(SessionEvent("records", TaskState("worker-0", "h"), records=[record]))
+    assert capsys.readouterr().out == ""
