@@ -66,6 +66,7 @@ AGENT_STDERR_VARIABLE = "TFCC_AGENT_STDERR"  # the file the agent's stderr goes 
 RUN_DIR_VARIABLE = "TFCC_RUN_DIR"            # its run folder, where it writes METRICS
 RUN_ID_VARIABLE = "TFCC_RUN_ID"
 TASK_VARIABLE = "TFCC_TASK"                  # its task name (task_name below)
+ATTEMPT_VARIABLE = "TFCC_ATTEMPT"            # 1 for its run's first launch, then one more for each relaunch
 
 # --------------------------------------------------------------------------- refusals
 # {"id": N, "ok": false, "error": "what is wrong and what to do", "code": <one of these>}

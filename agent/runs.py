@@ -152,6 +152,8 @@ def start(req: dict) -> dict:
     if state and is_same_process(state.get("pid"), state.get("start_time")):
         raise AgentError(f"task {task} of run {run_id} is already running (pid {state['pid']}); stop it first",
                          protocol.ALREADY_RUNNING)
+    previous = read_json(folder / "spec.json") or {}
+    attempt = previous.get("attempt", 1) + 1 if previous else 1
     folder.mkdir(parents=True, exist_ok=True)
     for stale in ("exit.json", "state.json", STOP_MARKER):
         try:
@@ -168,6 +170,7 @@ def start(req: dict) -> dict:
     env[protocol.RUN_DIR_VARIABLE] = str(folder)
     env[protocol.RUN_ID_VARIABLE] = run_id
     env[protocol.TASK_VARIABLE] = task
+    env[protocol.ATTEMPT_VARIABLE] = str(attempt)
     spec = {
         "run_id": run_id,
         "task": task,
@@ -176,6 +179,7 @@ def start(req: dict) -> dict:
         "cwd": req.get("cwd") or str(folder),
         "python_path": req.get("python_path") or [],
         "created": time.time(),
+        "attempt": attempt,
     }
     write_json(folder / "spec.json", spec)
     agent_root = str(Path(__file__).resolve().parent.parent)
@@ -195,7 +199,8 @@ def start(req: dict) -> dict:
         start_time = proc_start_time(proc.pid)
     state = {"pid": proc.pid, "pgid": proc.pid, "start_time": start_time, "started": time.time()}
     write_json(folder / "state.json", state)
-    return {"run_id": run_id, "task": task, "run_dir": str(folder), "pid": proc.pid, "start_time": start_time}
+    return {"run_id": run_id, "task": task, "run_dir": str(folder), "pid": proc.pid, "start_time": start_time,
+            "attempt": attempt}
 
 
 # --------------------------------------------------------------------------- status
@@ -222,7 +227,8 @@ def status(run_id: str, task: str) -> dict:
         except FileNotFoundError:
             sizes[name] = 0
     return {"run_id": run_id, "task": task, "run_dir": str(folder), "phase": phase,
-            "pid": state.get("pid"), "started": state.get("started"), "exit": ended, "sizes": sizes}
+            "pid": state.get("pid"), "started": state.get("started"), "exit": ended, "sizes": sizes,
+            "stopped": (folder / STOP_MARKER).exists()}
 
 
 def list_runs() -> list:

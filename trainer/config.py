@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.protocol import METRICS, parse_address
-from trainer.plan import (AUTOSHARD_POLICIES, LR_RULES, MAX_BATCH, STRATEGIES, ConfigError, count_problem,
-                          learning_rate_problem)
+from trainer.plan import (AUTOSHARD_POLICIES, DEFAULT_BACKUP_SECONDS, LR_RULES, MAX_BATCH, STRATEGIES, ConfigError,
+                          backup_seconds_problem, count_problem, learning_rate_problem)
 
 ROLES = ("chief", "worker", "ps", "evaluator")
 COMMUNICATIONS = ("auto", "ring", "nccl")
@@ -217,6 +217,17 @@ def _learning_rate(text: str) -> float:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    problem = backup_seconds_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{text}: {problem}")
+    return value
+
+
 def _shape(text: str) -> tuple[int, ...]:
     try:
         dims = tuple(int(p) for p in text.split(","))
@@ -256,6 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="base learning rate for one replica; scaled by --lr-scaling")
     t.add_argument("--lr-scaling", choices=LR_RULES, default="linear",
                    help="linear: x replicas (default); sqrt: x sqrt(replicas); none")
+    t.add_argument("--backup-seconds", type=_seconds, default=DEFAULT_BACKUP_SECONDS,
+                   help=f"back up about every so many seconds of training (default {DEFAULT_BACKUP_SECONDS:g})")
     t.add_argument("--seed", type=int, default=1234, help="shuffle and initialisation seed, the same on every worker")
     d = p.add_argument_group("distribution")
     d.add_argument("--strategy", choices=STRATEGIES, default="auto")
@@ -288,6 +301,7 @@ class Options:
     steps_per_epoch: int | None
     learning_rate: float
     lr_scaling: str
+    backup_seconds: float
     seed: int
     strategy: str
     communication: str

@@ -18,6 +18,8 @@ import threading
 import time
 from pathlib import Path
 
+from agent.protocol import ATTEMPT_VARIABLE
+
 log = logging.getLogger("trainer.metrics")
 
 _STOP = object()
@@ -34,16 +36,25 @@ def _clean(value):
     return value
 
 
+def attempt_from_environment() -> int:
+    """Which launch of its run this process is (tfcc's agent says; 1 when run by hand)."""
+    try:
+        return max(1, int(os.environ.get(ATTEMPT_VARIABLE, "1")))
+    except ValueError:
+        return 1
+
+
 class MetricsWriter:
     """Writes records to ``path`` from a background thread.
 
-    ``base`` fields (task type and index) are added to every record.
+    ``base`` fields (task type and index) are added to every record, and the attempt (which
+    launch of the run wrote it).
     """
 
     def __init__(self, path: str | os.PathLike, base: dict | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._base = dict(base or {})
+        self._base = {"attempt": attempt_from_environment(), **(base or {})}
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._file = open(self.path, "a", encoding="utf-8")
         self._closed = False

@@ -35,6 +35,17 @@ def learning_rate_problem(value: float) -> str | None:
     return None
 
 
+DEFAULT_BACKUP_SECONDS = 30.0  # about this much training is redone after a restart, at most
+MAX_BACKUP_SECONDS = 86_400.0
+
+
+def backup_seconds_problem(value: float) -> str | None:
+    """Why ``value`` cannot be the time between backups, or None."""
+    if not math.isfinite(value) or not 0 < value <= MAX_BACKUP_SECONDS:
+        return f"it must be a number of seconds above 0 and at most {MAX_BACKUP_SECONDS:g}"
+    return None
+
+
 def count_problem(value: int, low: int, high: int) -> str | None:
     """Why ``value`` is out of ``low..high``, or None."""
     if not low <= value <= high:

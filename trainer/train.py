@@ -14,6 +14,7 @@ import time
 import tensorflow as tf
 
 from trainer import workloads
+from trainer.backup import TaskBackups
 from trainer.config import ClusterConfig, ConfigError, Options
 from trainer.metrics import MetricsWriter
 from trainer.plan import check_autoshard, choose_strategy, plan_batches, replicas_per_worker
@@ -36,35 +37,6 @@ _COMMUNICATION = {
     "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
 }
 MODEL_NAME = "model.keras"
-
-
-class TaskBackupAndRestore(tf.keras.callbacks.BackupAndRestore):
-    """BackupAndRestore where every task keeps a real backup in its own run folder.
-
-    tf-keras lets only the chief keep a backup and has every worker restore
-    from ``backup_dir/chief``, which assumes one shared file system. tfcc's run
-    folders are per task and per host, so each task writes (and restores) its
-    own copy; in synchronous training all copies hold the same state.
-    """
-
-    def on_train_begin(self, logs=None):
-        super().on_train_begin(logs)
-        state = self._training_state
-        if state.write_checkpoint_manager is not state.read_checkpoint_manager:
-            state.write_checkpoint_manager = state.read_checkpoint_manager
-            state.back_up = lambda epoch, batch=0: state.write_checkpoint_manager.save()
-
-
-class BackupReported(tf.keras.callbacks.Callback):
-    """After the backup callback: a ``backed_up`` event once an epoch's backup is on disk, so the
-    console knows which epoch a restart of this task resumes from."""
-
-    def __init__(self, writer: MetricsWriter):
-        super().__init__()
-        self.writer = writer
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.writer.event("backed_up", epoch=epoch)
 
 
 def configure_runtime(opts: Options) -> None:
@@ -186,8 +158,7 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
                                num_workers=cluster.num_workers, report_steps=opts.report)
     callbacks = [
         reporter,  # first: it takes its own keys out of the logs before other callbacks see them
-        TaskBackupAndRestore(str(run_dir / "backup")),
-        BackupReported(writer),
+        TaskBackups(run_dir / "backup", opts.backup_seconds, writer, multi_worker=cluster.num_workers > 1),
         tf.keras.callbacks.TensorBoard(str(tb_dir), update_freq="epoch", profile_batch=0, write_graph=False),
     ]
     if workload.extra_callbacks is not None:
@@ -216,9 +187,7 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
         verbose=2 if opts.verbose else 0,
     )
     train_time = time.perf_counter() - t0
-    # A finished run needs no backup (tf-keras deletes its checkpoints; this
-    # takes the folders it leaves, such as a non-chief's workertemp_<id>).
-    shutil.rmtree(run_dir / "backup", ignore_errors=True)
+    # A finished run keeps its last backups until the run is cleaned (tfcc clean).
     if not cluster.is_chief:
         shutil.rmtree(tb_dir, ignore_errors=True)
 

@@ -13,12 +13,14 @@ from .conftest import DATA, run_cluster
 pytestmark = pytest.mark.slow
 
 DIGITS_EPOCHS = 4
+BACKUP_SECONDS = 0.3
 
 
 @pytest.fixture(scope="module")
 def digits2(tmp_path_factory):
     """Two workers training digits (shared by several tests: each run costs seconds)."""
-    return run_cluster(tmp_path_factory.mktemp("digits2"), 2, ["--epochs", str(DIGITS_EPOCHS)])
+    return run_cluster(tmp_path_factory.mktemp("digits2"), 2,
+                       ["--epochs", str(DIGITS_EPOCHS), "--backup-seconds", str(BACKUP_SECONDS)])
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +46,22 @@ def test_two_workers_record_every_step(digits2):
         for r in steps:
             assert r["task_type"] == "worker" and r["task_index"] == i
             assert r["step_time"] > 0 and r["examples_per_sec"] > 0 and r["global_batch"] == 64
-        assert [e["event"] for e in digits2.records(i, "event")] == \
-            ["launched", "cluster_formed", "started", *["backed_up"] * DIGITS_EPOCHS, "finished"]
-        assert [e["epoch"] for e in digits2.records(i, "event") if e["event"] == "backed_up"] == \
-            list(range(DIGITS_EPOCHS))
+        names = [e["event"] for e in digits2.records(i, "event") if e["event"] != "backed_up"]
+        assert names == ["launched", "cluster_formed", "started", "finished"]
+    # Backups by time, at the same steps on every task (saving is collective), within epochs too,
+    # and the end of training is kept: the two newest, each named by its global step.
+    saved = [[(e["global_step"], e["epoch"], e["step"]) for e in digits2.events(i, "backed_up")] for i in range(2)]
+    assert saved[0] == saved[1] and len(saved[0]) >= 3
+    steps_per_epoch = digits2.events(0, "started")[0]["steps_per_epoch"]
+    assert any(step != steps_per_epoch - 1 for _, _, step in saved[0])  # not only at epoch ends
+    every = saved[0][1][0] - saved[0][0][0]
+    assert all(g == every * (k + 1) for k, (g, _, _) in enumerate(saved[0][:-1]))
+    assert all(g == e * steps_per_epoch + s + 1 for g, e, s in saved[0])
+    last = DIGITS_EPOCHS * steps_per_epoch
+    assert saved[0][-1][0] == last
+    for t in digits2.tasks:
+        assert sorted(p.name for p in (t.run_dir / "backup").glob("*.index")) == \
+            sorted(f"backup-{g}.index" for g, _, _ in saved[0][-2:])
     # Synchronous training: both workers report the same loss for every step.
     assert step_losses(digits2, 0) == pytest.approx(step_losses(digits2, 1), rel=1e-6)
 
@@ -65,14 +79,14 @@ def test_epoch_metrics_are_cluster_wide_means(digits2):
         assert 0.0 <= epoch["accuracy"] <= 1.0
 
 
-def test_chief_keeps_outputs_and_other_workers_leave_nothing(digits2):
+def test_chief_keeps_outputs_and_other_workers_only_their_backups(digits2):
     chief, other = digits2.tasks[0].run_dir, digits2.tasks[1].run_dir
     assert (chief / "model.keras").is_file()
     assert list((chief / "tensorboard").rglob("events.out.tfevents.*"))
     tags = tensorboard_tags(chief / "tensorboard")
     assert {"epoch_loss", "epoch_accuracy"} <= tags and not any("tfcc" in t for t in tags)
     leftovers = sorted(p.name for p in other.iterdir())
-    assert leftovers == ["metrics.jsonl", "stderr.log", "stdout.log"]
+    assert leftovers == ["backup", "metrics.jsonl", "stderr.log", "stdout.log"]  # its own backups stay
     assert digits2.events(1, "finished")[0]["model"] is None
 
 
