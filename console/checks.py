@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 from agent.protocol import format_address, parse_address
 from console import cluster as cl
+from console import text
 from console.errors import TfccError, describe
 from console.remote.deploy import make_bundle
 from console.remote.link import HostLink
@@ -250,9 +251,7 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
         for r in reports.values():
             for port in r.ports:
                 if not port["free"]:
-                    who = port.get("holder") or {}
-                    by = f" by pid {who['pid']} ({who['command']})" if who.get("pid") else ""
-                    problems.append(Problem(r.name, f"port {port['port']} is in use{by}",
+                    problems.append(Problem(r.name, text.port_in_use_text(port),
                                             "stop that process or give the task another port (or port = \"auto\")",
                                             (r.name,)))
         probes = {n: r.probe for n, r in reports.items() if r.probe}

@@ -23,6 +23,7 @@ from console.errors import TfccError
 from console.files import write_atomically
 from trainer.config import (AUTOSHARD_POLICIES, COMMUNICATIONS, LR_RULES, MAX_BATCH, MAX_EPOCHS, STRATEGIES, WORKLOADS,
                             count_problem, learning_rate_problem, make_tf_config)
+from trainer.plan import DEFAULT_BACKUP_SECONDS, backup_seconds_problem
 
 MAX_RESTARTS = 100
 DEFAULT_CLUSTER = PROJECT_ROOT / "resources" / "default_cluster.toml"
@@ -84,6 +85,8 @@ class Training:
     communication: str = "auto"
     autoshard: str = "auto"
     max_restarts: int = 3      # group restarts after retryable failures before the run is given up
+    backup_seconds: float = DEFAULT_BACKUP_SECONDS  # each task backs up about this often (a restart redoes less)
+    stop_on_nan: bool = False  # stop the run at its first non-finite loss (else: an alert, and it goes on)
 
     def trainer_args(self) -> list[str]:
         """Options for ``python -m trainer`` (or, with ``script``, just ``args``)."""
@@ -94,7 +97,7 @@ class Training:
         out = ["--epochs", str(self.epochs), *batch,
                "--learning-rate", repr(self.learning_rate), "--lr-scaling", self.lr_scaling,
                "--strategy", self.strategy, "--communication", self.communication,
-               "--autoshard", self.autoshard]
+               "--autoshard", self.autoshard, "--backup-seconds", repr(self.backup_seconds)]
         if self.model_file:
             out += ["--model-file", self.model_file]
         else:
@@ -167,7 +170,8 @@ _TYPES = {
     Task: {"host": str, "role": str},
     Training: {"workload": str, "model_file": str, "script": str, "epochs": int, "per_replica_batch": int,
                "global_batch": int, "learning_rate": float, "lr_scaling": str, "strategy": str, "communication": str,
-               "autoshard": str, "max_restarts": int},
+               "autoshard": str, "max_restarts": int, "backup_seconds": float,
+               "stop_on_nan": bool},
 }
 
 
@@ -351,6 +355,9 @@ def validate(cluster: Cluster) -> None:
     problem = learning_rate_problem(t.learning_rate)
     if problem:
         raise ClusterFileError(f"training.learning_rate is {t.learning_rate}; {problem}")
+    problem = backup_seconds_problem(t.backup_seconds)
+    if problem:
+        raise ClusterFileError(f"training.backup_seconds is {t.backup_seconds}; {problem}")
     if t.model_file and t.script:
         raise ClusterFileError("training sets both model_file and script; keep one of them")
     if t.workload == "file" and not t.model_file:

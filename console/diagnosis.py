@@ -124,6 +124,9 @@ class _Signature:
         return Diagnosis(self.name, self.cause.format(**fields), self.fix.format(**fields), self.retryable)
 
 
+# Section 2 of the table: what a task says when another one ended first (the cause lies there).
+CONSEQUENCES = frozenset({"nccl-peer-lost", "heartbeat-lost", "barrier-timeout", "peer-lost"})
+
 _SIGNATURES: tuple[_Signature, ...] = (
     # 1. errors this task raised itself
     _Signature(

@@ -38,6 +38,7 @@ class Series:
         self._end = 0
         self._dropped = 0          # points that fell off the front, ever
         self._appended = 0         # points appended, ever
+        self._cuts = 0             # times a restart cut the newest points
         self._cache_key = None     # (bucket size, dropped) the cached reduction is for
         self._cache_x = np.empty(0)
         self._cache_y = np.empty(0)
@@ -84,6 +85,23 @@ class Series:
         if over > 0:
             self._start += over
             self._dropped += over
+
+    @property
+    def version(self) -> int:
+        """Moves with every change: appends, and a restart's cut."""
+        return self._appended + self._cuts
+
+    def cut_after(self, x: float) -> int:
+        """Drop the newest points beyond ``x`` (a restart redoes them from ``x``); how many went."""
+        xs = self._x[self._start:self._end]
+        keep = int(np.searchsorted(xs, x, side="right"))
+        gone = len(xs) - keep
+        if gone:
+            self._end = self._start + keep
+            self._cuts += 1
+            self._cache_key, self._cache_upto = None, 0
+            self._cache_x, self._cache_y = np.empty(0), np.empty(0)
+        return gone
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         return self._x[self._start:self._end].copy(), self._y[self._start:self._end].copy()
@@ -171,6 +189,8 @@ class MetricsStore:
         self.progress: dict[str, WorkerProgress] = {}
         self.epochs: list[dict] = []
         self.events: list[dict] = []   # {"time", "task", "event", "text"}
+        self.restarts: list[tuple[int, float]] = []  # (attempt, global step it resumed from), for markers
+        self.states: dict[str, tuple[str, str]] = {}  # task -> (state, words): what supervision says of it
         self.version = 0
 
     def _worker(self, task: str) -> None:
@@ -184,6 +204,15 @@ class MetricsStore:
         Step values are gathered into arrays before the lock is taken, so a view reading the
         store waits microseconds, not the time it takes to go through a long message.
         """
+        cuts = [i for i, r in enumerate(records) if r.get("event") == "resumed"]
+        if cuts and cuts[-1] != len(records) - 1 or len(cuts) > 1:  # each attempt's steps after its cut
+            start = 0
+            for i in cuts:
+                self.ingest(task, records[start:i + 1])
+                start = i + 1
+            if start < len(records):
+                self.ingest(task, records[start:])
+            return
         steps = [r for r in records if r.get("type") == "step"]
         columns = None
         if steps:
@@ -224,12 +253,37 @@ class MetricsStore:
                                         "text": text.unreadable_text(r)})
                 elif kind == "event":
                     name = r.get("event")
+                    if name == "resumed":
+                        self._resumed(task, r)
                     if name == "started":
                         prog.steps_per_epoch = r.get("steps_per_epoch") or 0
                         prog.epochs = r.get("epochs") or 0
                     if name not in text.QUIET_EVENTS:
                         self.events.append({"time": r.get("time"), "task": task, "event": name,
                                             "text": text.event_text(r)})
+            self.version += 1
+
+    def _resumed(self, task: str, r: dict) -> None:
+        """An attempt took up training at a backup's step: its curves go on from there (the steps after
+        it that the failed attempt made are redone, so they leave the plot, as TensorBoard purges them)."""
+        step = text.metric_value(r.get("global_step"))
+        if not math.isfinite(step):
+            return
+        for metric in METRICS:
+            series = self._series.get((task, metric))
+            if series is not None:
+                series.cut_after(step)
+        attempt = r.get("attempt")
+        if not any(a == attempt for a, _ in self.restarts):
+            self.restarts.append((attempt, step))
+
+    def set_state(self, task: str, state: str, words: str = "") -> None:
+        """What supervision says of a task now (``running`` clears it): a badge in the window."""
+        with self._lock:
+            if state == "running":
+                self.states.pop(task, None)
+            else:
+                self.states[task] = (state, words)
             self.version += 1
 
     def note(self, task: str, event: str, text: str, when: float | None = None) -> None:
@@ -253,8 +307,8 @@ class MetricsStore:
         out = {}
         with self._lock:
             for key, s in self._series.items():
-                if seen.get(key) != s.appended:
-                    seen[key] = s.appended
+                if seen.get(key) != s.version:
+                    seen[key] = s.version
                     out[key] = s.reduced(max_points)
         return out
 

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Callable
 
 from agent.protocol import (ENDED, FINISHED, METRICS, NO_SUCH_TASK, NOT_STARTED, RUNNING, STARTING, STREAMS,
-                            parse_task_name)
+                            parse_address, parse_task_name)
 from console import cluster as cl
+from console import text
 from console.errors import TfccError
 from console.remote.channel import AgentRequestError
 from console.remote.deploy import make_bundle
@@ -75,6 +76,7 @@ class TaskState:
     cluster_formed: bool = False
     phase: str = STARTING
     exit: dict | None = None
+    attempt: int = 0                # which launch of the run its process is (the agent counts them)
 
 
 class Run:
@@ -88,6 +90,7 @@ class Run:
         self.links = {h.name: HostLink(h, ask_host_key) for h in cluster.hosts
                       if any(t.host == h.name for t in cluster.tasks)}
         self.tf_configs: list[str] | None = None
+        self.ports_changed: str | None = None  # why the last resume gave the tasks new ports
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -117,6 +120,7 @@ class Run:
         follows each host's upload in bytes.
         """
         training = self.cluster.training
+        self.ports_changed = None
         previous = self._previous_configs(resume)
         extra = {}
         if training.model_file:
@@ -132,20 +136,9 @@ class Run:
             bundle, None if on_progress is None else (lambda sent, total: on_progress(name, sent, total))))
         if resume:
             self._check_stopped()
-            configs = previous
+            configs = self._with_free_ports(previous)
         else:
-            ports: list = [t.port for t in self.cluster.tasks]
-
-            def pick(name: str, link: HostLink) -> None:
-                auto = [i for i, t in enumerate(self.cluster.tasks) if t.host == name and t.port == "auto"]
-                if auto:
-                    free = link.connect().call("ports", count=len(auto))["ports"]
-                    for i, port in zip(auto, free):
-                        ports[i] = port
-
-            at_once(list(self.links.items()), pick)
-            configs = [self.cluster.tf_config(i, ports) for i in range(len(self.tasks))]
-            write_manifest(Manifest(self.run_id, self.cluster, [(t.name, t.host) for t in self.tasks], configs))
+            configs = self._new_configs()
         self.tf_configs = configs
         started: list[TaskState] = []
         try:
@@ -161,6 +154,51 @@ class Run:
                            f"had started: {'stopped again' if stopped else 'STILL RUNNING: tfcc stop ' + self.run_id})",
                            (exc.fix + "; then " if exc.fix else "") + f"start it again with tfcc resume {self.run_id}"
                            ) from None
+
+    def _new_configs(self) -> list[str]:
+        """Each task's TF_CONFIG with free ports on their hosts for the ``auto`` ones; kept in the manifest."""
+        ports: list = [t.port for t in self.cluster.tasks]
+
+        def pick(name: str, link: HostLink) -> None:
+            auto = [i for i, t in enumerate(self.cluster.tasks) if t.host == name and t.port == "auto"]
+            if auto:
+                free = link.connect().call("ports", count=len(auto))["ports"]
+                for i, port in zip(auto, free):
+                    ports[i] = port
+
+        at_once(list(self.links.items()), pick)
+        configs = [self.cluster.tf_config(i, ports) for i in range(len(self.tasks))]
+        write_manifest(Manifest(self.run_id, self.cluster, [(t.name, t.host) for t in self.tasks], configs))
+        return configs
+
+    def _with_free_ports(self, configs: list[str]) -> list[str]:
+        """A resume keeps the run's TF_CONFIG while its ports are free; when another process took one
+        meanwhile, every task gets a new TF_CONFIG (it must be the same cluster for all) with new ports
+        for the ``auto`` ones. A fixed port that is taken cannot change: the error names its holder."""
+        ports = []
+        for task, config in zip(self.tasks, configs):
+            role, index = parse_task_name(task.name)
+            ports.append(parse_address(json.loads(config)["cluster"][role][index])[1])
+        taken: dict[int, dict] = {}
+
+        def check(name: str, link: HostLink) -> None:
+            mine = [i for i, t in enumerate(self.tasks) if t.host == name]
+            answers = link.connect().call("check_ports", ports=[ports[i] for i in mine])["ports"]
+            taken.update((i, a) for i, a in zip(mine, answers) if not a["free"])
+
+        at_once(list(self.links.items()), check)
+        if not taken:
+            return configs
+        words = "; ".join(f"{self.tasks[i].name} on {self.tasks[i].host}: {text.port_in_use_text(a)}"
+                          for i, a in sorted(taken.items()))
+        fixed = [i for i in taken if self.cluster.tasks[i].port != "auto"]
+        if fixed:
+            raise RunError(f"cannot resume run {self.run_id}: {words}",
+                           "stop that process, or set the task's port to \"auto\" in the cluster file")
+        configs = self._new_configs()
+        self.ports_changed = f"{words}: every task got a new TF_CONFIG with new ports"
+        log.warning("run %s: %s", self.run_id, self.ports_changed)
+        return configs
 
     def _stop_tasks(self, tasks: list["TaskState"]) -> bool:
         """Stop ``tasks`` now (a start that failed halfway); whether that worked for each."""
@@ -194,8 +232,9 @@ class Run:
                 env[MODEL_FILE_ORIGIN] = str(Path(training.model_file).expanduser().resolve())
             if spec.gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpus))
-            link.connect().call("start", run_id=self.run_id, task=task.name, tf_config=configs[i],
-                                argv=argv, env=env, python_path=[link.dist], fresh=not resume)
+            reply = link.connect().call("start", run_id=self.run_id, task=task.name, tf_config=configs[i],
+                                        argv=argv, env=env, python_path=[link.dist], fresh=not resume)
+            task.attempt = reply.get("attempt", 1)
             started.append(task)
 
         at_once([(i, task, spec) for i, (task, spec) in enumerate(zip(self.tasks, self.cluster.tasks))], start)

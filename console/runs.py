@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.protocol import ENDED
+from agent.protocol import ENDED, FAILED, FINISHED, LOST
 from agent.runs import name_problem
 from console import cluster as cl
 from console.errors import TfccError, state_dir
@@ -98,12 +98,14 @@ def read_manifest(run_id: str) -> Manifest:
     return Manifest(run_id, cluster, [(t["name"], t["host"]) for t in tasks], [t["tf_config"] for t in tasks])
 
 
-def running_runs(cluster: cl.Cluster, ask_host_key=None, limit: int = 20) -> list:
+def running_runs(cluster: cl.Cluster, ask_host_key=None, limit: int = 20, failed_too: bool = False) -> list:
     """The runs this console started on ``cluster``'s hosts that still have a task going (newest
-    first; blocking: it asks each host)."""
+    first; blocking: it asks each host); with ``failed_too``, also the newest of them when it
+    failed while no one stopped it (a window offers its restart)."""
     from console.runner import Run  # runner builds on this module
 
     found = []
+    seen = False  # the newest run on these hosts has been looked at
     addresses = {(h.name, h.address, h.local) for h in cluster.hosts}
     for run_id in list(reversed(known_runs()))[:limit]:
         try:
@@ -113,13 +115,18 @@ def running_runs(cluster: cl.Cluster, ask_host_key=None, limit: int = 20) -> lis
         if not {(h.name, h.address, h.local) for h in run.cluster.hosts} <= addresses:
             run.detach()
             continue
+        newest = not seen
+        seen = True
         try:
-            phases = [s["phase"] for s in run.status()]
+            status = run.status()
         except Exception as exc:  # a host that cannot say: that run is not offered, the others still are
             log.info("run %s: no status (%s)", run_id, exc)
             run.detach()
             continue
-        if any(p not in ENDED for p in phases):
+        phases = [s["phase"] for s in status]
+        failed = (failed_too and newest and FINISHED not in phases and any(p in (FAILED, LOST) for p in phases)
+                  and not any(s.get("stopped") for s in status))
+        if any(p not in ENDED for p in phases) or failed:
             found.append(run)
         else:
             run.detach()

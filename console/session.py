@@ -61,8 +61,12 @@ class SessionEvent:
 
 
 Listener = Callable[[SessionEvent], None]
-SUPERVISION = ("alert", "stalled", "failure", "restarting", "restarted", "gave_up")  # the supervisor's events
-SUPERVISION_ALARMS = ("alert", "stalled", "failure", "gave_up")  # the ones a person must look at
+# The supervisor's events: ``resumed`` says where an attempt took up training (its step); ``offered``
+# that a run failed while no console followed it, and how to restart it (the window asks first).
+SUPERVISION = ("alert", "stalled", "failure", "host_failing", "restarting", "restarted", "resumed", "offered",
+               "gave_up")
+SUPERVISION_ALARMS = ("alert", "stalled", "failure", "host_failing", "offered", "gave_up")  # to look at
+RESTART, OFFER = "restart", "offer"  # what a session does with failures that happened before it followed
 STALL_FLOOR = 15.0  # seconds without a step that are never a stall, however quick the steps were
 
 
@@ -101,8 +105,9 @@ class RunSession:
     """Follow ``run``; ``store`` (optional) gets every record, listeners get ``SessionEvent``\\ s."""
 
     def __init__(self, run: Run, store: MetricsStore | None = None, watchdog: float = WATCHDOG_SECONDS,
-                 restarts: int | None = None):
+                 restarts: int | None = None, found_failures: str = RESTART):
         self.run = run
+        self.found_failures = found_failures
         self.store = store
         self.watchdog = watchdog
         # Group restarts left for retryable failures (default: the cluster file's max_restarts).
@@ -115,6 +120,9 @@ class RunSession:
         self._pace: dict[str, Pace] = {}          # task -> its step times (the stall watchdog)
         self._stalled: dict[str, str] = {}        # task -> how it stalled
         self._diverged: set[str] = set()          # tasks whose loss went non-finite (said once)
+        self._stop_for_nan = False                # the run stops at its first non-finite loss (training.stop_on_nan)
+        self._resumed: set = set()                # attempts whose resumption was said
+        self._hosts = supervision.HostStreaks()
         self._steps_per_epoch: dict[str, int] = {}
         self._epochs: dict[str, float] = {}       # task -> how many epochs it trains (its started event)
         self._stderr_from: dict[str, int] = {}    # task -> where its stderr's current attempt begins
@@ -127,6 +135,7 @@ class RunSession:
         self._done = threading.Event()
         self._detached = threading.Event()
         self._opened = time.monotonic()
+        self._opened_at = time.time()  # failures that ended before this were found, not seen
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -186,6 +195,8 @@ class RunSession:
                     self._check_stalls()
                 except Exception:
                     log.exception("the stall watchdog of run %s", self.run.run_id)
+                if self._stop_for_nan:
+                    self._stop_at_nan()
                 if self._failed:
                     try:
                         self._supervise()
@@ -223,9 +234,12 @@ class RunSession:
         elif kind in ("end", "error"):
             task.phase = message.get("phase") or ERROR
             task.exit = message.get("exit")
+            words = text.outcome_text(task.phase, task.exit, message.get("error"))
             if task.phase in (FAILED, LOST) and not (message.get("stopped") or self._stop_requested):
                 self._failed.append(task)  # not a stop that someone asked for (here or with tfcc stop)
-            words = text.outcome_text(task.phase, task.exit, message.get("error"))
+                if task.name not in self._stalled:  # until the diagnosis comes
+                    code = (task.exit or {}).get("returncode")
+                    self._state(task, "failed", f"exit code {code}" if code is not None else words)
             if self.store is not None:
                 self.store.note(task.name, task.phase, f"process ended: {words}")
             self._tell(SessionEvent("task_ended", task, text=words, message=message))
@@ -243,10 +257,14 @@ class RunSession:
             elif name == "cluster_formed":
                 task.cluster_formed = True
                 task.phase = TRAINING
+                self._state(task, "running")
             elif name == "started" and self.started_record is None:
                 self.started_record = started = r
             elif name == "failed":
                 self._failed_event[task.name] = str(r.get("error") or "")
+            elif name == "resumed" and r.get("attempt") not in self._resumed:
+                self._resumed.add(r.get("attempt"))
+                self._say("resumed", f"run {self.run.run_id}: {text.resumed_text(r)}")
             if r.get("type") == "step":
                 self._progress(task, r)
             elif r.get("type") == "epoch" and task.name in self._pace:
@@ -275,6 +293,18 @@ class RunSession:
             self._say("alert", f"{task.name}: the loss is {text.metric_text(loss)} at epoch "
                                f"{text.count(step.get('epoch'))} step {text.count(step.get('step'))}: training "
                                "diverged (lower the learning rate, or look at the data)")
+            if self.run.cluster.training.stop_on_nan and not self._stop_requested:
+                self._stop_for_nan = True
+
+    def _stop_at_nan(self) -> None:
+        """The run's own choice (training.stop_on_nan): no more steps after a non-finite loss."""
+        self._stop_for_nan = False
+        self._stop_requested = True
+        self._given_up = True
+        self.run.stop(grace=5)
+        self._say("gave_up", f"run {self.run.run_id} stopped at its first non-finite loss, as its stop_on_nan "
+                             "asks; lower the learning rate or look at the data, then start a new run (the "
+                             "newest backups may hold the diverged weights)")
 
     def _check_stalls(self) -> None:
         """A training task with no new step for far longer than its steps take is stalled (a stopped
@@ -292,6 +322,7 @@ class RunSession:
                                             f"{pace.median():.2f} s; its last was epoch {text.count(pace.epoch)} "
                                             f"step {text.count(pace.index)})")
                 self._say("stalled", f"{task.name} on {task.host} {self._stalled[task.name]}")
+                self._state(task, "stalled", self._stalled[task.name])
                 self._failed.append(task)
                 return
 
@@ -304,8 +335,17 @@ class RunSession:
         self.run.stop(grace=2)  # TensorFlow ignores SIGTERM while it waits: SIGKILL soon after
         self.run.wait(60)       # every follow of this attempt has delivered its end
         verdict = supervision.judge([self._failure(t) for t in failed])
-        for line in verdict.lines:
+        for task, line in zip(failed, verdict.lines):
+            self._state(task, "failed", line)  # first: a listener of the event finds the state said
             self._say("failure", line)
+        for line in self._hosts.failed(verdict.culprits):
+            self._say("host_failing", line)
+        if self.found_failures == OFFER and all(self._ended_before_following(t) for t in failed):
+            self._given_up = True  # a person decides: the window offers Resume
+            self._say("offered", f"run {self.run.run_id} failed while no console followed it; "
+                                 + ("Resume starts every task again from their backups" if verdict.retryable else
+                                    "fix the cause above, then Resume starts every task again from their backups"))
+            return
         self._given_up = not verdict.retryable or self.restarts_left <= 0  # the ends of the stopped tasks follow
         if not verdict.retryable:
             self._say("gave_up", f"run {self.run.run_id} failed; a restart would fail the same way: fix the cause "
@@ -326,6 +366,8 @@ class RunSession:
         self.restarts_left -= 1
         self.attempt += 1
         for task in self.run.tasks:
+            self._state(task, "restarting", f"restart {self.attempt - 1}: from the newest common backup")
+        for task in self.run.tasks:
             task.phase, task.exit, task.launched_at, task.cluster_formed = STARTING, None, None, False
             self._stderr_from[task.name] = task.offsets[STDERR]  # all of it was read: the old attempt's
         self._pace.clear()
@@ -338,7 +380,14 @@ class RunSession:
                 task.phase = FAILED
             return
         self.run.follow(self._follower(self.attempt), self._poll)
-        self._say("restarted", f"run {self.run.run_id}: attempt {self.attempt} started from the tasks' backups")
+        attempt = max((t.attempt for t in self.run.tasks), default=self.attempt)
+        ports = f" ({self.run.ports_changed})" if self.run.ports_changed else ""
+        self._say("restarted", f"run {self.run.run_id}: attempt {attempt} started, from the newest backup "
+                               f"every task has{ports}")
+
+    def _ended_before_following(self, task: TaskState) -> bool:
+        ended = text.metric_value((task.exit or {}).get("ended"))
+        return math.isfinite(ended) and ended < self._opened_at
 
     def _failure(self, task: TaskState) -> Failure:
         tail = ""
@@ -353,6 +402,11 @@ class RunSession:
             log.info("no log of %s: %s", task.name, exc)
         return Failure(task.name, task.host, task.phase, (task.exit or {}).get("returncode"), tail,
                        self._failed_event.pop(task.name, None), self._stalled.pop(task.name, None))
+
+    def _state(self, task: TaskState, state: str, words: str = "") -> None:
+        """What the window's badges show of ``task``: running, stalled, failed (with why), restarting."""
+        if self.store is not None:
+            self.store.set_state(task.name, state, words)
 
     def _say(self, kind: str, words: str) -> None:
         """A supervision event (failure, restarting, restarted, gave_up), in the store and to listeners."""

@@ -15,7 +15,7 @@ import signal
 from dataclasses import dataclass
 
 from agent.protocol import LOST
-from console.diagnosis import diagnose
+from console.diagnosis import CONSEQUENCES, diagnose
 
 
 
@@ -39,6 +39,7 @@ class Failure:
 class Verdict:
     retryable: bool
     lines: list[str]  # one per failed task: what happened and what to do
+    culprits: list[str]  # the hosts of the tasks that failed on their own (not by losing a peer)
 
 
 def signal_name(returncode: int) -> str:
@@ -55,11 +56,15 @@ def judge(failures: list[Failure]) -> Verdict:
     they lost a peer); an error a restart would repeat (a diagnosis says permanent, or a plain
     exit code while nothing was killed) does not.
     """
-    lines = []
+    lines, culprits = [], []
     killed = retryable_cause = permanent_cause = plain_error = False
     for f in failures:
         found = diagnose(f.stderr_tail, f.returncode, f.failed_event)
         code = f.returncode
+        lost_a_peer = (found is not None and found.name in CONSEQUENCES) or (
+            found is None and f.failed_event is not None and LOST_PEER in f.failed_event)
+        if not lost_a_peer and f.host not in culprits:
+            culprits.append(f.host)
         if f.phase == LOST or code is None or code < 0 or code >= 128 or f.stalled:
             killed = True
         if f.stalled:
@@ -83,7 +88,23 @@ def judge(failures: list[Failure]) -> Verdict:
             lines.append(f"{f.task} on {f.host}: exit code {code}"
                          + (f": {f.failed_event}" if f.failed_event else "") + "; see tfcc logs for its output")
     retryable = (killed or retryable_cause) and not permanent_cause and not (plain_error and not killed)
-    return Verdict(retryable, lines)
+    return Verdict(retryable, lines, culprits)
+
+
+class HostStreaks:
+    """How many failures in a row each host has caused: Horovod leaves such a host out; tfcc names it."""
+
+    SAY_AFTER = 2
+
+    def __init__(self):
+        self.streak: dict[str, int] = {}
+
+    def failed(self, culprits: list[str]) -> list[str]:
+        """Count a failure caused on ``culprits``; the words for each host now at ``SAY_AFTER`` or more."""
+        self.streak = {host: self.streak.get(host, 0) + 1 for host in culprits}
+        return [f"host {host} caused the last {n} failures in a row: check it (memory, disk, GPU, network; "
+                f"tfcc check), or move its tasks to another host" for host, n in self.streak.items()
+                if n >= self.SAY_AFTER]
 
 
 def backoff(restart: int) -> float:

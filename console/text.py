@@ -7,6 +7,7 @@ show; neither front end words these on its own.
 from __future__ import annotations
 
 import math
+import re
 
 
 def metric_value(value) -> float:
@@ -35,7 +36,9 @@ def epoch_text(r: dict) -> str:
     return f"epoch {count(r.get('epoch'))} done  loss {metric_text(r.get('loss'))}{val}"
 
 
-QUIET_EVENTS = ("backed_up",)  # bookkeeping of the run: in the --json stream, not in the lines people read
+# In the --json stream, not in the lines people read: bookkeeping, or said once for the run by the
+# session (``resumed``: every task resumes at the same step).
+QUIET_EVENTS = ("backed_up", "resumed")
 
 
 def event_text(r: dict) -> str:
@@ -53,7 +56,24 @@ def event_text(r: dict) -> str:
         return "finished" + (f", model saved to {r['model']}" if r.get("model") else "")
     if name == "failed":
         return f"FAILED: {r.get('error') or 'no reason given'}"
+    if name == "resumed":
+        return resumed_text(r)
     return str(name)
+
+
+def resumed_text(r: dict) -> str:
+    """A ``resumed`` event: where an attempt took up training."""
+    if r.get("note"):
+        return f"attempt {r.get('attempt', '?')}: {r['note']}"
+    return (f"attempt {r.get('attempt', '?')} resumed from its backup of epoch {count(r.get('epoch'))} "
+            f"step {count(r.get('step'))} (step {r.get('global_step')} of the run)")
+
+
+def port_in_use_text(port: dict) -> str:
+    """A port the agent could not bind (its ``check_ports`` answer): ``port 2222 is in use by pid 42 (…)``."""
+    who = port.get("holder") or {}
+    by = f" by pid {who['pid']} ({who['command']})" if who.get("pid") else ""
+    return f"port {port['port']} is in use{by}"
 
 
 def unreadable_text(r: dict) -> str:
@@ -76,3 +96,17 @@ def connection_text(host: str, message: dict) -> str:
     if message["type"] == "reconnecting":
         return f"lost the connection to host {host} ({message['error']}); reconnecting (the task goes on there)"
     return f"reconnected to host {host} after {message['after']:.0f} s; following on from where it stopped"
+
+
+STATE_BADGES = {"stalled": "STALLED", "failed": "FAILED", "restarting": "restarting"}  # a task's state, as a badge
+
+
+def state_text(state: str, words: str = "", width: int = 70) -> str:
+    """A task's supervision state as a short badge line: ``FAILED: killed by SIGKILL`` (the whole
+    words go to a tooltip)."""
+    badge = STATE_BADGES.get(state, state)
+    short = words.split(": ", 1)[1] if words.startswith(("worker-", "chief-")) and ": " in words else words
+    short = re.sub(r" \([^()]*\)", "", short.split("; ", 1)[0])  # the details stay in the tooltip
+    if len(short) > width:
+        short = short[:width - 1] + "…"
+    return f"{badge}: {short}" if short else badge

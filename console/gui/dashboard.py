@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (QGridLayout, QLabel, QListWidget, QListWidgetItem
                                QSplitter, QTabWidget, QVBoxLayout, QWidget)
 
 from agent.protocol import ERROR, FAILED, LOST, WAITING
+from console.text import state_text
 from console.session import SUPERVISION_ALARMS
 from console.gui.colors import worker_color
 from console.metrics_store import LABELS, METRICS, MetricsStore
@@ -144,7 +145,8 @@ class Dashboard(QWidget):
         self.progress_grid.setContentsMargins(4, 4, 4, 4)
         self.progress_bars: dict[str, ProgressLine] = {}
         self._slow_version = -1
-        self.straggler_labels: dict[str, QLabel] = {}
+        self.straggler_labels: dict[str, QLabel] = {}  # per worker: its supervision state, or "straggler"
+        self.restart_lines: list[list] = []              # per restart: its marker in each plot
 
         self.events = QListWidget()
         self.events.setWordWrap(True)
@@ -191,6 +193,10 @@ class Dashboard(QWidget):
             widget.deleteLater()
         self.progress_bars.clear()
         self.straggler_labels.clear()
+        for lines in self.restart_lines:
+            for plot, line in lines:
+                plot.removeItem(line)
+        self.restart_lines.clear()
         self.events.clear()
         self.logs.clear()
         self.log_views.clear()
@@ -297,10 +303,15 @@ class Dashboard(QWidget):
                                  f"epoch {prog.epoch + 1}/{prog.epochs}  step {prog.step + 1}/{prog.steps_per_epoch}"
                                  f"  {prog.fraction * 100:.0f}%  {_fmt_eta(prog.eta())}")
         slow = set(store.stragglers())
+        states = dict(store.states)
         for task, label in self.straggler_labels.items():
-            text = "straggler: step time well above the others'" if task in slow else ""
+            state, why = states.get(task, ("", ""))
+            text = state_text(state, why) if state else (
+                "straggler: step time well above the others'" if task in slow else "")
             if label.text() != text:
                 label.setText(text)
+                label.setToolTip(why)
+        self._mark_restarts(store.restarts)
         events = store.events_snapshot()
         for e in events[self._seen_events:]:
             when = dt.datetime.fromtimestamp(e["time"] or time.time()).strftime("%H:%M:%S")
@@ -311,6 +322,18 @@ class Dashboard(QWidget):
         if len(events) > self._seen_events:
             self.events.scrollToBottom()
         self._seen_events = len(events)
+
+    def _mark_restarts(self, restarts: list) -> None:
+        """A dashed line across every plot at each step an attempt resumed from."""
+        for attempt, step in restarts[len(self.restart_lines):]:
+            lines = []
+            for metric, plot in self.plots.items():
+                line = pg.InfiniteLine(pos=step, angle=90, pen=pg.mkPen("#b00020", width=1, style=Qt.DashLine),
+                                       label=f"attempt {attempt}" if metric == METRICS[0] else None,
+                                       labelOpts={"position": 0.9, "color": "#b00020", "anchors": [(0, 0), (0, 0)]})
+                plot.addItem(line, ignoreBounds=True)
+                lines.append((plot, line))
+            self.restart_lines.append(lines)
 
     def _follow(self, bounds: dict[str, list]) -> None:
         """Keep each following plot's view around its data (x shared by the three plots).

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPen
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import (QGraphicsItem, QGraphicsRectItem, QGraphicsScene, QGraphicsSimpleTextItem,
                                QGraphicsView, QLabel, QPlainTextEdit, QSplitter, QVBoxLayout, QWidget)
 
 from console import cluster as cl
 from console.gui.colors import worker_color
+from console.text import state_text
 from console.diagram_model import BatchSplit, HostBox, picture
 
 TASK_W, TASK_H, PAD = 190, 96, 12
@@ -28,6 +29,9 @@ class _TaskItem(QGraphicsRectItem):
     def mousePressEvent(self, event):  # noqa: N802 (Qt's name)
         self._on_click(self.name)
         event.accept()
+
+
+STATE_COLOURS = {"failed": "#b00020", "stalled": "#c25e00", "restarting": "#1f5fbf"}
 
 
 class ClusterDiagram(QWidget):
@@ -60,6 +64,7 @@ class ClusterDiagram(QWidget):
         self.hosts: list[HostBox] = []
         self.split: BatchSplit | None = None
         self.chief: str | None = None
+        self.states: dict[str, tuple[str, str]] = {}
 
     # ------------------------------------------------------------ inputs
 
@@ -74,6 +79,12 @@ class ClusterDiagram(QWidget):
         self._started = started
         self._addresses = addresses or {}
         self._redraw()
+
+    def set_states(self, states: dict[str, tuple[str, str]]) -> None:
+        """Each task's supervision state (stalled, failed with why, restarting): a badge on its box."""
+        if states != self.states:
+            self.states = dict(states)
+            self._redraw()
 
     # ------------------------------------------------------------ drawing
 
@@ -134,7 +145,7 @@ class ClusterDiagram(QWidget):
 
     def _draw_host(self, host: HostBox, names: list[str], x: float, y: float) -> float:
         width = max(TASK_W + 2 * PAD, len(host.tasks) * (TASK_W + PAD) + PAD)
-        height = TASK_H + 3 * PAD + 18
+        height = TASK_H + 3 * PAD + 18 + (32 if self.states else 0)  # room for the tasks' badges
         self.scene.addRect(QRectF(x, y, width, height), QPen(QColor("#555"), 1.5), QBrush(QColor("#f6f6f6")))
         self._text(f"{host.name}  ({host.address})", x + PAD, y + 6, 10, True)
         for i, task in enumerate(host.tasks):
@@ -154,6 +165,15 @@ class ClusterDiagram(QWidget):
             role = f"{task.role}, chief: saves the model" if task.is_chief else task.role
             self._text(role, 6, 24, 8, parent=item)
             self._text(task.address, 6, 40, 8, color=QColor("#444"), parent=item)
+            if task.name in self.states:  # its state under the box: the badge, then why (cut to the box)
+                state, why = self.states[task.name]
+                tint = QColor(STATE_COLOURS.get(state, "#333"))
+                badge, _, reason = state_text(state, why, width=200).partition(": ")
+                self._text(badge, 0, TASK_H + 3, 9, True, tint, item).setToolTip(why)
+                if reason:
+                    line = self._text(reason, 0, TASK_H + 18, 8, False, tint, item)
+                    line.setText(QFontMetrics(line.font()).elidedText(reason, Qt.ElideRight, TASK_W))
+                    line.setToolTip(why)
             dev_w = (TASK_W - 12 - 4 * (len(task.devices) - 1)) / max(1, len(task.devices))
             for d, device in enumerate(task.devices):
                 rect = QGraphicsRectItem(QRectF(0, 0, dev_w, 26), item)

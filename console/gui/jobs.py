@@ -18,10 +18,10 @@ from PySide6.QtCore import QObject, Signal
 from console import checks
 from console import cluster as cl
 from console.metrics_store import MetricsStore
-from agent.protocol import ENDED
+from agent.protocol import ENDED, FINISHED
 from console.runner import WATCHDOG_SECONDS, Run
 from console.runs import new_run_id
-from console.session import RunSession, SessionEvent
+from console.session import OFFER, RESTART, SUPERVISION, RunSession, SessionEvent
 
 log = logging.getLogger("console.gui")
 
@@ -119,6 +119,7 @@ class RunBridge(QObject):
     log_received = Signal(str, str, str)  # task, stream, text
     task_ended = Signal(str, str)         # task, how it ended in words (console.text)
     watchdog_fired = Signal(str)
+    supervised = Signal(str, str)         # a supervision event's kind (console.session.SUPERVISION), its words
     stopped = Signal()
     ended = Signal()                      # every task has ended
 
@@ -138,19 +139,26 @@ class RunBridge(QObject):
     def active(self) -> bool:
         return self.run is not None and any(t.phase not in ENDED for t in self.run.tasks)
 
+    @property
+    def resumable(self) -> bool:
+        """The run ended with tasks that did not finish (failed, stopped, given up): Resume can go on."""
+        run = self.run
+        return (run is not None and self.core.wait(0) and all(t.phase in ENDED for t in run.tasks)
+                and any(t.phase != FINISHED for t in run.tasks))
+
     def start(self, cluster: cl.Cluster, run_id: str | None = None) -> None:
         self.detach()  # a previous run, ended or not: stop following it
         self.store = MetricsStore()
         self.core = self._session(Run(cluster, run_id or new_run_id(), self.ask_host_key))
         self.threads.start("start", self._start, self.core)
 
-    def _start(self, core: RunSession) -> None:
+    def _start(self, core: RunSession, resume: bool = False) -> None:
         try:
-            core.run.start(on_progress=self.deploy_progressed.emit)
+            core.run.start(on_progress=self.deploy_progressed.emit, resume=resume)
         except Exception as exc:
             log.exception("start failed")
             core.run.detach()
-            self._start_failed_for.emit(core, f"the run could not start: {exc}")
+            self._start_failed_for.emit(core, f"the run could not {'resume' if resume else 'start'}: {exc}")
             return
         self.run_started.emit(core.run.run_id)
         core.follow()
@@ -161,15 +169,26 @@ class RunBridge(QObject):
             self.start_failed.emit(message)
 
     def attach(self, run: Run) -> None:
-        """Follow a run that is already going, from its first record (its whole history)."""
+        """Follow a run found on its hosts, from its first record (its whole history). A failure
+        that happened while no console followed it is offered for a restart, not restarted."""
         self.detach()
         self.store = MetricsStore()
-        self.core = self._session(run)
+        self.core = self._session(run, OFFER)
         self.core.follow()
         self.run_started.emit(run.run_id)
 
-    def _session(self, run: Run) -> RunSession:
-        core = RunSession(run, self.store, WATCHDOG_SECONDS)
+    def resume(self) -> None:
+        """Start the followed run's tasks again from their backups (a new attempt), and follow it anew."""
+        run = self.run
+        if run is None:
+            return
+        self.detach()
+        self.store = MetricsStore()  # the whole history again, then the new attempt's records
+        self.core = self._session(Run.load(run.run_id, self.ask_host_key))
+        self.threads.start("resume", self._start, self.core, True)
+
+    def _session(self, run: Run, found_failures: str = RESTART) -> RunSession:
+        core = RunSession(run, self.store, WATCHDOG_SECONDS, found_failures=found_failures)
 
         def on_event(event: SessionEvent) -> None:
             if core is not self.core:  # a run this window no longer follows
@@ -182,6 +201,8 @@ class RunBridge(QObject):
                 self.task_ended.emit(event.task.name, event.text)
             elif event.kind == "watchdog":
                 self.watchdog_fired.emit(event.text)
+            elif event.kind in SUPERVISION:
+                self.supervised.emit(event.kind, event.text)
             elif event.kind == "ended":
                 self.ended.emit()
 

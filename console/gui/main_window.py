@@ -74,11 +74,14 @@ class MainWindow(QMainWindow):
         self.act_start = QAction(icon(QStyle.SP_MediaPlay), "Deploy && Start", self, shortcut="F5")
         self.act_start.setToolTip("Upload what is missing, start every task and follow them (F5)")
         self.act_stop = QAction(icon(QStyle.SP_MediaStop), "Stop", self, shortcut="Shift+F5")
+        self.act_resume = QAction(icon(QStyle.SP_BrowserReload), "Resume", self, shortcut="Ctrl+R")
+        self.act_resume.setToolTip("Start every task of the run again from the newest backup they all have, "
+                                   "as a new attempt (Ctrl+R)")
         self.act_detach = QAction(icon(QStyle.SP_DialogCloseButton), "Detach", self)
         self.act_detach.setToolTip("Stop following the run; it goes on, and reappears when this profile is opened")
         bar = self.addToolBar("Actions")
         bar.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
-        bar.addActions([self.act_check, self.act_start, self.act_stop, self.act_detach])
+        bar.addActions([self.act_check, self.act_start, self.act_stop, self.act_resume, self.act_detach])
         self.progress = QProgressBar(maximumWidth=260)
         self.progress.hide()
         self.statusBar().addPermanentWidget(self.progress)
@@ -88,6 +91,7 @@ class MainWindow(QMainWindow):
         self.act_check.triggered.connect(self._on_check_triggered)
         self.act_start.triggered.connect(self._on_start_triggered)
         self.act_stop.triggered.connect(self._on_stop_triggered)
+        self.act_resume.triggered.connect(self._on_resume_triggered)
         self.act_detach.triggered.connect(self._on_detach_triggered)
         self.setup.cluster_changed.connect(self._on_setup_cluster_changed)
         self.files.opened.connect(self._on_files_opened)
@@ -99,7 +103,7 @@ class MainWindow(QMainWindow):
         self.checker.failed.connect(self._on_checker_failed)
         self.runs_found.connect(self._on_runs_found)
         for event in ("run_started", "start_failed", "deploy_progressed", "training_started", "log_received",
-                      "task_ended", "watchdog_fired", "stopped", "ended"):  # following a run: _on_session_<event>
+                      "task_ended", "watchdog_fired", "supervised", "stopped", "ended"):  # _on_session_<event>
             getattr(self.session, event).connect(getattr(self, f"_on_session_{event}"))
 
     # ================================================================= the cluster
@@ -219,6 +223,13 @@ class MainWindow(QMainWindow):
     def _on_session_watchdog_fired(self, message: str) -> None:
         self.statusBar().showMessage(message)
 
+    def _on_session_supervised(self, kind: str, words: str) -> None:
+        """Supervision said something: the status bar says it, the diagram shows the tasks' states."""
+        self.statusBar().showMessage(words)
+        self.diagram.set_states(dict(self.session.store.states))
+        if kind in ("offered", "gave_up", "restarted"):
+            self._update_actions()
+
     def _on_session_stopped(self) -> None:
         self.statusBar().showMessage("Run stopped")
         self._update_actions()
@@ -227,13 +238,25 @@ class MainWindow(QMainWindow):
         run = self.session.run
         if run is not None:
             failed = [t.name for t in run.tasks if t.phase != FINISHED]
-            self.statusBar().showMessage(f"Run {run.run_id} ended" + (f"; not finished: {', '.join(failed)}"
-                                                                       if failed else ": every task finished"))
+            self.statusBar().showMessage(f"Run {run.run_id} ended" + (
+                f"; not finished: {', '.join(failed)} (Resume starts every task again from their backups)"
+                if failed else ": every task finished"))
         self._update_actions()
 
     def _on_stop_triggered(self) -> None:
         self.statusBar().showMessage("Stopping every task (SIGTERM, then SIGKILL after 10 s)…")
         self.session.stop()
+
+    def _on_resume_triggered(self) -> None:
+        run = self.session.run
+        if run is None:
+            return
+        self.started_event = None
+        self.session.resume()
+        self.dashboard.set_store(self.session.store, run.cluster.task_names())
+        self.diagram.set_states({})
+        self.statusBar().showMessage(f"Resuming run {run.run_id} from its backups…")
+        self._update_actions()
 
     def _on_detach_triggered(self) -> None:
         run = self.session.run
@@ -246,7 +269,8 @@ class MainWindow(QMainWindow):
     def look_for_runs(self) -> None:
         """In the background: runs still going on this profile's hosts come back with their history."""
         cluster = copy.deepcopy(self.cluster)
-        self.threads.start("reattach", lambda: self.runs_found.emit(running_runs(cluster, self.asker)))
+        self.threads.start("reattach", lambda: self.runs_found.emit(running_runs(cluster, self.asker,
+                                                                                 failed_too=True)))
 
     def _on_runs_found(self, runs: list) -> None:
         if not runs:
@@ -261,7 +285,7 @@ class MainWindow(QMainWindow):
         self.started_event = None
         self.session.attach(newest)
         self.dashboard.set_store(self.session.store, newest.cluster.task_names())
-        self.statusBar().showMessage(f"Reattached to run {newest.run_id}, still going")
+        self.statusBar().showMessage(f"Reattached to run {newest.run_id}")
         self._update_actions()
 
     def _show_progress(self, value: int, maximum: int, text: str) -> None:
@@ -276,7 +300,9 @@ class MainWindow(QMainWindow):
         self.act_check.setEnabled(has_tasks and not self.checking)
         self.act_start.setEnabled(has_tasks and not running)
         self.act_stop.setEnabled(running)
-        self.act_detach.setEnabled(self.session.run is not None)
+        run = self.session.run
+        self.act_resume.setEnabled(run is not None and not running and self.session.resumable)
+        self.act_detach.setEnabled(run is not None)
 
     def _on_asker_asked(self, host: str, key_type: str, fingerprint: str) -> None:
         dialog = FingerprintDialog(host, key_type, fingerprint, self)

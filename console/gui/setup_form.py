@@ -6,16 +6,18 @@ import html
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
+from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
                                QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPushButton, QSpinBox, QStyle,
                                QTableWidget, QVBoxLayout, QWidget)
 
 from console import cluster as cl
+from console.cluster import MAX_RESTARTS
 from console.checks import Report
 from console.gui.check_view import cell, host_marks
 from console.gui.dialogs import HostDialog, ImportDialog
 from console.diagram_model import picture
 from trainer.config import AUTOSHARD_POLICIES, COMMUNICATIONS, LR_RULES, STRATEGIES
+from trainer.plan import MAX_BACKUP_SECONDS
 
 WORKLOADS = ("digits", "synthetic", "file", "script")
 
@@ -97,6 +99,17 @@ class SetupForm(QWidget):
         self.communication.addItems(COMMUNICATIONS)
         self.autoshard = QComboBox()
         self.autoshard.addItems(AUTOSHARD_POLICIES)
+        self.max_restarts = QSpinBox()
+        self.max_restarts.setRange(0, MAX_RESTARTS)
+        self.max_restarts.setToolTip("Group restarts after a task is killed, lost or stalled, before the run "
+                                     "is given up (0: none)")
+        self.backup_seconds = QDoubleSpinBox()
+        self.backup_seconds.setDecimals(1)
+        self.backup_seconds.setRange(0.1, MAX_BACKUP_SECONDS)
+        self.backup_seconds.setSuffix(" s")
+        self.backup_seconds.setToolTip("Each task backs up about this often: a restart redoes at most this much")
+        self.stop_on_nan = QCheckBox("stop at NaN")
+        self.stop_on_nan.setToolTip("Stop the run at its first non-finite loss (else: an alert, and it goes on)")
         self.batch_label = QLabel()
         self.batch_label.setWordWrap(True)
         self.batch_label.setStyleSheet("font-weight: bold")
@@ -104,13 +117,16 @@ class SetupForm(QWidget):
         rows = (("Workload", self.workload), ("Model file / script", _row(self.user_file, browse)),
                 ("Epochs", self.epochs), ("Batch", _row(self.batch, self.batch_mode)), ("Learning rate", self.lr),
                 ("LR scaling", self.lr_rule), ("Strategy", self.strategy), ("Communication", self.communication),
-                ("Autoshard", self.autoshard), ("", self.batch_label))
+                ("Autoshard", self.autoshard),
+                ("Restarts", _row(self.max_restarts, QLabel("backup every"), self.backup_seconds, self.stop_on_nan)),
+                ("", self.batch_label))
         for label, field in rows:
             form.addRow(label, field)
         for combo in (self.workload, self.batch_mode, self.lr_rule, self.strategy, self.communication, self.autoshard):
             combo.currentIndexChanged.connect(self._on_training_edited)
-        for spin in (self.epochs, self.batch, self.lr):
+        for spin in (self.epochs, self.batch, self.lr, self.max_restarts, self.backup_seconds):
             spin.valueChanged.connect(self._on_training_edited)
+        self.stop_on_nan.toggled.connect(self._on_training_edited)
         self.user_file.textChanged.connect(self._on_training_edited)
         box = QGroupBox("Training")
         box.setLayout(form)
@@ -135,6 +151,9 @@ class SetupForm(QWidget):
             self.strategy.setCurrentText(t.strategy)
             self.communication.setCurrentText(t.communication)
             self.autoshard.setCurrentText(t.autoshard)
+            self.max_restarts.setValue(t.max_restarts)
+            self.backup_seconds.setValue(t.backup_seconds)
+            self.stop_on_nan.setChecked(t.stop_on_nan)
         finally:
             self._loading = False
         self._refresh_tables()
@@ -171,6 +190,9 @@ class SetupForm(QWidget):
         t.strategy = self.strategy.currentText()
         t.communication = self.communication.currentText()
         t.autoshard = self.autoshard.currentText()
+        t.max_restarts = self.max_restarts.value()
+        t.backup_seconds = self.backup_seconds.value()
+        t.stop_on_nan = self.stop_on_nan.isChecked()
         self._refresh_batch_line()
         self.cluster_changed.emit()
 

@@ -26,6 +26,7 @@ QUICK = """
 [training]
 epochs = {epochs}
 per_replica_batch = 16
+backup_seconds = 0.5
 
 [[hosts]]
 name = "local"

@@ -89,3 +89,30 @@ def test_a_damaged_metrics_line_is_an_event_not_a_loss():
     assert store.events[-1] == {"time": None, "task": "worker-0", "event": "unreadable",
                                 "text": "a line of its metrics file is not a record, skipped: "
                                         "'{\"type\": \"step\", \"loss\": 0.'"}
+
+
+def test_a_resumed_attempt_goes_on_from_its_backup_and_the_redone_steps_leave_the_curves():
+    """Attempt 1 reached step 8, attempt 2 resumed from the backup of step 5: the curve is steps
+    1-5 of attempt 1, then 6... of attempt 2 (no line back), and a marker stands at step 5."""
+    store = MetricsStore()
+    first = [{"type": "step", "global_step": g, "loss": 1.0, "attempt": 1} for g in range(1, 9)]
+    second = [{"type": "event", "event": "resumed", "global_step": 5, "attempt": 2}] + \
+             [{"type": "step", "global_step": g, "loss": 0.5, "attempt": 2} for g in range(6, 8)]
+    seen = {}
+    store.ingest("worker-0", first[:6])
+    store.changed_series(seen, 100)
+    store.ingest("worker-0", first[6:] + second)  # one message may hold both attempts
+    x, y = store.series("worker-0", "loss")
+    assert list(x) == [1, 2, 3, 4, 5, 6, 7] and list(y) == [1.0] * 5 + [0.5] * 2
+    assert store.restarts == [(2, 5.0)]
+    assert ("worker-0", "loss") in store.changed_series(seen, 100)  # the cut is a change to redraw
+    store.ingest("worker-1", second[:1])
+    assert store.restarts == [(2, 5.0)]  # one marker per attempt, whichever task says it
+
+
+def test_supervision_states_of_tasks():
+    store = MetricsStore()
+    store.set_state("worker-1", "failed", "killed by SIGKILL")
+    assert store.states == {"worker-1": ("failed", "killed by SIGKILL")}
+    store.set_state("worker-1", "running")
+    assert store.states == {}

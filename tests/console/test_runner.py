@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import threading
+import time
 
 import pytest
 
 from console import cluster as cl
 from console.runner import Run
-from console.runs import RunError
+from console.runs import RunError, read_manifest
 
 
 @pytest.fixture
@@ -36,3 +41,55 @@ def test_a_start_that_fails_halfway_stops_what_it_started_and_can_be_resumed(hom
         assert run.links["here"].connect().call("status", run_id="half", task="worker-0")["phase"] != "running"
     finally:
         run.detach()
+
+
+def test_a_resume_whose_port_was_taken_meanwhile_gives_every_task_new_ports(homes):
+    """Between two attempts another process took worker-1's port: the same TF_CONFIG would fail
+    ("Could not start gRPC server"), so every task gets a new one with new ports, and the run's
+    manifest keeps it. A fixed port that is taken cannot move: the error names who holds it."""
+    script = homes / "waits.py"
+    script.write_text("import os, signal\nopen('attempt', 'w').write(os.environ['TFCC_ATTEMPT'])\nsignal.pause()\n")
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
+                         cl.Training(script=str(script)))
+    run = Run(cluster, "moved")
+    holder = socket.socket()
+    try:
+        run.start()
+        before = list(run.tf_configs)
+        run.stop(grace=1)
+        port = json.loads(before[1])["cluster"]["worker"][1].rsplit(":", 1)[1]
+        holder.bind(("0.0.0.0", int(port)))
+        holder.listen()
+        run.start(resume=True)
+        assert "worker-1 on here: port " + port + " is in use by pid " + str(os.getpid()) in run.ports_changed
+        after = run.tf_configs
+        assert after != before and all(port not in c for c in after)
+        assert len({json.dumps(json.loads(c)["cluster"]) for c in after}) == 1  # one cluster for all
+        assert read_manifest("moved").tf_configs == after
+        assert [t.attempt for t in run.tasks] == [2, 2]
+        folder = homes / "host-home" / "runs" / "moved" / "worker-1"
+        assert wait_until_file(folder / "attempt") == "2"
+        run.stop(grace=1)
+
+        fixed = Run.load("moved")
+        fixed.cluster.tasks[0].port = int(json.loads(after[0])["cluster"]["worker"][0].rsplit(":", 1)[1])
+        with socket.socket() as other:
+            other.bind(("0.0.0.0", fixed.cluster.tasks[0].port))
+            other.listen()
+            with pytest.raises(RunError) as err:
+                fixed.start(resume=True)
+        assert "worker-0 on here: port" in str(err.value) and "set the task's port to \"auto\"" in str(err.value)
+        fixed.detach()
+    finally:
+        holder.close()
+        run.stop(grace=0)
+        run.detach()
+
+
+def wait_until_file(path, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    tick = threading.Event()
+    while not path.exists() or not path.read_text():
+        assert time.monotonic() < deadline, f"{path} never written"
+        tick.wait(0.05)
+    return path.read_text()

@@ -13,7 +13,7 @@ import pytest
 from console import cluster as cl
 from console.metrics_store import MetricsStore
 from console.runner import Run
-from console.session import SUPERVISION, RunSession, decode_line
+from console.session import OFFER, SUPERVISION, RunSession, decode_line
 from trainer.metrics import read_records
 
 
@@ -210,7 +210,7 @@ def supervised(run: Run) -> tuple[RunSession, list]:
 def supervised_digits(name: str, epochs: int) -> tuple[Run, RunSession, list]:
     """A started 2-worker digits run on this machine, with its supervised session (not yet following)."""
     cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
-                         cl.Training(epochs=epochs, per_replica_batch=16))
+                         cl.Training(epochs=epochs, per_replica_batch=16, backup_seconds=0.5))
     run = Run(cluster, name)
     run.start()
     return (run, *supervised(run))
@@ -256,6 +256,11 @@ def test_the_restart_budget_ends_with_one_clear_message(homes):
     assert any("killed by SIGKILL" in t for k, t in events if k == "failure")
     assert events[-1][1].startswith("run doomed failed again after 1 restart(s), the most its max_restarts allows")
     assert session.attempt == 2 and all(t.phase != "finished" for t in run.tasks)
+    # Both failures were this host's own doing: said once it is two in a row.
+    assert [t for k, t in events if k == "host_failing"] == [
+        "host here caused the last 2 failures in a row: check it (memory, disk, GPU, network; tfcc check), "
+        "or move its tasks to another host"]
+    assert [t.attempt for t in run.tasks] == [2, 2]  # the agent counts the launches
 
 
 @pytest.mark.slow
@@ -264,25 +269,27 @@ def test_a_worker_killed_mid_epoch_is_restarted_with_the_group_and_the_run_finis
     task is stopped and started again from its backup; the run finishes as accurate as ever."""
     monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
     run, session, events = supervised_digits("killed", epochs=6)
-    epochs, backups = [], set()
+    backups, resumed, steps = set(), [], []
 
     def note(e):
         if e.kind == "records":
-            epochs.extend((e.task.name, r["epoch"], session.attempt) for r in e.records if r.get("type") == "epoch")
-            backups.update((e.task.name, r["epoch"]) for r in e.records if r.get("event") == "backed_up")
+            backups.update((e.task.name, r["global_step"]) for r in e.records if r.get("event") == "backed_up")
+            resumed.extend(r for r in e.records if r.get("event") == "resumed")
+            steps.extend((r["attempt"], r["global_step"], r["time"]) for r in e.records
+                         if r.get("type") == "step" and e.task.name == "worker-0")
 
     session.subscribe(note)
     session.follow()
     folder = homes / "host-home" / "runs" / "killed" / "worker-1"
     try:
-        # Killed between two saves: a kill during one can leave the tasks with different backups.
-        assert wait_until(lambda: {("worker-0", 1), ("worker-1", 1)} <= backups, 180)
+        assert wait_until(lambda: common_backups(backups), 180)
         child = json.loads((folder / "child.json").read_text())["pid"]
         os.kill(child, signal.SIGKILL)
         killed = time.monotonic()
         assert wait_until(lambda: any(k == "failure" for k, _ in events), 30)
         assert time.monotonic() - killed < 5, "the failure is reported within 5 s"
         assert wait_until(lambda: all(t.phase == "training" for t in run.tasks) and session.attempt == 2, 60)
+        assert time.monotonic() - killed < 30, "training again within 30 s"
         assert session.wait(300)
     finally:
         session.detach()
@@ -291,11 +298,23 @@ def test_a_worker_killed_mid_epoch_is_restarted_with_the_group_and_the_run_finis
     failures = [t for k, t in events if k == "failure"]  # the killed task, or a peer that lost it first
     assert any("worker-1 on here: the task was killed by SIGKILL" in t or "lost contact with another task" in t
                or "this task lost contact with" in t for t in failures), failures
-    assert [k for k, _ in events if k in ("restarting", "restarted")] == ["restarting", "restarted"]
-    resumed = [e for e in epochs if e[2] == 2 and e[0] == "worker-0"]
-    assert resumed[0][1] >= 1 and resumed[-1][1] == 5  # from its backup: not from the first epoch
+    assert [k for k, _ in events if k in ("restarting", "restarted", "resumed")] == \
+        ["restarting", "restarted", "resumed"]
+    # Both tasks took up training at the newest backup they shared, as attempt 2; records say so.
+    assert len(resumed) == 2 and {r["attempt"] for r in resumed} == {2}
+    assert resumed[0]["global_step"] == resumed[1]["global_step"] > 0
+    assert resumed[0]["global_step"] in common_backups(backups)
+    first_again = min(g for a, g, _ in steps if a == 2)
+    assert first_again == resumed[0]["global_step"] + 1
+    redone = [t for a, g, t in steps if a == 1 and g > resumed[0]["global_step"]]
+    assert not redone or max(redone) - min(redone) <= 30, "at most 30 s of training redone"
     finished = read_records(homes / "host-home" / "runs" / "killed" / "worker-0" / "metrics.jsonl")[-1]
     assert finished["event"] == "finished" and finished["metrics"]["val_accuracy"] >= 0.93
+
+
+def common_backups(backups: set) -> set:
+    """The global steps both workers have backed up."""
+    return {g for t, g in backups if t == "worker-0"} & {g for t, g in backups if t == "worker-1"}
 
 
 def test_a_non_finite_loss_is_an_alert_once_per_task(homes):
@@ -315,13 +334,13 @@ def test_a_frozen_worker_is_named_and_the_group_restarted(homes, monkeypatch):
     finishes (TensorFlow's own heartbeat fails the peer after ~6 s; nothing recovers in-process)."""
     monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
     run, session, events = supervised_digits("frozen", epochs=5)
-    backups = []
-    session.subscribe(lambda e: backups.extend((e.task.name, r["epoch"]) for r in e.records
+    backups = set()
+    session.subscribe(lambda e: backups.update((e.task.name, r["global_step"]) for r in e.records
                                                if r.get("event") == "backed_up") if e.kind == "records" else None)
     session.follow()
     folder = homes / "host-home" / "runs" / "frozen" / "worker-1"
     try:
-        assert wait_until(lambda: {("worker-0", 0), ("worker-1", 0)} <= set(backups), 180)  # a common backup
+        assert wait_until(lambda: common_backups(backups), 180)
         child = json.loads((folder / "child.json").read_text())["pid"]
         os.kill(child, signal.SIGSTOP)
         frozen = time.monotonic()
@@ -372,3 +391,64 @@ def test_a_stop_someone_asked_for_is_no_failure_to_restart(homes):
         session.detach()
     assert events == [] and session.attempt == 1
     assert all(t.phase in ("failed", "finished") for t in run.tasks)
+
+
+NAN_SCRIPT = """
+import signal
+from trainer.metrics import MetricsWriter
+import os
+w = MetricsWriter(os.path.join(os.environ["TFCC_RUN_DIR"], "metrics.jsonl"))
+for i, loss in enumerate([0.5, 0.4, float("nan")]):
+    w.write({"type": "step", "epoch": 0, "step": i, "global_step": i + 1, "loss": loss})
+w.close()
+signal.pause()  # a diverged run goes on making (useless) steps
+"""
+
+
+@pytest.mark.parametrize("stop_on_nan", [True, False])
+def test_a_run_can_choose_to_stop_at_its_first_non_finite_loss(homes, stop_on_nan):
+    run = script_run(homes, f"nan{int(stop_on_nan)}", NAN_SCRIPT, 3)
+    run.cluster.training.stop_on_nan = stop_on_nan
+    run.start()
+    session, events = supervised(run)
+    session.follow()
+    try:
+        assert wait_until(lambda: sum(k == "alert" for k, _ in events) == 2, 60), events
+        if stop_on_nan:
+            assert session.wait(60)
+        else:
+            assert not session.wait(1)  # an alert only: the run goes on
+    finally:
+        session.detach()
+        run.stop(grace=0)
+    kinds = [k for k, _ in events]
+    assert "restarting" not in kinds
+    if stop_on_nan:
+        said = [t for k, t in events if k == "gave_up"]
+        assert len(said) == 1 and "stopped at its first non-finite loss, as its stop_on_nan asks" in said[0]
+        assert all(t.phase != "running" for t in run.tasks)
+    else:
+        assert "gave_up" not in kinds
+
+
+def test_a_failure_from_before_a_window_attached_is_offered_not_restarted(homes):
+    """The run failed while no console followed it: the window's session names the cause and offers the
+    restart (a person decides); the CLI's attach restarts it as the run's max_restarts says."""
+    run = script_run(homes, "away", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", 3)
+    run.start()
+    assert wait_until(lambda: all(s["phase"] == "failed" for s in run.status()), 30)
+    run.detach()
+    later = Run.load("away")
+    session = RunSession(later, MetricsStore(), found_failures=OFFER)
+    events = []
+    session.subscribe(lambda e: events.append((e.kind, e.text)) if e.kind in SUPERVISION else None)
+    session.follow()
+    try:
+        assert session.wait(60)
+    finally:
+        session.detach()
+    kinds = [k for k, _ in events]
+    assert "restarting" not in kinds and kinds[-1] == "offered", events
+    assert events[-1][1] == "run away failed while no console followed it; Resume starts every task again from " \
+                            "their backups"
+    assert any("killed by SIGKILL" in t for k, t in events if k == "failure")

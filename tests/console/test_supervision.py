@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from console.session import Pace
-from console.supervision import Failure, backoff, judge
+from console.supervision import Failure, HostStreaks, backoff, judge
 
 
 @pytest.mark.parametrize(
@@ -52,3 +52,19 @@ def test_the_stall_watchdog_waits_many_steps_and_longer_after_an_epochs_last_ste
     quick = Pace()
     quick.step({"step": 0, "step_time": 0.01}, 0.0, steps_per_epoch=None)
     assert quick.patience(15.0) == 15.0  # never below the floor
+
+
+def test_the_host_of_a_task_that_failed_on_its_own_is_the_culprit_not_its_peers():
+    verdict = judge([Failure("worker-1", "b", "failed", -9),
+                     Failure("worker-0", "a", "failed", 1, failed_event="lost contact with another task of the "
+                             "cluster (Socket closed); restart every task of the run")])
+    assert verdict.culprits == ["b"]
+
+
+def test_a_host_that_fails_again_and_again_is_named_and_the_count_is_in_a_row():
+    streaks = HostStreaks()
+    assert streaks.failed(["b"]) == []
+    assert streaks.failed(["b"]) == ["host b caused the last 2 failures in a row: check it (memory, disk, GPU, "
+                                     "network; tfcc check), or move its tasks to another host"]
+    assert streaks.failed(["a"]) == []          # another host's failure ends b's streak
+    assert streaks.failed(["b"]) == []

@@ -12,6 +12,7 @@ from console import cluster as cl
 from console.gui.main_window import MainWindow
 from console.metrics_store import METRICS
 from console.profiles import Profiles
+from console.runner import Run
 from tests.console.gui.conftest import save_shot
 
 pytestmark = pytest.mark.slow
@@ -134,3 +135,49 @@ def test_start_on_the_embedded_default_trains_digits_on_two_local_workers(qtbot,
     assert epochs[-1]["val_accuracy"] > 0.8, "digits really trained"
     assert window.started_event["num_workers"] == 2 and window.diagram.chief == "worker-0"
     window.close()
+
+
+FAILS_FIRST_TIME = """
+import os, signal
+if os.environ["TFCC_ATTEMPT"] == "1":
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_run_that_failed_while_the_window_was_closed_is_offered_and_resumed(qtbot, gui_homes, shots):
+    """Its tasks were killed while no console followed the run: the reopened window names the cause on
+    the tasks (badges in the dashboard and the diagram), offers the restart instead of doing it, and
+    Resume starts every task again as attempt 2, which finishes."""
+    script = gui_homes / "fails_first.py"
+    script.write_text(FAILS_FIRST_TIME)
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
+                         cl.Training(script=str(script)))
+    path = gui_homes / "away.toml"
+    cl.save(cluster, path)
+    run = Run(cluster, "away")
+    run.start()
+    qtbot.waitUntil(lambda: all(s["phase"] == "failed" for s in run.status()), timeout=30_000)
+    run.detach()
+
+    window = MainWindow(path, profiles=Profiles(gui_homes / "profiles.json"))
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitUntil(lambda: window.act_resume.isEnabled(), timeout=60_000)
+    assert window.session.run.run_id == "away" and window.session.run.tasks[0].attempt == 0  # not restarted
+    assert "(Resume starts every task again from their backups)" in window.statusBar().currentMessage()
+    said = [e["text"] for e in window.session.store.events_snapshot() if e["event"] == "offered"]
+    assert said == ["run away failed while no console followed it; Resume starts every task again from their "
+                    "backups"]
+    qtbot.waitUntil(lambda: window.dashboard.straggler_labels["worker-1"].text()
+                    == "FAILED: the task was killed by SIGKILL", timeout=5000)
+    assert window.diagram.states["worker-0"][0] == "failed"
+    window.tabs.setCurrentWidget(window.diagram)
+    save_shot(window, shots, "window-failed-run-offered")
+
+    with qtbot.waitSignal(window.session.ended, timeout=60_000):
+        window.act_resume.trigger()
+    assert [t.phase for t in window.session.run.tasks] == ["finished", "finished"]
+    assert [t.attempt for t in window.session.run.tasks] == [2, 2]
+    assert not window.act_resume.isEnabled()  # nothing left to resume
+    window.close()
+    assert not window.threads.busy()

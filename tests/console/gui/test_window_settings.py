@@ -63,3 +63,18 @@ def test_a_start_that_fails_says_why_and_start_works_again(qtbot, gui_homes):
     assert w.session.run is None and w.act_start.isEnabled() and not w.act_stop.isEnabled()
     w.files.dirty = False
     w.close()
+
+
+def test_the_supervision_settings_are_the_cluster_files(qtbot, gui_homes):
+    """max_restarts, backup_seconds and stop_on_nan: shown from the file, edited, saved, read back."""
+    w = window_on(qtbot, gui_homes)
+    assert (w.setup.max_restarts.value(), w.setup.backup_seconds.value(), w.setup.stop_on_nan.isChecked()) == \
+        (3, 30.0, False)
+    w.setup.max_restarts.setValue(5)
+    w.setup.backup_seconds.setValue(12.5)
+    w.setup.stop_on_nan.setChecked(True)
+    assert "--backup-seconds" in w.cluster.training.trainer_args() and w.windowTitle().endswith("*")
+    w.files.save(gui_homes / "kept.toml")
+    t = cl.load(gui_homes / "kept.toml").training
+    assert (t.max_restarts, t.backup_seconds, t.stop_on_nan) == (5, 12.5, True)
+    w.close()
