@@ -8,10 +8,19 @@ such logs carry, including the start-up noise of every CPU host. No TensorFlow i
 from __future__ import annotations
 
 import dataclasses
+import os
+import resource
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+from console import cluster as cl
 from console import diagnosis
+from console.runner import Run
+from console.session import SUPERVISION, RunSession
 from console.diagnosis import Diagnosis, diagnose
 
 SITE = "/home/ml/.venv/lib/python3.11/site-packages"
@@ -397,3 +406,74 @@ def test_nothing_to_go_on_is_none_and_a_diagnosis_is_a_value():
     assert diagnose("", 1) is None and diagnose("", None) is None and diagnose(None, -9).name == "killed-by-signal"
     with pytest.raises(dataclasses.FrozenInstanceError):
         diagnose(PEER_LOST, 1).retryable = False
+
+
+# --------------------------------------------------------------------------- real failures, made here on CPU
+
+DATA = Path(__file__).parent / "data"
+
+
+def run_script(tmp_path, name: str, limit_memory: int | None = None) -> tuple[str, int]:
+    """Run a user's script as a task would (tf-keras chosen, its own folder); its stderr and exit code."""
+    def limit():
+        if limit_memory is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limit_memory, limit_memory))
+
+    proc = subprocess.run([sys.executable, str(DATA / name)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, preexec_fn=limit, env=dict(os.environ, TF_USE_LEGACY_KERAS="1"))
+    return proc.stderr, proc.returncode
+
+
+@pytest.mark.slow
+def test_real_a_dataset_without_repeat(tmp_path):
+    stderr, code = run_script(tmp_path, "no_repeat.py")
+    found = diagnose(stderr, code)
+    assert code == 0 and found.name == "input-exhausted" and not found.retryable
+    assert "(12 were needed)" in found.cause and "`.repeat()` the dataset" in found.fix
+
+
+@pytest.mark.slow
+def test_real_a_step_that_does_not_fit_in_the_memory_limit(tmp_path):
+    stderr, code = run_script(tmp_path, "too_big.py", limit_memory=4 << 30)
+    found = diagnose(stderr, code)
+    assert code == 1 and found.name == "out-of-memory" and not found.retryable
+    assert found.cause == "TensorFlow ran out of memory on CPU:0: the tensors of one training step do not fit"
+
+
+def supervised_run(cluster: cl.Cluster, name: str) -> list[tuple[str, str]]:
+    """``cluster`` run under supervision to its end: what the supervisor said."""
+    run = Run(cluster, name)
+    run.start()
+    session = RunSession(run)
+    said = []
+    session.subscribe(lambda e: said.append((e.kind, e.text)) if e.kind in SUPERVISION else None)
+    session.follow()
+    try:
+        assert session.wait(300), said
+    finally:
+        session.detach()
+        run.stop(grace=0)
+    return said
+
+
+@pytest.mark.slow
+def test_real_keras_3_under_multi_worker_mirrored_is_named_and_not_restarted(ssh_env):
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
+                         cl.Training(script=str(DATA / "keras3_mwms.py")))
+    said = supervised_run(cluster, "keras3")
+    assert "restarting" not in [k for k, _ in said] and said[-1][0] == "gave_up", said
+    assert any("the script trains with Keras 3 (`import keras`)" in t for k, t in said if k == "failure"), said
+
+
+@pytest.mark.slow
+def test_real_a_busy_port_is_named_and_not_restarted(ssh_env):
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        cluster = cl.Cluster([cl.Host(name="here", local=True)],
+                             [cl.Task(host="here"), cl.Task(host="here", port=port)], cl.Training(epochs=1))
+        said = supervised_run(cluster, "busy")
+    assert "restarting" not in [k for k, _ in said] and said[-1][0] == "gave_up", said
+    assert any(f"worker-1 on here: the task's TensorFlow port {port} is taken on its host" in t
+               for k, t in said if k == "failure"), said

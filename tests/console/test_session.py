@@ -13,7 +13,7 @@ import pytest
 from console import cluster as cl
 from console.metrics_store import MetricsStore
 from console.runner import Run
-from console.session import OFFER, SUPERVISION, RunSession, decode_line
+from console.session import OFFER, RESTART, SUPERVISION, RunSession, decode_line
 from trainer.metrics import read_records
 
 
@@ -431,15 +431,16 @@ def test_a_run_can_choose_to_stop_at_its_first_non_finite_loss(homes, stop_on_na
         assert "gave_up" not in kinds
 
 
-def test_a_failure_from_before_a_window_attached_is_offered_not_restarted(homes):
+@pytest.mark.parametrize("found_failures", [OFFER, RESTART])
+def test_a_failure_from_before_a_session_attached_is_offered_or_restarted(homes, found_failures):
     """The run failed while no console followed it: the window's session names the cause and offers the
     restart (a person decides); the CLI's attach restarts it as the run's max_restarts says."""
-    run = script_run(homes, "away", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", 3)
+    run = script_run(homes, "away", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", 1)
     run.start()
     assert wait_until(lambda: all(s["phase"] == "failed" for s in run.status()), 30)
     run.detach()
     later = Run.load("away")
-    session = RunSession(later, MetricsStore(), found_failures=OFFER)
+    session = RunSession(later, MetricsStore(), found_failures=found_failures)
     events = []
     session.subscribe(lambda e: events.append((e.kind, e.text)) if e.kind in SUPERVISION else None)
     session.follow()
@@ -448,6 +449,10 @@ def test_a_failure_from_before_a_window_attached_is_offered_not_restarted(homes)
     finally:
         session.detach()
     kinds = [k for k, _ in events]
+    if found_failures == RESTART:
+        assert kinds.count("restarted") == 1 and kinds[-1] == "gave_up", events
+        assert [t.attempt for t in later.tasks] == [2, 2]
+        return
     assert "restarting" not in kinds and kinds[-1] == "offered", events
     assert events[-1][1] == "run away failed while no console followed it; Resume starts every task again from " \
                             "their backups"
