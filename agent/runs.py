@@ -137,6 +137,17 @@ def free_ports(count: int) -> list:
 # --------------------------------------------------------------------------- start
 
 
+def _launches(folder: Path) -> int:
+    """How often the task in ``folder`` was launched (its spec says; a damaged spec counts as one)."""
+    if not (folder / "spec.json").exists():
+        return 0
+    try:
+        spec = read_json(folder / "spec.json")
+        return int(spec.get("attempt", 1))
+    except (ValueError, TypeError, AttributeError, OSError):
+        return 1
+
+
 def start(req: dict) -> dict:
     """Write the run folder and start the task detached; return at once."""
     run_id = _check_name("run id", req.get("run_id"))
@@ -152,8 +163,7 @@ def start(req: dict) -> dict:
     if state and is_same_process(state.get("pid"), state.get("start_time")):
         raise AgentError(f"task {task} of run {run_id} is already running (pid {state['pid']}); stop it first",
                          protocol.ALREADY_RUNNING)
-    previous = read_json(folder / "spec.json") or {}
-    attempt = previous.get("attempt", 1) + 1 if previous else 1
+    attempt = _launches(folder) + 1
     folder.mkdir(parents=True, exist_ok=True)
     for stale in ("exit.json", "state.json", STOP_MARKER):
         try:
@@ -171,6 +181,10 @@ def start(req: dict) -> dict:
     env[protocol.RUN_ID_VARIABLE] = run_id
     env[protocol.TASK_VARIABLE] = task
     env[protocol.ATTEMPT_VARIABLE] = str(attempt)
+    try:  # where this attempt's stderr begins: an earlier attempt's errors are no diagnosis of it
+        stderr_from = (folder / protocol.STDERR).stat().st_size
+    except OSError:
+        stderr_from = 0
     spec = {
         "run_id": run_id,
         "task": task,
@@ -197,7 +211,8 @@ def start(req: dict) -> dict:
     deadline = time.monotonic() + 5
     while start_time is None and time.monotonic() < deadline:
         start_time = proc_start_time(proc.pid)
-    state = {"pid": proc.pid, "pgid": proc.pid, "start_time": start_time, "started": time.time()}
+    state = {"pid": proc.pid, "pgid": proc.pid, "start_time": start_time, "started": time.time(),
+             "stderr_from": stderr_from}
     write_json(folder / "state.json", state)
     return {"run_id": run_id, "task": task, "run_dir": str(folder), "pid": proc.pid, "start_time": start_time,
             "attempt": attempt}
@@ -228,7 +243,7 @@ def status(run_id: str, task: str) -> dict:
             sizes[name] = 0
     return {"run_id": run_id, "task": task, "run_dir": str(folder), "phase": phase,
             "pid": state.get("pid"), "started": state.get("started"), "exit": ended, "sizes": sizes,
-            "stopped": (folder / STOP_MARKER).exists()}
+            "stopped": (folder / STOP_MARKER).exists(), "stderr_from": state.get("stderr_from", 0)}
 
 
 def list_runs() -> list:

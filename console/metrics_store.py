@@ -331,6 +331,10 @@ class MetricsStore:
                 slow.append(worker)
         return slow
 
+    def states_snapshot(self) -> dict[str, tuple[str, str]]:
+        with self._lock:
+            return dict(self.states)
+
     def events_snapshot(self) -> list[dict]:
         with self._lock:
             return list(self.events)

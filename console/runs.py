@@ -106,6 +106,7 @@ def running_runs(cluster: cl.Cluster, ask_host_key=None, limit: int = 20, failed
 
     found = []
     seen = False  # the newest run on these hosts has been looked at
+    offered = None
     addresses = {(h.name, h.address, h.local) for h in cluster.hosts}
     for run_id in list(reversed(known_runs()))[:limit]:
         try:
@@ -126,8 +127,10 @@ def running_runs(cluster: cl.Cluster, ask_host_key=None, limit: int = 20, failed
         phases = [s["phase"] for s in status]
         failed = (failed_too and newest and FINISHED not in phases and any(p in (FAILED, LOST) for p in phases)
                   and not any(s.get("stopped") for s in status))
-        if any(p not in ENDED for p in phases) or failed:
+        if any(p not in ENDED for p in phases):
             found.append(run)
+        elif failed:
+            offered = run  # after the runs still going: following one of them comes first
         else:
             run.detach()
-    return found
+    return found + ([offered] if offered is not None else [])

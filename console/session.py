@@ -47,7 +47,8 @@ class SessionEvent:
     ``kind`` is one of: ``records`` (a batch of a task's decoded records), ``training_started``
     (the first ``started`` event of the run, in ``records``), ``log`` (``stream``, ``text``),
     ``connection`` (a task's follow lost or regained its host: ``message``, ``text``),
-    ``task_ended`` (``message``, ``text``), ``watchdog`` (``text``), ``ended`` (every task ended);
+    ``task_ended`` (``message``, ``text``), ``watchdog`` (``text``), ``ended`` (every task ended),
+    ``state`` (what supervision says of a task now: ``message["state"]``, ``text`` why);
     the supervisor's ``failure`` (one per failed task: cause and fix), ``restarting``, ``restarted``
     and ``gave_up`` (``text``; ``message`` has the ``attempt``).
     """
@@ -73,8 +74,10 @@ STALL_FLOOR = 15.0  # seconds without a step that are never a stall, however qui
 class Pace:
     """How fast a task makes steps: the stall watchdog waits many of them, never less than a floor."""
 
-    def __init__(self, keep: int = 50):
+    def __init__(self, keep: int = 50, first: float = 0.0):
         self.times: list[float] = []
+        self.first = first         # patience before the first step (0: none was waited for)
+        self.saving = False        # a backup is being written (after its backing_up event)
         self.keep = keep
         self.last_at: float | None = None  # when its last step arrived (monotonic)
         self.epoch = self.index = None
@@ -86,6 +89,7 @@ class Pace:
         if math.isfinite(took) and took > 0:
             self.times = (self.times + [took])[-self.keep:]
         self.last_at, self.epoch, self.index = now, record.get("epoch"), record.get("step")
+        self.first, self.saving = 0.0, False
         # After an epoch's last step come its validation and backup, which can take long.
         self.epoch_end = isinstance(self.index, int) and self.index + 1 == steps_per_epoch
 
@@ -97,8 +101,11 @@ class Pace:
 
     def patience(self, floor: float) -> float:
         """How long without a step is a stall: 50 x the median step, at least ``floor``; ten times
-        that after an epoch's last step (validation and the backup come then)."""
-        return max(floor, 50 * self.median()) * (10 if self.epoch_end else 1)
+        that after an epoch's last step (validation comes then) or while a backup is written;
+        before the first step, the time it was given (``first``)."""
+        if not self.times and self.first:
+            return self.first
+        return max(floor, 50 * self.median()) * (10 if self.epoch_end or self.saving else 1)
 
 
 class RunSession:
@@ -134,6 +141,8 @@ class RunSession:
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
         self._detached = threading.Event()
+        self._wake = threading.Event()  # ends the pause before a restart: a stop or a detach
+        self.restarting = False         # stopping, judging or relaunching after a failure
         self._opened = time.monotonic()
         self._opened_at = time.time()  # failures that ended before this were found, not seen
 
@@ -152,9 +161,16 @@ class RunSession:
         """Whether every task's follow has ended and all it sent has been handled."""
         return self._done.wait(timeout)
 
+    @property
+    def settled(self) -> bool:
+        """Every task has ended and the supervisor has nothing more to do (gave up, or nothing failed)."""
+        return (all(t.phase in ENDED for t in self.run.tasks) and not self.restarting
+                and (self._given_up or not self._failed))
+
     def detach(self) -> None:
         """Stop following (the run goes on)."""
         self._detached.set()
+        self._wake.set()
         self.run.detach()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(5)
@@ -162,6 +178,7 @@ class RunSession:
     def stop(self, grace: float = 10.0) -> list[dict]:
         """Stop every task (the person asked: their ends are no failures to restart from)."""
         self._stop_requested = True
+        self._wake.set()
         return self.run.stop(grace)
 
     # ------------------------------------------------------------ the session's thread
@@ -250,6 +267,7 @@ class RunSession:
         for r in records:
             name = r.get("event")
             if name == "launched":  # the newest launch counts (a resumed run has several)
+                self._failed_event.pop(task.name, None)  # an earlier attempt's error is no cause now
                 when = text.metric_value(r.get("time"))
                 task.launched_at = when if math.isfinite(when) else task.launched_at
                 task.cluster_formed = False
@@ -258,6 +276,12 @@ class RunSession:
                 task.cluster_formed = True
                 task.phase = TRAINING
                 self._state(task, "running")
+                # From now on the stall clock runs: until its first step (building the model, agreeing
+                # on the backup, tracing) a task gets the startup watchdog's time.
+                self._pace[task.name] = Pace(first=max(self.watchdog, self.stall_floor))
+                self._pace[task.name].last_at = time.monotonic()
+            elif name == "backing_up" and task.name in self._pace:
+                self._pace[task.name].saving = True  # a save of a big model can take long: no stall
             elif name == "started" and self.started_record is None:
                 self.started_record = started = r
             elif name == "failed":
@@ -323,6 +347,7 @@ class RunSession:
                                             f"step {text.count(pace.index)})")
                 self._say("stalled", f"{task.name} on {task.host} {self._stalled[task.name]}")
                 self._state(task, "stalled", self._stalled[task.name])
+                pace.last_at = None  # said once: what follows is the supervisor's
                 self._failed.append(task)
                 return
 
@@ -330,10 +355,20 @@ class RunSession:
         """A task of this attempt ended badly: stop the rest for sure, judge, and restart every task
         from their backups when that can help and the budget allows; else the run ends here."""
         failed, self._failed = self._failed, []
-        if self._given_up or self.run.cluster.training.max_restarts == 0:
+        if self._given_up or self._stop_requested:
             return  # no (more) supervision: the run ends as its tasks do
-        self.run.stop(grace=2)  # TensorFlow ignores SIGTERM while it waits: SIGKILL soon after
-        self.run.wait(60)       # every follow of this attempt has delivered its end
+        self.restarting = True
+        try:
+            self._restart_after(failed)
+        finally:
+            self.restarting = False
+
+    def _restart_after(self, failed: list[TaskState]) -> None:
+        # TensorFlow ignores SIGTERM while it waits: SIGKILL soon after. Every follow of this attempt
+        # must deliver its end: one still reconnecting to a host would read beside the next attempt's.
+        unstopped = self.run.stop_each(grace=2)
+        if not self.run.wait(60):
+            unstopped = unstopped or [t.host for t in self.run.tasks if t.phase not in ENDED]
         verdict = supervision.judge([self._failure(t) for t in failed])
         for task, line in zip(failed, verdict.lines):
             self._state(task, "failed", line)  # first: a listener of the event finds the state said
@@ -346,21 +381,28 @@ class RunSession:
                                  + ("Resume starts every task again from their backups" if verdict.retryable else
                                     "fix the cause above, then Resume starts every task again from their backups"))
             return
-        self._given_up = not verdict.retryable or self.restarts_left <= 0  # the ends of the stopped tasks follow
+        self._given_up = not verdict.retryable or self.restarts_left <= 0 or bool(unstopped)
+        if unstopped:  # a restart beside a task that may still run would make two of it
+            hosts = ", ".join(sorted(set(unstopped)))
+            self._say("gave_up", f"run {self.run.run_id} failed and its tasks on {hosts} could not be stopped for "
+                                 f"sure (no answer); once {hosts} answers: tfcc stop {self.run.run_id}, then "
+                                 f"tfcc resume {self.run.run_id}")
+            return
         if not verdict.retryable:
             self._say("gave_up", f"run {self.run.run_id} failed; a restart would fail the same way: fix the cause "
                                  f"above, then tfcc resume {self.run.run_id}")
             return
         if self.restarts_left <= 0:
-            self._say("gave_up", f"run {self.run.run_id} failed again after {self.attempt - 1} restart(s), the "
-                                 f"most its max_restarts allows; fix the cause above, then tfcc resume "
-                                 f"{self.run.run_id}")
+            self._say("gave_up", (f"run {self.run.run_id} failed again after {self.attempt - 1} restart(s), the "
+                                  "most its max_restarts allows" if self.attempt > 1 else
+                                  f"run {self.run.run_id} failed and its max_restarts is 0 (no restarts)")
+                      + f"; fix the cause above, then tfcc resume {self.run.run_id}")
             return
         delay = supervision.backoff(self.attempt)
         self._say("restarting", f"restarting every task of run {self.run.run_id} from its last backup in "
                                 f"{delay:.0f} s (restart {self.attempt} of at most "
                                 f"{self.attempt - 1 + self.restarts_left})")
-        if self._detached.wait(delay):
+        if self._wake.wait(delay) or self._stop_requested:  # detached, or someone asked to stop meanwhile
             self._given_up = True
             return
         self.restarts_left -= 1
@@ -372,6 +414,7 @@ class RunSession:
             self._stderr_from[task.name] = task.offsets[STDERR]  # all of it was read: the old attempt's
         self._pace.clear()
         self._opened = time.monotonic()  # the watchdog gives the new attempt its own time
+        self.warned = False
         try:
             self.run.start(resume=True)
         except TfccError as exc:
@@ -380,6 +423,10 @@ class RunSession:
                 task.phase = FAILED
             return
         self.run.follow(self._follower(self.attempt), self._poll)
+        if self._stop_requested:  # Stop came while the tasks were starting: they stop too
+            self._given_up = True
+            self.run.stop_each(grace=2)
+            return
         attempt = max((t.attempt for t in self.run.tasks), default=self.attempt)
         ports = f" ({self.run.ports_changed})" if self.run.ports_changed else ""
         self._say("restarted", f"run {self.run.run_id}: attempt {attempt} started, from the newest backup "
@@ -393,8 +440,10 @@ class RunSession:
         tail = ""
         try:  # this attempt's part of its stderr only: an earlier attempt's errors are no cause now
             client = self.run.links[task.host].connect()
-            size = client.call("status", run_id=self.run.run_id, task=task.name)["sizes"].get(STDERR, 0)
-            fresh = size - self._stderr_from.get(task.name, 0)
+            status = client.call("status", run_id=self.run.run_id, task=task.name)
+            size = status["sizes"].get(STDERR, 0)
+            begun = max(self._stderr_from.get(task.name, 0), status.get("stderr_from") or 0)
+            fresh = size - begun
             if fresh > 0:
                 tail = client.call("logs", run_id=self.run.run_id, task=task.name,
                                    max_bytes=min(8000, fresh))["logs"].get(STDERR, "")
@@ -407,6 +456,7 @@ class RunSession:
         """What the window's badges show of ``task``: running, stalled, failed (with why), restarting."""
         if self.store is not None:
             self.store.set_state(task.name, state, words)
+        self._tell(SessionEvent("state", task, text=words, message={"state": state}))
 
     def _say(self, kind: str, words: str) -> None:
         """A supervision event (failure, restarting, restarted, gave_up), in the store and to listeners."""

@@ -38,7 +38,7 @@ def epoch_text(r: dict) -> str:
 
 # In the --json stream, not in the lines people read: bookkeeping, or said once for the run by the
 # session (``resumed``: every task resumes at the same step).
-QUIET_EVENTS = ("backed_up", "resumed")
+QUIET_EVENTS = ("backing_up", "backed_up", "resumed")
 
 
 def event_text(r: dict) -> str:

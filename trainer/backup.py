@@ -110,11 +110,13 @@ class TaskBackups(tf.keras.callbacks.Callback):
 
     def __init__(self, folder: Path, seconds: float, writer: MetricsWriter, multi_worker: bool):
         super().__init__()
+        self._supports_tf_logs = True  # it reads no logs: tf-keras need not turn them into numbers each step
         self.folder = Path(folder)
         self.seconds = seconds
         self.writer = writer
         self.multi_worker = multi_worker
         self.every: int | None = None   # steps between saves, once the tasks agreed on it
+        self._next_save = 0
         self.restored: tuple[int, int] | None = None
         self._epoch = 0
         self._steps = 0                 # steps of this attempt
@@ -173,14 +175,18 @@ class TaskBackups(tf.keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         self._steps += 1
-        self._global_step += 1
+        steps = (self.params or {}).get("steps")
+        # As trainer.report counts it (a call may cover several steps with steps_per_execution).
+        self._global_step = self._epoch * steps + batch + 1 if steps else self._global_step + 1
         self._last_batch = batch
         if self.every is None:
             self._step_ends.append(time.perf_counter())
             if self._steps == PROBE_STEPS:
                 self.every = self._agree_on_interval()
+                self._next_save = (self._global_step // self.every + 1) * self.every
             return
-        if self._global_step % self.every == 0:
+        if self._global_step >= self._next_save:  # the same steps on every task
+            self._next_save = (self._global_step // self.every + 1) * self.every
             self.save(batch)
 
     def _agree_on_interval(self) -> int:
@@ -195,6 +201,7 @@ class TaskBackups(tf.keras.callbacks.Callback):
 
     def save(self, batch: int) -> None:
         t0 = time.perf_counter()
+        self.writer.event("backing_up", global_step=self._global_step)  # the console waits longer meanwhile
         self._saved_epoch.assign(self._epoch)
         self._saved_step.assign(batch)
         self.manager.save(checkpoint_number=self._global_step)

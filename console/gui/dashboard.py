@@ -303,7 +303,7 @@ class Dashboard(QWidget):
                                  f"epoch {prog.epoch + 1}/{prog.epochs}  step {prog.step + 1}/{prog.steps_per_epoch}"
                                  f"  {prog.fraction * 100:.0f}%  {_fmt_eta(prog.eta())}")
         slow = set(store.stragglers())
-        states = dict(store.states)
+        states = store.states_snapshot()
         for task, label in self.straggler_labels.items():
             state, why = states.get(task, ("", ""))
             text = state_text(state, why) if state else (

@@ -120,6 +120,7 @@ class RunBridge(QObject):
     task_ended = Signal(str, str)         # task, how it ended in words (console.text)
     watchdog_fired = Signal(str)
     supervised = Signal(str, str)         # a supervision event's kind (console.session.SUPERVISION), its words
+    states_changed = Signal()             # what supervision says of the tasks changed (the store has it)
     stopped = Signal()
     ended = Signal()                      # every task has ended
 
@@ -137,14 +138,15 @@ class RunBridge(QObject):
 
     @property
     def active(self) -> bool:
-        return self.run is not None and any(t.phase not in ENDED for t in self.run.tasks)
+        """A task still runs, or the supervisor is restarting them (Stop stays possible)."""
+        core = self.core
+        return core is not None and (core.restarting or any(t.phase not in ENDED for t in core.run.tasks))
 
     @property
     def resumable(self) -> bool:
         """The run ended with tasks that did not finish (failed, stopped, given up): Resume can go on."""
-        run = self.run
-        return (run is not None and self.core.wait(0) and all(t.phase in ENDED for t in run.tasks)
-                and any(t.phase != FINISHED for t in run.tasks))
+        core = self.core
+        return core is not None and core.settled and any(t.phase != FINISHED for t in core.run.tasks)
 
     def start(self, cluster: cl.Cluster, run_id: str | None = None) -> None:
         self.detach()  # a previous run, ended or not: stop following it
@@ -184,7 +186,7 @@ class RunBridge(QObject):
             return
         self.detach()
         self.store = MetricsStore()  # the whole history again, then the new attempt's records
-        self.core = self._session(Run.load(run.run_id, self.ask_host_key))
+        self.core = self._session(Run(run.cluster, run.run_id, self.ask_host_key))  # the manifest: on the thread
         self.threads.start("resume", self._start, self.core, True)
 
     def _session(self, run: Run, found_failures: str = RESTART) -> RunSession:
@@ -203,6 +205,8 @@ class RunBridge(QObject):
                 self.watchdog_fired.emit(event.text)
             elif event.kind in SUPERVISION:
                 self.supervised.emit(event.kind, event.text)
+            elif event.kind == "state":
+                self.states_changed.emit()
             elif event.kind == "ended":
                 self.ended.emit()
 

@@ -103,7 +103,8 @@ class MainWindow(QMainWindow):
         self.checker.failed.connect(self._on_checker_failed)
         self.runs_found.connect(self._on_runs_found)
         for event in ("run_started", "start_failed", "deploy_progressed", "training_started", "log_received",
-                      "task_ended", "watchdog_fired", "supervised", "stopped", "ended"):  # _on_session_<event>
+                      "task_ended", "watchdog_fired", "supervised", "states_changed", "stopped",
+                      "ended"):  # _on_session_<event>
             getattr(self.session, event).connect(getattr(self, f"_on_session_{event}"))
 
     # ================================================================= the cluster
@@ -224,11 +225,13 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(message)
 
     def _on_session_supervised(self, kind: str, words: str) -> None:
-        """Supervision said something: the status bar says it, the diagram shows the tasks' states."""
+        """Supervision said something: the status bar says it."""
         self.statusBar().showMessage(words)
-        self.diagram.set_states(dict(self.session.store.states))
-        if kind in ("offered", "gave_up", "restarted"):
+        if kind in ("offered", "gave_up", "restarting", "restarted"):
             self._update_actions()
+
+    def _on_session_states_changed(self) -> None:
+        self.diagram.set_states(self.session.store.states_snapshot())
 
     def _on_session_stopped(self) -> None:
         self.statusBar().showMessage("Run stopped")

@@ -93,3 +93,24 @@ def wait_until_file(path, timeout: float = 30) -> str:
         assert time.monotonic() < deadline, f"{path} never written"
         tick.wait(0.05)
     return path.read_text()
+
+
+def test_a_damaged_spec_of_a_task_does_not_block_its_resume(homes):
+    script = homes / "quick.py"
+    script.write_text("pass\n")
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
+                         cl.Training(script=str(script)))
+    run = Run(cluster, "damaged")
+    try:
+        run.start()
+        deadline = time.monotonic() + 30
+        while any(s["phase"] != "finished" for s in run.status()):
+            assert time.monotonic() < deadline
+            threading.Event().wait(0.05)
+        (homes / "host-home" / "runs" / "damaged" / "worker-1" / "spec.json").write_text("[1, 2")  # cut short
+        (homes / "host-home" / "runs" / "damaged" / "worker-1" / "exit.json").write_text('{"returncode": 1}')
+        run.start(resume=True)
+        assert [t.attempt for t in run.tasks] == [2, 2]
+    finally:
+        run.stop(grace=0)
+        run.detach()

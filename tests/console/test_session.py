@@ -216,9 +216,9 @@ def supervised_digits(name: str, epochs: int) -> tuple[Run, RunSession, list]:
     return (run, *supervised(run))
 
 
-def supervised_to_the_end(run: Run, timeout: float) -> tuple[RunSession, list]:
-    """Start ``run`` and follow it under supervision until its session ends."""
-    run.start()
+def supervised_to_the_end(run: Run, timeout: float, resume: bool = False) -> tuple[RunSession, list]:
+    """Start (or resume) ``run`` and follow it under supervision until its session ends."""
+    run.start(resume=resume)
     session, events = supervised(run)
     session.follow()
     try:
@@ -457,3 +457,70 @@ def test_a_failure_from_before_a_session_attached_is_offered_or_restarted(homes,
     assert events[-1][1] == "run away failed while no console followed it; Resume starts every task again from " \
                             "their backups"
     assert any("killed by SIGKILL" in t for k, t in events if k == "failure")
+
+
+def test_an_earlier_attempts_error_is_no_diagnosis_of_a_later_one(homes):
+    """Attempt 1 raised a ValueError (permanent: given up); after tfcc resume, attempt 2 is killed. A new
+    session must judge the kill (retryable: restarted), not the old traceback still in the task's stderr."""
+    code = ("import os, signal, sys\n"
+            "if os.environ['TFCC_ATTEMPT'] == '1':\n"
+            "    raise ValueError('the data has 3 columns')\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    run = script_run(homes, "again", code, 1)
+    _, events = supervised_to_the_end(run, 60)
+    assert events[-1][0] == "gave_up" and "a restart would fail the same way" in events[-1][1]
+    later = Run.load("again")
+    session, events = supervised_to_the_end(later, 120, resume=True)
+    failures = [t for k, t in events if k == "failure"]
+    assert failures and all("killed by SIGKILL" in t and "ValueError" not in t for t in failures), events
+    assert [k for k, _ in events].count("restarted") == 1
+
+
+def test_with_max_restarts_0_a_failure_is_named_and_not_restarted(homes):
+    run = script_run(homes, "never", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", 0)
+    _, events = supervised_to_the_end(run, 60)
+    assert [k for k, _ in events if k in ("restarting", "restarted")] == []
+    assert any("killed by SIGKILL" in t for k, t in events if k == "failure")
+    assert events[-1] == ("gave_up", "run never failed and its max_restarts is 0 (no restarts); fix the cause "
+                                     "above, then tfcc resume never")
+
+
+def test_a_stop_during_the_pause_before_a_restart_wins(homes):
+    """Every task had ended and a restart was due in a second when the person pressed Stop: no restart."""
+    run = script_run(homes, "pause", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", 3)
+    run.start()
+    session, events = supervised(run)
+    session.follow()
+    try:
+        assert wait_until(lambda: any(k == "restarting" for k, _ in events), 30)
+        assert session.restarting
+        session.stop(grace=1)
+        assert session.wait(30)
+    finally:
+        session.detach()
+    assert "restarted" not in [k for k, _ in events] and session.attempt == 1
+    assert session.settled and all(t.phase in ("failed", "lost") for t in run.tasks)
+
+
+def test_a_stall_is_said_once_and_a_save_or_the_first_step_is_waited_for_longer(homes):
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here")], cl.Training(max_restarts=0))
+    session, events = supervised(Run(cluster, "slow"))
+    session.stall_floor, session.watchdog = 1.0, 100.0
+    task = session.run.tasks[0]
+    session._handle(task, {"type": "metrics", "offset": 1, "lines": [
+        '{"type": "event", "event": "cluster_formed"}',
+        '{"type": "event", "event": "started", "epochs": 2, "steps_per_epoch": 50}']})
+    pace = session._pace[task.name]
+    pace.last_at -= 50   # building the model, agreeing on the backup: no step yet, well within the watchdog
+    session._check_stalls()
+    assert events == []
+    session._handle(task, {"type": "metrics", "offset": 2, "lines": [
+        '{"type": "step", "epoch": 0, "step": 3, "loss": 0.5, "step_time": 0.01}',
+        '{"type": "event", "event": "backing_up", "global_step": 4}']})
+    pace.last_at -= 5    # a save takes 5 s: more than the floor, less than ten times it
+    session._check_stalls()
+    assert events == []
+    pace.last_at -= 10
+    session._check_stalls()
+    session._check_stalls()
+    assert [k for k, _ in events] == ["stalled"] and session._failed == [task]  # said once

@@ -46,7 +46,7 @@ def test_two_workers_record_every_step(digits2):
         for r in steps:
             assert r["task_type"] == "worker" and r["task_index"] == i
             assert r["step_time"] > 0 and r["examples_per_sec"] > 0 and r["global_batch"] == 64
-        names = [e["event"] for e in digits2.records(i, "event") if e["event"] != "backed_up"]
+        names = [e["event"] for e in digits2.records(i, "event") if e["event"] not in ("backing_up", "backed_up")]
         assert names == ["launched", "cluster_formed", "started", "finished"]
     # Backups by time, at the same steps on every task (saving is collective), within epochs too,
     # and the end of training is kept: the two newest, each named by its global step.
@@ -55,7 +55,8 @@ def test_two_workers_record_every_step(digits2):
     steps_per_epoch = digits2.events(0, "started")[0]["steps_per_epoch"]
     assert any(step != steps_per_epoch - 1 for _, _, step in saved[0])  # not only at epoch ends
     every = saved[0][1][0] - saved[0][0][0]
-    assert all(g == every * (k + 1) for k, (g, _, _) in enumerate(saved[0][:-1]))
+    assert all(g % every == 0 and g2 - g == every for (g, _, _), (g2, _, _) in zip(saved[0][:-2], saved[0][1:-1]))
+    assert [e["global_step"] for e in digits2.events(0, "backing_up")] == [g for g, _, _ in saved[0]]
     assert all(g == e * steps_per_epoch + s + 1 for g, e, s in saved[0])
     last = DIGITS_EPOCHS * steps_per_epoch
     assert saved[0][-1][0] == last
