@@ -200,14 +200,10 @@ class RunSession:
                         batch.append(self._queue.get_nowait())
                     except queue.Empty:
                         break
-                for attempt, task, message in batch:
+                for item in batch:
                     if self._detached.is_set():
                         return
-                    try:
-                        if attempt == self.attempt or message.get("type") in ("metrics", "log"):
-                            self._handle(task, message)  # an earlier attempt's records still count, not its ends
-                    except Exception:  # a bug must not end the session: the log has it
-                        log.exception("handling a message of %s", task.name)
+                    self._dispatch(*item)
                 try:
                     self._check_stalls()
                 except Exception:
@@ -229,6 +225,22 @@ class RunSession:
                     return
         finally:
             self._done.set()  # whatever happened: nobody waits for this session for ever
+
+    def _dispatch(self, attempt: int, task: TaskState, message: dict) -> None:
+        try:
+            if attempt == self.attempt or message.get("type") in ("metrics", "log"):
+                self._handle(task, message)  # an earlier attempt's records still count, not its ends
+        except Exception:  # a bug must not end the session: the log has it
+            log.exception("handling a message of %s", task.name)
+
+    def _drain(self) -> None:
+        """Handle whatever the follows have queued (the session's thread only)."""
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            self._dispatch(*item)
 
     def _handle(self, task: TaskState, message: dict) -> None:
         kind = message.get("type")
@@ -369,6 +381,9 @@ class RunSession:
         unstopped = self.run.stop_each(grace=2)
         if not self.run.wait(60):
             unstopped = unstopped or [t.host for t in self.run.tasks if t.phase not in ENDED]
+        self._drain()  # the other tasks' ends: those that failed on their own are judged with the first
+        failed += [t for t in self._failed if t not in failed]
+        self._failed = []
         verdict = supervision.judge([self._failure(t) for t in failed])
         for task, line in zip(failed, verdict.lines):
             self._state(task, "failed", line)  # first: a listener of the event finds the state said

@@ -323,3 +323,16 @@ def test_verbose_prints_what_tfcc_does_and_only_then(tmp_path, monkeypatch, caps
     assert capsys.readouterr().err == "tfcc: console.runner: working\n"
     assert main(["runs"]) == 0
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.slow
+def test_a_bug_at_step_10_is_named_not_restarted_and_the_exit_is_non_zero(homes, capsys):
+    script = Path(__file__).parent / "data" / "raises_at_step_10.py"
+    path = homes / "bug.toml"
+    path.write_text(QUICK.format(epochs=1).replace("[training]\n", f"[training]\nscript = {str(script)!r}\n"))
+    assert main(["run", str(path), "--run-id", "bug"]) == 1
+    said = capsys.readouterr()
+    err = said.out + said.err  # the supervisor's lines come with the run's (stdout), the end on stderr
+    assert "error in the training code: ValueError: labels must be 0 or 1, got 7 in batch 10" in err, err
+    assert "restarting" not in err
+    assert "run bug failed; a restart would fail the same way: fix the cause above, then tfcc resume bug" in err

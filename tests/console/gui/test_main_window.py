@@ -164,7 +164,8 @@ def test_a_run_that_failed_while_the_window_was_closed_is_offered_and_resumed(qt
     window.show()
     qtbot.waitUntil(lambda: window.act_resume.isEnabled(), timeout=60_000)
     assert window.session.run.run_id == "away" and window.session.run.tasks[0].attempt == 0  # not restarted
-    assert "(Resume starts every task again from their backups)" in window.statusBar().currentMessage()
+    qtbot.waitUntil(lambda: "(Resume starts every task again from their backups)"
+                    in window.statusBar().currentMessage(), timeout=30_000)  # once every task's end is in
     said = [e["text"] for e in window.session.store.events_snapshot() if e["event"] == "offered"]
     assert said == ["run away failed while no console followed it; Resume starts every task again from their "
                     "backups"]
