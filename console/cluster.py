@@ -340,6 +340,10 @@ def validate(cluster: Cluster) -> None:
     t = cluster.training
     _choice("training.workload", t.workload, WORKLOADS)
     _choice("training.strategy", t.strategy, STRATEGIES)
+    if t.strategy == "parameter_server":  # the trainer can; the console cannot start ps tasks yet
+        raise ClusterFileError("training.strategy \"parameter_server\" cannot be run from tfcc's cluster file yet "
+                               "(it has no ps role): use \"multi_worker_mirrored\" or \"auto\"; python -m "
+                               "trainer runs parameter-server clusters given their TF_CONFIG")
     _choice("training.communication", t.communication, COMMUNICATIONS)
     _choice("training.autoshard", t.autoshard, AUTOSHARD_POLICIES)
     _choice("training.lr_scaling", t.lr_scaling, LR_RULES)

@@ -61,8 +61,12 @@ def main(argv: list[str] | None = None) -> int:
         if opts.model_file is not None:
             workloads.check_model_file(opts.model_file)
         # What TensorFlow is not needed for is refused before it loads (its errors do not depend on the devices).
-        choose_strategy(opts.strategy, cluster, opts.cpu_devices)
-        if opts.workload != "file":
+        strategy = choose_strategy(opts.strategy, cluster, opts.cpu_devices)
+        if strategy == "parameter_server":
+            # Every task, coordinator included: a failed RPC is reported to the caller, which can
+            # re-schedule on another worker, instead of being retried for ever.
+            os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
+        elif opts.workload != "file":
             check_autoshard(opts.autoshard, True, opts.workload, cluster.num_workers)  # built-in data is in memory
         from trainer import train  # TensorFlow loads here, after validation
 

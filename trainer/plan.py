@@ -65,15 +65,31 @@ def strategy_for(requested: str, num_workers: int, local_devices: int) -> str:
     return "mirrored" if local_devices > 1 else "default"
 
 
+def parameter_server_problem(cluster: dict[str, list[str]]) -> str | None:
+    """Why ``cluster`` (TF_CONFIG's roles -> addresses) cannot train with ParameterServerStrategy, or None."""
+    chiefs, workers, ps = (len(cluster.get(role, [])) for role in ("chief", "worker", "ps"))
+    if chiefs != 1:
+        return (f"parameter-server training needs exactly one chief task (the coordinator); the cluster has "
+                f"{chiefs}: make one task role \"chief\"")
+    if workers < 1:
+        return "parameter-server training needs at least one worker task; add one"
+    if ps < 1:
+        return "parameter-server training needs at least one ps task (it holds the variables); add one"
+    return None
+
+
 def choose_strategy(requested: str, cluster: ClusterConfig, local_devices: int) -> str:
     """The strategy this task runs, from the request, the cluster and the local devices; or why it cannot."""
-    if requested == "parameter_server" or (requested == "auto" and "ps" in cluster.cluster):
-        raise ConfigError(
-            "ParameterServerStrategy is not supported by this version of the trainer yet; "
-            "remove the \"ps\" tasks and use multi_worker_mirrored"
-        )
     if "evaluator" in cluster.cluster or cluster.task.type == "evaluator":
         raise ConfigError("evaluator tasks are not supported yet; remove them from TF_CONFIG")
+    if requested == "parameter_server" or (requested == "auto" and "ps" in cluster.cluster):
+        problem = parameter_server_problem(cluster.cluster)
+        if problem:
+            raise ConfigError(problem)
+        return "parameter_server"
+    if "ps" in cluster.cluster:
+        raise ConfigError(f"--strategy {requested} has no use for the cluster's ps tasks; use --strategy "
+                          "parameter_server (or auto), or remove the ps tasks")
     if requested in ("mirrored", "default") and cluster.num_workers > 1:
         raise ConfigError(
             f"--strategy {requested} trains on one host, but TF_CONFIG has {cluster.num_workers} "
@@ -146,7 +162,12 @@ def split_global_batch(global_batch: int, replicas: int, where: str = "--global-
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """How the global batch splits, and the learning rate that follows from it."""
+    """How the global batch splits, and the learning rate that follows from it.
+
+    ``asynchronous`` (ParameterServerStrategy): one step is one batch on one worker (split over that
+    worker's replicas); the workers take steps independently, so a step's batch, and the learning
+    rate's scaling, do not grow with the number of workers.
+    """
 
     num_workers: int
     replicas_per_worker: int
@@ -154,10 +175,12 @@ class BatchPlan:
     steps_per_epoch: int
     base_learning_rate: float
     lr_rule: str
+    asynchronous: bool = False
 
     @property
     def num_replicas(self) -> int:
-        return self.num_workers * self.replicas_per_worker
+        """The replicas one step's batch is split over."""
+        return self.replicas_per_worker if self.asynchronous else self.num_workers * self.replicas_per_worker
 
     @property
     def per_worker_batch(self) -> int:
@@ -187,6 +210,7 @@ class BatchPlan:
             "learning_rate": self.learning_rate,
             "base_learning_rate": self.base_learning_rate,
             "lr_rule": self.lr_rule,
+            "asynchronous": self.asynchronous,
         }
 
 
@@ -200,14 +224,16 @@ def plan_batches(
     steps_per_epoch: int | None,
     base_learning_rate: float,
     lr_rule: str,
+    asynchronous: bool = False,
 ) -> BatchPlan:
     """Work out the global batch and steps per epoch, or say why it cannot work.
 
     A ``global_batch``, when given, is split over the replicas (it must divide evenly)
-    and replaces ``per_replica_batch``.
+    and replaces ``per_replica_batch``. ``asynchronous``: a step is one worker's batch (see BatchPlan).
     """
+    replicas = replicas_per_worker if asynchronous else num_workers * replicas_per_worker
     if global_batch is not None:
-        per_replica_batch = split_global_batch(global_batch, num_workers * replicas_per_worker)
+        per_replica_batch = split_global_batch(global_batch, replicas)
     problem = count_problem(per_replica_batch, 1, MAX_BATCH)
     if problem:
         raise ConfigError(f"--per-replica-batch is {per_replica_batch}; {problem}")
@@ -216,7 +242,7 @@ def plan_batches(
     problem = learning_rate_problem(base_learning_rate)
     if problem:
         raise ConfigError(f"--learning-rate is {base_learning_rate}; {problem}")
-    global_batch = per_replica_batch * num_workers * replicas_per_worker
+    global_batch = per_replica_batch * replicas
     if steps_per_epoch is not None:
         if steps_per_epoch < 1:
             raise ConfigError(f"--steps-per-epoch is {steps_per_epoch}; it must be at least 1")
@@ -228,7 +254,6 @@ def plan_batches(
             )
         steps_per_epoch = num_examples // global_batch
         if steps_per_epoch < 1:
-            replicas = num_workers * replicas_per_worker
             raise ConfigError(
                 f"the global batch ({per_replica_batch} per replica x {replicas} replicas = {global_batch}) "
                 f"is larger than the {num_examples} training examples; lower --per-replica-batch to at most "
@@ -241,4 +266,5 @@ def plan_batches(
         steps_per_epoch=steps_per_epoch,
         base_learning_rate=base_learning_rate,
         lr_rule=lr_rule,
+        asynchronous=asynchronous,
     )

@@ -238,3 +238,57 @@ class MetricsReporter(tf.keras.callbacks.Callback):
         if self._own_writer:
             # The writer stays open for the next fit(); it is drained at exit.
             self.writer.event("train_end", train_time=time.perf_counter() - self._t_train)
+
+
+class CoordinatorReporter(tf.keras.callbacks.Callback):
+    """Step and epoch records of a ParameterServerStrategy run, from its coordinator (the chief).
+
+    Under ParameterServerStrategy ``fit`` only schedules steps on the workers; a batch's logs are a
+    ``RemoteValue`` whose ``fetch`` waits for that step. Fetching every step would serialise the
+    workers, so the reporter fetches every ``every``-th step (and each epoch's last): its record
+    carries Keras's running means (``loss_avg``, ``accuracy``: shared metric variables, all workers'
+    steps so far in the epoch) and the pace since the previous record (``step_time`` per step,
+    ``global_examples_per_sec``).
+    """
+
+    def __init__(self, writer: MetricsWriter, batch: int, every: int = 10):
+        super().__init__()
+        self._supports_tf_logs = True  # else tf-keras refuses batch hooks under ParameterServerStrategy
+        self.writer = writer
+        self.batch = batch
+        self.every = max(1, every)
+        self._epoch = 0
+        self._t_epoch = self._t_mark = 0.0
+        self._mark = 0  # the step of the last record in this epoch
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+        self._t_epoch = self._t_mark = time.perf_counter()
+        self._mark = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        steps = (self.params or {}).get("steps")
+        last = steps is not None and batch + 1 == steps
+        if (batch + 1) % self.every and not last:
+            return
+        values = logs.fetch() if hasattr(logs, "fetch") else (logs or {})
+        now = time.perf_counter()
+        done = batch + 1 - self._mark
+        took = (now - self._t_mark) / max(1, done)
+        self._t_mark, self._mark = now, batch + 1
+        record = {"type": "step", "epoch": self._epoch, "step": batch,
+                  "global_step": self._epoch * steps + batch + 1 if steps else batch + 1,
+                  "step_time": took, "time": time.time(), "steps": done,
+                  "global_batch": self.batch, "global_examples_per_sec": self.batch / took if took > 0 else None}
+        for key, value in dict(values).items():
+            number = _to_float(value)
+            record["loss_avg" if key == "loss" else key] = number
+        self.writer.write(record)
+
+    def on_epoch_end(self, epoch, logs=None):
+        values = logs.fetch() if hasattr(logs, "fetch") else (logs or {})
+        record = {"type": "epoch", "epoch": epoch, "epoch_time": time.perf_counter() - self._t_epoch,
+                  "time": time.time()}
+        for key, value in dict(values).items():
+            record[key] = _to_float(value)
+        self.writer.write(record)

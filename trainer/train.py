@@ -7,8 +7,11 @@ TF_CONFIG and the options before this module imports TensorFlow.
 from __future__ import annotations
 
 import logging
+import math
 import shutil
+import signal
 import socket
+import threading
 import time
 
 import tensorflow as tf
@@ -18,7 +21,7 @@ from trainer.backup import TaskBackups
 from trainer.config import ClusterConfig, ConfigError, Options
 from trainer.metrics import MetricsWriter
 from trainer.plan import check_autoshard, choose_strategy, plan_batches, replicas_per_worker
-from trainer.report import MetricsReporter, instrument_step_loss
+from trainer.report import CoordinatorReporter, MetricsReporter, instrument_step_loss
 
 log = logging.getLogger("trainer.train")
 # Keras warns that on_train_batch_end is "slow" when the step's own work shows up
@@ -121,6 +124,11 @@ def _plan(opts: Options, cluster: ClusterConfig, workload, strategy_name: str, g
 
 def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
     """Train this task to the end; returns the final metrics."""
+    strategy_name = choose_strategy(opts.strategy, cluster, opts.cpu_devices)
+    if strategy_name == "parameter_server":
+        if cluster.task.type in ("worker", "ps"):
+            return serve(opts, cluster, writer)
+        return coordinate(opts, cluster, writer)
     configure_runtime(opts)
     gpus = len(tf.config.list_physical_devices("GPU"))
     strategy_name = choose_strategy(opts.strategy, cluster, gpus or opts.cpu_devices)
@@ -211,6 +219,101 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
         model=str(model_path) if model_path else None,
     )
     return final
+
+
+# --------------------------------------------------------------------------- ParameterServerStrategy
+
+
+def server_threads(cluster: ClusterConfig) -> int:
+    """Inter-op threads of a worker or ps server: fewer than workers + 1 hung a run on 2 cores."""
+    return len(cluster.cluster.get("worker", [])) + 1
+
+
+def serve(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
+    """A worker or ps of parameter-server training: a TensorFlow server the coordinator drives, until
+    SIGTERM (the run is over, or stopped: the server cannot tell) ends it cleanly."""
+    config = tf.compat.v1.ConfigProto()
+    config.inter_op_parallelism_threads = max(server_threads(cluster), opts.inter_op_threads)
+    if opts.intra_op_threads:
+        config.intra_op_parallelism_threads = opts.intra_op_threads
+    check_port_free(cluster)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    tf.distribute.Server(tf.train.ClusterSpec(cluster.cluster), job_name=cluster.task.type,
+                         task_index=cluster.task.index, protocol="grpc", config=config, start=True)
+    writer.event("serving", role=cluster.task.type, strategy="parameter_server",
+                 inter_op_threads=config.inter_op_parallelism_threads)
+    while not done.wait(1.0):
+        pass
+    writer.event("finished", metrics={}, train_time=None, model=None, role=cluster.task.type)
+    return {}
+
+
+def coordinate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
+    """The chief of parameter-server training: the coordinator, the only task that runs ``fit``."""
+    configure_runtime(opts)
+    workload = workloads.load(opts)
+    plan = plan_batches(per_replica_batch=opts.per_replica_batch, global_batch=opts.global_batch,
+                        num_workers=len(cluster.cluster["worker"]), replicas_per_worker=1,
+                        num_examples=workload.num_examples, steps_per_epoch=opts.steps_per_epoch,
+                        base_learning_rate=opts.learning_rate, lr_rule=opts.lr_scaling, asynchronous=True)
+    check_port_free(cluster)
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
+        min_shard_bytes=256 << 10, max_shards=len(cluster.cluster["ps"]))
+    strategy = tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+    writer.event("cluster_formed", strategy="parameter_server", num_replicas=strategy.num_replicas_in_sync)
+    tf.keras.utils.set_random_seed(opts.seed)
+    with strategy.scope():
+        model = workload.build_model()
+        if model.optimizer is None or not getattr(model, "compiled_loss", None):
+            model.compile(optimizer=tf.keras.optimizers.Adam(plan.learning_rate), loss=workload.loss,
+                          metrics=workload.metrics)
+        else:
+            model.optimizer.learning_rate = plan.learning_rate
+    # One input pipeline, on the workers: nothing to shard; each step takes one batch of it.
+    buffer = min(workload.num_examples or 10_000, 10_000)
+    train = workload.train_dataset().shuffle(buffer, seed=opts.seed).batch(plan.global_batch,
+                                                                            drop_remainder=True).repeat()
+    val = validation_steps = None
+    if workload.val_dataset is not None:
+        count = sum(1 for _ in workload.val_dataset())
+        validation_steps = max(1, math.ceil(count / plan.global_batch))
+        val = workload.val_dataset().batch(plan.global_batch).repeat()
+    run_dir = opts.run_dir
+    callbacks = [
+        CoordinatorReporter(writer, plan.global_batch) if opts.report else tf.keras.callbacks.Callback(),
+        # Under ParameterServerStrategy tf-keras backs up per epoch only (the coordinator holds the state).
+        tf.keras.callbacks.BackupAndRestore(str(run_dir / "backup"), save_freq="epoch", delete_checkpoint=False),
+        BackedUp(writer),
+    ]
+    writer.event("started", strategy="parameter_server", communication=None, autoshard=None,
+                 workload=workload.name, epochs=opts.epochs, is_chief=True, chief=str(cluster.chief),
+                 exact_step_loss=False, tensorflow=tf.__version__, num_ps=len(cluster.cluster["ps"]),
+                 **plan.as_dict())
+    t0 = time.perf_counter()
+    history = model.fit(train, epochs=opts.epochs, steps_per_epoch=plan.steps_per_epoch, validation_data=val,
+                        validation_steps=validation_steps, callbacks=callbacks, verbose=0)
+    train_time = time.perf_counter() - t0
+    final = {k: float(v[-1]) for k, v in history.history.items() if v}
+    model_path = None
+    if opts.save:
+        model_path = run_dir / MODEL_NAME
+        model.save(model_path)
+    writer.event("finished", metrics=final, train_time=train_time, model=str(model_path) if model_path else None)
+    return final
+
+
+class BackedUp(tf.keras.callbacks.Callback):
+    """After tf-keras's epoch backup: a ``backed_up`` event (as trainer.backup writes)."""
+
+    def __init__(self, writer: MetricsWriter):
+        super().__init__()
+        self.writer = writer
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.writer.event("backed_up", epoch=epoch, step=self.params.get("steps", 1) - 1,
+                          global_step=(epoch + 1) * self.params.get("steps", 0))
 
 
 def describe_error(exc: BaseException) -> str:

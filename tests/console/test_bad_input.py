@@ -150,6 +150,9 @@ CLUSTER_FILES = {
                                     TASK + '[[tasks]]\nhost = "h"\n'),
                                ("host 'local' has the loopback address 'localhost'",
                                 "give 'local' an address the other hosts can reach")),
+    "strategy-parameter-server": (toml(training="strategy = \"parameter_server\"\n"),
+                                  ("training.strategy \"parameter_server\" cannot be run from tfcc's cluster file "
+                                   "yet", "use \"multi_worker_mirrored\" or \"auto\"")),
     "backup-seconds-0": (toml(training="backup_seconds = 0\n"),
                          ("training.backup_seconds is 0.0", "it must be a number of seconds above 0")),
     "backup-seconds-inf": (toml(training="backup_seconds = inf\n"), ("training.backup_seconds is inf", "above 0")),

@@ -110,8 +110,11 @@ TF_CONFIGS = {
     "two-chiefs": (tf({"chief": ["localhost:1", "localhost:2"], "worker": ["localhost:3"]}),
                    ("names 2 chiefs", 'make the others "worker" tasks')),
     "only-ps": (tf({"ps": ["localhost:1"]}, "ps"), ("has no chief or worker task", 'add at least one "worker"')),
-    "ps-tasks": (tf({"chief": ["localhost:1"], "worker": ["localhost:2"], "ps": ["localhost:3"]}),
-                 ("ParameterServerStrategy is not supported", 'remove the "ps" tasks')),
+    "ps-without-chief": (tf({"worker": ["localhost:2"], "ps": ["localhost:3"]}),
+                         ("parameter-server training needs exactly one chief task (the coordinator); the cluster "
+                          'has 0: make one task role "chief"',)),
+    "ps-without-worker": (tf({"chief": ["localhost:1"], "ps": ["localhost:3"]}, "chief"),
+                          ("parameter-server training needs at least one worker task; add one",)),
     "evaluator": (tf({"worker": ["localhost:1"], "evaluator": ["localhost:2"]}, "evaluator"),
                   ("evaluator tasks are not supported yet", "remove them from TF_CONFIG")),
 }
@@ -231,7 +234,7 @@ def no_tensorflow(tmp_path_factory) -> Path:
 
 TERMINAL = {
     "tf-config-not-json": ([], "{", ("TF_CONFIG is not valid JSON",), True),
-    "tf-config-ps-tasks": ([], TF_CONFIGS["ps-tasks"][0], TF_CONFIGS["ps-tasks"][1], True),
+    "tf-config-ps-without-chief": ([], TF_CONFIGS["ps-without-chief"][0], TF_CONFIGS["ps-without-chief"][1], True),
     "address-with-semicolon": ([], TF_CONFIGS["address-with-semicolon"][0], TF_CONFIGS["address-with-semicolon"][1],
                                True),
     "learning-rate-nan": (["--learning-rate", "nan"], None, ("it must be a number above 0",), False),

@@ -54,8 +54,23 @@ def test_strategy_choice():
     assert choose_strategy("multi_worker_mirrored", one, 1) == "multi_worker_mirrored"
     with pytest.raises(ConfigError, match="--strategy mirrored trains on one host, but TF_CONFIG has 2"):
         choose_strategy("mirrored", two, 2)
-    with pytest.raises(ConfigError, match="ParameterServerStrategy is not supported"):
+    pss = {"chief": ["a:1"], "worker": ["b:1"], "ps": ["c:1"]}
+    for role in ("chief", "worker", "ps"):  # auto picks it for every role when the cluster has a ps
+        assert choose_strategy("auto", parse_tf_config(make_tf_config(pss, role, 0)), 1) == "parameter_server"
+    with pytest.raises(ConfigError, match="needs exactly one chief task"):
         choose_strategy("auto", parse_tf_config(make_tf_config({"worker": ["a:1"], "ps": ["b:1"]}, "worker", 0)), 1)
+    with pytest.raises(ConfigError, match="needs at least one ps task"):
+        choose_strategy("parameter_server", parse_tf_config(make_tf_config({"chief": ["a:1"], "worker": ["b:1"]},
+                                                                          "worker", 0)), 1)
+    with pytest.raises(ConfigError, match="--strategy multi_worker_mirrored has no use for the cluster's ps tasks"):
+        choose_strategy("multi_worker_mirrored", parse_tf_config(make_tf_config(pss, "worker", 0)), 1)
+
+
+def test_an_asynchronous_step_is_one_workers_batch():
+    plan = plan_batches(per_replica_batch=16, num_workers=4, replicas_per_worker=2, num_examples=1000,
+                        steps_per_epoch=None, base_learning_rate=0.01, lr_rule="linear", asynchronous=True)
+    assert (plan.global_batch, plan.num_replicas, plan.steps_per_epoch) == (32, 2, 31)
+    assert plan.learning_rate == pytest.approx(0.02)  # scaled by the worker's replicas, not by the workers
 
 
 def test_autoshard_rules():
