@@ -23,11 +23,11 @@ from console.errors import TfccError
 from console.files import write_atomically
 from trainer.config import (AUTOSHARD_POLICIES, COMMUNICATIONS, LR_RULES, MAX_BATCH, MAX_EPOCHS, STRATEGIES, WORKLOADS,
                             count_problem, learning_rate_problem, make_tf_config)
-from trainer.plan import DEFAULT_BACKUP_SECONDS, backup_seconds_problem
+from trainer.plan import DEFAULT_BACKUP_SECONDS, backup_seconds_problem, parameter_server_problem
 
 MAX_RESTARTS = 100
 DEFAULT_CLUSTER = PROJECT_ROOT / "resources" / "default_cluster.toml"
-ROLES = ("chief", "worker")
+ROLES = ("chief", "worker", "ps")  # evaluator: not yet
 MAX_FILE_BYTES = 1 << 20  # a cluster file is a few KB; a bigger one is the wrong file
 # A host name (RFC 1123 labels; also ~/.ssh/config aliases) — anything else that is not an IP literal is a typo.
 _HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
@@ -340,10 +340,14 @@ def validate(cluster: Cluster) -> None:
     t = cluster.training
     _choice("training.workload", t.workload, WORKLOADS)
     _choice("training.strategy", t.strategy, STRATEGIES)
-    if t.strategy == "parameter_server":  # the trainer can; the console cannot start ps tasks yet
-        raise ClusterFileError("training.strategy \"parameter_server\" cannot be run from tfcc's cluster file yet "
-                               "(it has no ps role): use \"multi_worker_mirrored\" or \"auto\"; python -m "
-                               "trainer runs parameter-server clusters given their TF_CONFIG")
+    roles = {role: [t.host for t in cluster.tasks if t.role == role] for role in ROLES}
+    if t.strategy == "parameter_server" or roles["ps"]:
+        if t.strategy not in ("auto", "parameter_server"):
+            raise ClusterFileError(f"the cluster has ps tasks, which training.strategy {t.strategy!r} has no use "
+                                   "for; set strategy = \"parameter_server\" (or \"auto\"), or remove the ps tasks")
+        problem = parameter_server_problem({r: h for r, h in roles.items() if h})
+        if problem:
+            raise ClusterFileError(problem.replace("role \"chief\"", "role = \"chief\" in [[tasks]]"))
     _choice("training.communication", t.communication, COMMUNICATIONS)
     _choice("training.autoshard", t.autoshard, AUTOSHARD_POLICIES)
     _choice("training.lr_scaling", t.lr_scaling, LR_RULES)

@@ -44,7 +44,15 @@ class BatchSplit:
     problem: str = ""       # e.g. a global batch that does not split evenly
 
     @property
+    def asynchronous(self) -> bool:
+        return self.strategy == "parameter_server"
+
+    @property
     def label(self) -> str:
+        if self.asynchronous:
+            return (f"each step: one worker's batch of {self.global_batch} = {self.replicas_per_worker} "
+                    f"replica{'s' if self.replicas_per_worker != 1 else ''} × {self.per_replica}; "
+                    f"{self.num_workers} worker{'s' if self.num_workers != 1 else ''} take steps independently")
         return (f"global {self.global_batch} = {self.num_workers} worker{'s' if self.num_workers != 1 else ''} "
                 f"× {self.replicas_per_worker} replica{'s' if self.replicas_per_worker != 1 else ''} "
                 f"× {self.per_replica}")
@@ -61,28 +69,33 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
     gpus_by_host = gpus_by_host or {}
     addresses = addresses or {}
     names = cluster.task_names()
-    workers = [n for n in names if parse_task_name(n)[0] in ("chief", "worker")]
+    t = cluster.training
+    pss = t.strategy == "parameter_server" or any(task.role == "ps" for task in cluster.tasks)
+    # The replicas' holders: under parameter-server training the workers (the chief coordinates).
+    workers = [n for n in names if parse_task_name(n)[0] in (("worker",) if pss else ("chief", "worker"))]
     chief = next((n for n in (task_name("chief", 0), task_name("worker", 0)) if n in names), None)
     ports = []
     for name, task in zip(names, cluster.tasks):
         ports.append(parse_address(addresses[name])[1] if name in addresses else task.port)
     resolved = "auto" not in ports
-    t = cluster.training
     boxes = {h.name: HostBox(h.name, h.address or "localhost") for h in cluster.hosts}
     device_counts = []
     for i, (name, task) in enumerate(zip(names, cluster.tasks)):
         gpus = len(task.gpus) if task.gpus else gpus_by_host.get(task.host, 0)
-        strategy = strategy_for(t.strategy, len(workers), gpus)
+        strategy = "parameter_server" if pss else strategy_for(t.strategy, len(workers), gpus)
         if started is not None:
             count = int(started.get("replicas_per_worker") or 1)
         else:
             count = replicas_per_worker(strategy, gpus, 1)
-        if gpus and strategy in ("mirrored", "multi_worker_mirrored"):
+        if pss and task.role != "worker":
+            devices = []  # the coordinator and the ps hold no replica
+        elif gpus and strategy in ("mirrored", "multi_worker_mirrored", "parameter_server"):
             ids = task.gpus or list(range(gpus))
             devices = [f"GPU {g}" for g in ids[:count]]
         else:
             devices = ["CPU"] if count == 1 else [f"CPU {d}" for d in range(count)]
-        device_counts.append(len(devices))
+        if name in workers:
+            device_counts.append(len(devices))
         host = cluster.host(task.host)
         address = format_address(host.tf_host, ports[i])
         boxes[task.host].tasks.append(TaskBox(name, task.role, task.host, address, name == chief, devices,
@@ -93,7 +106,7 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
                            started.get("strategy", ""), True)
     else:
         per_worker = max(device_counts) if device_counts else 1
-        replicas = per_worker * len(workers)
+        replicas = per_worker if pss else per_worker * len(workers)  # the replicas of one step
         problem = ""
         if t.global_batch:
             shares = GlobalSplit(t.global_batch, max(1, replicas))
@@ -104,5 +117,5 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
         else:
             per_replica = t.per_replica_batch
         split = BatchSplit(len(workers), per_worker, per_replica, per_replica * replicas,
-                           strategy_for(t.strategy, len(workers), 0), False, problem)
+                           "parameter_server" if pss else strategy_for(t.strategy, len(workers), 0), False, problem)
     return [b for b in boxes.values() if b.tasks] + [b for b in boxes.values() if not b.tasks], split

@@ -18,7 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from agent.protocol import ENDED, ERROR, FAILED, LOST, RUNNING, STARTING, STDERR, TRAINING, WAITING
+from agent.protocol import (ENDED, ERROR, FAILED, FINISHED, LOST, RUNNING, STARTING, STDERR, TRAINING, WAITING,
+                            task_name)
 from console import supervision, text
 from console.errors import TfccError
 from console.metrics_store import MetricsStore
@@ -128,6 +129,7 @@ class RunSession:
         self._stalled: dict[str, str] = {}        # task -> how it stalled
         self._diverged: set[str] = set()          # tasks whose loss went non-finite (said once)
         self._stop_for_nan = False                # the run stops at its first non-finite loss (training.stop_on_nan)
+        self._servers_done = False                # a parameter-server run's coordinator finished: end its servers
         self._resumed: set = set()                # attempts whose resumption was said
         self._hosts = supervision.HostStreaks()
         self._steps_per_epoch: dict[str, int] = {}
@@ -210,6 +212,8 @@ class RunSession:
                     log.exception("the stall watchdog of run %s", self.run.run_id)
                 if self._stop_for_nan:
                     self._stop_at_nan()
+                if self._servers_done:
+                    self._end_servers()
                 if self._failed:
                     try:
                         self._supervise()
@@ -264,6 +268,8 @@ class RunSession:
             task.phase = message.get("phase") or ERROR
             task.exit = message.get("exit")
             words = text.outcome_text(task.phase, task.exit, message.get("error"))
+            if task.phase == FINISHED and self._coordinates(task):
+                self._servers_done = True  # parameter-server training is over: its servers end now
             if task.phase in (FAILED, LOST) and not (message.get("stopped") or self._stop_requested):
                 self._failed.append(task)  # not a stop that someone asked for (here or with tfcc stop)
                 if task.name not in self._stalled:  # until the diagnosis comes
@@ -292,6 +298,10 @@ class RunSession:
                 # on the backup, tracing) a task gets the startup watchdog's time.
                 self._pace[task.name] = Pace(first=max(self.watchdog, self.stall_floor))
                 self._pace[task.name].last_at = time.monotonic()
+            elif name == "serving":  # a worker or ps of parameter-server training: up, driven by the chief
+                task.cluster_formed = True
+                task.phase = TRAINING
+                self._state(task, "running")
             elif name == "backing_up" and task.name in self._pace:
                 self._pace[task.name].saving = True  # a save of a big model can take long: no stall
             elif name == "started" and self.started_record is None:
@@ -331,6 +341,18 @@ class RunSession:
                                "diverged (lower the learning rate, or look at the data)")
             if self.run.cluster.training.stop_on_nan and not self._stop_requested:
                 self._stop_for_nan = True
+
+    def _coordinates(self, task: TaskState) -> bool:
+        """Whether ``task`` is the coordinator (the chief) of a parameter-server run."""
+        return task.name == task_name("chief", 0) and any(t.role == "ps" for t in self.run.cluster.tasks)
+
+    def _end_servers(self) -> None:
+        """The coordinator finished: its workers and ps serve on until told (SIGTERM ends them well)."""
+        self._servers_done = False
+        unstopped = self.run.stop_each(grace=10)
+        if unstopped:
+            self._say("failure", f"run {self.run.run_id} finished, but its servers on {', '.join(unstopped)} "
+                                 f"did not answer; tfcc stop {self.run.run_id} once they do")
 
     def _stop_at_nan(self) -> None:
         """The run's own choice (training.stop_on_nan): no more steps after a non-finite loss."""

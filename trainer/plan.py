@@ -102,8 +102,8 @@ def replicas_per_worker(strategy: str, local_gpus: int, cpu_devices: int) -> int
     """The model replicas one worker holds under ``strategy``."""
     if strategy == "mirrored":
         return local_gpus or cpu_devices
-    if strategy == "multi_worker_mirrored":
-        return max(1, local_gpus)  # MWMS uses every local GPU, or one CPU
+    if strategy in ("multi_worker_mirrored", "parameter_server"):
+        return max(1, local_gpus)  # every local GPU, or one CPU
     return 1
 
 

@@ -31,6 +31,9 @@ class _TaskItem(QGraphicsRectItem):
         event.accept()
 
 
+# What a task does, by role, under parameter-server training (True) or synchronous training (False).
+ROLE_WORDS = {("chief", True): "chief: coordinates, runs fit", ("ps", True): "ps: holds the variables",
+              ("worker", True): "worker: takes steps"}
 STATE_COLOURS = {"failed": "#b00020", "stalled": "#c25e00", "restarting": "#1f5fbf"}
 
 
@@ -120,20 +123,23 @@ class ClusterDiagram(QWidget):
         return item
 
     def _draw_batch(self, split: BatchSplit, names: list[str]) -> float:
-        workers = [n for n in names if n.split("-")[0] in ("chief", "worker")]
+        roles = ("worker",) if split.asynchronous else ("chief", "worker")  # the replicas' holders
+        workers = [n for n in names if n.split("-")[0] in roles]
         width = max(TASK_W * 2 + PAD, len(workers) * max(1, split.replicas_per_worker) * 56.0)
         self.batch_label = self._text(split.label, 0, 0, 12, True)
         if split.problem:
             self._text(split.problem, 0, 20, 9, color=QColor("#b00020"))
         top = 42.0
         self.scene.addRect(QRectF(0, top, width, 26), QPen(QColor("#333")), QBrush(QColor("#e8e8e8")))
-        self._text(f"global batch {split.global_batch}", 6, top + 5, 9, True)
+        self._text(f"one step's batch {split.global_batch}, on one worker" if split.asynchronous
+                   else f"global batch {split.global_batch}", 6, top + 5, 9, True)
         worker_w = width / max(1, len(workers))
         for i, name in enumerate(workers):
             colour = worker_color(names.index(name))
             wx = i * worker_w
             self.scene.addRect(QRectF(wx, top + 30, worker_w, 24), QPen(QColor("#333")), QBrush(colour.lighter(150)))
-            self._text(f"{name}: {split.per_worker}", wx + 4, top + 34, 8)
+            self._text(f"{name}: steps of {split.per_worker}" if split.asynchronous else f"{name}: {split.per_worker}",
+                       wx + 4, top + 34, 8)
             replica_w = worker_w / max(1, split.replicas_per_worker)
             for r in range(split.replicas_per_worker):
                 rx = wx + r * replica_w
@@ -162,7 +168,9 @@ class ClusterDiagram(QWidget):
                 crown.setToolTip("the chief: saves the model and writes TensorBoard logs")
             title = f"{CROWN} {task.name}" if task.is_chief else task.name
             self._text(title, 6, 4, 10, True, QColor("#8a6d00") if task.is_chief else None, item)
-            role = f"{task.role}, chief: saves the model" if task.is_chief else task.role
+            asynchronous = bool(self.split and self.split.asynchronous)
+            role = ROLE_WORDS.get((task.role, asynchronous)) or (
+                f"{task.role}, chief: saves the model" if task.is_chief else task.role)
             self._text(role, 6, 24, 8, parent=item)
             self._text(task.address, 6, 40, 8, color=QColor("#444"), parent=item)
             if task.name in self.states:  # its state under the box: the badge, then why (cut to the box)

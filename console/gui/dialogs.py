@@ -68,7 +68,12 @@ class HostDialog(QDialog):
         self.python.setPlaceholderText("python3 (this console's Python on this machine)")
         self.workers = QSpinBox()
         self.workers.setRange(0, 64)
-        self.workers.setValue(len(tasks))
+        self.workers.setValue(sum(t.role != "ps" for t in tasks))
+        self.ps = QSpinBox()
+        self.ps.setRange(0, 16)
+        self.ps.setValue(sum(t.role == "ps" for t in tasks))
+        self.ps.setToolTip("Parameter servers hold the variables of parameter-server training (with a chief "
+                           "and workers); 0 for synchronous training")
         self.task_port = QLineEdit(str(tasks[0].port) if tasks else "auto")
         self.gpus = QLineEdit(",".join(map(str, tasks[0].gpus)) if tasks else "")
         self.gpus.setPlaceholderText("all it has (or e.g. 0,1)")
@@ -86,6 +91,7 @@ class HostDialog(QDialog):
         form.addRow("SSH key", key_row)
         form.addRow("Python", self.python)
         form.addRow("Workers on this host", self.workers)
+        form.addRow("Parameter servers", self.ps)
         form.addRow("Task port", self.task_port)
         form.addRow("GPUs per task", self.gpus)
         form.addRow("", self.chief)
@@ -100,7 +106,7 @@ class HostDialog(QDialog):
             edit.textChanged.connect(self._on_field_changed)
         for box in (self.local, self.chief):
             box.toggled.connect(self._on_field_changed)
-        for spin in (self.ssh_port, self.workers):
+        for spin in (self.ssh_port, self.workers, self.ps):
             spin.valueChanged.connect(self._on_field_changed)
         self._on_field_changed()
 
@@ -160,6 +166,8 @@ class HostDialog(QDialog):
             task_port = port if port == "auto" else port + i
             out.append(cl.Task(host=name, role="chief" if i == 0 and self.chief.isChecked() else "worker",
                                port=task_port, gpus=list(gpus)))
+        for j in range(self.ps.value()):  # a ps holds variables: no GPUs of its own
+            out.append(cl.Task(host=name, role="ps", port=port if port == "auto" else port + self.workers.value() + j))
         return out
 
 

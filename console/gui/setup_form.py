@@ -94,7 +94,7 @@ class SetupForm(QWidget):
         self.lr_rule = QComboBox()
         self.lr_rule.addItems(LR_RULES)
         self.strategy = QComboBox()
-        self.strategy.addItems([s for s in STRATEGIES if s != "parameter_server"])
+        self.strategy.addItems(STRATEGIES)
         self.communication = QComboBox()
         self.communication.addItems(COMMUNICATIONS)
         self.autoshard = QComboBox()

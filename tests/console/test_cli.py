@@ -336,3 +336,46 @@ def test_a_bug_at_step_10_is_named_not_restarted_and_the_exit_is_non_zero(homes,
     assert "error in the training code: ValueError: labels must be 0 or 1, got 7 in batch 10" in err, err
     assert "restarting" not in err
     assert "run bug failed; a restart would fail the same way: fix the cause above, then tfcc resume bug" in err
+
+
+PARAMETER_SERVER = """
+[training]
+epochs = 6
+
+[[hosts]]
+name = "local"
+local = true
+
+[[tasks]]
+host = "local"
+role = "chief"
+
+[[tasks]]
+host = "local"
+
+[[tasks]]
+host = "local"
+
+[[tasks]]
+host = "local"
+role = "ps"
+"""
+
+
+@pytest.mark.slow
+def test_a_parameter_server_cluster_trains_digits_and_every_task_ends_well(homes, capsys, monkeypatch):
+    """chief + 2 workers + 1 ps on this machine: the chief coordinates and reports steps, the servers say
+    they serve, and when the chief has finished tfcc ends the servers (they serve until told)."""
+    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
+    path = homes / "ps.toml"
+    path.write_text(PARAMETER_SERVER)
+    assert main(["run", str(path), "--json", "--run-id", "pss"]) == 0
+    stream = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    ends = {r["task"]: r["phase"] for r in stream if r.get("type") == "end"}
+    assert ends == {"chief-0": "finished", "worker-0": "finished", "worker-1": "finished", "ps-0": "finished"}
+    serving = {r["task"] for r in stream if r.get("event") == "serving"}
+    assert serving == {"worker-0", "worker-1", "ps-0"}
+    steps = [r for r in stream if r.get("type") == "step"]
+    assert steps and {r["task"] for r in steps} == {"chief-0"}
+    finished = next(r for r in stream if r.get("event") == "finished" and r["task"] == "chief-0")
+    assert finished["metrics"]["val_accuracy"] >= 0.90

@@ -49,3 +49,17 @@ def test_a_runs_started_event_replaces_the_settings_and_auto_ports_resolve():
     hosts, split = picture(c, started=started, addresses={"worker-0": "10.0.0.1:4000", "worker-1": "10.0.0.2:4001"})
     assert split.from_run and split.label == "global 32 = 2 workers × 1 replica × 16"
     assert json.loads(hosts[0].tasks[0].tf_config)["cluster"]["worker"] == ["10.0.0.1:4000", "10.0.0.2:4001"]
+
+
+def test_parameter_server_training_is_drawn_as_one_workers_batch_a_step():
+    c = cl.Cluster([cl.Host(name="a", address="10.0.0.1"), cl.Host(name="b", address="10.0.0.2")],
+                   [cl.Task(host="a", role="chief"), cl.Task(host="a"), cl.Task(host="b"),
+                    cl.Task(host="b", role="ps")], cl.Training(per_replica_batch=32))
+    hosts, split = picture(c, {"b": 2})
+    tasks = {t.name: t for h in hosts for t in h.tasks}
+    assert tasks["chief-0"].is_chief and tasks["chief-0"].devices == [] and tasks["ps-0"].devices == []
+    assert tasks["worker-1"].devices == ["GPU 0", "GPU 1"] and tasks["worker-0"].devices == ["CPU"]
+    assert (split.strategy, split.num_workers, split.replicas_per_worker, split.global_batch) == \
+        ("parameter_server", 2, 2, 64)
+    assert split.label == ("each step: one worker's batch of 64 = 2 replicas × 32; 2 workers take steps "
+                           "independently")

@@ -86,3 +86,18 @@ def test_fingerprint_dialog_shows_the_key_and_refuses_by_default(qtbot):
     d = FingerprintDialog("10.0.0.9", "ssh-ed25519", "SHA256:abc")
     qtbot.addWidget(d)
     assert d.refuse.isDefault() and d.fingerprint == "SHA256:abc"
+
+
+def test_a_host_can_hold_parameter_servers_after_its_workers(qtbot):
+    d = dialog(qtbot)
+    qtbot.keyClicks(d.name, "ps1")
+    d.local.setChecked(True)
+    d.workers.setValue(1)
+    d.ps.setValue(2)
+    d.task_port.setText("23456")
+    d.gpus.setText("0")
+    assert ok_enabled(d)
+    assert d.tasks() == [cl.Task(host="ps1", role="worker", port=23456, gpus=[0]),
+                         cl.Task(host="ps1", role="ps", port=23457), cl.Task(host="ps1", role="ps", port=23458)]
+    again = dialog(qtbot, host=d.host(), tasks=d.tasks())
+    assert (again.workers.value(), again.ps.value()) == (1, 2)
