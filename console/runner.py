@@ -212,7 +212,14 @@ class Run:
 
         return all(at_once([(t,) for t in tasks], stop))
 
-    def _start_tasks(self, configs: list[str], resume: bool, started: list["TaskState"]) -> None:
+    def relaunch(self, tasks: list["TaskState"]) -> None:
+        """Start ``tasks`` again in their run folders with the TF_CONFIG they had (the others go on:
+        a parameter-server coordinator takes a worker back)."""
+        started: list[TaskState] = []
+        self._start_tasks(self.tf_configs, True, started, only=tasks)
+
+    def _start_tasks(self, configs: list[str], resume: bool, started: list["TaskState"],
+                     only: list["TaskState"] | None = None) -> None:
         training = self.cluster.training
 
         def start(i: int, task: TaskState, spec: cl.Task) -> None:
@@ -237,7 +244,8 @@ class Run:
             task.attempt = reply.get("attempt", 1)
             started.append(task)
 
-        at_once([(i, task, spec) for i, (task, spec) in enumerate(zip(self.tasks, self.cluster.tasks))], start)
+        at_once([(i, task, spec) for i, (task, spec) in enumerate(zip(self.tasks, self.cluster.tasks))
+                 if only is None or task in only], start)
 
     def _previous_configs(self, resume: bool) -> list[str] | None:
         """For a resume, the run's TF_CONFIGs; for a new run, None (and the id must be new)."""
@@ -279,9 +287,10 @@ class Run:
 
     # ----------------------------------------------------------------- follow
 
-    def follow(self, on_message: Callable[[TaskState, dict], None], poll: float = 0.2) -> None:
-        """Follow every task on its own thread until it ends; reconnects after a drop."""
-        for task in self.tasks:
+    def follow(self, on_message: Callable[[TaskState, dict], None], poll: float = 0.2,
+               only: list[TaskState] | None = None) -> None:
+        """Follow every task (or ``only`` these) on its own thread until it ends; reconnects after a drop."""
+        for task in (self.tasks if only is None else only):
             thread = threading.Thread(target=self._follow_task, args=(task, on_message, poll),
                                       name=f"tfcc-follow-{task.name}", daemon=True)
             thread.start()

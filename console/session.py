@@ -391,6 +391,10 @@ class RunSession:
         failed, self._failed = self._failed, []
         if self._given_up or self._stop_requested:
             return  # no (more) supervision: the run ends as its tasks do
+        if self._parameter_server and all(t.name.startswith("worker-") and not self._stalled.get(t.name)
+                                          for t in failed):
+            self._relaunch_workers(failed)
+            return
         self.restarting = True
         try:
             self._restart_after(failed)
@@ -468,6 +472,40 @@ class RunSession:
         ports = f" ({self.run.ports_changed})" if self.run.ports_changed else ""
         self._say("restarted", f"run {self.run.run_id}: attempt {attempt} started, from the newest backup "
                                f"every task has{ports}")
+
+    @property
+    def _parameter_server(self) -> bool:
+        return any(t.role == "ps" for t in self.run.cluster.tasks)
+
+    def _relaunch_workers(self, failed: list[TaskState]) -> None:
+        """Parameter-server training goes on without a worker (the coordinator re-queues its steps and
+        waits for it): only that worker is started again, and the coordinator takes it back."""
+        verdict = supervision.judge([self._failure(t) for t in failed])
+        for task, line in zip(failed, verdict.lines):
+            self._state(task, "failed", line)
+            self._say("failure", line)
+        names = ", ".join(t.name for t in failed)
+        if not verdict.retryable or self.restarts_left <= 0:
+            self._given_up = True
+            self._say("gave_up", f"run {self.run.run_id}: {names} not started again ("
+                                 + ("the cause would repeat" if not verdict.retryable else "max_restarts used up")
+                                 + "); the coordinator waits for it up to an hour: fix the cause, then "
+                                   f"tfcc stop {self.run.run_id} and tfcc resume {self.run.run_id}")
+            return
+        self.restarts_left -= 1
+        for task in failed:
+            self._state(task, "restarting", "started again; the coordinator takes it back")
+            self._stderr_from[task.name] = task.offsets[STDERR]
+            task.phase, task.exit, task.launched_at, task.cluster_formed = STARTING, None, None, False
+        try:
+            self.run.relaunch(failed)
+        except TfccError as exc:
+            self._given_up = True
+            self._say("gave_up", f"run {self.run.run_id}: {names} could not be started again: {exc}")
+            return
+        self.run.follow(self._follower(self.attempt), self._poll, only=failed)
+        self._say("restarted", f"run {self.run.run_id}: {names} started again, training went on without it; "
+                               "the coordinator takes it back")
 
     def _ended_before_following(self, task: TaskState) -> bool:
         ended = text.metric_value((task.exit or {}).get("ended"))

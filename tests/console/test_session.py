@@ -524,3 +524,59 @@ def test_a_stall_is_said_once_and_a_save_or_the_first_step_is_waited_for_longer(
     session._check_stalls()
     session._check_stalls()
     assert [k for k, _ in events] == ["stalled"] and session._failed == [task]  # said once
+
+
+def parameter_server_run_killed(homes, name: str, victim: str, after_epochs: int) -> tuple[Run, list]:
+    """chief + 2 workers + ps training digits under supervision; ``victim`` SIGKILLed once the chief has
+    finished ``after_epochs`` epochs; followed to the end."""
+    cluster = cl.Cluster([cl.Host(name="here", local=True)],
+                         [cl.Task(host="here", role="chief"), cl.Task(host="here"), cl.Task(host="here"),
+                          cl.Task(host="here", role="ps")], cl.Training(epochs=12, per_replica_batch=32))
+    run = Run(cluster, name)
+    run.start()
+    session, events = supervised(run)
+    epochs = []
+    session.subscribe(lambda e: epochs.extend(r for r in e.records if r.get("type") == "epoch")
+                      if e.kind == "records" else None)
+    session.follow()
+    try:
+        assert wait_until(lambda: len(epochs) >= after_epochs, 180)
+        child = json.loads((homes / "host-home" / "runs" / name / victim / "child.json").read_text())["pid"]
+        os.kill(child, signal.SIGKILL)
+        assert wait_until(lambda: any(k == "restarted" for k, _ in events), 60), events
+        assert session.wait(300)
+    finally:
+        session.detach()
+        run.stop(grace=0)
+    return run, events
+
+
+@pytest.mark.slow
+def test_parameter_server_training_goes_on_without_a_killed_worker_and_takes_it_back(homes, monkeypatch):
+    """Kill a worker of chief + 2 workers + ps: the coordinator goes on with the other worker, tfcc
+    starts only that worker again (no group restart), and the run finishes with every task well."""
+    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
+    run, events = parameter_server_run_killed(homes, "pskill", "worker-1", 1)
+    said = " | ".join(f"{k}: {t}" for k, t in events)
+    assert [k for k, _ in events if k in ("restarting", "restarted")] == ["restarted"], said  # no group restart
+    assert "worker-1 started again, training went on without it" in said
+    assert any("worker-1 on here: the task was killed by SIGKILL" in t for k, t in events if k == "failure"), said
+    assert [t.phase for t in run.tasks] == ["finished"] * 4, said
+    assert [t.attempt for t in run.tasks] == [1, 1, 2, 1]
+    final = read_records(homes / "host-home" / "runs" / "pskill" / "chief-0" / "metrics.jsonl")[-1]
+    assert final["event"] == "finished" and final["metrics"]["val_accuracy"] >= 0.90
+
+
+@pytest.mark.slow
+def test_a_killed_ps_restarts_the_group_from_the_epoch_backup(homes, monkeypatch):
+    """A ps holds the variables: without it the coordinator cannot go on. Every task is started again and
+    the chief resumes after its last epoch backup."""
+    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
+    run, events = parameter_server_run_killed(homes, "pskilled", "ps-0", 3)
+    said = " | ".join(f"{k}: {t}" for k, t in events)
+    assert [k for k, _ in events if k in ("restarting", "restarted")] == ["restarting", "restarted"], said
+    assert [t.phase for t in run.tasks] == ["finished"] * 4, said
+    records = read_records(homes / "host-home" / "runs" / "pskilled" / "chief-0" / "metrics.jsonl")
+    second = [r for r in records if r.get("attempt") == 2 and r["type"] == "epoch"]
+    assert second and second[0]["epoch"] >= 2  # from the epoch backup, not from the start
+    assert records[-1]["event"] == "finished" and records[-1]["metrics"]["val_accuracy"] >= 0.90
