@@ -191,6 +191,7 @@ class MetricsStore:
         self.events: list[dict] = []   # {"time", "task", "event", "text"}
         self.restarts: list[tuple[int, float]] = []  # (attempt, global step it resumed from), for markers
         self.states: dict[str, tuple[str, str]] = {}  # task -> (state, words): what supervision says of it
+        self.alive: dict[str, dict] = {}  # task -> its newest liveness record (parameter-server workers and ps)
         self.version = 0
 
     def _worker(self, task: str) -> None:
@@ -248,6 +249,8 @@ class MetricsStore:
                     self.epochs.append({"task": task, **r})
                     self.events.append({"time": r.get("time"), "task": task, "event": "epoch",
                                         "text": text.epoch_text(r)})
+                elif kind == "alive":
+                    self.alive[task] = r
                 elif kind == "unreadable":
                     self.events.append({"time": None, "task": task, "event": "unreadable",
                                         "text": text.unreadable_text(r)})
@@ -330,6 +333,10 @@ class MetricsStore:
             if pace > factor * float(np.median(others)):
                 slow.append(worker)
         return slow
+
+    def alive_snapshot(self) -> dict[str, dict]:
+        with self._lock:
+            return dict(self.alive)
 
     def states_snapshot(self) -> dict[str, tuple[str, str]]:
         with self._lock:

@@ -48,6 +48,11 @@ def event_text(r: dict) -> str:
         return f"launched (pid {r.get('pid')}), waiting for the cluster"
     if name == "cluster_formed":
         return f"cluster formed: {r.get('strategy')}, {r.get('num_replicas')} replicas"
+    if name == "started" and r.get("asynchronous"):
+        workers, replicas = r.get("num_workers"), r.get("replicas_per_worker")
+        return (f"training started (parameter servers: {r.get('num_ps')}): each step one worker's batch of "
+                f"{r.get('global_batch')} = {replicas} replica{'s' * (replicas != 1)} × {r.get('per_replica_batch')}, "
+                f"{workers} worker{'s' * (workers != 1)} taking steps independently")
     if name == "started":
         workers, replicas = r.get("num_workers"), r.get("replicas_per_worker")
         return (f"training started: global batch {r.get('global_batch')} = {workers} worker{'s' * (workers != 1)} × "
@@ -110,3 +115,10 @@ def state_text(state: str, words: str = "", width: int = 70) -> str:
     if len(short) > width:
         short = short[:width - 1] + "…"
     return f"{badge}: {short}" if short else badge
+
+
+def alive_text(r: dict) -> str:
+    """A server's liveness record: ``serving (ps): CPU 12%, memory 230 MB``."""
+    rss, cpu = metric_value(r.get("rss_bytes")), metric_value(r.get("cpu_percent"))
+    memory = f", memory {rss / (1 << 20):.0f} MB" if math.isfinite(rss) else ""
+    return f"serving ({r.get('role', '?')}): CPU {f'{cpu:.0f}' if math.isfinite(cpu) else '?'}%{memory}"

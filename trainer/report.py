@@ -248,11 +248,12 @@ class CoordinatorReporter(tf.keras.callbacks.Callback):
     workers, so the reporter fetches every ``every``-th step (and each epoch's last): its record
     carries Keras's running means (``loss_avg``, ``accuracy``: shared metric variables, all workers'
     steps so far in the epoch) and the pace since the previous record (``step_time`` per step,
-    ``global_examples_per_sec``).
+    ``global_examples_per_sec`` for all workers, ``examples_per_sec`` for one on average).
     """
 
-    def __init__(self, writer: MetricsWriter, batch: int, every: int = 10):
+    def __init__(self, writer: MetricsWriter, batch: int, num_workers: int, every: int = 10):
         super().__init__()
+        self.num_workers = max(1, num_workers)
         self._supports_tf_logs = True  # else tf-keras refuses batch hooks under ParameterServerStrategy
         self.writer = writer
         self.batch = batch
@@ -279,7 +280,10 @@ class CoordinatorReporter(tf.keras.callbacks.Callback):
         record = {"type": "step", "epoch": self._epoch, "step": batch,
                   "global_step": self._epoch * steps + batch + 1 if steps else batch + 1,
                   "step_time": took, "time": time.time(), "steps": done,
-                  "global_batch": self.batch, "global_examples_per_sec": self.batch / took if took > 0 else None}
+                  "global_batch": self.batch}
+        if took > 0:  # the workers' steps together; per worker, what one of them takes on average
+            record["global_examples_per_sec"] = self.batch / took
+            record["examples_per_sec"] = self.batch / took / self.num_workers
         for key, value in dict(values).items():
             number = _to_float(value)
             record["loss_avg" if key == "loss" else key] = number

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import shutil
 import signal
 import socket
@@ -229,6 +230,38 @@ def server_threads(cluster: ClusterConfig) -> int:
     return len(cluster.cluster.get("worker", [])) + 1
 
 
+ALIVE_SECONDS = 5.0  # a server's liveness record comes this often
+
+
+class Liveness:
+    """``alive`` records of a server process: only the coordinator trains in Python, but every task
+    shows that it lives and what it costs (CPU since the last record, resident memory)."""
+
+    def __init__(self, writer: MetricsWriter, role: str):
+        self.writer, self.role = writer, role
+        self._cpu, self._wall = self._cpu_seconds(), time.monotonic()
+
+    @staticmethod
+    def _cpu_seconds() -> float:
+        t = os.times()
+        return t.user + t.system
+
+    @staticmethod
+    def _rss_bytes() -> int | None:
+        try:
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def report(self) -> None:
+        cpu, wall = self._cpu_seconds(), time.monotonic()
+        percent = 100.0 * (cpu - self._cpu) / max(wall - self._wall, 1e-9)
+        self._cpu, self._wall = cpu, wall
+        self.writer.write({"type": "alive", "role": self.role, "cpu_percent": round(percent, 1),
+                           "rss_bytes": self._rss_bytes(), "time": time.time()})
+
+
 def serve(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
     """A worker or ps of parameter-server training: a TensorFlow server the coordinator drives, until
     SIGTERM (the run is over, or stopped: the server cannot tell) ends it cleanly."""
@@ -243,8 +276,9 @@ def serve(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
                          task_index=cluster.task.index, protocol="grpc", config=config, start=True)
     writer.event("serving", role=cluster.task.type, strategy="parameter_server",
                  inter_op_threads=config.inter_op_parallelism_threads)
-    while not done.wait(1.0):
-        pass
+    alive = Liveness(writer, cluster.task.type)
+    while not done.wait(ALIVE_SECONDS):
+        alive.report()
     writer.event("finished", metrics={}, train_time=None, model=None, role=cluster.task.type)
     return {}
 
@@ -282,7 +316,8 @@ def coordinate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> 
         val = workload.val_dataset().batch(plan.global_batch).repeat()
     run_dir = opts.run_dir
     callbacks = [
-        CoordinatorReporter(writer, plan.global_batch) if opts.report else tf.keras.callbacks.Callback(),
+        CoordinatorReporter(writer, plan.global_batch, plan.num_workers) if opts.report
+        else tf.keras.callbacks.Callback(),
         # Under ParameterServerStrategy tf-keras backs up per epoch only (the coordinator holds the state).
         tf.keras.callbacks.BackupAndRestore(str(run_dir / "backup"), save_freq="epoch", delete_checkpoint=False),
         BackedUp(writer),

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (QGridLayout, QLabel, QListWidget, QListWidgetItem
                                QSplitter, QTabWidget, QVBoxLayout, QWidget)
 
 from agent.protocol import ERROR, FAILED, LOST, WAITING
-from console.text import state_text
+from console.text import alive_text, state_text
 from console.session import SUPERVISION_ALARMS
 from console.gui.colors import worker_color
 from console.metrics_store import LABELS, METRICS, MetricsStore
@@ -296,9 +296,12 @@ class Dashboard(QWidget):
         if store.version == self._slow_version:
             return
         self._slow_version = store.version
+        alive = store.alive_snapshot()
         for task, bar in self.progress_bars.items():
             prog = store.progress.get(task)
-            if prog is not None and prog.steps_per_epoch:
+            if task in alive and not (prog is not None and prog.steps_per_epoch):  # a server: no steps of its own
+                bar.set_progress(0.0, alive_text(alive[task]))
+            elif prog is not None and prog.steps_per_epoch:
                 bar.set_progress(prog.fraction,
                                  f"epoch {prog.epoch + 1}/{prog.epochs}  step {prog.step + 1}/{prog.steps_per_epoch}"
                                  f"  {prog.fraction * 100:.0f}%  {_fmt_eta(prog.eta())}")

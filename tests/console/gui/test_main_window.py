@@ -182,3 +182,32 @@ def test_a_run_that_failed_while_the_window_was_closed_is_offered_and_resumed(qt
     assert not window.act_resume.isEnabled()  # nothing left to resume
     window.close()
     assert not window.threads.busy()
+
+
+def test_a_parameter_server_cluster_from_the_window(qtbot, gui_homes, shots):
+    """chief + 2 workers + ps started with Deploy & Start: the coordinator's curves, every task's row (the
+    servers' with their liveness), the diagram's coordinator and ps, and every task ending well."""
+    window = MainWindow(profiles=Profiles(gui_homes / "profiles.json"))
+    qtbot.addWidget(window)
+    window.show()
+    window.set_cluster(cl.Cluster([cl.Host(name="here", local=True)],
+                                  [cl.Task(host="here", role="chief"), cl.Task(host="here"), cl.Task(host="here"),
+                                   cl.Task(host="here", role="ps")], cl.Training(epochs=8)), None)
+    assert window.diagram.split.asynchronous
+    with qtbot.waitSignal(window.session.ended, timeout=240_000):
+        window.act_start.trigger()
+    run = window.session.run
+    assert [t.phase for t in run.tasks] == ["finished"] * 4
+    store = window.session.store
+    assert set(store.alive) == {"worker-0", "worker-1", "ps-0"}  # the servers said they live
+    assert curve_points(window, "chief-0", "loss") > 0
+    final = [e for e in store.epochs if e["task"] == "chief-0"][-1]
+    assert final["val_accuracy"] >= 0.90
+    qtbot.waitUntil(lambda: window.dashboard.progress_bars["ps-0"].text().startswith("serving (ps): CPU"),
+                    timeout=5000)
+    save_shot(window, shots, "window-parameter-server-dashboard")
+    window.tabs.setCurrentWidget(window.diagram)
+    assert window.diagram.split.from_run and "each step: one worker's batch" in window.diagram.split.label
+    save_shot(window, shots, "window-parameter-server-diagram")
+    window.files.dirty = False
+    window.close()
