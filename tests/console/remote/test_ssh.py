@@ -313,3 +313,26 @@ def test_a_worker_killed_on_its_ssh_host_is_restarted_with_the_group(ssh_hosts, 
     assert [t.phase for t in run.tasks] == ["finished", "finished"], said
     finished = read_records(ssh_hosts.hosts[0].tfcc_home / "runs" / "sshkill" / "worker-0" / "metrics.jsonl")[-1]
     assert finished["event"] == "finished" and finished["metrics"]["val_accuracy"] >= 0.9
+
+
+@pytest.mark.slow
+def test_a_parameter_server_cluster_over_two_ssh_hosts(ssh_hosts, ssh_env, capsys):
+    """ps and one worker on one namespace host, chief and one worker on the other: it trains and every task
+    ends well (the servers once the chief has finished)."""
+    ssh_hosts.known_hosts(ssh_env / "known_hosts")
+    a, b = ssh_hosts.hosts[:2]
+    hosts = [cl.Host(name=h.name, address=h.address, user="root", key=str(ssh_hosts.client_key),
+                     python=sys.executable) for h in (a, b)]
+    tasks = [cl.Task(host=b.name, role="chief"), cl.Task(host=a.name), cl.Task(host=b.name),
+             cl.Task(host=a.name, role="ps")]
+    path = ssh_env / "ps.toml"
+    cl.save(cl.Cluster(hosts, tasks, cl.Training(epochs=6)), path)
+    assert main(["run", str(path), "--json", "--run-id", "sshps"]) == 0
+    stream = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    ends = {r["task"]: (r["host"], r["phase"]) for r in stream if r.get("type") == "end"}
+    assert ends == {"chief-0": (b.name, "finished"), "worker-0": (a.name, "finished"),
+                    "worker-1": (b.name, "finished"), "ps-0": (a.name, "finished")}
+    config = json.loads((a.tfcc_home / "runs" / "sshps" / "ps-0" / "tf_config.json").read_text())
+    assert sorted(config["cluster"]) == ["chief", "ps", "worker"] and config["task"] == {"type": "ps", "index": 0}
+    finished = next(r for r in stream if r.get("event") == "finished" and r["task"] == "chief-0")
+    assert finished["metrics"]["val_accuracy"] >= 0.90
