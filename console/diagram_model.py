@@ -24,6 +24,7 @@ class TaskBox:
     is_chief: bool
     devices: list[str]
     tf_config: str | None   # None while its port is "auto" and no run has picked one
+    variables: list[dict] = field(default_factory=list)  # a ps: the variables a run placed on it (its started event)
 
 
 @dataclass
@@ -98,8 +99,12 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
             device_counts.append(len(devices))
         host = cluster.host(task.host)
         address = format_address(host.tf_host, ports[i])
+        held = []
+        if started is not None and task.role == "ps":
+            index = parse_task_name(name)[1]
+            held = [v for v in started.get("variables") or [] if v.get("ps") == index]
         boxes[task.host].tasks.append(TaskBox(name, task.role, task.host, address, name == chief, devices,
-                                              cluster.tf_config(i, ports) if resolved else None))
+                                              cluster.tf_config(i, ports) if resolved else None, held))
     if started is not None:
         split = BatchSplit(int(started["num_workers"]), int(started["replicas_per_worker"]),
                            int(started["per_replica_batch"]), int(started["global_batch"]),

@@ -122,3 +122,18 @@ def alive_text(r: dict) -> str:
     rss, cpu = metric_value(r.get("rss_bytes")), metric_value(r.get("cpu_percent"))
     memory = f", memory {rss / (1 << 20):.0f} MB" if math.isfinite(rss) else ""
     return f"serving ({r.get('role', '?')}): CPU {f'{cpu:.0f}' if math.isfinite(cpu) else '?'}%{memory}"
+
+
+def size_text(count: float) -> str:
+    """Bytes as people read them: ``512 B``, ``1.2 KB``, ``606 KB``, ``3.4 MB``."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if count < 1024 or unit == "GB":
+            return f"{count:.0f} {unit}" if unit == "B" or count >= 10 else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} GB"
+
+
+def variables_text(variables: list[dict]) -> str:
+    """What a parameter server holds: ``holds 8 variables, 592 KB``."""
+    total = sum(v.get("bytes") or 0 for v in variables)
+    return f"holds {len(variables)} variable{'s' * (len(variables) != 1)}, {size_text(total)}"

@@ -305,6 +305,7 @@ def coordinate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> 
                           metrics=workload.metrics)
         else:
             model.optimizer.learning_rate = plan.learning_rate
+    placed = placement(model)
     # One input pipeline, on the workers: nothing to shard; each step takes one batch of it.
     buffer = min(workload.num_examples or 10_000, 10_000)
     train = workload.train_dataset().shuffle(buffer, seed=opts.seed).batch(plan.global_batch,
@@ -325,7 +326,7 @@ def coordinate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> 
     writer.event("started", strategy="parameter_server", communication=None, autoshard=None,
                  workload=workload.name, epochs=opts.epochs, is_chief=True, chief=str(cluster.chief),
                  exact_step_loss=False, tensorflow=tf.__version__, num_ps=len(cluster.cluster["ps"]),
-                 **plan.as_dict())
+                 variables=placed, **plan.as_dict())
     t0 = time.perf_counter()
     history = model.fit(train, epochs=opts.epochs, steps_per_epoch=plan.steps_per_epoch, validation_data=val,
                         validation_steps=validation_steps, callbacks=callbacks, verbose=0)
@@ -337,6 +338,19 @@ def coordinate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> 
         model.save(model_path)
     writer.event("finished", metrics=final, train_time=train_time, model=str(model_path) if model_path else None)
     return final
+
+
+def placement(model) -> list[dict]:
+    """Where the model's variables live: one entry per variable (or shard of a partitioned one) with
+    its ps task index, name, shape and bytes."""
+    out = []
+    for var in model.variables:
+        for shard in getattr(var, "variables", None) or [var]:
+            device = tf.DeviceSpec.from_string(shard.device or "")
+            out.append({"name": shard.name.split(":")[0], "shape": [int(d) for d in shard.shape],
+                        "bytes": int(shard.shape.num_elements() or 0) * shard.dtype.size,
+                        "ps": device.task if device.job == "ps" else None})
+    return out
 
 
 class BackedUp(tf.keras.callbacks.Callback):

@@ -11,7 +11,7 @@ from PySide6.QtWidgets import (QGraphicsItem, QGraphicsRectItem, QGraphicsScene,
 
 from console import cluster as cl
 from console.gui.colors import worker_color
-from console.text import state_text
+from console.text import size_text, state_text, variables_text
 from console.diagram_model import BatchSplit, HostBox, picture
 
 TASK_W, TASK_H, PAD = 190, 96, 12
@@ -182,6 +182,15 @@ class ClusterDiagram(QWidget):
                     line = self._text(reason, 0, TASK_H + 18, 8, False, tint, item)
                     line.setText(QFontMetrics(line.font()).elidedText(reason, Qt.ElideRight, TASK_W))
                     line.setToolTip(why)
+            if task.variables:  # a ps of a run: what it holds, the biggest first
+                self._text(variables_text(task.variables), 6, 55, 8, True, parent=item)
+                for k, var in enumerate(sorted(task.variables, key=lambda v: -v["bytes"])[:2]):
+                    size = size_text(var["bytes"])
+                    line = self._text(f"{var['name']}  {size}", 6, 67 + 12 * k, 8, parent=item)
+                    room = TASK_W - 20 - QFontMetrics(line.font()).horizontalAdvance(f"  {size}")
+                    name = QFontMetrics(line.font()).elidedText(var["name"], Qt.ElideMiddle, int(room))
+                    line.setText(f"{name}  {size}")
+                item.setToolTip("\n".join(f"{v['name']} {v['shape']} {size_text(v['bytes'])}" for v in task.variables))
             dev_w = (TASK_W - 12 - 4 * (len(task.devices) - 1)) / max(1, len(task.devices))
             for d, device in enumerate(task.devices):
                 rect = QGraphicsRectItem(QRectF(0, 0, dev_w, 26), item)

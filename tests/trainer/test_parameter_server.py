@@ -40,6 +40,10 @@ def test_chief_two_workers_and_a_ps_train_digits(tmp_path):
     assert started["strategy"] == "parameter_server" and started["asynchronous"] is True
     assert (started["num_workers"], started["per_worker_batch"], started["global_batch"]) == (2, 32, 32)
     assert started["learning_rate"] == started["base_learning_rate"]  # a step's batch does not grow with workers
+    placed = started["variables"]  # every variable of the model, on the (one) ps
+    assert placed and all(v["ps"] == 0 and v["bytes"] > 0 for v in placed)
+    assert sum(v["bytes"] for v in placed) == 4 * sum(
+        int(__import__("numpy").prod(v["shape"])) for v in placed)
     steps = [r for r in records if r["type"] == "step"]
     assert steps and all(r["loss_avg"] > 0 and r["step_time"] > 0 for r in steps)
     assert {r["epoch"] for r in records if r["type"] == "epoch"} == {0, 1, 2, 3}

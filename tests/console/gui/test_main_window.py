@@ -208,6 +208,8 @@ def test_a_parameter_server_cluster_from_the_window(qtbot, gui_homes, shots):
     save_shot(window, shots, "window-parameter-server-dashboard")
     window.tabs.setCurrentWidget(window.diagram)
     assert window.diagram.split.from_run and "each step: one worker's batch" in window.diagram.split.label
+    ps = next(t for h in window.diagram.hosts for t in h.tasks if t.name == "ps-0")
+    assert {v["name"] for v in ps.variables} >= {"dense/kernel", "dense/bias"}  # the model's variables, on the ps
     save_shot(window, shots, "window-parameter-server-diagram")
     window.files.dirty = False
     window.close()
