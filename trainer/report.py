@@ -20,7 +20,9 @@ running mean as ``loss_avg`` and no ``loss``.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import queue
 import threading
 import time
 from pathlib import Path
@@ -29,6 +31,8 @@ import tensorflow as tf
 
 from agent.protocol import METRICS, RUN_DIR_VARIABLE
 from trainer.metrics import MetricsWriter
+
+log = logging.getLogger("trainer.report")
 
 # Scalars: tf-keras's "sum" output reduction under MirroredStrategy sums every
 # element of an output, so a packed vector would not survive.
@@ -244,52 +248,68 @@ class CoordinatorReporter(tf.keras.callbacks.Callback):
     """Step and epoch records of a ParameterServerStrategy run, from its coordinator (the chief).
 
     Under ParameterServerStrategy ``fit`` only schedules steps on the workers; a batch's logs are a
-    ``RemoteValue`` whose ``fetch`` waits for that step. Fetching every step would serialise the
-    workers, so the reporter fetches every ``every``-th step (and each epoch's last): its record
-    carries Keras's running means (``loss_avg``, ``accuracy``: shared metric variables, all workers'
-    steps so far in the epoch) and the pace since the previous record (``step_time`` per step,
-    ``global_examples_per_sec`` for all workers, ``examples_per_sec`` for one on average).
+    ``RemoteValue`` whose ``fetch`` waits for that step. Waiting on the training thread would stall
+    the scheduling (the workers run dry), so every ``every``-th step's logs (and each epoch's last)
+    go to a thread of their own that fetches them and writes the record: Keras's running means
+    (``loss_avg``, ``accuracy``: metric variables shared by all workers, over the epoch's steps so
+    far) and the pace since the previous record (``step_time`` per step, ``global_examples_per_sec``
+    for all workers, ``examples_per_sec`` for one on average).
     """
 
     def __init__(self, writer: MetricsWriter, batch: int, num_workers: int, every: int = 10):
         super().__init__()
-        self.num_workers = max(1, num_workers)
         self._supports_tf_logs = True  # else tf-keras refuses batch hooks under ParameterServerStrategy
         self.writer = writer
         self.batch = batch
+        self.num_workers = max(1, num_workers)
         self.every = max(1, every)
         self._epoch = 0
-        self._t_epoch = self._t_mark = 0.0
-        self._mark = 0  # the step of the last record in this epoch
+        self._t_epoch = 0.0
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._fetching, name="tfcc-coordinator-reporter", daemon=True)
+        self._thread.start()
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
-        self._t_epoch = self._t_mark = time.perf_counter()
-        self._mark = 0
+        self._t_epoch = time.perf_counter()
+        self._queue.put(("epoch", epoch, self._t_epoch))
 
     def on_train_batch_end(self, batch, logs=None):
         steps = (self.params or {}).get("steps")
-        last = steps is not None and batch + 1 == steps
-        if (batch + 1) % self.every and not last:
+        if (batch + 1) % self.every and not (steps is not None and batch + 1 == steps):
             return
-        values = logs.fetch() if hasattr(logs, "fetch") else (logs or {})
-        now = time.perf_counter()
-        done = batch + 1 - self._mark
-        took = (now - self._t_mark) / max(1, done)
-        self._t_mark, self._mark = now, batch + 1
-        record = {"type": "step", "epoch": self._epoch, "step": batch,
-                  "global_step": self._epoch * steps + batch + 1 if steps else batch + 1,
-                  "step_time": took, "time": time.time(), "steps": done,
-                  "global_batch": self.batch}
-        if took > 0:  # the workers' steps together; per worker, what one of them takes on average
-            record["global_examples_per_sec"] = self.batch / took
-            record["examples_per_sec"] = self.batch / took / self.num_workers
-        for key, value in dict(values).items():
-            number = _to_float(value)
-            record["loss_avg" if key == "loss" else key] = number
-        self.writer.write(record)
+        self._queue.put(("step", (self._epoch, batch, steps), logs))  # fetched off this thread
+
+    def _fetching(self) -> None:
+        mark_step, mark_time = 0, time.perf_counter()
+        while True:
+            kind, what, payload = self._queue.get()
+            try:
+                if kind == "epoch":
+                    mark_step, mark_time = 0, payload
+                    continue
+                epoch, batch, steps = what
+                values = payload.fetch() if hasattr(payload, "fetch") else (payload or {})
+                now = time.perf_counter()
+                done = batch + 1 - mark_step
+                took = (now - mark_time) / max(1, done)
+                mark_step, mark_time = batch + 1, now
+                record = {"type": "step", "epoch": epoch, "step": batch,
+                          "global_step": epoch * steps + batch + 1 if steps else batch + 1,
+                          "step_time": took, "time": time.time(), "steps": done, "global_batch": self.batch}
+                if took > 0:  # the workers' steps together; per worker, what one of them takes on average
+                    record["global_examples_per_sec"] = self.batch / took
+                    record["examples_per_sec"] = self.batch / took / self.num_workers
+                for key, value in dict(values).items():
+                    record["loss_avg" if key == "loss" else key] = _to_float(value)
+                self.writer.write(record)
+            except Exception:  # a step that failed is the coordinator's to report, not the reporter's
+                log.exception("fetching a step's logs")
+            finally:
+                self._queue.task_done()
 
     def on_epoch_end(self, epoch, logs=None):
+        self._queue.join()  # the epoch's step records first (their steps are done: fit waited for them)
         values = logs.fetch() if hasattr(logs, "fetch") else (logs or {})
         record = {"type": "epoch", "epoch": epoch, "epoch_time": time.perf_counter() - self._t_epoch,
                   "time": time.time()}
