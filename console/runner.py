@@ -239,6 +239,8 @@ class Run:
                 env[MODEL_FILE_ORIGIN] = str(Path(training.model_file).expanduser().resolve())
             if spec.gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpus))
+            elif spec.role == "ps":  # it holds variables on its CPU: TensorFlow would take every GPU's memory
+                env["CUDA_VISIBLE_DEVICES"] = ""
             reply = link.connect().call("start", run_id=self.run_id, task=task.name, tf_config=configs[i],
                                         argv=argv, env=env, python_path=[link.dist], fresh=not resume)
             task.attempt = reply.get("attempt", 1)

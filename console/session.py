@@ -213,7 +213,10 @@ class RunSession:
                 if self._stop_for_nan:
                     self._stop_at_nan()
                 if self._servers_done:
-                    self._end_servers()
+                    try:
+                        self._end_servers()
+                    except Exception:
+                        log.exception("ending the servers of run %s", self.run.run_id)
                 if self._failed:
                     try:
                         self._supervise()
@@ -268,7 +271,7 @@ class RunSession:
             task.phase = message.get("phase") or ERROR
             task.exit = message.get("exit")
             words = text.outcome_text(task.phase, task.exit, message.get("error"))
-            if task.phase == FINISHED and self._coordinates(task):
+            if self._coordinates(task) and (task.phase == FINISHED or self._given_up or self._stop_requested):
                 self._servers_done = True  # parameter-server training is over: its servers end now
             if task.phase in (FAILED, LOST) and not (message.get("stopped") or self._stop_requested):
                 self._failed.append(task)  # not a stop that someone asked for (here or with tfcc stop)
@@ -389,7 +392,7 @@ class RunSession:
         """A task of this attempt ended badly: stop the rest for sure, judge, and restart every task
         from their backups when that can help and the budget allows; else the run ends here."""
         failed, self._failed = self._failed, []
-        if self._given_up or self._stop_requested:
+        if self._given_up or self._stop_requested or self._coordinator_finished():
             return  # no (more) supervision: the run ends as its tasks do
         if self._parameter_server and all(t.name.startswith("worker-") and not self._stalled.get(t.name)
                                           for t in failed):
@@ -473,6 +476,10 @@ class RunSession:
         self._say("restarted", f"run {self.run.run_id}: attempt {attempt} started, from the newest backup "
                                f"every task has{ports}")
 
+    def _coordinator_finished(self) -> bool:
+        """A parameter-server run whose chief finished: what its servers do now is no failure."""
+        return any(self._coordinates(t) and t.phase == FINISHED for t in self.run.tasks)
+
     @property
     def _parameter_server(self) -> bool:
         return any(t.role == "ps" for t in self.run.cluster.tasks)
@@ -486,7 +493,7 @@ class RunSession:
             self._say("failure", line)
         names = ", ".join(t.name for t in failed)
         if not verdict.retryable or self.restarts_left <= 0:
-            self._given_up = True
+            self._given_up = True  # the coordinator waits for the worker; when it fails, its servers end too
             self._say("gave_up", f"run {self.run.run_id}: {names} not started again ("
                                  + ("the cause would repeat" if not verdict.retryable else "max_restarts used up")
                                  + "); the coordinator waits for it up to an hour: fix the cause, then "
@@ -504,6 +511,10 @@ class RunSession:
             self._say("gave_up", f"run {self.run.run_id}: {names} could not be started again: {exc}")
             return
         self.run.follow(self._follower(self.attempt), self._poll, only=failed)
+        chief = task_name("chief", 0)
+        if chief in self._pace:  # with one worker the coordinator makes no step until it is back
+            self._pace[chief] = Pace(first=max(self.watchdog, self.stall_floor))
+            self._pace[chief].last_at = time.monotonic()
         self._say("restarted", f"run {self.run.run_id}: {names} started again, training went on without it; "
                                "the coordinator takes it back")
 

@@ -306,10 +306,17 @@ def coordinate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> 
         else:
             model.optimizer.learning_rate = plan.learning_rate
     placed = placement(model)
-    # One input pipeline, on the workers: nothing to shard; each step takes one batch of it.
+    # Each worker builds its own copy of the input pipeline (nothing to shard), so each must shuffle
+    # in its own order: a seed fixed here would give every worker the same batches. The seed is drawn
+    # where the pipeline is built, on the worker.
     buffer = min(workload.num_examples or 10_000, 10_000)
-    train = workload.train_dataset().shuffle(buffer, seed=opts.seed).batch(plan.global_batch,
-                                                                            drop_remainder=True).repeat()
+
+    def per_worker_dataset(context):
+        seed = tf.cast(tf.math.floormod(tf.timestamp() * 1e6, 2.0 ** 31), tf.int64)
+        return workload.train_dataset().shuffle(buffer, seed=seed).batch(
+            plan.global_batch, drop_remainder=True).repeat()
+
+    train = tf.keras.utils.experimental.DatasetCreator(per_worker_dataset)
     val = validation_steps = None
     if workload.val_dataset is not None:
         count = sum(1 for _ in workload.val_dataset())
