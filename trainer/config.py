@@ -206,26 +206,23 @@ def _batch(text: str) -> int:
     return _positive_int(text, MAX_BATCH)
 
 
-def _learning_rate(text: str) -> float:
+def _number(text: str, problem_of, what: str = "a number") -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    problem = learning_rate_problem(value)
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+    problem = problem_of(value)
     if problem:
         raise argparse.ArgumentTypeError(f"{text}: {problem}")
     return value
+
+
+def _learning_rate(text: str) -> float:
+    return _number(text, learning_rate_problem)
 
 
 def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    problem = backup_seconds_problem(value)
-    if problem:
-        raise argparse.ArgumentTypeError(f"{text}: {problem}")
-    return value
+    return _number(text, backup_seconds_problem, "a number of seconds")
 
 
 def _shape(text: str) -> tuple[int, ...]:
