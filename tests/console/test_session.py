@@ -280,12 +280,9 @@ def test_a_worker_killed_mid_epoch_is_restarted_with_the_group_and_the_run_finis
 
     session.subscribe(note)
     session.follow()
-    folder = homes / "host-home" / "runs" / "killed" / "worker-1"
     try:
         assert wait_until(lambda: common_backups(backups), 180)
-        child = json.loads((folder / "child.json").read_text())["pid"]
-        os.kill(child, signal.SIGKILL)
-        killed = time.monotonic()
+        killed = signal_task(homes, "killed", "worker-1", signal.SIGKILL)
         assert wait_until(lambda: any(k == "failure" for k, _ in events), 30)
         assert time.monotonic() - killed < 5, "the failure is reported within 5 s"
         assert wait_until(lambda: all(t.phase == "training" for t in run.tasks) and session.attempt == 2, 60)
@@ -310,6 +307,13 @@ def test_a_worker_killed_mid_epoch_is_restarted_with_the_group_and_the_run_finis
     assert not redone or max(redone) - min(redone) <= 30, "at most 30 s of training redone"
     finished = read_records(homes / "host-home" / "runs" / "killed" / "worker-0" / "metrics.jsonl")[-1]
     assert finished["event"] == "finished" and finished["metrics"]["val_accuracy"] >= 0.93
+
+
+def signal_task(homes, run_id: str, task: str, sig: int) -> float:
+    """Send ``sig`` to a local task's own process (not its supervisor); when, on the monotonic clock."""
+    child = json.loads((homes / "host-home" / "runs" / run_id / task / "child.json").read_text())["pid"]
+    os.kill(child, sig)
+    return time.monotonic()
 
 
 def common_backups(backups: set) -> set:
@@ -338,12 +342,9 @@ def test_a_frozen_worker_is_named_and_the_group_restarted(homes, monkeypatch):
     session.subscribe(lambda e: backups.update((e.task.name, r["global_step"]) for r in e.records
                                                if r.get("event") == "backed_up") if e.kind == "records" else None)
     session.follow()
-    folder = homes / "host-home" / "runs" / "frozen" / "worker-1"
     try:
         assert wait_until(lambda: common_backups(backups), 180)
-        child = json.loads((folder / "child.json").read_text())["pid"]
-        os.kill(child, signal.SIGSTOP)
-        frozen = time.monotonic()
+        frozen = signal_task(homes, "frozen", "worker-1", signal.SIGSTOP)
         assert wait_until(lambda: any(k in ("failure", "stalled") for k, _ in events), 30)
         assert time.monotonic() - frozen < 20, events
         assert session.wait(300)
@@ -541,8 +542,7 @@ def parameter_server_run_killed(homes, name: str, victim: str, after_epochs: int
     session.follow()
     try:
         assert wait_until(lambda: len(epochs) >= after_epochs, 180)
-        child = json.loads((homes / "host-home" / "runs" / name / victim / "child.json").read_text())["pid"]
-        os.kill(child, signal.SIGKILL)
+        signal_task(homes, name, victim, signal.SIGKILL)
         assert wait_until(lambda: any(k == "restarted" for k, _ in events), 60), events
         assert session.wait(300)
     finally:
