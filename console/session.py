@@ -413,10 +413,7 @@ class RunSession:
         self._drain()  # the other tasks' ends: those that failed on their own are judged with the first
         failed += [t for t in self._failed if t not in failed]
         self._failed = []
-        verdict = supervision.judge([self._failure(t) for t in failed])
-        for task, line in zip(failed, verdict.lines):
-            self._state(task, "failed", line)  # first: a listener of the event finds the state said
-            self._say("failure", line)
+        verdict = self._judge(failed)
         for line in self._hosts.failed(verdict.culprits):
             self._say("host_failing", line)
         if self.found_failures == OFFER and all(self._ended_before_following(t) for t in failed):
@@ -453,9 +450,7 @@ class RunSession:
         self.attempt += 1
         for task in self.run.tasks:
             self._state(task, "restarting", f"restart {self.attempt - 1}: from the newest common backup")
-        for task in self.run.tasks:
-            task.phase, task.exit, task.launched_at, task.cluster_formed = STARTING, None, None, False
-            self._stderr_from[task.name] = task.offsets[STDERR]  # all of it was read: the old attempt's
+        self._relaunching(self.run.tasks)
         self._pace.clear()
         self._opened = time.monotonic()  # the watchdog gives the new attempt its own time
         self.warned = False
@@ -487,10 +482,7 @@ class RunSession:
     def _relaunch_workers(self, failed: list[TaskState]) -> None:
         """Parameter-server training goes on without a worker (the coordinator re-queues its steps and
         waits for it): only that worker is started again, and the coordinator takes it back."""
-        verdict = supervision.judge([self._failure(t) for t in failed])
-        for task, line in zip(failed, verdict.lines):
-            self._state(task, "failed", line)
-            self._say("failure", line)
+        verdict = self._judge(failed)
         names = ", ".join(t.name for t in failed)
         if not verdict.retryable or self.restarts_left <= 0:
             self._given_up = True  # the coordinator waits for the worker; when it fails, its servers end too
@@ -502,8 +494,7 @@ class RunSession:
         self.restarts_left -= 1
         for task in failed:
             self._state(task, "restarting", "started again; the coordinator takes it back")
-            self._stderr_from[task.name] = task.offsets[STDERR]
-            task.phase, task.exit, task.launched_at, task.cluster_formed = STARTING, None, None, False
+        self._relaunching(failed)
         try:
             self.run.relaunch(failed)
         except TfccError as exc:
@@ -517,6 +508,20 @@ class RunSession:
             self._pace[chief].last_at = time.monotonic()
         self._say("restarted", f"run {self.run.run_id}: {names} started again, training went on without it; "
                                "the coordinator takes it back")
+
+    def _judge(self, failed: list[TaskState]) -> supervision.Verdict:
+        """The verdict on ``failed``, its line for each task said (and shown on the task)."""
+        verdict = supervision.judge([self._failure(t) for t in failed])
+        for task, line in zip(failed, verdict.lines):
+            self._state(task, "failed", line)  # first: a listener of the event finds the state said
+            self._say("failure", line)
+        return verdict
+
+    def _relaunching(self, tasks: list[TaskState]) -> None:
+        """``tasks`` start again: a new launch, and their stderr so far (all of it was read) is the old one's."""
+        for task in tasks:
+            task.phase, task.exit, task.launched_at, task.cluster_formed = STARTING, None, None, False
+            self._stderr_from[task.name] = task.offsets[STDERR]
 
     def _ended_before_following(self, task: TaskState) -> bool:
         ended = text.metric_value((task.exit or {}).get("ended"))
