@@ -95,6 +95,17 @@ def proc_start_time(pid: int):
     return int(fields[19])
 
 
+def proc_state(pid) -> str | None:
+    """The process's state letter (field 3 of /proc/<pid>/stat: R, S, D, T stopped, t traced, Z), or None."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except (OSError, TypeError, ValueError):
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    return fields[0] if fields else None
+
+
 def is_same_process(pid, start_time) -> bool:
     """True only if ``pid`` is still the process that was started (PIDs are reused)."""
     return bool(pid) and start_time is not None and proc_start_time(pid) == start_time
@@ -235,6 +246,7 @@ def status(run_id: str, task: str) -> dict:
         phase = protocol.RUNNING
     else:
         phase = protocol.LOST  # the supervisor vanished without writing exit.json (killed)
+    child = (read_json(folder / "child.json") or {}).get("pid") if running and ended is None else None
     sizes = {}
     for name in STREAMS:
         try:
@@ -243,7 +255,24 @@ def status(run_id: str, task: str) -> dict:
             sizes[name] = 0
     return {"run_id": run_id, "task": task, "run_dir": str(folder), "phase": phase,
             "pid": state.get("pid"), "started": state.get("started"), "exit": ended, "sizes": sizes,
-            "stopped": (folder / STOP_MARKER).exists(), "stderr_from": state.get("stderr_from", 0)}
+            "stopped": stopped_by_request(folder, ended), "stderr_from": state.get("stderr_from", 0),
+            # SIGSTOP (a debugger, Ctrl-Z, a scheduler): alive, but it makes no step and answers no peer
+            "suspended": proc_state(child) in ("T", "t") if child else False}
+
+
+def stopped_by_request(folder: Path, ended) -> bool:
+    """Whether a stop someone asked for ended the task: it was asked, and the task ended at or after
+    that. A task that ended on its own just before (its own error) keeps its failure."""
+    try:
+        asked = float((folder / STOP_MARKER).read_text() or 0)
+    except FileNotFoundError:
+        return False
+    except ValueError:
+        asked = 0.0  # an older agent's empty marker: the stop counts
+    if not isinstance(ended, dict) or ended.get("stopped"):
+        return True
+    when = ended.get("ended")
+    return not isinstance(when, (int, float)) or when >= asked
 
 
 def list_runs() -> list:
@@ -278,7 +307,8 @@ def stop(run_id: str, task: str, grace: float = 10.0) -> dict:
     if not is_same_process(pid, start_time):
         return {"run_id": run_id, "task": task, "stopped": False, "reason": "not running"}
     pgid = state.get("pgid", pid)
-    (folder / STOP_MARKER).touch()  # asked for: whoever follows the task must not take its end for a failure
+    # Asked for, and when: whoever follows the task must not take an end from now on for a failure.
+    (folder / STOP_MARKER).write_text(repr(time.time()))
     _signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while group_members(pgid) and time.monotonic() < deadline:

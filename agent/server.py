@@ -195,7 +195,7 @@ class Server:
                     break
             if ended:
                 self.send({"id": rid, "type": protocol.END, "phase": state["phase"], "exit": state["exit"],
-                           "offsets": offsets, "stopped": (folder / runs.STOP_MARKER).exists()})
+                           "offsets": offsets, "stopped": state["stopped"]})
                 return None
             self.closed.wait(poll)
         return None

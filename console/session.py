@@ -70,6 +70,7 @@ SUPERVISION = ("alert", "stalled", "failure", "host_failing", "restarting", "res
 SUPERVISION_ALARMS = ("alert", "stalled", "failure", "host_failing", "offered", "gave_up")  # to look at
 RESTART, OFFER = "restart", "offer"  # what a session does with failures that happened before it followed
 STALL_FLOOR = 15.0  # seconds without a step that are never a stall, however quick the steps were
+SUSPENDED = "is stopped (SIGSTOP: a debugger, Ctrl-Z or a job scheduler froze it) and answers no peer"
 
 
 class Pace:
@@ -336,6 +337,8 @@ class RunSession:
         """A step of ``task``: the stall watchdog's clock, and the alert for a first non-finite loss."""
         pace = self._pace.setdefault(task.name, Pace())
         pace.step(step, time.monotonic(), self._steps_per_epoch.get(task.name))
+        if "loss" not in step and "loss_avg" not in step:
+            return  # a record without a loss (a user's own metrics only) says nothing of divergence
         loss = text.metric_value(step.get("loss", step.get("loss_avg")))
         if not math.isfinite(loss) and task.name not in self._diverged:
             self._diverged.add(task.name)
@@ -379,14 +382,48 @@ class RunSession:
                 continue
             silent = now - pace.last_at
             if silent > pace.patience(self.stall_floor):
-                self._stalled[task.name] = (f"made no step for {silent:.0f} s (its steps took "
-                                            f"{pace.median():.2f} s; its last was epoch {text.count(pace.epoch)} "
-                                            f"step {text.count(pace.index)})")
-                self._say("stalled", f"{task.name} on {task.host} {self._stalled[task.name]}")
-                self._state(task, "stalled", self._stalled[task.name])
                 pace.last_at = None  # said once: what follows is the supervisor's
+                why = self._why_silent(task) or ("it may wait for a collective that a peer never joined, "
+                                                 "or its host is overloaded")
+                self._stall(task, f"made no step for {silent:.0f} s (its steps took {pace.median():.2f} s; its "
+                                  f"last was epoch {text.count(pace.epoch)} step {text.count(pace.index)}): {why}")
                 self._failed.append(task)
                 return
+
+    def _stall(self, task: TaskState, words: str) -> None:
+        """``task`` is stalled (``words``: how, and the likely cause): said and shown; the caller judges it."""
+        self._stalled[task.name] = words
+        self._say("stalled", f"{task.name} on {task.host} {words}")
+        self._state(task, "stalled", words)
+
+    def _why_silent(self, task: TaskState) -> str:
+        """Why a running task makes no step, where its host can tell: its process is stopped, or the
+        host does not answer; "" when neither."""
+        try:
+            status = self.run.links[task.host].connect().call("status", run_id=self.run.run_id, task=task.name)
+        except TfccError as exc:
+            return f"its host does not answer ({exc})"
+        if status.get("suspended"):
+            return SUSPENDED
+        return ""
+
+    def _name_the_suspended(self, failed: list[TaskState]) -> None:
+        """Tasks whose process is stopped (SIGSTOP) look alive to everyone but their peers, which fail
+        for losing them: name each as what stalled, before the stop ends them."""
+        for task in self.run.tasks:
+            if task in failed or task.phase in ENDED or task.phase == STARTING:
+                continue
+            try:
+                status = self.run.links[task.host].connect().call("status", run_id=self.run.run_id,
+                                                                  task=task.name)
+            except TfccError:
+                continue
+            if status.get("suspended"):
+                pace = self._pace.get(task.name)
+                last = (f"; its last step was epoch {text.count(pace.epoch)} step {text.count(pace.index)}"
+                        if pace is not None and pace.index is not None else "; it made no step yet")
+                self._stall(task, f"{SUSPENDED}{last}")
+                failed.append(task)
 
     def _supervise(self) -> None:
         """A task of this attempt ended badly: stop the rest for sure, judge, and restart every task
@@ -405,6 +442,7 @@ class RunSession:
             self.restarting = False
 
     def _restart_after(self, failed: list[TaskState]) -> None:
+        self._name_the_suspended(failed)
         # TensorFlow ignores SIGTERM while it waits: SIGKILL soon after. Every follow of this attempt
         # must deliver its end: one still reconnecting to a host would read beside the next attempt's.
         unstopped = self.run.stop_each(grace=2)

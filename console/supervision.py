@@ -59,7 +59,9 @@ def judge(failures: list[Failure]) -> Verdict:
     lines, culprits = [], []
     killed = retryable_cause = permanent_cause = plain_error = False
     for f in failures:
-        found = diagnose(f.stderr_tail, f.returncode, f.failed_event)
+        # A stalled task was killed by tfcc's own stop: its log may say more than the stall, the kill does not
+        # (judged as a plain error exit: a traceback counts, the signal not).
+        found = diagnose(f.stderr_tail, 1 if f.stalled else f.returncode, f.failed_event)
         code = f.returncode
         lost_a_peer = (found is not None and found.name in CONSEQUENCES) or (
             found is None and f.failed_event is not None and LOST_PEER in f.failed_event)
@@ -68,8 +70,11 @@ def judge(failures: list[Failure]) -> Verdict:
         if f.phase == LOST or code is None or code < 0 or code >= 128 or f.stalled:
             killed = True
         if f.stalled:
-            lines.append(f"{f.task} on {f.host} {f.stalled}: its process was stopped, or it waits for a "
-                         "collective that a peer never joined" + (f" ({found.cause})" if found else ""))
+            lines.append(f"{f.task} on {f.host} {f.stalled}"
+                         + (f"; its log says: {found.cause}; {found.fix}" if found else ""))
+            if found is not None and found.name not in CONSEQUENCES:
+                retryable_cause |= found.retryable
+                permanent_cause |= not found.retryable
         elif found is not None:
             lines.append(f"{f.task} on {f.host}: {found.cause}; {found.fix}")
             retryable_cause |= found.retryable

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -157,6 +158,51 @@ def test_stop_kills_a_task_that_ignores_sigterm(clients, stop_all, tfcc_home):
     assert not _alive(started["pid"]) and not _alive(child)
     status = client.call("status", run_id="r1", task="worker-0")
     assert status["phase"] == "failed" and status["exit"]["returncode"] < 0
+
+
+def test_a_suspended_task_says_so_in_its_status(clients, stop_all):
+    """SIGSTOP leaves a task alive but silent: its status says so (the console names it, not a peer)."""
+    client = clients()
+    started = start_fake(client, stop_all)
+    folder = Path(started["run_dir"])
+    got = Collector()
+    client.follow("r1", "worker-0", got)
+    got.wait_for(10)
+    child = json.loads((folder / "child.json").read_text())["pid"]
+    assert client.call("status", run_id="r1", task="worker-0")["suspended"] is False
+    os.kill(child, signal.SIGSTOP)
+    try:
+        assert wait_for(lambda: client.call("status", run_id="r1", task="worker-0")["suspended"], 10)
+    finally:
+        os.kill(child, signal.SIGCONT)
+    assert wait_for(lambda: not client.call("status", run_id="r1", task="worker-0")["suspended"], 10)
+
+
+def test_an_end_of_its_own_just_before_a_stop_keeps_its_failure(clients, stop_all):
+    """A stop asked for marks the ends that follow it, not one that came first (the task's own error
+    would be taken for the stop's doing and never judged)."""
+    client = clients()
+    started = start_fake(client, stop_all, first=1, second=0, code=3)
+    folder = Path(started["run_dir"])
+    (folder / "release").touch()
+    got = Collector()
+    follow = client.follow("r1", "worker-0", got)
+    assert follow.done.wait(30) and follow.end["stopped"] is False
+    ended = json.loads((folder / "exit.json").read_text())["ended"]
+    (folder / runs.STOP_MARKER).write_text(repr(ended + 0.5))  # a stop that came after the end
+    assert client.call("status", run_id="r1", task="worker-0")["stopped"] is False
+    (folder / runs.STOP_MARKER).write_text(repr(ended - 0.5))  # one that came before it: its doing
+    assert client.call("status", run_id="r1", task="worker-0")["stopped"] is True
+
+
+def wait_for(condition, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        pause.wait(0.05)
+    return True
 
 
 def test_stop_never_signals_a_reused_pid(clients, tfcc_home):

@@ -26,14 +26,23 @@ from console.supervision import Failure, HostStreaks, backoff, judge
           Failure("worker-1", "b", "failed", 1, "tensorflow.python.framework.errors_impl.UnavailableError: "
                   "Socket closed")], False, "ValueError: the data has 3 columns"),  # the cause wins
         ([Failure("worker-1", "b", "failed", None, stalled="made no step for 40 s")], True,
-         "worker-1 on b made no step for 40 s: its process was stopped"),
+         "worker-1 on b made no step for 40 s"),
+        # tfcc's own kill of a stalled task is no cause: not "killed by SIGKILL (by tfcc's stop, ...)"
+        ([Failure("worker-1", "b", "failed", -9, stalled="is stopped (SIGSTOP)")], True,
+         "worker-1 on b is stopped (SIGSTOP)"),
+        # what its log says counts: a stall in a loop the code cannot leave is not restarted
+        ([Failure("worker-1", "b", "failed", -9, "Traceback (most recent call last):\n  File \"t.py\", line 3\n"
+                  "ValueError: the data has 3 columns", stalled="made no step for 40 s")], False,
+         "worker-1 on b made no step for 40 s; its log says: error in the training code: ValueError"),
     ],
-    ids=["sigkill", "exit-137", "lost", "lost-peer", "bug", "kill-and-survivor", "bug-and-survivor", "stalled"],
+    ids=["sigkill", "exit-137", "lost", "lost-peer", "bug", "kill-and-survivor", "bug-and-survivor", "stalled",
+         "stalled-killed-by-tfcc", "stalled-with-a-bug"],
 )
 def test_judge(failures, retryable, words):
     verdict = judge(failures)
     assert verdict.retryable is retryable
     assert any(words in line for line in verdict.lines), verdict.lines
+    assert not any("by tfcc's stop" in line for f, line in zip(failures, verdict.lines) if f.stalled)
 
 
 def test_backoff_grows_and_is_bounded():
