@@ -21,6 +21,7 @@ from typing import Callable
 from agent.protocol import (ENDED, ERROR, FAILED, FINISHED, LOST, RUNNING, STARTING, STDERR, TRAINING, WAITING,
                             task_name)
 from console import supervision, text
+from console.diagnosis import diagnose
 from console.errors import TfccError
 from console.metrics_store import MetricsStore
 from console.runner import WATCHDOG_SECONDS, Run, TaskState
@@ -282,6 +283,8 @@ class RunSession:
             if self.store is not None:
                 self.store.note(task.name, task.phase, f"process ended: {words}")
             self._tell(SessionEvent("task_ended", task, text=words, message=message))
+            if task.phase == FINISHED:
+                self._look_at_a_finished(task)
 
     def _records(self, task: TaskState, records: list[dict]) -> None:
         task.records += len(records)
@@ -565,21 +568,31 @@ class RunSession:
         ended = text.metric_value((task.exit or {}).get("ended"))
         return math.isfinite(ended) and ended < self._opened_at
 
-    def _failure(self, task: TaskState) -> Failure:
-        tail = ""
-        try:  # this attempt's part of its stderr only: an earlier attempt's errors are no cause now
+    def _stderr_tail(self, task: TaskState) -> str:
+        """The end of this attempt's part of ``task``'s stderr: an earlier attempt's errors are no cause now."""
+        try:
             client = self.run.links[task.host].connect()
             status = client.call("status", run_id=self.run.run_id, task=task.name)
             size = status["sizes"].get(STDERR, 0)
             begun = max(self._stderr_from.get(task.name, 0), status.get("stderr_from") or 0)
             fresh = size - begun
             if fresh > 0:
-                tail = client.call("logs", run_id=self.run.run_id, task=task.name,
+                return client.call("logs", run_id=self.run.run_id, task=task.name,
                                    max_bytes=min(8000, fresh))["logs"].get(STDERR, "")
         except TfccError as exc:
             log.info("no log of %s: %s", task.name, exc)
-        return Failure(task.name, task.host, task.phase, (task.exit or {}).get("returncode"), tail,
+        return ""
+
+    def _failure(self, task: TaskState) -> Failure:
+        return Failure(task.name, task.host, task.phase, (task.exit or {}).get("returncode"), self._stderr_tail(task),
                        self._failed_event.pop(task.name, None), self._stalled.pop(task.name, None))
+
+    def _look_at_a_finished(self, task: TaskState) -> None:
+        """A task that exited 0 can still have gone wrong in a way worth saying (its data ran out, it
+        could not use its GPUs): the diagnosis's signatures for a clean exit, as an alert."""
+        found = diagnose(self._stderr_tail(task), 0)
+        if found is not None:
+            self._say("alert", f"{task.name} on {task.host} finished, but {found.cause}; {found.fix}")
 
     def _state(self, task: TaskState, state: str, words: str = "") -> None:
         """What the window's badges show of ``task``: running, stalled, failed (with why), restarting."""

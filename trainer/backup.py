@@ -8,8 +8,9 @@ the tasks with different newest backups, which then fail in the first collective
 - every task keeps its own ``KEEP`` newest backups in ``<run folder>/backup``, each named by
   the global step it holds (``backup-<step>``), so backups of different tasks compare;
 - saves come about every ``seconds`` of training, at the same steps on every task (saving
-  reads synchronised variables collectively): after a few steps of an attempt the tasks
-  agree, by an all-reduce, on their mean step time, and from it on a step interval;
+  reads synchronised variables collectively): after a few steps of an attempt, and again at
+  each save, the tasks agree, by an all-reduce, on their mean step time, and from it on the
+  steps to the next save;
 - at the start of an attempt the tasks share the lists of their backups (an all-reduce
   again) and each restores the newest one they all have, dropping any newer one of its own,
   and says so in a ``resumed`` event; with none in common, training starts over (said too);
@@ -35,6 +36,7 @@ log = logging.getLogger("trainer.backup")
 KEEP = 2          # backups per task: a kill during a save still leaves one all tasks share
 PREFIX = "backup"
 PROBE_STEPS = 4   # steps of an attempt after which the tasks agree on the save interval (the first is traced)
+PACE_STEPS = 256  # the newest steps whose times set the next interval (their median: an epoch's end is no pace)
 
 
 def share(strategy, values: list[float], width: int) -> np.ndarray:
@@ -179,15 +181,18 @@ class TaskBackups(tf.keras.callbacks.Callback):
         # As trainer.report counts it (a call may cover several steps with steps_per_execution).
         self._global_step = self._epoch * steps + batch + 1 if steps else self._global_step + 1
         self._last_batch = batch
+        self._step_ends = (self._step_ends + [time.perf_counter()])[-PACE_STEPS:]
         if self.every is None:
-            self._step_ends.append(time.perf_counter())
             if self._steps == PROBE_STEPS:
                 self.every = self._agree_on_interval()
                 self._next_save = (self._global_step // self.every + 1) * self.every
             return
         if self._global_step >= self._next_save:  # the same steps on every task
-            self._next_save = (self._global_step // self.every + 1) * self.every
             self.save(batch)
+            # Steps get slower or quicker (a busy host, a bigger input): agree again, from the steps since
+            # the last save, so that saves stay about ``seconds`` apart.
+            self.every = self._agree_on_interval()
+            self._next_save = (self._global_step // self.every + 1) * self.every
 
     def _agree_on_interval(self) -> int:
         ends = self._step_ends

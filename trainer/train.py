@@ -296,6 +296,12 @@ def coordinate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> 
     partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
         min_shard_bytes=256 << 10, max_shards=len(cluster.cluster["ps"]))
     strategy = tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+    if strategy.num_replicas_in_sync > 1:  # each worker's GPUs: one step's batch is split over them
+        plan = plan_batches(per_replica_batch=opts.per_replica_batch, global_batch=opts.global_batch,
+                            num_workers=len(cluster.cluster["worker"]),
+                            replicas_per_worker=strategy.num_replicas_in_sync, num_examples=workload.num_examples,
+                            steps_per_epoch=opts.steps_per_epoch, base_learning_rate=opts.learning_rate,
+                            lr_rule=opts.lr_scaling, asynchronous=True)
     writer.event("cluster_formed", strategy="parameter_server", num_replicas=strategy.num_replicas_in_sync)
     tf.keras.utils.set_random_seed(opts.seed)
     with strategy.scope():
@@ -361,11 +367,19 @@ def placement(model) -> list[dict]:
 
 
 class BackedUp(tf.keras.callbacks.Callback):
-    """After tf-keras's epoch backup: a ``backed_up`` event (as trainer.backup writes)."""
+    """After tf-keras's epoch backup: a ``backed_up`` event (as trainer.backup writes); and, when
+    ``fit`` begins after epoch 0 (tf-keras restored a backup), the ``resumed`` event."""
 
     def __init__(self, writer: MetricsWriter):
         super().__init__()
         self.writer = writer
+        self._first = True
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self._first and epoch > 0:
+            steps = self.params.get("steps", 0)
+            self.writer.event("resumed", epoch=epoch - 1, step=steps - 1, global_step=epoch * steps)
+        self._first = False
 
     def on_epoch_end(self, epoch, logs=None):
         self.writer.event("backed_up", epoch=epoch, step=self.params.get("steps", 1) - 1,

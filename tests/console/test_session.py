@@ -583,9 +583,14 @@ def test_a_killed_ps_restarts_the_group_from_the_epoch_backup(homes, monkeypatch
     monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
     run, events = parameter_server_run_killed(homes, "pskilled", "ps-0", 3)
     said = " | ".join(f"{k}: {t}" for k, t in events)
-    assert [k for k, _ in events if k in ("restarting", "restarted")] == ["restarting", "restarted"], said
+    assert [k for k, _ in events if k in ("restarting", "restarted", "resumed")] == \
+        ["restarting", "restarted", "resumed"], said
     assert [t.phase for t in run.tasks] == ["finished"] * 4, said
     records = read_records(homes / "host-home" / "runs" / "pskilled" / "chief-0" / "metrics.jsonl")
+    backed_up = [r["epoch"] for r in records if r.get("attempt") == 1 and r.get("event") == "backed_up"]
+    resumed = [r for r in records if r.get("event") == "resumed"]
     second = [r for r in records if r.get("attempt") == 2 and r["type"] == "epoch"]
-    assert second and second[0]["epoch"] >= 2  # from the epoch backup, not from the start
+    # From the last epoch backup of attempt 1, said so, and the next epoch is the first trained again.
+    assert len(resumed) == 1 and resumed[0]["attempt"] == 2 and resumed[0]["epoch"] == backed_up[-1], said
+    assert second and second[0]["epoch"] == backed_up[-1] + 1
     assert records[-1]["event"] == "finished" and records[-1]["metrics"]["val_accuracy"] >= 0.90

@@ -54,8 +54,7 @@ def test_two_workers_record_every_step(digits2):
     assert saved[0] == saved[1] and len(saved[0]) >= 3
     steps_per_epoch = digits2.events(0, "started")[0]["steps_per_epoch"]
     assert any(step != steps_per_epoch - 1 for _, _, step in saved[0])  # not only at epoch ends
-    every = saved[0][1][0] - saved[0][0][0]
-    assert all(g % every == 0 and g2 - g == every for (g, _, _), (g2, _, _) in zip(saved[0][:-2], saved[0][1:-1]))
+    assert all(g < g2 for (g, _, _), (g2, _, _) in zip(saved[0], saved[0][1:]))  # the interval adapts to the pace
     assert [e["global_step"] for e in digits2.events(0, "backing_up")] == [g for g, _, _ in saved[0]]
     assert all(g == e * steps_per_epoch + s + 1 for g, e, s in saved[0])
     last = DIGITS_EPOCHS * steps_per_epoch
