@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QApplication
 from console.gui.colors import worker_color
 from console.gui.dashboard import MAX_POINTS, Dashboard
 from console.metrics_store import MetricsStore
+from console.session import SUSPENDED
 from tests.helpers.synthetic import feed, step_record
 from tests.console.gui.conftest import save_shot
 
@@ -126,3 +127,40 @@ def test_a_diverged_loss_draws_as_a_gap(qtbot):
     x, y = curve.getData()
     assert len(x) == 6 and np.isnan(y[3]) and np.isfinite(np.delete(y, 3)).all()
     assert curve.opts["connect"] == "finite"  # the line breaks at the gap instead of vanishing
+
+
+def test_a_restart_is_a_marker_on_every_plot_and_each_task_shows_its_state(qtbot, shots):
+    """Attempt 2 resumed from step 5: a dashed marker at step 5 on each plot (labelled once), the redone
+    steps gone from the curves; a stalled task and a restarting one say so on their rows."""
+    store = MetricsStore()
+    rng = random.Random(0)
+    for task in ("worker-0", "worker-1"):
+        first = [dict(step_record(0, g, 100, rng), attempt=1) for g in range(1, 9)]
+        store.ingest(task, first)
+    board = Dashboard(store)
+    qtbot.addWidget(board)
+    board.resize(900, 700)
+    board.show()
+    qtbot.waitExposed(board)
+    board.set_store(store, ["worker-0", "worker-1"])
+    store.set_state("worker-1", "stalled", f"{SUSPENDED}; its last step was epoch 1 step 8")  # as the session says
+    store.set_state("worker-0", "restarting", "restart 1: from the newest common backup")
+    board.timer.timeout.emit()
+    board.slow_timer.timeout.emit()
+    assert board.restart_lines == []
+    assert board.straggler_labels["worker-1"].text() == "STALLED: is stopped and answers no peer"
+    assert "its last step was epoch 1 step 8" in board.straggler_labels["worker-1"].toolTip()
+    assert board.straggler_labels["worker-0"].text() == "restarting: restart 1: from the newest common backup"
+    for task in ("worker-0", "worker-1"):
+        store.set_state(task, "running")
+        store.ingest(task, [{"type": "event", "event": "resumed", "global_step": 5, "attempt": 2}]
+                     + [dict(step_record(0, g, 100, rng), attempt=2) for g in range(6, 10)])
+    board.timer.timeout.emit()
+    board.slow_timer.timeout.emit()
+    assert len(board.restart_lines) == 1 and len(board.restart_lines[0]) == len(board.plots)
+    assert {line.value() for _, line in board.restart_lines[0]} == {5.0}
+    assert [plot for plot, _ in board.restart_lines[0]] == list(board.plots.values())
+    x, _ = board.curves[("worker-0", "loss")].getData()
+    assert list(x) == list(range(1, 10))  # 6-8 of attempt 1 were redone: drawn once, attempt 2's
+    assert board.straggler_labels["worker-1"].text() == ""
+    save_shot(board, shots, "dashboard-restart-marker")
