@@ -19,7 +19,8 @@ from agent.protocol import METRICS, parse_address
 from trainer.plan import (AUTOSHARD_POLICIES, DEFAULT_BACKUP_SECONDS, LR_RULES, MAX_BATCH, STRATEGIES, ConfigError,
                           backup_seconds_problem, count_problem, learning_rate_problem)
 
-ROLES = ("chief", "worker", "ps", "evaluator")
+EVALUATOR = "evaluator"
+ROLES = ("chief", "worker", "ps", EVALUATOR)
 COMMUNICATIONS = ("auto", "ring", "nccl")
 WORKLOADS = ("digits", "synthetic", "file")
 MAX_EPOCHS = 100_000  # more is a typo, not a plan (the batch and learning-rate bounds are in trainer.plan)
@@ -76,7 +77,8 @@ class ClusterConfig:
 
     @property
     def address(self) -> str | None:
-        if not self.cluster:
+        """This task's host:port; None for one process, and for an evaluator (it serves nothing)."""
+        if not self.cluster or self.task.type not in self.cluster:
             return None
         return self.cluster[self.task.type][self.task.index]
 
@@ -160,6 +162,10 @@ def parse_tf_config(text: str | None) -> ClusterConfig:
         tindex = int(tindex)
     if not isinstance(tindex, int) or isinstance(tindex, bool) or tindex < 0:
         raise ConfigError(f"TF_CONFIG task index {tindex!r} must be a whole number from 0")
+    if ttype == EVALUATOR and ttype not in clean:  # a sidecar: it reads checkpoints, the cluster does not know it
+        if tindex != 0:
+            raise ConfigError(f"TF_CONFIG task evaluator:{tindex}: a run has at most one evaluator, index 0")
+        return ClusterConfig(cluster=clean, task=TaskId(ttype, tindex), raw=text)
     if ttype not in clean:
         raise ConfigError(
             f"TF_CONFIG task is {ttype}:{tindex} but the cluster has no {ttype!r} tasks "
@@ -267,6 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--backup-seconds", type=_seconds, default=DEFAULT_BACKUP_SECONDS,
                    help=f"back up about every so many seconds of training (default {DEFAULT_BACKUP_SECONDS:g})")
     t.add_argument("--seed", type=int, default=1234, help="shuffle and initialisation seed, the same on every worker")
+    t.add_argument("--eval-checkpoints", type=Path, default=None,
+                   help="parameter-server training with an evaluator: the folder (relative to --run-dir) where the "
+                   "chief writes a checkpoint of the model each epoch and the evaluator reads them")
     d = p.add_argument_group("distribution")
     d.add_argument("--strategy", choices=STRATEGIES, default="auto")
     d.add_argument("--communication", choices=COMMUNICATIONS, default="auto",
@@ -300,6 +309,7 @@ class Options:
     lr_scaling: str
     backup_seconds: float
     seed: int
+    eval_checkpoints: Path | None
     strategy: str
     communication: str
     autoshard: str
@@ -326,4 +336,6 @@ def parse_options(argv: list[str] | None = None) -> Options:
         if not ns.model_file.is_file():
             raise ConfigError(f"model file {str(ns.model_file)!r} does not exist; check the path")
     ns.run_dir = Path(os.path.abspath(ns.run_dir))
+    if ns.eval_checkpoints is not None:
+        ns.eval_checkpoints = Path(os.path.normpath(ns.run_dir / ns.eval_checkpoints))
     return Options(**vars(ns))

@@ -80,8 +80,14 @@ def parameter_server_problem(cluster: dict[str, list[str]]) -> str | None:
 
 def choose_strategy(requested: str, cluster: ClusterConfig, local_devices: int) -> str:
     """The strategy this task runs, from the request, the cluster and the local devices; or why it cannot."""
-    if "evaluator" in cluster.cluster or cluster.task.type == "evaluator":
-        raise ConfigError("evaluator tasks are not supported yet; remove them from TF_CONFIG")
+    if "evaluator" in cluster.cluster:
+        raise ConfigError("TF_CONFIG lists an evaluator in its cluster, which the coordinator would wait for; "
+                          "leave it out of \"cluster\" (the evaluator's own TF_CONFIG names it in \"task\")")
+    if cluster.task.type == "evaluator":
+        problem = parameter_server_problem(cluster.cluster)
+        if problem:
+            raise ConfigError(f"an evaluator evaluates the checkpoints of parameter-server training, and {problem}")
+        return "evaluator"
     if requested == "parameter_server" or (requested == "auto" and "ps" in cluster.cluster):
         problem = parameter_server_problem(cluster.cluster)
         if problem:

@@ -14,6 +14,7 @@ import signal
 import socket
 import threading
 import time
+from pathlib import Path
 
 import tensorflow as tf
 
@@ -126,6 +127,8 @@ def _plan(opts: Options, cluster: ClusterConfig, workload, strategy_name: str, g
 def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
     """Train this task to the end; returns the final metrics."""
     strategy_name = choose_strategy(opts.strategy, cluster, opts.cpu_devices)
+    if strategy_name == "evaluator":
+        return evaluate(opts, cluster, writer)
     if strategy_name == "parameter_server":
         if cluster.task.type in ("worker", "ps"):
             return serve(opts, cluster, writer)
@@ -254,6 +257,12 @@ class Liveness:
         except (OSError, ValueError, IndexError):
             return None
 
+    def until(self, done: threading.Event) -> None:
+        """A record now, then every ``ALIVE_SECONDS`` until ``done`` is set."""
+        self.report()
+        while not done.wait(ALIVE_SECONDS):
+            self.report()
+
     def report(self) -> None:
         cpu, wall = self._cpu_seconds(), time.monotonic()
         percent = 100.0 * (cpu - self._cpu) / max(wall - self._wall, 1e-9)
@@ -276,9 +285,7 @@ def serve(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
                          task_index=cluster.task.index, protocol="grpc", config=config, start=True)
     writer.event("serving", role=cluster.task.type, strategy="parameter_server",
                  inter_op_threads=config.inter_op_parallelism_threads)
-    alive = Liveness(writer, cluster.task.type)
-    while not done.wait(ALIVE_SECONDS):
-        alive.report()
+    Liveness(writer, cluster.task.type).until(done)
     writer.event("finished", metrics={}, train_time=None, model=None, role=cluster.task.type)
     return {}
 
@@ -336,13 +343,25 @@ def coordinate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> 
         tf.keras.callbacks.BackupAndRestore(str(run_dir / "backup"), save_freq="epoch", delete_checkpoint=False),
         BackedUp(writer),
     ]
+    if opts.eval_checkpoints is not None:  # the evaluator's: the model's weights each epoch, as it reads them
+        opts.eval_checkpoints.mkdir(parents=True, exist_ok=True)
+        (opts.eval_checkpoints / EVALUATION_DONE).unlink(missing_ok=True)
+        callbacks.append(tf.keras.callbacks.ModelCheckpoint(str(opts.eval_checkpoints / "ckpt-{epoch}"),
+                                                            save_weights_only=True))
     writer.event("started", strategy="parameter_server", communication=None, autoshard=None,
                  workload=workload.name, epochs=opts.epochs, is_chief=True, chief=str(cluster.chief),
                  exact_step_loss=False, tensorflow=tf.__version__, num_ps=len(cluster.cluster["ps"]),
                  variables=placed, **plan.as_dict())
     t0 = time.perf_counter()
-    history = model.fit(train, epochs=opts.epochs, steps_per_epoch=plan.steps_per_epoch, validation_data=val,
-                        validation_steps=validation_steps, callbacks=callbacks, verbose=0)
+    trained = threading.Event()  # the coordinator's liveness too: every task of the run shows what it costs
+    threading.Thread(target=Liveness(writer, "chief").until, args=(trained,), name="tfcc-alive", daemon=True).start()
+    try:
+        history = model.fit(train, epochs=opts.epochs, steps_per_epoch=plan.steps_per_epoch, validation_data=val,
+                            validation_steps=validation_steps, callbacks=callbacks, verbose=0)
+    finally:
+        trained.set()
+    if opts.eval_checkpoints is not None:
+        (opts.eval_checkpoints / EVALUATION_DONE).touch()  # no more checkpoints: the evaluator ends after the last
     train_time = time.perf_counter() - t0
     final = {k: float(v[-1]) for k, v in history.history.items() if v}
     model_path = None
@@ -351,6 +370,64 @@ def coordinate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> 
         model.save(model_path)
     writer.event("finished", metrics=final, train_time=train_time, model=str(model_path) if model_path else None)
     return final
+
+
+EVALUATION_DONE = "training-done"  # in the checkpoint folder once the chief has written its last checkpoint
+
+
+class _Sidecar(tf.keras.utils.SidecarEvaluator):
+    """tf-keras's sidecar evaluator, which also ends once the chief says it wrote its last checkpoint
+    (it would wait for ever for a checkpoint of an epoch that never comes)."""
+
+    def _timeout_fn(self):
+        return (Path(self.checkpoint_dir) / EVALUATION_DONE).exists()
+
+
+class EvaluationReporter(tf.keras.callbacks.Callback):
+    """One ``evaluated`` event per checkpoint the evaluator read: its epoch and the validation metrics."""
+
+    def __init__(self, writer: MetricsWriter, folder: Path, steps_per_epoch: int):
+        super().__init__()
+        self.writer, self.folder, self.steps_per_epoch = writer, folder, steps_per_epoch
+
+    def on_test_begin(self, logs=None):
+        latest = tf.train.latest_checkpoint(str(self.folder))
+        self._epoch = int(latest.rsplit("-", 1)[1]) if latest else None
+
+    def on_test_end(self, logs=None):
+        metrics = {f"val_{k}": float(v) for k, v in (logs or {}).items()}
+        self.writer.event("evaluated", epoch=None if self._epoch is None else self._epoch - 1,
+                          global_step=None if self._epoch is None else self._epoch * self.steps_per_epoch,
+                          metrics=metrics)
+
+
+def evaluate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
+    """The evaluator of parameter-server training: a sidecar that evaluates each checkpoint the chief
+    writes (``--eval-checkpoints``) on the validation data, until the last epoch's."""
+    if opts.eval_checkpoints is None:
+        raise ConfigError("an evaluator needs --eval-checkpoints, the folder where the chief writes its checkpoints")
+    configure_runtime(opts)
+    workload = workloads.load(opts)
+    if workload.val_dataset is None:
+        raise ConfigError("the evaluator has no validation data: define val_dataset() in the model file, or leave "
+                          "the evaluator out")
+    plan = plan_batches(per_replica_batch=opts.per_replica_batch, global_batch=opts.global_batch,
+                        num_workers=len(cluster.cluster["worker"]), replicas_per_worker=1,
+                        num_examples=workload.num_examples, steps_per_epoch=opts.steps_per_epoch,
+                        base_learning_rate=opts.learning_rate, lr_rule=opts.lr_scaling, asynchronous=True)
+    model = workload.build_model()
+    if model.optimizer is None or not getattr(model, "compiled_loss", None):
+        model.compile(optimizer=tf.keras.optimizers.Adam(plan.learning_rate), loss=workload.loss,
+                      metrics=workload.metrics)
+    count = sum(1 for _ in workload.val_dataset())
+    data = workload.val_dataset().batch(plan.global_batch)
+    writer.event("evaluating", checkpoints=str(opts.eval_checkpoints), epochs=opts.epochs,
+                 validation_examples=count)
+    _Sidecar(model, data, str(opts.eval_checkpoints), steps=max(1, math.ceil(count / plan.global_batch)),
+             max_evaluations=opts.epochs,
+             callbacks=[EvaluationReporter(writer, opts.eval_checkpoints, plan.steps_per_epoch)]).start()
+    writer.event("finished", metrics={}, train_time=None, model=None, role="evaluator")
+    return {}
 
 
 def placement(model) -> list[dict]:

@@ -70,6 +70,35 @@ def test_global_batch_must_split_over_the_replicas():
     assert problems(uneven, {"gpus": [gpu, gpu, gpu]}, {"gpus": [gpu, gpu, gpu]}) == []
 
 
+def parameter_server(chief_gpus=(), worker_gpus=((), ())) -> cl.Cluster:
+    """Host a: the chief and the ps; host b: the workers."""
+    hosts = [cl.Host(name="a", address="10.0.0.1"), cl.Host(name="b", address="10.0.0.2")]
+    tasks = [cl.Task(host="a", role="chief", gpus=list(chief_gpus)), cl.Task(host="a", role="ps")] + \
+        [cl.Task(host="b", gpus=list(g)) for g in worker_gpus]
+    return cl.Cluster(hosts, tasks, cl.Training(strategy="parameter_server"))
+
+
+def test_parameter_server_gpus_count_only_on_the_workers():
+    """The coordinator and the ps hold no model replicas: a CPU-only chief beside GPU workers is fine;
+    workers with different GPU counts are not (each step's batch is split over one worker's GPUs)."""
+    gpu = {"index": 0}
+    assert problems(parameter_server(worker_gpus=([0], [1])), {"gpus": []}, {"gpus": [gpu, gpu]}) == []
+    found = problems(parameter_server(worker_gpus=([0, 1], [2])), {"gpus": []}, {"gpus": [gpu, gpu, gpu]})
+    assert any("workers would use different numbers of GPUs (worker-0 2, worker-1 1)" in p for p in found), found
+
+
+def test_parameter_server_global_batch_splits_over_one_workers_replicas():
+    gpu = {"index": 0}
+    cluster = parameter_server(worker_gpus=([0, 1], [2, 3]))
+    cluster.training.global_batch = 30  # one worker's batch: 2 replicas of 15 (not 4 replicas of all workers)
+    assert problems(cluster, {"gpus": []}, {"gpus": [gpu] * 4}) == []
+    cluster.training.global_batch = 31
+    found = problems(cluster, {"gpus": []}, {"gpus": [gpu] * 4})
+    assert ("cluster: the global batch 31 does not split evenly over the 2 replicas of one worker (each step is "
+            "one worker's batch); set global_batch to a multiple of 2 (e.g. 30 or 32) or set per_replica_batch "
+            "instead") in found, found
+
+
 @pytest.mark.parametrize(
     "error, fix",
     [

@@ -375,6 +375,9 @@ def test_a_parameter_server_cluster_trains_digits_and_every_task_ends_well(homes
     assert ends == {"chief-0": "finished", "worker-0": "finished", "worker-1": "finished", "ps-0": "finished"}
     serving = {r["task"] for r in stream if r.get("event") == "serving"}
     assert serving == {"worker-0", "worker-1", "ps-0"}
+    alive = [r for r in stream if r.get("type") == "alive"]  # liveness: CPU and memory of every task
+    assert {r["task"] for r in alive} == {"chief-0", "worker-0", "worker-1", "ps-0"}
+    assert all(r["rss_bytes"] > 0 and r["cpu_percent"] >= 0 for r in alive)
     steps = [r for r in stream if r.get("type") == "step"]
     assert steps and {r["task"] for r in steps} == {"chief-0"}
     finished = next(r for r in stream if r.get("event") == "finished" and r["task"] == "chief-0")

@@ -47,6 +47,7 @@ def start_local_tasks(
     env: dict[str, str] | None = None,
     python: str = sys.executable,
     script: str | None = None,
+    evaluator: bool = False,
 ) -> list[LocalTask]:
     """Start every task of ``cluster``; stdout and stderr go to files in its run folder.
 
@@ -56,8 +57,11 @@ def start_local_tasks(
     """
     project_root = Path(__file__).resolve().parents[2]
     tasks = []
-    for task_type, addrs in cluster.items():
-        for index in range(len(addrs)):
+    roles = [(task_type, len(addrs)) for task_type, addrs in cluster.items()]
+    if evaluator:  # a sidecar outside the training cluster: its TF_CONFIG names it in "task" only
+        roles.append(("evaluator", 1))
+    for task_type, count in roles:
+        for index in range(count):
             run_dir = Path(run_root) / f"{task_type}-{index}"
             run_dir.mkdir(parents=True, exist_ok=True)
             task_env = dict(os.environ, **(env or {}))

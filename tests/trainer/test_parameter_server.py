@@ -15,15 +15,19 @@ from .conftest import THREADS
 pytestmark = pytest.mark.slow
 
 
-def test_chief_two_workers_and_a_ps_train_digits(tmp_path):
+def test_chief_two_workers_a_ps_and_an_evaluator_train_digits(tmp_path):
     ports = free_ports(4)
     cluster = {"chief": [f"localhost:{ports[0]}"], "worker": [f"localhost:{ports[1]}", f"localhost:{ports[2]}"],
                "ps": [f"localhost:{ports[3]}"]}
-    tasks = start_local_tasks(cluster, tmp_path, ["--epochs", "4"], env=THREADS)
+    tasks = start_local_tasks(cluster, tmp_path, ["--epochs", "4", "--eval-checkpoints", "../chief-0/checkpoints"],
+                              env=THREADS, evaluator=True)
     chief = next(t for t in tasks if t.task_type == "chief")
-    servers = [t for t in tasks if t is not chief]
+    evaluator = next(t for t in tasks if t.task_type == "evaluator")
+    servers = [t for t in tasks if t not in (chief, evaluator)]
     try:
         assert chief.process.wait(timeout=300) == 0, (chief.run_dir / "stderr.log").read_text()[-3000:]
+        # The evaluator ends by itself once it has evaluated the last epoch's checkpoint.
+        assert evaluator.process.wait(timeout=120) == 0, (evaluator.run_dir / "stderr.log").read_text()[-3000:]
         for t in servers:
             assert t.process.poll() is None  # servers serve until they are told to end
             os.kill(t.process.pid, signal.SIGTERM)
@@ -52,3 +56,11 @@ def test_chief_two_workers_and_a_ps_train_digits(tmp_path):
     for t in servers:
         theirs = [r["event"] for r in read_records(t.run_dir / "metrics.jsonl") if r["type"] == "event"]
         assert theirs == ["launched", "serving", "finished"], t.task_type
+    # The evaluator read the chief's checkpoints and evaluated at least the last epoch's, as the chief did.
+    evaluated = [r for r in read_records(evaluator.run_dir / "metrics.jsonl") if r.get("event") == "evaluated"]
+    assert evaluated and evaluated[-1]["epoch"] == 3 and evaluated[-1]["global_step"] == 4 * started["steps_per_epoch"]
+    assert [e["epoch"] for e in evaluated] == sorted({e["epoch"] for e in evaluated})  # each once, in order
+    assert evaluated[-1]["metrics"]["val_accuracy"] >= 0.90
+    assert abs(evaluated[-1]["metrics"]["val_accuracy"] - records[-1]["metrics"]["val_accuracy"]) < 0.02
+    theirs = [r["event"] for r in read_records(evaluator.run_dir / "metrics.jsonl") if r["type"] == "event"]
+    assert theirs[:2] == ["launched", "evaluating"] and theirs[-1] == "finished"
