@@ -105,9 +105,10 @@ def consistency(cluster: cl.Cluster, probes: dict[str, dict]) -> list[Problem]:
                                 "use the same Python major.minor on every host (set python for each host)",
                                 tuple(pythons)))
     per_worker = {}
+    asynchronous = _parameter_server(cluster)
     for name, task in zip(cluster.task_names(), cluster.tasks):
-        if task.host not in probes:
-            continue
+        if task.host not in probes or task.role in ("ps", cl.EVALUATOR) or (asynchronous and task.role == "chief"):
+            continue  # only the tasks that hold model replicas (a ps holds variables; a coordinator none)
         visible = len(probes[task.host].get("gpus") or [])
         per_worker[name] = len(task.gpus) if task.gpus else visible
     if len(set(per_worker.values())) > 1:
@@ -121,22 +122,33 @@ def consistency(cluster: cl.Cluster, probes: dict[str, dict]) -> list[Problem]:
     return problems
 
 
+def _parameter_server(cluster: cl.Cluster) -> bool:
+    return cluster.training.strategy == "parameter_server" or any(t.role == "ps" for t in cluster.tasks)
+
+
 def _global_batch_rule(cluster: cl.Cluster, gpus_per_worker: dict[str, int]) -> list[Problem]:
-    """A global batch given in the training spec must split evenly over the replicas."""
+    """A global batch given in the training spec must split evenly over the replicas: all of them in
+    synchronous training; one worker's (its GPUs) under parameter-server training, where a step is one
+    worker's batch."""
     g = cluster.training.global_batch
-    if not g or len(gpus_per_worker) != len(cluster.tasks):  # per-replica batches always split
+    holders = [t for t in cluster.tasks if t.role == "worker" or (t.role == "chief" and not _parameter_server(cluster))]
+    if not g or not gpus_per_worker or len(gpus_per_worker) != len(holders):  # per-replica batches always split
         return []
-    requested = cluster.training.strategy
     workers = len(gpus_per_worker)
-    replicas = sum(replicas_per_worker(strategy_for(requested, workers, gpus), gpus, 1)
-                   for gpus in gpus_per_worker.values())
+    if _parameter_server(cluster):
+        replicas = max(replicas_per_worker("parameter_server", gpus, 1) for gpus in gpus_per_worker.values())
+        where = "replicas of one worker (each step is one worker's batch)"
+    else:
+        requested = cluster.training.strategy
+        replicas = sum(replicas_per_worker(strategy_for(requested, workers, gpus), gpus, 1)
+                       for gpus in gpus_per_worker.values())
+        where = f"replicas ({workers} workers)"
     split = GlobalSplit(g, replicas)
     if split.even:
         return []
     examples = " or ".join(map(str, split.nearest_even))
-    return [Problem("cluster", f"the global batch {g} does not split evenly over the {replicas} replicas "
-                    f"({workers} workers)", f"set global_batch to a multiple of {replicas} (e.g. {examples}) "
-                    "or set per_replica_batch instead")]
+    return [Problem("cluster", f"the global batch {g} does not split evenly over the {replicas} {where}",
+                    f"set global_batch to a multiple of {replicas} (e.g. {examples}) or set per_replica_batch instead")]
 
 
 def skew(probes: dict[str, dict]) -> dict[str, float]:
@@ -265,8 +277,9 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
                 port = task.port
             else:
                 port = taken[task.host].pop(0) if taken.get(task.host) else None
-            tasks.append({"name": name, "host": task.host,
-                          "address": format_address(cluster.host(task.host).tf_host, port) if port else None})
+            tasks.append({"name": name, "host": task.host,  # an evaluator serves nothing: no port to reach
+                          "address": format_address(cluster.host(task.host).tf_host, port)
+                          if port and task.in_cluster else None})
         ok_hosts = [n for n, r in reports.items() if r.ok]
         busy = {(r.name, p["port"]) for r in reports.values() for p in r.ports if not p["free"]}
         listening = {}

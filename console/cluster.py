@@ -27,7 +27,9 @@ from trainer.plan import DEFAULT_BACKUP_SECONDS, backup_seconds_problem, paramet
 
 MAX_RESTARTS = 100
 DEFAULT_CLUSTER = PROJECT_ROOT / "resources" / "default_cluster.toml"
-ROLES = ("chief", "worker", "ps")  # evaluator: not yet
+ROLES = ("chief", "worker", "ps", "evaluator")
+EVALUATOR = "evaluator"  # a sidecar: outside the training cluster, it reads the chief's checkpoints
+EVAL_CHECKPOINTS = "../chief-0/checkpoints"  # from the evaluator's run folder (and the chief's), on the chief's host
 MAX_FILE_BYTES = 1 << 20  # a cluster file is a few KB; a bigger one is the wrong file
 # A host name (RFC 1123 labels; also ~/.ssh/config aliases) — anything else that is not an IP literal is a typo.
 _HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
@@ -68,6 +70,11 @@ class Task:
     role: str = "worker"
     port: int | str = "auto"   # the task's TensorFlow port, or "auto"
     gpus: list[int] = field(default_factory=list)
+
+    @property
+    def in_cluster(self) -> bool:
+        """Whether TF_CONFIG's cluster lists it (an evaluator is not: the coordinator would wait for it)."""
+        return self.role != EVALUATOR
 
 
 @dataclass
@@ -128,6 +135,8 @@ class Cluster:
         """The TF_CONFIG cluster; ``ports`` resolves ``"auto"`` (one per task, in order)."""
         spec: dict[str, list[str]] = {}
         for i, task in enumerate(self.tasks):
+            if not task.in_cluster:
+                continue
             port = ports[i] if ports is not None else task.port
             if port == "auto":
                 raise ClusterFileError(f"tasks[{i}].port is \"auto\": pick free ports before building TF_CONFIG")
@@ -137,6 +146,11 @@ class Cluster:
     def tf_config(self, index: int, ports: list[int] | None = None) -> str:
         role, number = self.task_names()[index].rsplit("-", 1)
         return make_tf_config(self.tf_cluster(ports), role, int(number))
+
+    @property
+    def evaluated(self) -> bool:
+        """Whether an evaluator evaluates the chief's checkpoints (the chief then writes them)."""
+        return any(t.role == EVALUATOR for t in self.tasks)
 
 
 # --------------------------------------------------------------------------- reading
@@ -316,7 +330,7 @@ def validate(cluster: Cluster) -> None:
                 f"tasks[{i}].host {task.host!r} is not a host of this cluster (hosts: {', '.join(sorted(names))})"
             )
         _choice(f"tasks[{i}].role", task.role, ROLES)
-        if task.port != "auto":
+        if task.port != "auto" and task.in_cluster:
             key = f"{cluster.host(task.host).tf_host}:{task.port}"
             if key in seen:
                 raise ClusterFileError(
@@ -345,9 +359,17 @@ def validate(cluster: Cluster) -> None:
         if t.strategy not in ("auto", "parameter_server"):
             raise ClusterFileError(f"the cluster has ps tasks, which training.strategy {t.strategy!r} has no use "
                                    "for; set strategy = \"parameter_server\" (or \"auto\"), or remove the ps tasks")
-        problem = parameter_server_problem({r: h for r, h in roles.items() if h})
+        problem = parameter_server_problem({r: h for r, h in roles.items() if h and r != EVALUATOR})
         if problem:
             raise ClusterFileError(problem.replace("role \"chief\"", "role = \"chief\" in [[tasks]]"))
+        gpus = {name: len(task.gpus) for name, task in zip(cluster.task_names(), cluster.tasks)
+                if task.role == "worker"}
+        if len(set(gpus.values())) > 1:
+            listing = ", ".join(f"{name} {n}" for name, n in gpus.items())
+            raise ClusterFileError(f"the workers of parameter-server training list different numbers of GPUs "
+                                   f"({listing}); each step's batch is split over one worker's GPUs, the same on "
+                                   "every worker: give every worker task the same number of gpus")
+    _evaluator_rules(cluster, roles)
     _choice("training.communication", t.communication, COMMUNICATIONS)
     _choice("training.autoshard", t.autoshard, AUTOSHARD_POLICIES)
     _choice("training.lr_scaling", t.lr_scaling, LR_RULES)
@@ -370,6 +392,25 @@ def validate(cluster: Cluster) -> None:
         raise ClusterFileError("training sets both model_file and script; keep one of them")
     if t.workload == "file" and not t.model_file:
         raise ClusterFileError("training.workload is \"file\" but training.model_file is empty; name your model file")
+
+
+def _evaluator_rules(cluster: Cluster, roles: dict[str, list[str]]) -> None:
+    """An evaluator: at most one, with parameter-server training, on the chief's host (it reads the
+    checkpoints the chief writes in its run folder; tfcc assumes no shared folder between hosts)."""
+    evaluators = [i for i, t in enumerate(cluster.tasks) if t.role == EVALUATOR]
+    if not evaluators:
+        return
+    if len(evaluators) > 1:
+        raise ClusterFileError(f"tasks[{evaluators[0]}] and tasks[{evaluators[1]}] are both evaluators; a run has "
+                               "at most one evaluator (make the others workers, or remove them)")
+    if not roles["ps"]:
+        raise ClusterFileError(f"tasks[{evaluators[0]}] is an evaluator, which evaluates the checkpoints of "
+                               "parameter-server training; add a ps task and a chief, or remove the evaluator")
+    if cluster.tasks[evaluators[0]].host not in roles["chief"]:
+        raise ClusterFileError(
+            f"tasks[{evaluators[0]}] (the evaluator) runs on host {cluster.tasks[evaluators[0]].host!r}, but it reads "
+            f"the checkpoints the chief writes in its run folder on host {roles['chief'][0]!r}; put the evaluator "
+            "on the chief's host (tfcc assumes no folder shared between hosts)")
 
 
 # --------------------------------------------------------------------------- writing

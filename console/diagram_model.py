@@ -88,8 +88,8 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
             count = int(started.get("replicas_per_worker") or 1)
         else:
             count = replicas_per_worker(strategy, gpus, 1)
-        if pss and task.role != "worker":
-            devices = []  # the coordinator and the ps hold no replica
+        if pss and task.role != "worker" or not task.in_cluster:
+            devices = []  # the coordinator, the ps and an evaluator hold no replica of training
         elif gpus and strategy in ("mirrored", "multi_worker_mirrored", "parameter_server"):
             ids = task.gpus or list(range(gpus))
             devices = [f"GPU {g}" for g in ids[:count]]
@@ -98,7 +98,7 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
         if name in workers:
             device_counts.append(len(devices))
         host = cluster.host(task.host)
-        address = format_address(host.tf_host, ports[i])
+        address = format_address(host.tf_host, ports[i]) if task.in_cluster else ""  # an evaluator serves nothing
         held = []
         if started is not None and task.role == "ps":
             index = parse_task_name(name)[1]

@@ -102,9 +102,8 @@ class Run:
         run = cls(saved.cluster, run_id, ask_host_key)
         run.tf_configs = saved.tf_configs
         for task, config in zip(run.tasks, run.tf_configs):
-            role, index = parse_task_name(task.name)
             try:
-                task.address = json.loads(config)["cluster"][role][index]
+                task.address = task_address(task.name, config)
             except (KeyError, IndexError, TypeError, ValueError):
                 task.address = "?"
         return run
@@ -175,14 +174,12 @@ class Run:
         """A resume keeps the run's TF_CONFIG while its ports are free; when another process took one
         meanwhile, every task gets a new TF_CONFIG (it must be the same cluster for all) with new ports
         for the ``auto`` ones. A fixed port that is taken cannot change: the error names its holder."""
-        ports = []
-        for task, config in zip(self.tasks, configs):
-            role, index = parse_task_name(task.name)
-            ports.append(parse_address(json.loads(config)["cluster"][role][index])[1])
+        ports = [parse_address(task_address(t.name, c))[1] if task_address(t.name, c) else None
+                 for t, c in zip(self.tasks, configs)]
         taken: dict[int, dict] = {}
 
         def check(name: str, link: HostLink) -> None:
-            mine = [i for i, t in enumerate(self.tasks) if t.host == name]
+            mine = [i for i, t in enumerate(self.tasks) if t.host == name and ports[i] is not None]
             answers = link.connect().call("check_ports", ports=[ports[i] for i in mine])["ports"]
             taken.update((i, a) for i, a in zip(mine, answers) if not a["free"])
 
@@ -225,14 +222,15 @@ class Run:
         def start(i: int, task: TaskState, spec: cl.Task) -> None:
             link = self.links[task.host]
             host = link.host
-            role, index = parse_task_name(task.name)
-            task.address = json.loads(configs[i])["cluster"][role][index]
+            task.address = task_address(task.name, configs[i])
             if training.script:
                 argv = [host.interpreter, f"{link.dist}/user/{Path(training.script).name}", *training.args]
             else:
                 args = training.trainer_args()
                 if training.model_file:
                     args[args.index("--model-file") + 1] = f"{link.dist}/user/{Path(training.model_file).name}"
+                if self.cluster.evaluated:  # the chief writes checkpoints where the evaluator reads them
+                    args += ["--eval-checkpoints", cl.EVAL_CHECKPOINTS]
                 argv = [host.interpreter, "-m", "trainer", "--run-dir", "{run_dir}", *args]
             env = {"TF_USE_LEGACY_KERAS": "1"}
             if training.model_file and not training.script:
@@ -400,8 +398,9 @@ class Run:
         return at_once([(t,) for t in self.tasks], lambda task: self.links[task.host].connect().call(
             "stop", timeout=grace + 30, run_id=self.run_id, task=task.name, grace=grace))
 
-    def stop_each(self, grace: float = 10.0) -> list[str]:
-        """Stop every task, all hosts at once, whatever fails; the hosts where a stop had no answer."""
+    def stop_each(self, grace: float = 10.0, only: list["TaskState"] | None = None) -> list[str]:
+        """Stop every task (or ``only`` these), all hosts at once, whatever fails; the hosts where a stop
+        had no answer."""
         def stop(task: TaskState) -> str | None:
             try:
                 self.links[task.host].connect().call("stop", timeout=grace + 30, run_id=self.run_id,
@@ -411,7 +410,8 @@ class Run:
                 log.warning("could not stop %s of run %s: %s", task.name, self.run_id, exc)
                 return task.host
 
-        return [host for host in at_once([(t,) for t in self.tasks], stop) if host is not None]
+        return [host for host in at_once([(t,) for t in (self.tasks if only is None else only)], stop)
+                if host is not None]
 
     def status(self) -> list[dict]:
         return at_once([(t,) for t in self.tasks], lambda task: self.links[task.host].connect().call(
@@ -422,6 +422,13 @@ class Run:
         for link in self.links.values():
             link.drop()
         self.wait(timeout=5)
+
+
+def task_address(name: str, tf_config: str) -> str:
+    """A task's host:port in its TF_CONFIG; "" for a task outside the training cluster (an evaluator)."""
+    role, index = parse_task_name(name)
+    cluster = json.loads(tf_config)["cluster"]
+    return cluster[role][index] if role in cluster else ""
 
 
 def at_once(items: list[tuple], work: Callable) -> list:

@@ -21,6 +21,7 @@ from typing import Callable
 from agent.protocol import (ENDED, ERROR, FAILED, FINISHED, LOST, RUNNING, STARTING, STDERR, TRAINING, WAITING,
                             task_name)
 from console import supervision, text
+from console.cluster import EVALUATOR
 from console.diagnosis import diagnose
 from console.errors import TfccError
 from console.metrics_store import MetricsStore
@@ -305,7 +306,7 @@ class RunSession:
                 # on the backup, tracing) a task gets the startup watchdog's time.
                 self._pace[task.name] = Pace(first=max(self.watchdog, self.stall_floor))
                 self._pace[task.name].last_at = time.monotonic()
-            elif name == "serving":  # a worker or ps of parameter-server training: up, driven by the chief
+            elif name in ("serving", "evaluating"):  # a server of parameter-server training, or its evaluator: up
                 task.cluster_formed = True
                 task.phase = TRAINING
                 self._state(task, "running")
@@ -356,9 +357,12 @@ class RunSession:
         return task.name == task_name("chief", 0) and any(t.role == "ps" for t in self.run.cluster.tasks)
 
     def _end_servers(self) -> None:
-        """The coordinator finished: its workers and ps serve on until told (SIGTERM ends them well)."""
+        """The coordinator finished: its workers and ps serve on until told (SIGTERM ends them well); an
+        evaluator ends by itself after the last checkpoint (when training was given up: now)."""
         self._servers_done = False
-        unstopped = self.run.stop_each(grace=10)
+        finished = any(self._coordinates(t) and t.phase == FINISHED for t in self.run.tasks)
+        servers = [t for t in self.run.tasks if not (finished and t.name.startswith(f"{EVALUATOR}-"))]
+        unstopped = self.run.stop_each(grace=10, only=servers)
         if unstopped:
             self._say("failure", f"run {self.run.run_id} finished, but its servers on {', '.join(unstopped)} "
                                  f"did not answer; tfcc stop {self.run.run_id} once they do")
@@ -434,8 +438,8 @@ class RunSession:
         failed, self._failed = self._failed, []
         if self._given_up or self._stop_requested or self._coordinator_finished():
             return  # no (more) supervision: the run ends as its tasks do
-        if self._parameter_server and all(t.name.startswith("worker-") and not self._stalled.get(t.name)
-                                          for t in failed):
+        if self._parameter_server and all(t.name.startswith(("worker-", f"{EVALUATOR}-"))
+                                          and not self._stalled.get(t.name) for t in failed):
             self._relaunch_workers(failed)
             return
         self.restarting = True
@@ -522,9 +526,16 @@ class RunSession:
 
     def _relaunch_workers(self, failed: list[TaskState]) -> None:
         """Parameter-server training goes on without a worker (the coordinator re-queues its steps and
-        waits for it): only that worker is started again, and the coordinator takes it back."""
+        waits for it) or its evaluator: only that task is started again (the coordinator takes a worker
+        back; the evaluator goes on from the newest checkpoint)."""
         verdict = self._judge(failed)
         names = ", ".join(t.name for t in failed)
+        sidecar = all(t.name.startswith(f"{EVALUATOR}-") for t in failed)
+        if sidecar and (not verdict.retryable or self.restarts_left <= 0):
+            self._say("gave_up", f"run {self.run.run_id}: {names} not started again ("
+                                 + ("the cause would repeat" if not verdict.retryable else "max_restarts used up")
+                                 + "); training goes on without evaluation: fix the cause, then a new run")
+            return
         if not verdict.retryable or self.restarts_left <= 0:
             self._given_up = True  # the coordinator waits for the worker; when it fails, its servers end too
             self._say("gave_up", f"run {self.run.run_id}: {names} not started again ("
@@ -533,8 +544,10 @@ class RunSession:
                                    f"tfcc stop {self.run.run_id} and tfcc resume {self.run.run_id}")
             return
         self.restarts_left -= 1
+        how = ("it goes on from the newest checkpoint" if sidecar else
+               "training went on without it; the coordinator takes it back")
         for task in failed:
-            self._state(task, "restarting", "started again; the coordinator takes it back")
+            self._state(task, "restarting", f"started again; {how}")
         self._relaunching(failed)
         try:
             self.run.relaunch(failed)
@@ -547,8 +560,7 @@ class RunSession:
         if chief in self._pace:  # with one worker the coordinator makes no step until it is back
             self._pace[chief] = Pace(first=max(self.watchdog, self.stall_floor))
             self._pace[chief].last_at = time.monotonic()
-        self._say("restarted", f"run {self.run.run_id}: {names} started again, training went on without it; "
-                               "the coordinator takes it back")
+        self._say("restarted", f"run {self.run.run_id}: {names} started again, {how}")
 
     def _judge(self, failed: list[TaskState]) -> supervision.Verdict:
         """The verdict on ``failed``, its line for each task said (and shown on the task)."""

@@ -63,6 +63,13 @@ def event_text(r: dict) -> str:
         return f"FAILED: {r.get('error') or 'no reason given'}"
     if name == "resumed":
         return resumed_text(r)
+    if name == "serving":
+        return f"serving ({r.get('role', '?')}): the coordinator drives it"
+    if name == "evaluating":
+        return f"evaluating the chief's checkpoints as they come ({r.get('validation_examples')} validation examples)"
+    if name == "evaluated":
+        metrics = "  ".join(f"{k} {metric_text(v)}" for k, v in (r.get("metrics") or {}).items())
+        return f"evaluated the checkpoint of epoch {count(r.get('epoch'))}  {metrics}".rstrip()
     return str(name)
 
 

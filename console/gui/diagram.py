@@ -33,7 +33,10 @@ class _TaskItem(QGraphicsRectItem):
 
 # What a task does, by role, under parameter-server training (True) or synchronous training (False).
 ROLE_WORDS = {("chief", True): "chief: coordinates, runs fit", ("ps", True): "ps: holds the variables",
-              ("worker", True): "worker: takes steps"}
+              ("worker", True): "worker: takes steps", ("evaluator", True): "evaluator: reads the chief's",
+              ("evaluator", False): "evaluator: reads the chief's"}
+MIN_SCALE = 0.7  # the diagram is drawn no smaller than this to fit its view
+EXCHANGE = "pull variables, push gradients"  # what a worker and a ps of parameter-server training trade
 STATE_COLOURS = {"failed": "#b00020", "stalled": "#c25e00", "restarting": "#1f5fbf"}
 
 
@@ -43,6 +46,8 @@ class ClusterDiagram(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.scene = QGraphicsScene(self)
+        self.boxes: dict[str, QRectF] = {}
+        self.exchanges: list = []
         self.view = QGraphicsView(self.scene)
         self.view.setRenderHint(QPainter.Antialiasing)
         self.view.setAlignment(Qt.AlignLeft | Qt.AlignTop)
@@ -104,9 +109,29 @@ class ClusterDiagram(QWidget):
                             else "Numbers from the settings (a run's own numbers replace them once it starts).")
         y = self._draw_batch(self.split, names)
         x = 0.0
+        self.boxes: dict[str, QRectF] = {}  # each task's box, in the scene
         for host in self.hosts:
             x += self._draw_host(host, names, x, y + 2 * PAD) + 2 * PAD
+        self.exchanges = self._draw_exchanges() if self.split.asynchronous else []
         self.scene.setSceneRect(self.scene.itemsBoundingRect().adjusted(-PAD, -PAD, PAD, PAD))
+        self._fit()
+
+    def _fit(self) -> None:
+        """A cluster wider than the view is drawn smaller (down to ``MIN_SCALE``, then it scrolls): every
+        task in sight, rather than the last ones behind a scroll bar."""
+        width = self.scene.sceneRect().width()
+        room = self.view.viewport().width() - 4
+        scale = max(MIN_SCALE, min(1.0, room / width)) if width > 0 and room > 0 else 1.0
+        self.view.resetTransform()
+        self.view.scale(scale, scale)
+
+    def resizeEvent(self, event):  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._fit()
+
+    def showEvent(self, event):  # noqa: N802 (Qt's name): a hidden tab's view had no width of its own yet
+        super().showEvent(event)
+        self._fit()
 
     def _text(self, text: str, x: float, y: float, size: int = 9, bold: bool = False,
               color: QColor | None = None, parent: QGraphicsItem | None = None) -> QGraphicsSimpleTextItem:
@@ -149,6 +174,29 @@ class ClusterDiagram(QWidget):
         self._text("per replica", width + 8, top + 61, 8, color=QColor("#555"))
         return top + 80
 
+    def _draw_exchanges(self) -> list:
+        """Parameter-server training: a line from each worker to each ps (each step pulls the variables
+        and pushes the gradients), under the hosts, labelled once."""
+        workers = [n for n in self.boxes if n.startswith("worker-")]
+        servers = [n for n in self.boxes if n.startswith("ps-")]
+        lines = []
+        bottom = max(r.bottom() for r in self.boxes.values()) + 3 * PAD + (32 if self.states else 0)
+        pen = QPen(QColor("#6b6b6b"), 1.2, Qt.DashLine)
+        for k, worker in enumerate(workers):
+            for server in servers:
+                a, b = self.boxes[worker], self.boxes[server]
+                drop = bottom + 8 * k
+                path = [(a.center().x(), a.bottom()), (a.center().x(), drop), (b.center().x(), drop),
+                        (b.center().x(), b.bottom())]
+                for (x1, y1), (x2, y2) in zip(path, path[1:]):
+                    line = self.scene.addLine(x1, y1, x2, y2, pen)
+                    line.setToolTip(f"{worker} ⇄ {server}: {EXCHANGE}")
+                    lines.append(line)
+        if lines:
+            self._text(f"⇅ {EXCHANGE} (every worker with every ps)", 0, bottom + 8 * len(workers) + 4, 9,
+                       color=QColor("#555"))
+        return lines
+
     def _draw_host(self, host: HostBox, names: list[str], x: float, y: float) -> float:
         width = max(TASK_W + 2 * PAD, len(host.tasks) * (TASK_W + PAD) + PAD)
         height = TASK_H + 3 * PAD + 18 + (32 if self.states else 0)  # room for the tasks' badges
@@ -159,8 +207,10 @@ class ClusterDiagram(QWidget):
             colour = worker_color(names.index(task.name))
             item = _TaskItem(task.name, self._on_task_clicked, QRectF(0, 0, TASK_W, TASK_H))
             item.setPos(tx, ty)
-            item.setPen(QPen(QColor("#b8860b") if task.is_chief else QColor("#333"), 3 if task.is_chief else 1))
-            item.setBrush(QBrush(colour.lighter(165)))
+            item.setPen(QPen(QColor("#b8860b") if task.is_chief else QColor("#333"), 3 if task.is_chief else 1,
+                             Qt.DashLine if task.role == cl.EVALUATOR else Qt.SolidLine))
+            item.setBrush(QBrush(colour.lighter(165) if task.role != cl.EVALUATOR else QColor("#fafafa")))
+            self.boxes[task.name] = QRectF(tx, ty, TASK_W, TASK_H)
             item.setToolTip(task.tf_config or "TF_CONFIG is written when the run picks the ports")
             self.scene.addItem(item)
             if task.is_chief:  # a big crown on the chief's box, and one in its title
@@ -172,7 +222,8 @@ class ClusterDiagram(QWidget):
             role = ROLE_WORDS.get((task.role, asynchronous)) or (
                 f"{task.role}, chief: saves the model" if task.is_chief else task.role)
             self._text(role, 6, 24, 8, parent=item)
-            self._text(task.address, 6, 40, 8, color=QColor("#444"), parent=item)
+            self._text(task.address or ("checkpoints, apart from training" if task.role == cl.EVALUATOR else ""),
+                       6, 40, 8, color=QColor("#444"), parent=item)
             if task.name in self.states:  # its state under the box: the badge, then why (cut to the box)
                 state, why = self.states[task.name]
                 tint = QColor(STATE_COLOURS.get(state, "#333"))

@@ -68,12 +68,16 @@ class HostDialog(QDialog):
         self.python.setPlaceholderText("python3 (this console's Python on this machine)")
         self.workers = QSpinBox()
         self.workers.setRange(0, 64)
-        self.workers.setValue(sum(t.role != "ps" for t in tasks))
+        self.workers.setValue(sum(t.role not in ("ps", cl.EVALUATOR) for t in tasks))
         self.ps = QSpinBox()
         self.ps.setRange(0, 16)
         self.ps.setValue(sum(t.role == "ps" for t in tasks))
         self.ps.setToolTip("Parameter servers hold the variables of parameter-server training (with a chief "
                            "and workers); 0 for synchronous training")
+        self.evaluator = QCheckBox("an evaluator here (parameter-server training; on the chief's host)")
+        self.evaluator.setChecked(any(t.role == cl.EVALUATOR for t in tasks))
+        self.evaluator.setToolTip("Evaluates each checkpoint the chief writes on the validation data, apart "
+                                  "from training; it reads the chief's run folder, so it runs on the chief's host")
         self.task_port = QLineEdit(str(tasks[0].port) if tasks else "auto")
         self.gpus = QLineEdit(",".join(map(str, tasks[0].gpus)) if tasks else "")
         self.gpus.setPlaceholderText("all it has (or e.g. 0,1)")
@@ -95,6 +99,7 @@ class HostDialog(QDialog):
         form.addRow("Task port", self.task_port)
         form.addRow("GPUs per task", self.gpus)
         form.addRow("", self.chief)
+        form.addRow("", self.evaluator)
         self.buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
@@ -104,7 +109,7 @@ class HostDialog(QDialog):
         layout.addWidget(self.buttons)
         for edit in (self.name, self.address, self.user, self.key, self.python, self.task_port, self.gpus):
             edit.textChanged.connect(self._on_field_changed)
-        for box in (self.local, self.chief):
+        for box in (self.local, self.chief, self.evaluator):
             box.toggled.connect(self._on_field_changed)
         for spin in (self.ssh_port, self.workers, self.ps):
             spin.valueChanged.connect(self._on_field_changed)
@@ -168,6 +173,8 @@ class HostDialog(QDialog):
                                port=task_port, gpus=list(gpus)))
         for j in range(self.ps.value()):  # a ps holds variables: no GPUs of its own
             out.append(cl.Task(host=name, role="ps", port=port if port == "auto" else port + self.workers.value() + j))
+        if self.evaluator.isChecked():  # serves nothing: its port is never used
+            out.append(cl.Task(host=name, role=cl.EVALUATOR))
         return out
 
 

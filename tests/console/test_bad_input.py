@@ -181,8 +181,19 @@ CLUSTER_FILES = {
     "workload-file-without-model-file": (toml(training='workload = "file"\n', trap=False),
                                          ("model_file is empty", "name your model file")),
     "two-chiefs": (toml(tasks=(TASK + 'role = "chief"\n') * 2), ("are both chief", "at most one chief")),
-    "role-evaluator": (toml(tasks=TASK + 'role = "evaluator"\n'),
-                       ("tasks[0].role is 'evaluator'", "use one of chief, worker, ps")),
+    "role-master": (toml(tasks=TASK + 'role = "master"\n'),
+                    ("tasks[0].role is 'master'", "use one of chief, worker, ps, evaluator")),
+    "evaluator-without-ps": (toml(tasks=TASK + TASK + 'role = "evaluator"\n'),
+                             ("tasks[1] is an evaluator, which evaluates the checkpoints of parameter-server "
+                              "training", "add a ps task and a chief, or remove the evaluator")),
+    "two-evaluators": (toml(tasks=TASK + 'role = "chief"\n' + TASK + TASK + 'role = "ps"\n' + (TASK + 'role = "evaluator"\n') * 2),
+                       ("tasks[3] and tasks[4] are both evaluators", "at most one evaluator")),
+    "evaluator-away-from-the-chief": (
+        toml('[[hosts]]\nname = "a"\naddress = "10.0.0.1"\n[[hosts]]\nname = "b"\naddress = "10.0.0.2"\n',
+             '[[tasks]]\nhost = "a"\nrole = "chief"\n[[tasks]]\nhost = "a"\n[[tasks]]\nhost = "a"\nrole = "ps"\n'
+             '[[tasks]]\nhost = "b"\nrole = "evaluator"\n'),
+        ("tasks[3] (the evaluator) runs on host 'b', but it reads the checkpoints the chief writes in its run folder "
+         "on host 'a'", "put the evaluator on the chief's host")),
     "ps-alone": (toml(tasks=TASK + 'role = "ps"\n'),
                  ("parameter-server training needs exactly one chief task (the coordinator); the cluster has 0: "
                   'make one task role = "chief" in [[tasks]]',)),
@@ -192,6 +203,15 @@ CLUSTER_FILES = {
                               training='strategy = "multi_worker_mirrored"\n'),
                          ("the cluster has ps tasks, which training.strategy 'multi_worker_mirrored' has no use for",
                           'set strategy = "parameter_server" (or "auto")')),
+    "parameter-server-without-a-ps": (toml(tasks=TASK + 'role = "chief"\n' + TASK,
+                                           training='strategy = "parameter_server"\n'),
+                                      ("parameter-server training needs at least one ps task (it holds the "
+                                       "variables); add one",)),
+    "parameter-server-workers-with-different-gpus": (
+        toml(tasks=TASK + 'role = "chief"\n' + TASK + "gpus = [0, 1]\n" + TASK + "gpus = [2]\n"
+             + TASK + 'role = "ps"\n'),
+        ("the workers of parameter-server training list different numbers of GPUs (worker-0 2, worker-1 1)",
+         "give every worker task the same number of gpus")),
     "gpus-twice": (toml(tasks=TASK + "gpus = [0, 0]\n"), ("tasks[0].gpus is [0, 0]", "list distinct GPU indices")),
     "args-not-a-list": (toml(training='args = "--seed 7"\n'), ("training.args must be a list of strings",)),
 }

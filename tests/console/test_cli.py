@@ -359,20 +359,30 @@ host = "local"
 [[tasks]]
 host = "local"
 role = "ps"
+
+[[tasks]]
+host = "local"
+role = "evaluator"
 """
 
 
 @pytest.mark.slow
 def test_a_parameter_server_cluster_trains_digits_and_every_task_ends_well(homes, capsys, monkeypatch):
-    """chief + 2 workers + 1 ps on this machine: the chief coordinates and reports steps, the servers say
-    they serve, and when the chief has finished tfcc ends the servers (they serve until told)."""
+    """chief + 2 workers + 1 ps + an evaluator on this machine: the chief coordinates and reports steps, the
+    servers say they serve, and when the chief has finished tfcc ends the servers (they serve until told);
+    the evaluator evaluates each epoch's checkpoint and ends by itself."""
     monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
     path = homes / "ps.toml"
     path.write_text(PARAMETER_SERVER)
     assert main(["run", str(path), "--json", "--run-id", "pss"]) == 0
     stream = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     ends = {r["task"]: r["phase"] for r in stream if r.get("type") == "end"}
-    assert ends == {"chief-0": "finished", "worker-0": "finished", "worker-1": "finished", "ps-0": "finished"}
+    assert ends == {"chief-0": "finished", "worker-0": "finished", "worker-1": "finished", "ps-0": "finished",
+                    "evaluator-0": "finished"}
+    # The evaluator evaluated the chief's checkpoints up to the last epoch's, and ended by itself.
+    evaluated = [r for r in stream if r.get("event") == "evaluated"]
+    assert evaluated and {r["task"] for r in evaluated} == {"evaluator-0"} and evaluated[-1]["epoch"] == 5
+    assert evaluated[-1]["metrics"]["val_accuracy"] >= 0.90
     serving = {r["task"] for r in stream if r.get("event") == "serving"}
     assert serving == {"worker-0", "worker-1", "ps-0"}
     alive = [r for r in stream if r.get("type") == "alive"]  # liveness: CPU and memory of every task

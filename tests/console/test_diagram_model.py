@@ -63,3 +63,18 @@ def test_parameter_server_training_is_drawn_as_one_workers_batch_a_step():
         ("parameter_server", 2, 2, 64)
     assert split.label == ("each step: one worker's batch of 64 = 2 replicas × 32; 2 workers take steps "
                            "independently")
+
+
+def test_an_evaluator_is_drawn_apart_from_training():
+    """It serves nothing (no address, no replica) and its TF_CONFIG names it only as its own task."""
+    c = cl.Cluster([cl.Host(name="a", address="10.0.0.1")],
+                   [cl.Task(host="a", role="chief", port=4000), cl.Task(host="a", port=4001),
+                    cl.Task(host="a", role="ps", port=4002), cl.Task(host="a", role="evaluator")],
+                   cl.Training(per_replica_batch=32))
+    hosts, split = picture(c, addresses={"evaluator-0": "10.0.0.1:4003"})
+    tasks = {t.name: t for h in hosts for t in h.tasks}
+    assert tasks["evaluator-0"].address == "" and tasks["evaluator-0"].devices == []
+    config = json.loads(tasks["evaluator-0"].tf_config)
+    assert config["task"] == {"type": "evaluator", "index": 0} and "evaluator" not in config["cluster"]
+    assert json.loads(tasks["chief-0"].tf_config)["cluster"] == config["cluster"]  # the cluster does not list it
+    assert split.num_workers == 1

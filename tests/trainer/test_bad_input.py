@@ -115,8 +115,14 @@ TF_CONFIGS = {
                           'has 0: make one task role "chief"',)),
     "ps-without-worker": (tf({"chief": ["localhost:1"], "ps": ["localhost:3"]}, "chief"),
                           ("parameter-server training needs at least one worker task; add one",)),
-    "evaluator": (tf({"worker": ["localhost:1"], "evaluator": ["localhost:2"]}, "evaluator"),
-                  ("evaluator tasks are not supported yet", "remove them from TF_CONFIG")),
+    "evaluator-in-the-cluster": (tf({"worker": ["localhost:1"], "evaluator": ["localhost:2"]}, "evaluator"),
+                                 ("TF_CONFIG lists an evaluator in its cluster, which the coordinator would wait for",
+                                  'leave it out of "cluster"')),
+    "evaluator-without-ps": (tf({"worker": ["localhost:1"]}, "evaluator"),
+                             ("an evaluator evaluates the checkpoints of parameter-server training, and "
+                              "parameter-server training needs exactly one chief task",)),
+    "evaluator-index-1": (tf({"chief": ["localhost:1"], "worker": ["localhost:2"], "ps": ["localhost:3"]},
+                             "evaluator", 1), ("task evaluator:1: a run has at most one evaluator, index 0",)),
 }
 
 

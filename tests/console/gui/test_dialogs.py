@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialogButtonBox
 
 from console import cluster as cl
@@ -101,3 +102,17 @@ def test_a_host_can_hold_parameter_servers_after_its_workers(qtbot):
                          cl.Task(host="ps1", role="ps", port=23457), cl.Task(host="ps1", role="ps", port=23458)]
     again = dialog(qtbot, host=d.host(), tasks=d.tasks())
     assert (again.workers.value(), again.ps.value()) == (1, 2)
+
+
+def test_a_host_can_hold_the_evaluator_beside_its_chief(qtbot):
+    d = dialog(qtbot)
+    qtbot.keyClicks(d.name, "main")
+    d.local.setChecked(True)
+    d.workers.setValue(1)
+    d.chief.setChecked(True)
+    d.ps.setValue(1)
+    qtbot.mouseClick(d.evaluator, Qt.LeftButton)
+    assert ok_enabled(d)
+    assert [t.role for t in d.tasks()] == ["chief", "ps", "evaluator"]
+    again = dialog(qtbot, host=d.host(), tasks=d.tasks())
+    assert (again.workers.value(), again.ps.value(), again.evaluator.isChecked()) == (1, 1, True)

@@ -192,12 +192,13 @@ def test_a_parameter_server_cluster_from_the_window(qtbot, gui_homes, shots):
     window.show()
     window.set_cluster(cl.Cluster([cl.Host(name="here", local=True)],
                                   [cl.Task(host="here", role="chief"), cl.Task(host="here"), cl.Task(host="here"),
-                                   cl.Task(host="here", role="ps")], cl.Training(epochs=8)), None)
+                                   cl.Task(host="here", role="ps"), cl.Task(host="here", role="evaluator")],
+                                  cl.Training(epochs=8)), None)
     assert window.diagram.split.asynchronous
     with qtbot.waitSignal(window.session.ended, timeout=240_000):
         window.act_start.trigger()
     run = window.session.run
-    assert [t.phase for t in run.tasks] == ["finished"] * 4
+    assert [t.phase for t in run.tasks] == ["finished"] * 5
     store = window.session.store
     assert set(store.alive) == {"chief-0", "worker-0", "worker-1", "ps-0"}  # every task said it lives
     assert curve_points(window, "chief-0", "loss") > 0
@@ -210,6 +211,11 @@ def test_a_parameter_server_cluster_from_the_window(qtbot, gui_homes, shots):
     assert window.diagram.split.from_run and "each step: one worker's batch" in window.diagram.split.label
     ps = next(t for h in window.diagram.hosts for t in h.tasks if t.name == "ps-0")
     assert {v["name"] for v in ps.variables} >= {"dense/kernel", "dense/bias"}  # the model's variables, on the ps
+    assert len(window.diagram.exchanges) == 2 * 3  # each worker with the ps: pull variables, push gradients
+    evaluator = next(t for h in window.diagram.hosts for t in h.tasks if t.name == "evaluator-0")
+    assert evaluator.address == "" and evaluator.devices == []  # apart from training
+    said = [e["text"] for e in store.events_snapshot() if e["task"] == "evaluator-0"]
+    assert any(t.startswith("evaluated the checkpoint of epoch 8  val_loss") for t in said), said
     save_shot(window, shots, "window-parameter-server-diagram")
     window.files.dirty = False
     window.close()
