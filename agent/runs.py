@@ -82,27 +82,27 @@ def read_json(path: Path):
 # --------------------------------------------------------------------------- processes
 
 
+def _stat_fields(pid) -> list:
+    """The fields of /proc/<pid>/stat after the command name (the state first), or [] for no such process."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except (OSError, TypeError, ValueError):
+        return []
+    return stat[stat.rfind(")") + 2:].split()
+
+
 def proc_start_time(pid: int):
     """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            stat = f.read()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    fields = stat[stat.rfind(")") + 2:].split()
-    if fields and fields[0] == "Z":  # a zombie has ended
+    fields = _stat_fields(pid)
+    if not fields or fields[0] == "Z":  # a zombie has ended
         return None
     return int(fields[19])
 
 
 def proc_state(pid) -> str | None:
     """The process's state letter (field 3 of /proc/<pid>/stat: R, S, D, T stopped, t traced, Z), or None."""
-    try:
-        with open(f"/proc/{int(pid)}/stat", encoding="ascii", errors="replace") as f:
-            stat = f.read()
-    except (OSError, TypeError, ValueError):
-        return None
-    fields = stat[stat.rfind(")") + 2:].split()
+    fields = _stat_fields(pid)
     return fields[0] if fields else None
 
 

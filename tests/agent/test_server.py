@@ -18,6 +18,7 @@ from agent.protocol import PROTOCOL_VERSION
 from agent import runs
 from console.remote.channel import AgentClient, AgentRequestError
 from console.remote.local import local_agent
+from tests.helpers.waiting import wait_until
 
 FAKE = str(Path(__file__).parent / "data" / "fake_task.py")
 
@@ -68,9 +69,9 @@ class Collector:
                 self.offset = message["offset"]
             self.cond.notify_all()
 
-    def wait_for(self, count: int, timeout: float = 30) -> None:
+    def wait_until(self, count: int, timeout: float = 30) -> None:
         with self.cond:
-            assert self.cond.wait_for(lambda: len(self.records) >= count, timeout), \
+            assert self.cond.wait_until(lambda: len(self.records) >= count, timeout), \
                 f"only {len(self.records)} of {count} records after {timeout} s"
 
 
@@ -112,7 +113,7 @@ def test_start_writes_run_folder_and_follow_streams_every_line_once(clients, sto
     assert spec["env"]["TF_CONFIG"] == '{"cluster": {}}' and spec["env"]["EXTRA"] == "1"
     got = Collector()
     follow = client.follow("r1", "worker-0", got)
-    got.wait_for(10)
+    got.wait_until(10)
     (folder / "release").touch()
     assert follow.done.wait(30)
     assert [r["step"] for r in got.records] == list(range(20))
@@ -125,7 +126,7 @@ def test_task_outlives_agent_and_reattach_replays_from_offset(clients, stop_all,
     start_fake(first, stop_all)
     got = Collector()
     first.follow("r1", "worker-0", got)
-    got.wait_for(10)
+    got.wait_until(10)
     first.channel.abort()  # the console (or the SSH connection) goes away: the agent is killed
     first.close()
     second = clients()
@@ -149,7 +150,7 @@ def test_stop_kills_a_task_that_ignores_sigterm(clients, stop_all, tfcc_home):
     folder = Path(started["run_dir"])
     got = Collector()
     client.follow("r1", "worker-0", got)
-    got.wait_for(10)  # the task is up and has installed its handler
+    got.wait_until(10)  # the task is up and has installed its handler
     child = json.loads((folder / "child.json").read_text())["pid"]
     t0 = time.monotonic()
     result = client.call("stop", run_id="r1", task="worker-0", grace=1.0)
@@ -167,15 +168,15 @@ def test_a_suspended_task_says_so_in_its_status(clients, stop_all):
     folder = Path(started["run_dir"])
     got = Collector()
     client.follow("r1", "worker-0", got)
-    got.wait_for(10)
+    got.wait_until(10)
     child = json.loads((folder / "child.json").read_text())["pid"]
     assert client.call("status", run_id="r1", task="worker-0")["suspended"] is False
     os.kill(child, signal.SIGSTOP)
     try:
-        assert wait_for(lambda: client.call("status", run_id="r1", task="worker-0")["suspended"], 10)
+        assert wait_until(lambda: client.call("status", run_id="r1", task="worker-0")["suspended"], 10)
     finally:
         os.kill(child, signal.SIGCONT)
-    assert wait_for(lambda: not client.call("status", run_id="r1", task="worker-0")["suspended"], 10)
+    assert wait_until(lambda: not client.call("status", run_id="r1", task="worker-0")["suspended"], 10)
 
 
 def test_an_end_of_its_own_just_before_a_stop_keeps_its_failure(clients, stop_all):
@@ -193,16 +194,6 @@ def test_an_end_of_its_own_just_before_a_stop_keeps_its_failure(clients, stop_al
     assert client.call("status", run_id="r1", task="worker-0")["stopped"] is False
     (folder / runs.STOP_MARKER).write_text(repr(ended - 0.5))  # one that came before it: its doing
     assert client.call("status", run_id="r1", task="worker-0")["stopped"] is True
-
-
-def wait_for(condition, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        pause.wait(0.05)
-    return True
 
 
 def test_stop_never_signals_a_reused_pid(clients, tfcc_home):

@@ -15,18 +15,9 @@ from console import cluster as cl
 from console.metrics_store import MetricsStore
 from console.runner import Run
 from console.session import OFFER, RESTART, SUPERVISION, RunSession, decode_line
+from tests.helpers.waiting import wait_until
 from trainer.metrics import read_records
 
-
-def wait_until(predicate, timeout: float) -> bool:
-    """Whether ``predicate()`` came true within ``timeout`` seconds (checked every 20 ms)."""
-    deadline = time.monotonic() + timeout
-    tick = threading.Event()
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        tick.wait(0.02)
-    return True
 
 
 @pytest.fixture
