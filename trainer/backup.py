@@ -9,8 +9,8 @@ the tasks with different newest backups, which then fail in the first collective
   the global step it holds (``backup-<step>``), so backups of different tasks compare;
 - saves come about every ``seconds`` of training, at the same steps on every task (saving
   reads synchronised variables collectively): after a few steps of an attempt, and again at
-  each save, the tasks agree, by an all-reduce, on their mean step time, and from it on the
-  steps to the next save;
+  each save, the tasks agree, by an all-reduce, on the slowest one's wall time per step since
+  the last agreement (validation and saves included), and from it on the steps to the next save;
 - at the start of an attempt the tasks share the lists of their backups (an all-reduce
   again) and each restores the newest one they all have, dropping any newer one of its own,
   and says so in a ``resumed`` event; with none in common, training starts over (said too);
@@ -22,7 +22,6 @@ from __future__ import annotations
 import glob
 import logging
 import os
-import statistics
 import time
 from pathlib import Path
 
@@ -36,7 +35,6 @@ log = logging.getLogger("trainer.backup")
 KEEP = 2          # backups per task: a kill during a save still leaves one all tasks share
 PREFIX = "backup"
 PROBE_STEPS = 4   # steps of an attempt after which the tasks agree on the save interval (the first is traced)
-PACE_STEPS = 256  # the newest steps whose times set the next interval (their median: an epoch's end is no pace)
 
 
 def share(strategy, values: list[float], width: int) -> np.ndarray:
@@ -122,7 +120,7 @@ class TaskBackups(tf.keras.callbacks.Callback):
         self.restored: tuple[int, int] | None = None
         self._epoch = 0
         self._steps = 0                 # steps of this attempt
-        self._step_ends: list[float] = []
+        self._pace_from: tuple[float, int] | None = None  # (when, global step) the pace is measured from
         self._global_step = 0
         self._last_batch = -1
 
@@ -181,7 +179,8 @@ class TaskBackups(tf.keras.callbacks.Callback):
         # As trainer.report counts it (a call may cover several steps with steps_per_execution).
         self._global_step = self._epoch * steps + batch + 1 if steps else self._global_step + 1
         self._last_batch = batch
-        self._step_ends = (self._step_ends + [time.perf_counter()])[-PACE_STEPS:]
+        if self._pace_from is None:  # the clock starts at the attempt's first step (its tracing included)
+            self._pace_from = (time.perf_counter(), self._global_step - 1)
         if self.every is None:
             if self._steps == PROBE_STEPS:
                 self.every = self._agree_on_interval()
@@ -189,18 +188,22 @@ class TaskBackups(tf.keras.callbacks.Callback):
             return
         if self._global_step >= self._next_save:  # the same steps on every task
             self.save(batch)
-            # Steps get slower or quicker (a busy host, a bigger input): agree again, from the steps since
-            # the last save, so that saves stay about ``seconds`` apart.
+            # Steps get slower or quicker (a busy host, validation, the saves themselves): agree again,
+            # from the wall time since the last agreement, so that saves stay about ``seconds`` apart.
             self.every = self._agree_on_interval()
             self._next_save = (self._global_step // self.every + 1) * self.every
 
     def _agree_on_interval(self) -> int:
-        ends = self._step_ends
-        mine = statistics.median(b - a for a, b in zip(ends, ends[1:])) if len(ends) > 1 else self.seconds
+        """Steps to the next save: ``seconds`` over the wall time a step took since the last agreement
+        (everything counted: epoch ends with their validation, saves), at the slowest task's pace."""
+        since, at = self._pace_from
+        now = time.perf_counter()
+        mine = (now - since) / max(1, self._global_step - at)
+        self._pace_from = (now, self._global_step)
         if self.multi_worker:
             rows = share(self.model.distribute_strategy, [mine], 1)
-            mine = float(rows[:, 0].mean())
-        every = max(1, round(self.seconds / max(mine, 1e-6)))
+            mine = float(rows[:, 0].max())
+        every = max(1, int(self.seconds / max(mine, 1e-6)))
         log.info("backups every %d steps (%.3f s a step)", every, mine)
         return every
 
