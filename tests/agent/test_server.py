@@ -69,9 +69,9 @@ class Collector:
                 self.offset = message["offset"]
             self.cond.notify_all()
 
-    def wait_until(self, count: int, timeout: float = 30) -> None:
+    def wait_for(self, count: int, timeout: float = 30) -> None:
         with self.cond:
-            assert self.cond.wait_until(lambda: len(self.records) >= count, timeout), \
+            assert self.cond.wait_for(lambda: len(self.records) >= count, timeout), \
                 f"only {len(self.records)} of {count} records after {timeout} s"
 
 
@@ -113,7 +113,7 @@ def test_start_writes_run_folder_and_follow_streams_every_line_once(clients, sto
     assert spec["env"]["TF_CONFIG"] == '{"cluster": {}}' and spec["env"]["EXTRA"] == "1"
     got = Collector()
     follow = client.follow("r1", "worker-0", got)
-    got.wait_until(10)
+    got.wait_for(10)
     (folder / "release").touch()
     assert follow.done.wait(30)
     assert [r["step"] for r in got.records] == list(range(20))
@@ -126,7 +126,7 @@ def test_task_outlives_agent_and_reattach_replays_from_offset(clients, stop_all,
     start_fake(first, stop_all)
     got = Collector()
     first.follow("r1", "worker-0", got)
-    got.wait_until(10)
+    got.wait_for(10)
     first.channel.abort()  # the console (or the SSH connection) goes away: the agent is killed
     first.close()
     second = clients()
@@ -150,7 +150,7 @@ def test_stop_kills_a_task_that_ignores_sigterm(clients, stop_all, tfcc_home):
     folder = Path(started["run_dir"])
     got = Collector()
     client.follow("r1", "worker-0", got)
-    got.wait_until(10)  # the task is up and has installed its handler
+    got.wait_for(10)  # the task is up and has installed its handler
     child = json.loads((folder / "child.json").read_text())["pid"]
     t0 = time.monotonic()
     result = client.call("stop", run_id="r1", task="worker-0", grace=1.0)
@@ -168,7 +168,7 @@ def test_a_suspended_task_says_so_in_its_status(clients, stop_all):
     folder = Path(started["run_dir"])
     got = Collector()
     client.follow("r1", "worker-0", got)
-    got.wait_until(10)
+    got.wait_for(10)
     child = json.loads((folder / "child.json").read_text())["pid"]
     assert client.call("status", run_id="r1", task="worker-0")["suspended"] is False
     os.kill(child, signal.SIGSTOP)

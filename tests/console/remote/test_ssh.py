@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import paramiko
@@ -284,15 +285,18 @@ def test_a_worker_killed_on_its_ssh_host_is_restarted_with_the_group(ssh_hosts, 
     run = Run(two_host_cluster(ssh_hosts, 4), "sshkill")
     run.start()
     session = RunSession(run)
-    backups, said = set(), []
+    backups, said, when, again = set(), [], {}, {}  # when: first time of each supervision event
     cond = threading.Condition()
 
     def on_event(e):
         with cond:
             if e.kind == "records":
                 backups.update((e.task.name, r["global_step"]) for r in e.records if r.get("event") == "backed_up")
+                if any(r.get("type") == "step" and r.get("attempt") == 2 for r in e.records):
+                    again.setdefault(e.task.name, time.monotonic())  # training again on that host
             elif e.kind in SUPERVISION:
                 said.append((e.kind, e.text))
+                when.setdefault(e.kind, time.monotonic())
             cond.notify_all()
 
     session.subscribe(on_event)
@@ -304,8 +308,11 @@ def test_a_worker_killed_on_its_ssh_host_is_restarted_with_the_group(ssh_hosts, 
                                  & {g for t, g in backups if t == "worker-1"}, 180)  # a backup both have
         child = json.loads((h1.tfcc_home / "runs" / "sshkill" / "worker-1" / "child.json").read_text())["pid"]
         h1.exec("kill", "-KILL", str(child))
+        killed = time.monotonic()
         with cond:
-            assert cond.wait_for(lambda: any(k == "restarted" for k, _ in said), 60), said
+            assert cond.wait_for(lambda: len(again) == 2, 90), said
+        assert when["failure"] - killed < 5, "the failure is said within 5 s"
+        assert max(again.values()) - killed < 30, "every task training again within 30 s"
         assert session.wait(300)
     finally:
         session.detach()
