@@ -124,6 +124,26 @@ def _plan(opts: Options, cluster: ClusterConfig, workload, strategy_name: str, g
     )
 
 
+def asynchronous_plan(opts: Options, cluster: ClusterConfig, workload, replicas: int = 1):
+    """The batch plan of parameter-server training: a step is one worker's batch, split over its replicas."""
+    return plan_batches(per_replica_batch=opts.per_replica_batch, global_batch=opts.global_batch,
+                        num_workers=len(cluster.cluster["worker"]), replicas_per_worker=replicas,
+                        num_examples=workload.num_examples, steps_per_epoch=opts.steps_per_epoch,
+                        base_learning_rate=opts.learning_rate, lr_rule=opts.lr_scaling, asynchronous=True)
+
+
+def compiled_model(workload, plan):
+    """The workload's model, compiled with Adam at the plan's learning rate unless the model file compiled
+    it (then only its learning rate is the plan's). Call it in the strategy's scope."""
+    model = workload.build_model()
+    if model.optimizer is None or not getattr(model, "compiled_loss", None):
+        model.compile(optimizer=tf.keras.optimizers.Adam(plan.learning_rate), loss=workload.loss,
+                      metrics=workload.metrics)
+    else:
+        model.optimizer.learning_rate = plan.learning_rate
+    return model
+
+
 def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
     """Train this task to the end; returns the final metrics."""
     strategy_name = choose_strategy(opts.strategy, cluster, opts.cpu_devices)
@@ -152,15 +172,7 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
 
     tf.keras.utils.set_random_seed(opts.seed)
     with strategy.scope():
-        model = workload.build_model()
-        if model.optimizer is None or not getattr(model, "compiled_loss", None):
-            model.compile(
-                optimizer=tf.keras.optimizers.Adam(plan.learning_rate),
-                loss=workload.loss,
-                metrics=workload.metrics,
-            )
-        else:
-            model.optimizer.learning_rate = plan.learning_rate
+        model = compiled_model(workload, plan)
         exact_step_loss = instrument_step_loss(model)
     train_ds, val_ds = make_datasets(workload, plan, opts)
 
@@ -294,30 +306,18 @@ def coordinate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> 
     """The chief of parameter-server training: the coordinator, the only task that runs ``fit``."""
     configure_runtime(opts)
     workload = workloads.load(opts)
-    plan = plan_batches(per_replica_batch=opts.per_replica_batch, global_batch=opts.global_batch,
-                        num_workers=len(cluster.cluster["worker"]), replicas_per_worker=1,
-                        num_examples=workload.num_examples, steps_per_epoch=opts.steps_per_epoch,
-                        base_learning_rate=opts.learning_rate, lr_rule=opts.lr_scaling, asynchronous=True)
+    plan = asynchronous_plan(opts, cluster, workload)
     check_port_free(cluster)
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
         min_shard_bytes=256 << 10, max_shards=len(cluster.cluster["ps"]))
     strategy = tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
     if strategy.num_replicas_in_sync > 1:  # each worker's GPUs: one step's batch is split over them
-        plan = plan_batches(per_replica_batch=opts.per_replica_batch, global_batch=opts.global_batch,
-                            num_workers=len(cluster.cluster["worker"]),
-                            replicas_per_worker=strategy.num_replicas_in_sync, num_examples=workload.num_examples,
-                            steps_per_epoch=opts.steps_per_epoch, base_learning_rate=opts.learning_rate,
-                            lr_rule=opts.lr_scaling, asynchronous=True)
+        plan = asynchronous_plan(opts, cluster, workload, strategy.num_replicas_in_sync)
     writer.event("cluster_formed", strategy="parameter_server", num_replicas=strategy.num_replicas_in_sync)
     tf.keras.utils.set_random_seed(opts.seed)
     with strategy.scope():
-        model = workload.build_model()
-        if model.optimizer is None or not getattr(model, "compiled_loss", None):
-            model.compile(optimizer=tf.keras.optimizers.Adam(plan.learning_rate), loss=workload.loss,
-                          metrics=workload.metrics)
-        else:
-            model.optimizer.learning_rate = plan.learning_rate
+        model = compiled_model(workload, plan)
     placed = placement(model)
     # Each worker builds its own copy of the input pipeline (nothing to shard), so each must shuffle
     # in its own order: a seed fixed here would give every worker the same batches. The seed is drawn
@@ -411,14 +411,8 @@ def evaluate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> di
     if workload.val_dataset is None:
         raise ConfigError("the evaluator has no validation data: define val_dataset() in the model file, or leave "
                           "the evaluator out")
-    plan = plan_batches(per_replica_batch=opts.per_replica_batch, global_batch=opts.global_batch,
-                        num_workers=len(cluster.cluster["worker"]), replicas_per_worker=1,
-                        num_examples=workload.num_examples, steps_per_epoch=opts.steps_per_epoch,
-                        base_learning_rate=opts.learning_rate, lr_rule=opts.lr_scaling, asynchronous=True)
-    model = workload.build_model()
-    if model.optimizer is None or not getattr(model, "compiled_loss", None):
-        model.compile(optimizer=tf.keras.optimizers.Adam(plan.learning_rate), loss=workload.loss,
-                      metrics=workload.metrics)
+    plan = asynchronous_plan(opts, cluster, workload)
+    model = compiled_model(workload, plan)
     count = sum(1 for _ in workload.val_dataset())
     data = workload.val_dataset().batch(plan.global_batch)
     writer.event("evaluating", checkpoints=str(opts.eval_checkpoints), epochs=opts.epochs,
