@@ -105,10 +105,9 @@ def consistency(cluster: cl.Cluster, probes: dict[str, dict]) -> list[Problem]:
                                 "use the same Python major.minor on every host (set python for each host)",
                                 tuple(pythons)))
     per_worker = {}
-    asynchronous = _parameter_server(cluster)
     for name, task in zip(cluster.task_names(), cluster.tasks):
-        if task.host not in probes or task.role in ("ps", cl.EVALUATOR) or (asynchronous and task.role == "chief"):
-            continue  # only the tasks that hold model replicas (a ps holds variables; a coordinator none)
+        if task.host not in probes or not _holds_replicas(cluster, task):
+            continue
         visible = len(probes[task.host].get("gpus") or [])
         per_worker[name] = len(task.gpus) if task.gpus else visible
     if len(set(per_worker.values())) > 1:
@@ -122,8 +121,10 @@ def consistency(cluster: cl.Cluster, probes: dict[str, dict]) -> list[Problem]:
     return problems
 
 
-def _parameter_server(cluster: cl.Cluster) -> bool:
-    return cluster.training.strategy == "parameter_server" or any(t.role == "ps" for t in cluster.tasks)
+def _holds_replicas(cluster: cl.Cluster, task: cl.Task) -> bool:
+    """A task with model replicas: a worker, or the chief of synchronous training (a coordinator holds
+    none, a ps holds variables, an evaluator is no part of training)."""
+    return task.role == "worker" or (task.role == "chief" and not cluster.parameter_server)
 
 
 def _global_batch_rule(cluster: cl.Cluster, gpus_per_worker: dict[str, int]) -> list[Problem]:
@@ -131,11 +132,11 @@ def _global_batch_rule(cluster: cl.Cluster, gpus_per_worker: dict[str, int]) -> 
     synchronous training; one worker's (its GPUs) under parameter-server training, where a step is one
     worker's batch."""
     g = cluster.training.global_batch
-    holders = [t for t in cluster.tasks if t.role == "worker" or (t.role == "chief" and not _parameter_server(cluster))]
+    holders = [t for t in cluster.tasks if _holds_replicas(cluster, t)]
     if not g or not gpus_per_worker or len(gpus_per_worker) != len(holders):  # per-replica batches always split
         return []
     workers = len(gpus_per_worker)
-    if _parameter_server(cluster):
+    if cluster.parameter_server:
         replicas = max(replicas_per_worker("parameter_server", gpus, 1) for gpus in gpus_per_worker.values())
         where = "replicas of one worker (each step is one worker's batch)"
     else:

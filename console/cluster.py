@@ -148,6 +148,11 @@ class Cluster:
         return make_tf_config(self.tf_cluster(ports), role, int(number))
 
     @property
+    def parameter_server(self) -> bool:
+        """Whether this is parameter-server training (asked for, or ps tasks with ``auto``)."""
+        return self.training.strategy == "parameter_server" or any(t.role == "ps" for t in self.tasks)
+
+    @property
     def evaluated(self) -> bool:
         """Whether an evaluator evaluates the chief's checkpoints (the chief then writes them)."""
         return any(t.role == EVALUATOR for t in self.tasks)

@@ -71,7 +71,7 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
     addresses = addresses or {}
     names = cluster.task_names()
     t = cluster.training
-    pss = t.strategy == "parameter_server" or any(task.role == "ps" for task in cluster.tasks)
+    pss = cluster.parameter_server
     # The replicas' holders: under parameter-server training the workers (the chief coordinates).
     workers = [n for n in names if parse_task_name(n)[0] in (("worker",) if pss else ("chief", "worker"))]
     chief = next((n for n in (task_name("chief", 0), task_name("worker", 0)) if n in names), None)

@@ -354,7 +354,7 @@ class RunSession:
 
     def _coordinates(self, task: TaskState) -> bool:
         """Whether ``task`` is the coordinator (the chief) of a parameter-server run."""
-        return task.name == task_name("chief", 0) and any(t.role == "ps" for t in self.run.cluster.tasks)
+        return task.name == task_name("chief", 0) and self.run.cluster.parameter_server
 
     def _end_servers(self) -> None:
         """The coordinator finished: its workers and ps serve on until told (SIGTERM ends them well); an
@@ -438,7 +438,7 @@ class RunSession:
         failed, self._failed = self._failed, []
         if self._given_up or self._stop_requested or self._coordinator_finished():
             return  # no (more) supervision: the run ends as its tasks do
-        if self._parameter_server and all(t.name.startswith(("worker-", f"{EVALUATOR}-"))
+        if self.run.cluster.parameter_server and all(t.name.startswith(("worker-", f"{EVALUATOR}-"))
                                           and not self._stalled.get(t.name) for t in failed):
             self._relaunch_workers(failed)
             return
@@ -519,10 +519,6 @@ class RunSession:
     def _coordinator_finished(self) -> bool:
         """A parameter-server run whose chief finished: what its servers do now is no failure."""
         return any(self._coordinates(t) and t.phase == FINISHED for t in self.run.tasks)
-
-    @property
-    def _parameter_server(self) -> bool:
-        return any(t.role == "ps" for t in self.run.cluster.tasks)
 
     def _relaunch_workers(self, failed: list[TaskState]) -> None:
         """Parameter-server training goes on without a worker (the coordinator re-queues its steps and
