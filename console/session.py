@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from agent.protocol import (ENDED, ERROR, FAILED, FINISHED, LOST, RUNNING, STARTING, STDERR, TRAINING, WAITING,
-                            task_name)
+                            parse_task_name, task_name)
 from console import supervision, text
 from console.cluster import EVALUATOR
 from console.diagnosis import diagnose
@@ -73,6 +73,11 @@ SUPERVISION_ALARMS = ("alert", "stalled", "failure", "host_failing", "offered", 
 RESTART, OFFER = "restart", "offer"  # what a session does with failures that happened before it followed
 STALL_FLOOR = 15.0  # seconds without a step that are never a stall, however quick the steps were
 SUSPENDED = "is stopped (SIGSTOP: a debugger, Ctrl-Z or a job scheduler froze it) and answers no peer"
+
+
+def _evaluates(task: TaskState) -> bool:
+    """Whether ``task`` is the run's evaluator (a sidecar: no part of training)."""
+    return parse_task_name(task.name)[0] == EVALUATOR
 
 
 class Pace:
@@ -360,8 +365,8 @@ class RunSession:
         """The coordinator finished: its workers and ps serve on until told (SIGTERM ends them well); an
         evaluator ends by itself after the last checkpoint (when training was given up: now)."""
         self._servers_done = False
-        finished = any(self._coordinates(t) and t.phase == FINISHED for t in self.run.tasks)
-        servers = [t for t in self.run.tasks if not (finished and t.name.startswith(f"{EVALUATOR}-"))]
+        finished = self._coordinator_finished()
+        servers = [t for t in self.run.tasks if not (finished and _evaluates(t))]
         unstopped = self.run.stop_each(grace=10, only=servers)
         if unstopped:
             self._say("failure", f"run {self.run.run_id} finished, but its servers on {', '.join(unstopped)} "
@@ -420,12 +425,7 @@ class RunSession:
         for task in self.run.tasks:
             if task in failed or task.phase in ENDED or task.phase == STARTING:
                 continue
-            try:
-                status = self.run.links[task.host].connect().call("status", run_id=self.run.run_id,
-                                                                  task=task.name)
-            except TfccError:
-                continue
-            if status.get("suspended"):
+            if self._why_silent(task) == SUSPENDED:
                 pace = self._pace.get(task.name)
                 last = (f"; its last step was epoch {text.count(pace.epoch)} step {text.count(pace.index)}"
                         if pace is not None and pace.index is not None else "; it made no step yet")
@@ -438,8 +438,8 @@ class RunSession:
         failed, self._failed = self._failed, []
         if self._given_up or self._stop_requested or self._coordinator_finished():
             return  # no (more) supervision: the run ends as its tasks do
-        if self.run.cluster.parameter_server and all(t.name.startswith(("worker-", f"{EVALUATOR}-"))
-                                          and not self._stalled.get(t.name) for t in failed):
+        if self.run.cluster.parameter_server and all((t.name.startswith("worker-") or _evaluates(t))
+                                                     and not self._stalled.get(t.name) for t in failed):
             self._relaunch_workers(failed)
             return
         self.restarting = True
@@ -526,7 +526,7 @@ class RunSession:
         back; the evaluator goes on from the newest checkpoint)."""
         verdict = self._judge(failed)
         names = ", ".join(t.name for t in failed)
-        sidecar = all(t.name.startswith(f"{EVALUATOR}-") for t in failed)
+        sidecar = all(_evaluates(t) for t in failed)
         if sidecar and (not verdict.retryable or self.restarts_left <= 0):
             self._say("gave_up", f"run {self.run.run_id}: {names} not started again ("
                                  + ("the cause would repeat" if not verdict.retryable else "max_restarts used up")
@@ -592,8 +592,9 @@ class RunSession:
         return ""
 
     def _failure(self, task: TaskState) -> Failure:
-        return Failure(task.name, task.host, task.phase, (task.exit or {}).get("returncode"), self._stderr_tail(task),
-                       self._failed_event.pop(task.name, None), self._stalled.pop(task.name, None))
+        return Failure(task.name, task.host, task.phase, (task.exit or {}).get("returncode"),
+                       self._stderr_tail(task), self._failed_event.pop(task.name, None),
+                       self._stalled.pop(task.name, None))
 
     def _look_at_a_finished(self, task: TaskState) -> None:
         """A task that exited 0 can still have gone wrong in a way worth saying (its data ran out, it
