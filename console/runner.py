@@ -174,8 +174,8 @@ class Run:
         """A resume keeps the run's TF_CONFIG while its ports are free; when another process took one
         meanwhile, every task gets a new TF_CONFIG (it must be the same cluster for all) with new ports
         for the ``auto`` ones. A fixed port that is taken cannot change: the error names its holder."""
-        ports = [parse_address(task_address(t.name, c))[1] if task_address(t.name, c) else None
-                 for t, c in zip(self.tasks, configs)]
+        addresses = [task_address(t.name, c) for t, c in zip(self.tasks, configs)]
+        ports = [parse_address(a)[1] if a else None for a in addresses]  # an evaluator has none
         taken: dict[int, dict] = {}
 
         def check(name: str, link: HostLink) -> None:
