@@ -1,9 +1,17 @@
-"""Live metrics of a run, per worker, in bounded buffers (Qt-free).
+"""Live metrics of a run, per task and host, in bounded tables (Qt-free).
 
-Follow threads ``ingest`` records as they arrive; a view reads ``series`` at its
-own pace (at most 30 times a second) and redraws only when ``version`` moved.
-Each (worker, metric) keeps its newest ``capacity`` points; a view asks for at
-most ``max_points`` and gets a min/max ("peak") reduction that keeps spikes.
+Follow threads ``ingest`` records as they arrive (and ``ingest_system`` the hosts'
+system samples); a view reads ``changed`` at its own pace (at most 30 times a second)
+and redraws only what moved. Each source (a task's steps, its epochs, a host's or a
+task's system samples) is a ``Table``: rows of (global step, time, one column per
+numeric field), the newest ``capacity`` kept. A view asks for at most ``max_points``
+of a column and gets a min/max ("peak") reduction that keeps spikes, optionally of
+the column smoothed (a time-weighted exponential moving average, ``smoothed``).
+
+The vocabulary of what is drawn is defined here once: metric ids (``step`` fields by
+their name, ``epoch:<field>`` for epoch and validation values, ``sys:<name>`` for the
+system lane), which plot each belongs to (``plot_of``), which are cluster-wide (the same
+on every worker: drawn once) and which are per worker.
 """
 
 from __future__ import annotations
@@ -18,31 +26,87 @@ import numpy as np
 
 from console import text
 
-METRICS = ("loss", "step_time", "examples_per_sec")
-LABELS = {"loss": "loss (global batch, all workers)", "step_time": "step time (s)", "examples_per_sec": "examples / s (per worker)"}
+# Fields of a step or epoch record that say where it is, not how training goes.
+PLACE_FIELDS = frozenset({"type", "task_type", "task_index", "time", "epoch", "step", "global_step", "attempt",
+                          "steps", "event"})
+EPOCH = "epoch:"   # the prefix of an epoch (or validation) value's metric id
+SYSTEM = "sys:"    # the prefix of the system lane's metric ids
+# Step fields that are the same number on every worker (docs/metrics.md): one curve for the cluster.
+CLUSTER_WIDE_STEP = frozenset({"loss", "loss_avg", "global_batch", "global_examples_per_sec", "learning_rate"})
+# Epoch fields that differ between workers; every other epoch value is a cluster-wide mean.
+PER_WORKER_EPOCH = frozenset({"epoch_time"})
+# The system lane (ingest_system): cores busy and memory, per host and per task; each GPU's load.
+SYSTEM_METRICS = ("sys:cpu_cores", "sys:memory_gb", "sys:gpu_percent", "sys:gpu_memory_gb")
+DEFAULT_PLOTS = ("loss", "accuracy", "step_time", "sys:cpu_cores", "sys:memory_gb")
+X_AXES = ("step", "time", "relative")  # global step, wall-clock time, seconds since the run's first record
+HOST = "host:"     # the prefix of a host's (and its GPUs') owner name in the system lane
+
+PLOT_LABELS = {  # short: a plot's axis label (the legend says which curve is which)
+    "loss": "loss",
+    "accuracy": "accuracy",
+    "step_time": "step time (s)",
+    "examples_per_sec": "examples/s per worker",
+    "global_examples_per_sec": "examples/s, cluster",
+    "global_batch": "global batch",
+    "learning_rate": "learning rate",
+    "epoch_time": "epoch time (s)",
+    "sys:cpu_cores": "CPU (cores busy)",
+    "sys:memory_gb": "memory (GB)",
+    "sys:gpu_percent": "GPU busy (%)",
+    "sys:gpu_memory_gb": "GPU memory (GB)",
+}
 
 
-class Series:
-    """A ring of (x, y) float points: the newest ``capacity`` are kept.
+def plot_of(metric: str) -> str:
+    """The plot a metric is drawn in: a field's training, epoch and validation values share one
+    (``loss``, ``epoch:loss`` and ``epoch:val_loss`` are all in ``loss``)."""
+    if metric.startswith(SYSTEM):
+        return metric
+    name = metric[len(EPOCH):] if metric.startswith(EPOCH) else metric
+    if name.startswith("val_"):
+        name = name[4:]
+    return "loss" if name == "loss_avg" else name
 
-    ``reduced`` gives at most ``max_points`` points for drawing. Buckets are a power
-    of two points wide, so the reduction of full buckets is kept and only new points
-    are reduced on the next read (a redraw costs the same at 100 points or 100,000).
+
+def plot_label(plot: str) -> str:
+    return PLOT_LABELS.get(plot, plot.replace("_", " "))
+
+
+def is_cluster_wide(metric: str) -> bool:
+    """Whether every worker reports the same number (drawn and listed once, from one task)."""
+    if metric.startswith(SYSTEM):
+        return False
+    if metric.startswith(EPOCH):
+        return metric[len(EPOCH):] not in PER_WORKER_EPOCH
+    return metric in CLUSTER_WIDE_STEP
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class Table:
+    """Rows of (x: global step, t: time since the store's origin, one float32 column per field);
+    the newest ``capacity`` rows are kept.
+
+    ``reduced`` gives at most ``max_points`` points of a column for drawing. Buckets are a power
+    of two rows wide, so the reduction of full buckets is kept and only new rows are reduced on
+    the next read (a redraw costs the same at 100 rows or 100,000). A column that appears late
+    (a user's metric) reads NaN before its first row.
     """
 
     def __init__(self, capacity: int):
         self.capacity = capacity
         self._x = np.empty(2 * capacity)
-        self._y = np.empty(2 * capacity)
+        self._t = np.empty(2 * capacity)
+        self._cols: dict[str, np.ndarray] = {}
         self._start = 0
         self._end = 0
-        self._dropped = 0          # points that fell off the front, ever
-        self._appended = 0         # points appended, ever
-        self._cuts = 0             # times a restart cut the newest points
-        self._cache_key = None     # (bucket size, dropped) the cached reduction is for
-        self._cache_x = np.empty(0)
-        self._cache_y = np.empty(0)
-        self._cache_upto = 0       # points (from the front) covered by the cache
+        self._dropped = 0          # rows that fell off the front, ever
+        self._appended = 0         # rows appended, ever
+        self._cuts = 0             # times a restart cut the newest rows
+        self._peaks: dict = {}     # (column, smoothing) -> (bucket, dropped, upto, indices of peaks)
+        self._smooth: dict = {}    # column -> _Smoothing
 
     def __len__(self) -> int:
         return self._end - self._start
@@ -51,104 +115,207 @@ class Series:
     def appended(self) -> int:
         return self._appended
 
-    def append(self, x: float, y: float) -> None:
-        if self._end == len(self._x):  # compact: keep the newest capacity points at the front
-            keep = self.capacity - 1
-            self._x[:keep] = self._x[self._end - keep:self._end]
-            self._y[:keep] = self._y[self._end - keep:self._end]
-            self._start, self._end = 0, keep
-        self._x[self._end] = x
-        self._y[self._end] = y
-        self._end += 1
-        self._appended += 1
-        if self._end - self._start > self.capacity:
-            self._start += 1
-            self._dropped += 1
+    @property
+    def version(self) -> int:
+        """Moves with every change: appends, and a restart's cut."""
+        return self._appended + self._cuts
 
-    def extend(self, xs: np.ndarray, ys: np.ndarray) -> None:
-        """Append many points at once (array copies: a follow message's steps in microseconds)."""
+    def columns(self) -> list[str]:
+        return list(self._cols)
+
+    def _column(self, name: str) -> np.ndarray:
+        col = self._cols.get(name)
+        if col is None:
+            col = self._cols[name] = np.empty(2 * self.capacity, dtype=np.float32)
+            col[self._start:self._end] = np.nan
+        return col
+
+    def extend(self, xs: np.ndarray, ts: np.ndarray, values: dict[str, np.ndarray]) -> None:
+        """Append rows: their steps, times and each field's values (a field not given reads NaN)."""
         n = len(xs)
+        if not n:
+            return
         self._appended += n
         if n > self.capacity:
             self._dropped += n - self.capacity
-            xs, ys, n = xs[-self.capacity:], ys[-self.capacity:], self.capacity
-        if self._end + n > len(self._x):  # compact: the newest points to the front
+            xs, ts = xs[-self.capacity:], ts[-self.capacity:]
+            values = {k: v[-self.capacity:] for k, v in values.items()}
+            n = self.capacity
+        for name in values:
+            self._column(name)
+        if self._end + n > len(self._x):  # compact: the newest rows to the front
             keep = min(len(self), self.capacity - n)
             self._dropped += len(self) - keep
-            self._x[:keep] = self._x[self._end - keep:self._end]
-            self._y[:keep] = self._y[self._end - keep:self._end]
+            src = slice(self._end - keep, self._end)
+            for arr in (self._x, self._t, *self._cols.values()):
+                arr[:keep] = arr[src]
             self._start, self._end = 0, keep
-        self._x[self._end:self._end + n] = xs
-        self._y[self._end:self._end + n] = ys
+        new = slice(self._end, self._end + n)
+        self._x[new] = xs
+        self._t[new] = ts
+        for name, col in self._cols.items():
+            v = values.get(name)
+            col[new] = np.nan if v is None else v
         self._end += n
         over = self._end - self._start - self.capacity
         if over > 0:
             self._start += over
             self._dropped += over
 
-    @property
-    def version(self) -> int:
-        """Moves with every change: appends, and a restart's cut."""
-        return self._appended + self._cuts
-
     def cut_after(self, x: float) -> int:
-        """Drop the newest points beyond ``x`` (a restart redoes them from ``x``); how many went."""
+        """Drop the newest rows beyond step ``x`` (a restart redoes them from ``x``); how many went."""
         xs = self._x[self._start:self._end]
         keep = int(np.searchsorted(xs, x, side="right"))
         gone = len(xs) - keep
         if gone:
             self._end = self._start + keep
             self._cuts += 1
-            self._cache_key, self._cache_upto = None, 0
-            self._cache_x, self._cache_y = np.empty(0), np.empty(0)
+            self._peaks.clear()
+            self._smooth.clear()
         return gone
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        return self._x[self._start:self._end].copy(), self._y[self._start:self._end].copy()
+    def last_x(self) -> float:
+        return float(self._x[self._end - 1]) if len(self) else -math.inf
 
-    def reduced(self, max_points: int) -> tuple[np.ndarray, np.ndarray]:
-        x, y = self._x[self._start:self._end], self._y[self._start:self._end]
+    def x_of(self, which: str) -> np.ndarray:
+        """The rows' x in one of ``X_AXES`` terms (``time``: the store adds its origin)."""
+        return (self._x if which == "step" else self._t)[self._start:self._end]
+
+    def arrays(self, column: str, which: str = "step") -> tuple[np.ndarray, np.ndarray]:
+        col = self._cols.get(column)
+        x = self.x_of(which).copy()
+        if col is None:
+            return x, np.full(len(x), np.nan)
+        return x, col[self._start:self._end].astype(float)
+
+    def smoothed(self, column: str, weight: float, which: str) -> np.ndarray:
+        """The column smoothed: a debiased time-weighted EMA over ``which`` (see ``_Smoothing``),
+        kept and extended as rows arrive."""
+        s = self._smooth.get(column)
+        if s is None or s.key != (weight, which) or s.dropped_at_start > self._dropped:
+            s = self._smooth[column] = _Smoothing(weight, which)
+        return s.values(self, column)
+
+    def reduced(self, column: str, max_points: int, which: str = "step",
+                smoothing: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+        """At most ``max_points`` points of ``column`` (smoothed with weight ``smoothing`` > 0)."""
+        x = self.x_of(which)
+        if smoothing > 0:
+            y = self.smoothed(column, smoothing, which)
+        else:
+            col = self._cols.get(column)
+            y = col[self._start:self._end] if col is not None else np.full(len(x), np.nan, dtype=np.float32)
         n = len(x)
         if n <= max_points:
-            return x.copy(), y.copy()
+            return x.copy(), y.astype(float)
         bucket = 1
         while n / bucket > (max_points - 2) / 2:  # 2: the first and last points are always drawn
             bucket *= 2
-        key = (bucket, self._dropped)
-        if key != self._cache_key:
-            self._cache_key, self._cache_upto = key, 0
-            self._cache_x, self._cache_y = np.empty(0), np.empty(0)
+        key = (column, smoothing, which if smoothing > 0 else None)
+        cached = self._peaks.get(key)
+        if cached is None or cached[:2] != (bucket, self._dropped):
+            cached = (bucket, self._dropped, 0, np.empty(0, dtype=np.int64))
+        _, _, upto, idx = cached
         full = n // bucket * bucket
-        if full > self._cache_upto:
-            nx, ny = _bucket_peaks(x[self._cache_upto:full], y[self._cache_upto:full], bucket)
-            self._cache_x = np.concatenate([self._cache_x, nx])
-            self._cache_y = np.concatenate([self._cache_y, ny])
-            self._cache_upto = full
-        parts_x, parts_y = [x[:1], self._cache_x], [y[:1], self._cache_y]
+        if full > upto:
+            idx = np.concatenate([idx, upto + _bucket_peaks(y[upto:full], bucket)])
+            upto = full
+        self._peaks[key] = (bucket, self._dropped, upto, idx)
+        parts = [np.zeros(1, dtype=np.int64), idx]
         if full < n:
-            tx, ty = _bucket_peaks(x[full:], y[full:], n - full)
-            parts_x.append(tx)
-            parts_y.append(ty)
-        parts_x.append(x[-1:])
-        parts_y.append(y[-1:])
-        return np.concatenate(parts_x), np.concatenate(parts_y)
+            parts.append(full + _bucket_peaks(y[full:], n - full))
+        parts.append(np.array([n - 1]))
+        every = np.concatenate(parts)
+        return x[every], y[every].astype(float)
 
 
-def _bucket_peaks(x: np.ndarray, y: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each ``size``-point bucket's min and max points, in x order (``len(x)`` is a multiple of size)."""
-    buckets = len(x) // size
+def _bucket_peaks(y: np.ndarray, size: int) -> np.ndarray:
+    """Each ``size``-row bucket's min and max rows, in order (``len(y)`` is a multiple of size)."""
+    buckets = len(y) // size
     yy = y.reshape(buckets, size)
-    xx = x.reshape(buckets, size)
     nan = np.isnan(yy)
     lo = np.argmin(np.where(nan, np.inf, yy), axis=1)
     hi = np.argmax(np.where(nan, -np.inf, yy), axis=1)
-    first, second = np.minimum(lo, hi), np.maximum(lo, hi)
-    rows = np.arange(buckets)
-    out_x = np.empty(2 * buckets)
-    out_y = np.empty(2 * buckets)
-    out_x[0::2], out_x[1::2] = xx[rows, first], xx[rows, second]
-    out_y[0::2], out_y[1::2] = yy[rows, first], yy[rows, second]
-    return out_x, out_y
+    base = np.arange(buckets) * size
+    out = np.empty(2 * buckets, dtype=np.int64)
+    out[0::2], out[1::2] = base + np.minimum(lo, hi), base + np.maximum(lo, hi)
+    return out
+
+
+class _Smoothing:
+    """A debiased, time-weighted exponential moving average of one column, extended as rows come.
+
+    Each point weighs as much as the stretch of x it stands for (its distance from the previous
+    one), and decays by exp(-Δx / tau): dense and sparse stretches count alike, unlike a per-point
+    EMA (TensorBoard's), which lets dense stretches pull the curve. Dividing by the summed weights
+    removes the start-up bias. ``weight`` (0-1) is the per-point EMA weight it matches on evenly
+    spaced points: tau = -median Δx / ln(weight). Non-finite points are skipped (the raw curve
+    shows them as gaps).
+    """
+
+    def __init__(self, weight: float, which: str):
+        self.key = (weight, which)
+        self.weight = min(max(weight, 1e-6), 0.999)
+        self.which = which
+        self.tau: float | None = None
+        self.spacing = 1.0
+        self.values_: np.ndarray = np.empty(0, dtype=np.float32)
+        self.upto = 0                    # rows (counted from the start of the table, ever) done
+        self.dropped_at_start = 0
+        self.carry: tuple | None = None  # (x, numerator, denominator) at the last row done
+
+    def values(self, table: Table, column: str) -> np.ndarray:
+        n_all = table._dropped + len(table)       # rows ever kept, counting the dropped
+        x = table.x_of(self.which)
+        col = table._cols.get(column)
+        if col is None:
+            return np.full(len(x), np.nan, dtype=np.float32)
+        y = col[table._start:table._end]
+        if self.tau is None:
+            head = x[:2000]
+            gaps = np.diff(head)
+            gaps = gaps[np.isfinite(gaps) & (gaps > 0)]
+            spacing = float(np.median(gaps)) if len(gaps) else 1.0
+            self.tau = -spacing / math.log(self.weight)
+            self.spacing = spacing
+            self.dropped_at_start = table._dropped
+        new_from = max(self.upto, table._dropped) - table._dropped  # a row index into x / y
+        if new_from < len(x):
+            out, self.carry = _ema(x[new_from:], y[new_from:], self.tau, self.spacing, self.carry,
+                                   x[new_from - 1] if new_from else None)
+            self.values_ = np.concatenate([self.values_, out])
+            self.upto = n_all
+        keep = len(x)
+        if len(self.values_) > keep:  # rows fell off the front
+            self.values_ = self.values_[-keep:]
+        return self.values_
+
+
+def _ema(x: np.ndarray, y: np.ndarray, tau: float, spacing: float, carry, x_before) -> tuple[np.ndarray, tuple]:
+    """The time-weighted EMA of rows (x, y) going on from ``carry`` (the first row of all weighs
+    ``spacing``, a typical gap); vectorised in blocks whose x spans at most 500 tau (exp stays finite)."""
+    x = np.maximum.accumulate(np.asarray(x, dtype=float))
+    y = np.asarray(y, dtype=float)
+    gaps = np.diff(x, prepend=x[0] if x_before is None else x_before)
+    weights = np.minimum(gaps, 5 * tau)
+    if x_before is None:
+        weights[0] = spacing
+    good = np.isfinite(y) & np.isfinite(x)
+    wy = np.where(good, weights * np.where(good, y, 0.0), 0.0)
+    w = np.where(good, weights, 0.0)
+    out = np.empty(len(x), dtype=np.float32)
+    i = 0
+    while i < len(x):
+        xr, num, den = carry if carry is not None else (x[i], 0.0, 0.0)
+        j = max(i + 1, int(np.searchsorted(x, xr + 500 * tau, side="right")))
+        grow = np.exp(np.minimum((x[i:j] - xr) / tau, 700.0))
+        n = (num + np.cumsum(wy[i:j] * grow)) / grow
+        d = (den + np.cumsum(w[i:j] * grow)) / grow
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[i:j] = np.where(d > 0, n / d, np.nan)
+        carry = (float(x[j - 1]), float(n[-1]), float(d[-1]))
+        i = j
+    return out, carry
 
 
 @dataclass
@@ -176,33 +343,82 @@ class WorkerProgress:
         return max(0, total - self.global_step) * pace
 
 
+@dataclass(frozen=True)
+class Marker:
+    """Something to see on the time axis: ``kind`` is ``nan``, ``stall`` or ``restart``."""
+
+    kind: str
+    task: str
+    step: float
+    time: float
+    text: str
+
+
+def _columns(records: list[dict]) -> dict[str, np.ndarray]:
+    """Every numeric field of ``records`` as a column (a field a record lacks, or holds as null or
+    text, reads NaN there)."""
+    names: dict[str, None] = {}
+    for r in records:
+        for k, v in r.items():
+            if k not in PLACE_FIELDS and (v is None or _is_number(v)) and k not in names:
+                names[k] = None
+    return {name: np.array([text.metric_value(r.get(name)) for r in records], dtype=np.float32) for name in names
+            if any(_is_number(r.get(name)) for r in records) or name in ("loss", "loss_avg")}
+
+
 class MetricsStore:
-    """Every worker's step metrics, epochs and events for one run; thread-safe."""
+    """Every task's step and epoch metrics, the system lane, events and markers of one run; thread-safe.
+
+    Tables are keyed by (owner, kind): owner a task's name, or ``host:<name>`` (and
+    ``host:<name>/gpu<i>``) for the system lane; kind ``step``, ``epoch`` or ``sys``. A metric id
+    names a column of one kind (``loss`` a step column, ``epoch:val_loss`` an epoch one,
+    ``sys:cpu_cores`` a system one).
+    """
 
     RECENT = 20  # steps in the pace and straggler windows
+    MAX_MARKERS = 1000
 
     def __init__(self, capacity: int = 200_000):
         self.capacity = capacity
         self._lock = threading.Lock()
-        self._series: dict[tuple[str, str], Series] = {}
+        self._tables: dict[tuple[str, str], Table] = {}
         self.workers: list[str] = []
+        self.hosts: list[str] = []            # hosts with system samples, in the order they came
         self.progress: dict[str, WorkerProgress] = {}
         self.epochs: list[dict] = []
         self.events: list[dict] = []   # {"time", "task", "event", "text"}
         self.restarts: list[tuple[int, float]] = []  # (attempt, global step it resumed from), for markers
+        self.markers: list[Marker] = []
         self.states: dict[str, tuple[str, str]] = {}  # task -> (state, words): what supervision says of it
         self.alive: dict[str, dict] = {}  # task -> its newest liveness record (parameter-server workers and ps)
+        self.gpus_used: dict[str, set | None] = {}   # host -> the GPU indices its tasks see (None: all)
+        self.origin: float | None = None  # the time of the run's first record (relative time is from it)
         self.version = 0
+        self._diverged: set = set()
 
     def _worker(self, task: str) -> None:
         if task not in self.progress:
             self.workers.append(task)
             self.progress[task] = WorkerProgress()
 
+    def _table(self, owner: str, kind: str) -> Table:
+        table = self._tables.get((owner, kind))
+        if table is None:
+            table = self._tables[(owner, kind)] = Table(self.capacity)
+        return table
+
+    def _times(self, records: list[dict]) -> np.ndarray:
+        ts = np.array([text.metric_value(r.get("time")) for r in records])
+        if self.origin is None:
+            finite = ts[np.isfinite(ts)]
+            if len(finite):
+                self.origin = float(finite.min())
+        return ts - (self.origin or 0.0)
+
     def ingest(self, task: str, records: list[dict]) -> None:
         """Add a task's records (from its metrics file) in order.
 
-        Step values are gathered into arrays before the lock is taken, so a view reading the
+        Step values are gathered into columns before the lock is taken, so a view reading the
         store waits microseconds, not the time it takes to go through a long message.
         """
         cuts = [i for i, r in enumerate(records) if r.get("event") == "resumed"]
@@ -218,21 +434,16 @@ class MetricsStore:
         columns = None
         if steps:
             xs = np.array([text.metric_value(r.get("global_step", 0)) for r in steps])
-            columns = {}
-            for metric in METRICS:
-                values = [r.get(metric, r.get("loss_avg") if metric == "loss" else None) for r in steps]
-                columns[metric] = np.array([text.metric_value(v) for v in values], dtype=float)
-            step_times = [t for t in (text.metric_value(r.get("step_time")) for r in steps) if math.isfinite(t)]
+            columns = _columns(steps)
+            step_times = columns.get("step_time")
+            step_times = [] if step_times is None else [float(t) for t in step_times[-self.RECENT:] if np.isfinite(t)]
+            broken = [(r, k) for r in steps for k in ("loss", "loss_avg")
+                      if k in r and not math.isfinite(text.metric_value(r[k]))]
         with self._lock:
             self._worker(task)
             prog = self.progress[task]
             if columns is not None:
-                for metric, ys in columns.items():
-                    key = (task, metric)
-                    series = self._series.get(key)
-                    if series is None:
-                        series = self._series[key] = Series(self.capacity)
-                    series.extend(xs, ys)
+                self._table(task, "step").extend(xs, self._times(steps), columns)
                 last = steps[-1]
                 epoch, step = (text.metric_value(last.get(k)) for k in ("epoch", "step"))
                 prog.epoch = int(epoch) if math.isfinite(epoch) else prog.epoch
@@ -241,12 +452,16 @@ class MetricsStore:
                 prog.last_time = last.get("time")
                 if prog.first_time is None:
                     prog.first_time = steps[0].get("time")
-                prog.recent_step_times.extend(step_times[-self.RECENT:])
+                prog.recent_step_times.extend(step_times)
                 del prog.recent_step_times[:-self.RECENT]
+                for r, key in broken:
+                    self._mark("nan", task, r, f"{task}: {key} is {text.metric_text(r[key])} at step "
+                                               f"{text.count(r.get('global_step', 0) - 1)}")
             for r in records:
                 kind = r.get("type")
                 if kind == "epoch":
                     self.epochs.append({"task": task, **r})
+                    self._epoch_row(task, r, prog)
                     self.events.append({"time": r.get("time"), "task": task, "event": "epoch",
                                         "text": text.epoch_text(r)})
                 elif kind == "alive":
@@ -261,9 +476,73 @@ class MetricsStore:
                     if name == "started":
                         prog.steps_per_epoch = r.get("steps_per_epoch") or 0
                         prog.epochs = r.get("epochs") or 0
+                    if name == "evaluated" and isinstance(r.get("metrics"), dict):
+                        self._epoch_row(task, {**r["metrics"], "time": r.get("time"), "epoch": r.get("epoch"),
+                                               "global_step": r.get("global_step")}, prog)
                     if name not in text.QUIET_EVENTS:
                         self.events.append({"time": r.get("time"), "task": task, "event": name,
                                             "text": text.event_text(r)})
+            self.version += 1
+
+    def _epoch_row(self, task: str, r: dict, prog: WorkerProgress) -> None:
+        """An epoch's values on the step axis: at the epoch's last step."""
+        at = text.metric_value(r.get("global_step"))
+        epoch = text.metric_value(r.get("epoch"))
+        if not math.isfinite(at):
+            at = (epoch + 1) * prog.steps_per_epoch if prog.steps_per_epoch and math.isfinite(epoch) \
+                else float(prog.global_step)
+        self._table(task, "epoch").extend(np.array([at]), self._times([r]), _columns([r]))
+
+    def _mark(self, kind: str, task: str, r: dict, words: str) -> None:
+        if (kind, task) in self._diverged or len(self.markers) >= self.MAX_MARKERS:
+            return  # the first of each kind per task: a diverged run is not a thousand markers
+        self._diverged.add((kind, task))
+        step = text.metric_value(r.get("global_step"))
+        when = text.metric_value(r.get("time"))
+        self.markers.append(Marker(kind, task, step, when if math.isfinite(when) else time.time(), words))
+
+    def ingest_system(self, host: str, record: dict) -> None:
+        """A host's system sample (docs/metrics.md, ``system``): its CPU and memory, each GPU's
+        load, and each of its tasks' CPU and memory, as rows of the system lane."""
+        now = np.array([text.metric_value(record.get("time"))])
+        value = text.metric_value
+
+        def row(owner: str, values: dict) -> None:
+            table = self._table(owner, "sys")
+            table.extend(now, now - (self.origin or 0.0), {k: np.array([v], dtype=np.float32)
+                                                         for k, v in values.items()})
+
+        cpus = value(record.get("cpus"))
+        gb = 1e-9
+        with self._lock:
+            if self.origin is None and math.isfinite(now[0]):
+                self.origin = float(now[0])
+            if host not in self.hosts:
+                self.hosts.append(host)
+            row(HOST + host, {"sys:cpu_cores": value(record.get("cpu_percent")) / 100 * cpus,
+                              "sys:memory_gb": value(record.get("memory_used_bytes")) * gb,
+                              "sys:memory_available_gb": value(record.get("memory_available_bytes")) * gb,
+                              "sys:swap_gb": value(record.get("swap_used_bytes")) * gb})
+            used: set | None = set()
+            for task, t in (record.get("tasks") or {}).items():
+                if not isinstance(t, dict):
+                    continue
+                row(task, {"sys:cpu_cores": value(t.get("cpu_percent")) / 100,
+                           "sys:memory_gb": value(t.get("rss_bytes")) * gb})
+                gpus = t.get("gpus")
+                if isinstance(gpus, list) and used is not None:
+                    used.update(str(g) for g in gpus)
+                else:
+                    used = None
+            self.gpus_used[host] = used or None
+            for gpu in record.get("gpus") or []:
+                if not isinstance(gpu, dict):
+                    continue
+                if used and str(gpu.get("index")) not in used:
+                    continue  # a GPU no task of the run uses
+                row(f"{HOST}{host}/gpu{gpu.get('index')}",
+                    {"sys:gpu_percent": value(gpu.get("utilization_percent")),
+                     "sys:gpu_memory_gb": value(gpu.get("memory_used_bytes")) * gb})
             self.version += 1
 
     def _resumed(self, task: str, r: dict) -> None:
@@ -272,20 +551,27 @@ class MetricsStore:
         step = text.metric_value(r.get("global_step"))
         if not math.isfinite(step):
             return
-        for metric in METRICS:
-            series = self._series.get((task, metric))
-            if series is not None:
-                series.cut_after(step)
+        for kind in ("step", "epoch"):
+            table = self._tables.get((task, kind))
+            if table is not None:
+                table.cut_after(step)
         attempt = r.get("attempt")
         if not any(a == attempt for a, _ in self.restarts):
             self.restarts.append((attempt, step))
+            self.markers.append(Marker("restart", task, step, text.metric_value(r.get("time")),
+                                       f"attempt {attempt} took up training at step {int(step)}"))
 
     def set_state(self, task: str, state: str, words: str = "") -> None:
-        """What supervision says of a task now (``running`` clears it): a badge in the window."""
+        """What supervision says of a task now (``running`` clears it): a badge in the window; a stall
+        is also a marker at the task's last step."""
         with self._lock:
             if state == "running":
                 self.states.pop(task, None)
             else:
+                if state == "stalled" and self.states.get(task, ("",))[0] != "stalled":
+                    prog = self.progress.get(task)
+                    self.markers.append(Marker("stall", task, float(prog.global_step if prog else 0), time.time(),
+                                               f"{task} stalled: {words}"))
                 self.states[task] = (state, words)
             self.version += 1
 
@@ -295,30 +581,102 @@ class MetricsStore:
             self.events.append({"time": when or time.time(), "task": task, "event": event, "text": text})
             self.version += 1
 
-    def series(self, task: str, metric: str, max_points: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """A copy of the points, or at most ``max_points`` of them (bucket minima and maxima)."""
-        with self._lock:
-            s = self._series.get((task, metric))
-            if s is None:
-                return np.empty(0), np.empty(0)
-            return s.reduced(max_points) if max_points else s.arrays()
+    # ------------------------------------------------------------ reading
 
-    def changed_series(self, seen: dict, max_points: int) -> dict:
-        """Every series with points that ``seen`` ({(task, metric): appended count}) has not
-        seen, reduced to ``max_points``, read under one hold of the lock (follow threads wait
-        for one short read, not for one per curve). Updates ``seen``."""
+    @staticmethod
+    def _where(metric: str) -> tuple[str, str]:
+        """(table kind, column) of a metric id."""
+        if metric.startswith(SYSTEM):
+            return "sys", metric
+        if metric.startswith(EPOCH):
+            return "epoch", metric[len(EPOCH):]
+        return "step", metric
+
+    def metrics(self) -> list[str]:
+        """Every metric id with a value so far, steps first, then epochs, then the system lane."""
+        with self._lock:
+            found = {"step": set(), "epoch": set(), "sys": set()}
+            for (_, kind), table in self._tables.items():
+                found[kind].update(table.columns())
+        return (sorted(found["step"]) + sorted(EPOCH + c for c in found["epoch"])
+                + [m for m in SYSTEM_METRICS if m in found["sys"]])
+
+    def owners(self, metric: str) -> list[str]:
+        """Who has values of ``metric``: tasks in the order they came, then hosts and GPUs."""
+        kind, column = self._where(metric)
+        with self._lock:
+            return [owner for (owner, k), t in self._tables.items() if k == kind and column in t._cols]
+
+    def series(self, owner: str, metric: str, max_points: int | None = None,
+               x: str = "step") -> tuple[np.ndarray, np.ndarray]:
+        """A copy of a metric's points (x in ``X_AXES`` terms), or at most ``max_points`` of them."""
+        kind, column = self._where(metric)
+        with self._lock:
+            table = self._tables.get((owner, kind))
+            if table is None or column not in table._cols:
+                return np.empty(0), np.empty(0)
+            xs, ys = table.reduced(column, max_points, self._axis(x, kind)) if max_points \
+                else table.arrays(column, self._axis(x, kind))
+            return self._shift(xs, x, kind), ys
+
+    @staticmethod
+    def _axis(x: str, kind: str) -> str:
+        return "time" if kind == "sys" or x != "step" else "step"
+
+    def _shift(self, xs: np.ndarray, x: str, kind: str) -> np.ndarray:
+        """Times are kept from the origin: wall time adds it back."""
+        return xs + (self.origin or 0.0) if x == "time" else xs
+
+    def changed(self, seen: dict, metrics, max_points: int, x: str = "step",
+                smoothing: float = 0.0, order: list[str] | None = None) -> dict:
+        """Every series of ``metrics`` with rows that ``seen`` ({(owner, metric): table version}) has
+        not seen: {(owner, metric): (x, y, smoothed y or None)}, at most ``max_points`` each, read
+        under one hold of the lock (follow threads wait for one short read, not one per curve).
+        Updates ``seen``. A cluster-wide metric comes from one task only: the first of ``order``
+        (the cluster's task order) that has it. ``smoothed`` is (x, y) of the smoothed curve,
+        reduced on its own."""
+        wanted = {}
+        for metric in metrics:
+            kind, column = self._where(metric)
+            wanted.setdefault(kind, []).append((metric, column))
         out = {}
         with self._lock:
-            for key, s in self._series.items():
-                if seen.get(key) != s.version:
-                    seen[key] = s.version
-                    out[key] = s.reduced(max_points)
+            reference = {m: self._reference(m, order) for m in metrics if is_cluster_wide(m)}
+            for (owner, kind), table in self._tables.items():
+                for metric, column in wanted.get(kind, ()):
+                    if column not in table._cols or seen.get((owner, metric)) == table.version:
+                        continue
+                    if metric in reference and reference[metric] != owner:
+                        continue
+                    seen[(owner, metric)] = table.version
+                    axis = self._axis(x, kind)
+                    xs, ys = table.reduced(column, max_points, axis)
+                    smooth = None
+                    if smoothing > 0 and kind != "sys":
+                        sx, sy = table.reduced(column, max_points, axis, smoothing)
+                        smooth = (self._shift(sx, x, kind), sy)
+                    out[(owner, metric)] = (self._shift(xs, x, kind), ys, smooth)
         return out
 
-    def points(self, task: str, metric: str) -> int:
+    def _reference(self, metric: str, order: list[str] | None) -> str | None:
+        """The task a cluster-wide metric is read from (under the lock)."""
+        kind, column = self._where(metric)
+        for owner in (order or []):
+            table = self._tables.get((owner, kind))
+            if table is not None and column in table._cols:
+                return owner
+        return next((owner for (owner, k), t in self._tables.items() if k == kind and column in t._cols), None)
+
+    def reference(self, metric: str, order: list[str] | None = None) -> str | None:
+        """The task whose values of a cluster-wide ``metric`` stand for the cluster."""
         with self._lock:
-            s = self._series.get((task, metric))
-            return len(s) if s is not None else 0
+            return self._reference(metric, order)
+
+    def points(self, owner: str, metric: str = "loss") -> int:
+        kind, column = self._where(metric)
+        with self._lock:
+            table = self._tables.get((owner, kind))
+            return len(table) if table is not None and column in table._cols else 0
 
     def stragglers(self, factor: float = 1.5, min_steps: int = 10) -> list[str]:
         """Workers whose recent median step time stays ``factor`` times above the others' median."""
@@ -346,22 +704,32 @@ class MetricsStore:
         with self._lock:
             return list(self.events)
 
-    def write_csv(self, path) -> int:
-        """Every step point of every worker as CSV rows (worker, global_step, metrics...); returns rows."""
+    def markers_snapshot(self) -> list[Marker]:
         with self._lock:
-            workers = list(self.workers)
-            columns = {(w, m): self._series[(w, m)].arrays() for w in workers for m in METRICS
-                       if (w, m) in self._series}
+            return list(self.markers)
+
+    def write_csv(self, path) -> int:
+        """Every point of every series, the system lane too, as CSV rows in long form
+        (source, kind, global_step, time, metric, value); returns the rows written."""
+        with self._lock:
+            dumps = []
+            for (owner, kind), table in self._tables.items():
+                xs = table.x_of("step").copy()
+                ts = table.x_of("time") + (self.origin or 0.0)
+                dumps.append((owner, kind, xs, ts, {c: table._cols[c][table._start:table._end].astype(float)
+                                                    for c in table.columns()}))
         rows = 0
         with open(path, "w", newline="") as f:
             out = csv.writer(f)
-            out.writerow(["worker", "global_step", *METRICS])
-            for w in workers:
-                if (w, METRICS[0]) not in columns:
-                    continue
-                xs = columns[(w, METRICS[0])][0]
-                values = [columns[(w, m)][1] for m in METRICS]
-                for i, x in enumerate(xs):
-                    out.writerow([w, int(x), *("" if np.isnan(v[i]) else repr(float(v[i])) for v in values)])
-                    rows += 1
+            out.writerow(["source", "kind", "global_step", "time", "metric", "value"])
+            for owner, kind, xs, ts, cols in dumps:
+                prefix = {"step": "", "epoch": EPOCH, "sys": ""}[kind]
+                step_texts = ["" if kind == "sys" or not math.isfinite(x) else str(int(x)) for x in xs]
+                time_texts = [f"{t:.3f}" if math.isfinite(t) else "" for t in ts]
+                for column, values in cols.items():
+                    name = prefix + column
+                    for i, v in enumerate(values):
+                        out.writerow([owner, kind, step_texts[i], time_texts[i], name,
+                                      "" if np.isnan(v) else f"{v:.7g}"])
+                        rows += 1
         return rows

@@ -22,10 +22,12 @@ class Profiles:
         self.path = path or state_dir() / "profiles.json"
         self.recent: list[str] = []
         self.last: str | None = None
+        self.view: dict = {}  # the dashboard's reading aids (Dashboard.view()), as the person left them
         try:
             data = json.loads(self.path.read_text())
             self.recent = [p for p in data.get("recent", []) if isinstance(p, str)]
             self.last = data.get("last") if isinstance(data.get("last"), str) else None
+            self.view = data.get("view") if isinstance(data.get("view"), dict) else {}
         except FileNotFoundError:
             pass
         except (OSError, ValueError) as exc:
@@ -47,6 +49,13 @@ class Profiles:
             self.last = None if self.last == path else self.last
             self._save()
 
+    def set_view(self, view: dict) -> None:
+        """Remember the dashboard's reading aids (saved only when they changed)."""
+        if view != self.view:
+            self.view = dict(view)
+            self._save()
+
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(self.path, json.dumps({"recent": self.recent, "last": self.last}, indent=1))
+        write_atomically(self.path, json.dumps({"recent": self.recent, "last": self.last, "view": self.view},
+                                               indent=1))

@@ -1,34 +1,50 @@
-"""The live dashboard: per-worker loss, step time and throughput, progress, stragglers, events, logs.
+"""The live dashboard: every metric of a run, per worker or once for the cluster, the system lane,
+progress, alerts, events and logs.
 
-Curves are redrawn from the ``MetricsStore`` by a timer (at most 30 Hz) and only
-when the store changed, never once per sample; each curve gets at most
-``MAX_POINTS`` points (a min/max reduction that keeps spikes).
+Curves are redrawn from the ``MetricsStore`` by a timer (at most 30 Hz) and only when the
+store changed, never once per sample; each curve gets at most ``MAX_POINTS`` points (a
+min/max reduction that keeps spikes). The reading aids (smoothing, log y, the x axis, which
+plots are shown) are the person's choices: ``view()`` gives them, ``view_changed`` says
+when they change, ``apply_view`` restores them.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 import time
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QPainter
-from PySide6.QtWidgets import (QGridLayout, QLabel, QListWidget, QListWidgetItem, QPlainTextEdit, QSizePolicy,
-                               QSplitter, QTabWidget, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QGridLayout, QHBoxLayout, QLabel, QListWidget,
+                               QListWidgetItem, QPlainTextEdit, QSizePolicy, QSlider, QSplitter, QTabWidget,
+                               QVBoxLayout, QWidget)
 
 from agent.protocol import ERROR, FAILED, LOST, WAITING
-from console.text import alive_text, state_text
+from console.text import alive_text, metric_text, state_text
 from console.session import SUPERVISION_ALARMS
 from console.gui.colors import worker_color
-from console.metrics_store import LABELS, METRICS, MetricsStore
+from console.metrics_store import (DEFAULT_PLOTS, EPOCH, HOST, SYSTEM, X_AXES, MetricsStore, is_cluster_wide,
+                                   plot_label, plot_of)
 
 REFRESH_MS = 33          # at most 30 redraws a second
 MAX_POINTS = 600         # per curve and redraw: 300 min/max pairs, one per 2-3 pixels of a plot
 LOG_LINES = 2000         # per worker's log tail
 NEW_WORKERS_PER_FRAME = 4  # rows, curves and legend entries added per redraw
 MIN_X_SPAN = 100           # steps a view shows at least (fewer view moves early in a run)
-SLOW_REFRESH_MS = 250      # progress lines, ETA, straggler marks and the events list
+SLOW_REFRESH_MS = 250      # progress lines, ETA, straggler marks, the metric list and the events list
+X_AXIS_NAMES = {"step": "global step", "time": "wall-clock time", "relative": "seconds since the run began"}
+READOUT_CURVES = 8         # curves named in the hover read-out (the rest are counted)
+CLUSTER_PEN = "#222222"    # a cluster-wide curve (the same number on every worker: drawn once)
+EPOCH_COLOR = "#0072B2"    # training values per epoch
+VALIDATION_COLOR = "#D55E00"  # validation values per epoch
+TRAINING_ROLES = ("worker", "chief")
+PER_WORKER_AT_START = ("step_time",)  # every training task reports it: its curves are made at Start
+HOST_COLORS = ("#333333", "#8C564B", "#7F7F7F", "#17BECF")
+MARKER_PENS = {"restart": ("#b00020", Qt.DashLine), "stall": ("#E69F00", Qt.DashLine), "nan": ("#b00020", Qt.DotLine)}
+MARKER_WORDS = {"restart": "attempt", "stall": "stall", "nan": "NaN"}
 
 
 class _Curve(pg.PlotCurveItem):
@@ -37,7 +53,8 @@ class _Curve(pg.PlotCurveItem):
 
     bounds = None     # (x0, x1, y0, y1, all finite) of what it shows
 
-    def set_points(self, x: np.ndarray, y: np.ndarray, bounds) -> None:
+    def set_points(self, x: np.ndarray, y: np.ndarray, bounds=None) -> None:
+        bounds = bounds or _bounds(x, y)
         self._given_bounds = self.bounds = bounds
         self.setData(x, y, connect="all" if bounds[4] else "finite")
 
@@ -46,6 +63,16 @@ class _Curve(pg.PlotCurveItem):
         if b is None or b[2 * ax] is None:
             return None, None
         return b[2 * ax], b[2 * ax + 1]
+
+
+class _EpochCurve(pg.PlotDataItem):
+    """Values per epoch (a few points): a line with each point marked."""
+
+    bounds = None
+
+    def set_points(self, x: np.ndarray, y: np.ndarray, bounds=None) -> None:
+        self.bounds = bounds or _bounds(x, y)
+        self.setData(x, y, connect="finite")
 
 
 def _bounds(x: np.ndarray, y: np.ndarray):
@@ -105,40 +132,73 @@ def _fmt_eta(seconds: float | None) -> str:
 
 
 class Dashboard(QWidget):
+    view_changed = Signal(dict)  # the person changed a reading aid: view()
+
     def __init__(self, store: MetricsStore | None = None, parent=None):
         super().__init__(parent)
         self.store = store or MetricsStore()
         self.order: list[str] = []          # task names in cluster order (colours follow it)
-        self.curves: dict[tuple[str, str], pg.PlotDataItem] = {}
-        self.plots: dict[str, pg.PlotItem] = {}
+        self.curves: dict[tuple[str, str], _Curve] = {}          # (owner, metric) -> its raw curve
+        self.smooth_curves: dict[tuple[str, str], _Curve] = {}   # (owner, metric) -> its smoothed curve
+        self.overlay_curves: dict[tuple[str, str], _Curve] = {}  # the compared run's curves
+        self.plots: dict[str, pg.PlotItem] = {}                  # plot id (metric_store.plot_of) -> plot
+        self.shown: list[str] = [p for p in DEFAULT_PLOTS]      # the plots the person wants, in order
+        self.smoothing = 0.0
+        self.log_y = False
+        self.x_axis = "step"
+        self.overlay: tuple[str, MetricsStore] | None = None
         self.redraws = 0
-        self._drawn: dict[tuple, int] = {}    # per (task, metric): the store's append count drawn
+        self._drawn: dict[tuple, int] = {}    # per (owner, metric): the store's table version drawn
+        self._overlay_drawn: dict[tuple, int] = {}
         self._views: dict[str, tuple] = {}    # per plot: the view range last set while following
         self.following: dict[str, bool] = {}  # per plot: does the view follow the data (no zoom/pan by hand)
         self._seen_version = -1               # the store's version drawn: -1, the first tick draws
         self._seen_events = 0
+        self._layout_plots: list[str] = []    # the plots in the layout now, in order
+        self.marker_lines: list[tuple] = []   # (marker, [(plot, line)]) for each marker drawn
+        self._markers_placed = -1
+        self._hover_lines: list = []
+
+        controls = QHBoxLayout()
+        controls.setContentsMargins(4, 0, 4, 0)
+        controls.addWidget(QLabel("Smoothing"))
+        self.smoothing_slider = QSlider(Qt.Horizontal)
+        self.smoothing_slider.setRange(0, 99)
+        self.smoothing_slider.setMaximumWidth(140)
+        self.smoothing_slider.setToolTip("A time-weighted moving average of the training curves (0: none); "
+                                         "the raw curve stays faint behind it")
+        self.smoothing_label = QLabel("0.00")
+        controls.addWidget(self.smoothing_slider)
+        controls.addWidget(self.smoothing_label)
+        self.log_box = QCheckBox("log y")
+        self.log_box.setToolTip("A logarithmic y axis for the training plots (values ≤ 0 are gaps)")
+        controls.addWidget(self.log_box)
+        controls.addWidget(QLabel("x:"))
+        self.x_box = QComboBox()
+        for axis in X_AXES:
+            self.x_box.addItem(X_AXIS_NAMES[axis], axis)
+        controls.addWidget(self.x_box)
+        self.readout = QLabel("")
+        self.readout.setTextFormat(Qt.PlainText)
+        self.readout.setStyleSheet("color: #333")
+        self.readout.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        controls.addWidget(self.readout, 1)
+        self.smoothing_slider.valueChanged.connect(self._on_smoothing_slider_value_changed)
+        self.log_box.toggled.connect(self._on_log_box_toggled)
+        self.x_box.currentIndexChanged.connect(self._on_x_box_current_index_changed)
+
+        self.metric_list = QListWidget()
+        self.metric_list.setMaximumWidth(230)
+        self.metric_list.setToolTip("The plots to show: every numeric field the run reports")
+        self.metric_list.itemChanged.connect(self._on_metric_list_item_changed)
 
         self.plot_area = pg.GraphicsLayoutWidget()
         self.plot_area.setBackground("w")
-        self.plot_area.ci.layout.setVerticalSpacing(14)  # stacked plots: their axis labels apart
-        for row, metric in enumerate(METRICS):
-            plot = self.plot_area.addPlot(row=row, col=0)
-            plot.setLabel("left", LABELS[metric])
-            if row == len(METRICS) - 1:
-                plot.setLabel("bottom", "global step")
-            else:  # one x axis for the three plots (they share it): two fewer axes to redraw
-                plot.hideAxis("bottom")
-            if row == 0:  # one legend (colours are the same in every plot): 16 text items, not 48
-                self.legend = plot.addLegend(offset=(-10, 10), labelTextSize="8pt", colCount=2)
-            plot.setClipToView(True)
-            plot.setDownsampling(auto=True, mode="peak")
-            # The view follows the data by ranges set once a frame from the drawn points:
-            # pyqtgraph's own auto-range re-reads every curve after each setData (most of a frame).
-            plot.disableAutoRange()
-            plot.getViewBox().sigRangeChangedManually.connect(
-                lambda *_, metric=metric: self._on_view_range_changed_manually(metric))
-            self.plots[metric] = plot
-            self.following[metric] = True
+        self.plot_area.ci.layout.setVerticalSpacing(10)
+        self.legend = pg.LegendItem(offset=(-10, 10), labelTextSize="8pt", colCount=2)
+        self._legend_plot = None
+        self._legend_names: set = set()
+        self.plot_area.scene().sigMouseMoved.connect(self._on_scene_mouse_moved)
 
         self.progress_box = QWidget()
         self.progress_grid = QGridLayout(self.progress_box)
@@ -146,7 +206,6 @@ class Dashboard(QWidget):
         self.progress_bars: dict[str, ProgressLine] = {}
         self._slow_version = -1
         self.straggler_labels: dict[str, QLabel] = {}  # per worker: its supervision state, or "straggler"
-        self.restart_lines: list[list] = []              # per restart: its marker in each plot
 
         self.events = QListWidget()
         self.events.setWordWrap(True)
@@ -157,15 +216,21 @@ class Dashboard(QWidget):
         side.addTab(self.logs, "Logs")
         self.side_tabs = side
 
+        plots_row = QSplitter(Qt.Horizontal)
+        plots_row.addWidget(self.metric_list)
+        plots_row.addWidget(self.plot_area)
+        plots_row.setSizes([170, 700])
+        plots_row.setStretchFactor(1, 1)
         left = QWidget()
         left_layout = QVBoxLayout(left)
         left_layout.setContentsMargins(0, 0, 0, 0)
         left_layout.addWidget(self.progress_box)
-        left_layout.addWidget(self.plot_area, 1)
+        left_layout.addLayout(controls)
+        left_layout.addWidget(plots_row, 1)
         split = QSplitter(Qt.Horizontal)
         split.addWidget(left)
         split.addWidget(side)
-        split.setSizes([760, 340])
+        split.setSizes([860, 320])
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(split)
@@ -184,19 +249,14 @@ class Dashboard(QWidget):
         """A new run: its store and its tasks in cluster order."""
         self.store = store
         self.order = list(order)
-        for curve_key, curve in self.curves.items():
-            self.plots[curve_key[1]].removeItem(curve)
-        self.legend.clear()
-        self.curves.clear()
+        for key in list(self.curves) + list(self.smooth_curves):
+            self._remove_curve(key)
         for widget in list(self.progress_bars.values()) + list(self.straggler_labels.values()):
             self.progress_grid.removeWidget(widget)
             widget.deleteLater()
         self.progress_bars.clear()
         self.straggler_labels.clear()
-        for lines in self.restart_lines:
-            for plot, line in lines:
-                plot.removeItem(line)
-        self.restart_lines.clear()
+        self._clear_markers()
         self.events.clear()
         self.logs.clear()
         self.log_views.clear()
@@ -204,10 +264,44 @@ class Dashboard(QWidget):
         self._seen_events = 0
         self._views.clear()
         self._drawn.clear()
-        for task in self.order:  # known workers get their rows and curves now, not while data flows
+        self.legend.clear()
+        self._legend_names.clear()
+        for task in self.order:  # known workers get their rows and step time curves now, not while data flows
             self._worker_row(task)
-            for metric in METRICS:
-                self._curve(task, metric)
+            for metric in PER_WORKER_AT_START:
+                if plot_of(metric) in self.shown and task.rpartition("-")[0] in TRAINING_ROLES:
+                    self._curve(task, metric)
+
+    def set_overlay(self, label: str, store: MetricsStore | None) -> None:
+        """Draw another run's curves (a finished one, to compare) dashed behind this one's; None clears."""
+        for key in list(self.overlay_curves):
+            curve = self.overlay_curves.pop(key)
+            self.plots[plot_of(key[1])].removeItem(curve)
+            self.legend.removeItem(curve)
+        self._legend_names = {n for n in self._legend_names if not n.startswith("compared: ")}
+        self.overlay = (label, store) if store is not None else None
+        self._overlay_drawn.clear()
+        self._seen_version = -1
+
+    def view(self) -> dict:
+        """The reading aids as they are: which plots, smoothing, log y, x axis (to remember)."""
+        return {"plots": list(self.shown), "smoothing": self.smoothing, "log_y": self.log_y, "x": self.x_axis}
+
+    def apply_view(self, view: dict) -> None:
+        """Restore remembered reading aids (unknown or damaged values are left as they are)."""
+        plots = view.get("plots")
+        if isinstance(plots, list) and all(isinstance(p, str) for p in plots):
+            self.shown = list(plots)
+            self._sync_metric_list()
+        smoothing = view.get("smoothing")
+        if isinstance(smoothing, (int, float)) and 0 <= smoothing < 1:
+            self.smoothing_slider.setValue(round(smoothing * 100))
+        if isinstance(view.get("log_y"), bool):
+            self.log_box.setChecked(view["log_y"])
+        if view.get("x") in X_AXES:
+            self.x_box.setCurrentIndex(X_AXES.index(view["x"]))
+        self._relayout()
+        self._redraw_all()
 
     def append_log(self, task: str, stream: str, text: str) -> None:
         lines = text.splitlines()
@@ -215,7 +309,223 @@ class Dashboard(QWidget):
             self._log_view(task).appendPlainText(
                 "\n".join(lines) if stream == "stdout" else "\n".join(f"[{stream}] {line}" for line in lines))
 
-    # ------------------------------------------------------------ drawing
+    # ------------------------------------------------------------ the reading aids
+
+    def _on_smoothing_slider_value_changed(self, value: int) -> None:
+        self.smoothing = value / 100
+        self.smoothing_label.setText(f"{self.smoothing:.2f}")
+        if not self.smoothing:
+            for key in list(self.smooth_curves):
+                self._remove_curve(key, smooth=True)
+        for (owner, metric), curve in self.curves.items():  # smoothed: the raw curves faint behind
+            if isinstance(curve, _Curve) and not metric.startswith(SYSTEM):
+                curve.setPen(self._pen(owner, metric, faint=self.smoothing > 0))
+        self._redraw_all()
+        self.view_changed.emit(self.view())
+
+    def _on_log_box_toggled(self, checked: bool) -> None:
+        self.log_y = checked
+        for plot_id, plot in self.plots.items():
+            if not plot_id.startswith(SYSTEM):
+                plot.getAxis("left").setLogMode(False, checked)
+        self._redraw_all()
+        self.view_changed.emit(self.view())
+
+    def _on_x_box_current_index_changed(self, index: int) -> None:
+        self.x_axis = X_AXES[index]
+        for plot_id, plot in self.plots.items():
+            self._set_x_axis(plot_id, plot)
+        self._markers_placed = -1
+        self._redraw_all()
+        self.view_changed.emit(self.view())
+
+    def _on_metric_list_item_changed(self, item: QListWidgetItem) -> None:
+        plot_id = item.data(Qt.UserRole)
+        wanted = item.checkState() == Qt.Checked
+        if wanted and plot_id not in self.shown:
+            self.shown.append(plot_id)
+        elif not wanted and plot_id in self.shown:
+            self.shown.remove(plot_id)
+        else:
+            return
+        self._relayout()
+        self._redraw_all()
+        self.view_changed.emit(self.view())
+
+    def _redraw_all(self) -> None:
+        """The next frame draws every curve again (a reading aid changed)."""
+        self._drawn.clear()
+        self._overlay_drawn.clear()
+        self._views.clear()
+        for plot_id in self.following:
+            self.following[plot_id] = True
+        self._seen_version = -1
+
+    def _axis_of(self, plot_id: str) -> str:
+        """The x a plot is drawn over: the system lane is over time (relative when steps are chosen)."""
+        if plot_id.startswith(SYSTEM) and self.x_axis == "step":
+            return "relative"
+        return self.x_axis
+
+    def _set_x_axis(self, plot_id: str, plot: pg.PlotItem) -> None:
+        axis = self._axis_of(plot_id)
+        wanted = pg.DateAxisItem if axis == "time" else pg.AxisItem
+        if type(plot.getAxis("bottom")) is not wanted:
+            plot.setAxisItems({"bottom": wanted(orientation="bottom")})
+        plot.getAxis("bottom").setLabel(X_AXIS_NAMES[axis])
+
+    # ------------------------------------------------------------ plots and curves
+
+    def _plot(self, plot_id: str) -> pg.PlotItem:
+        plot = self.plots.get(plot_id)
+        if plot is None:
+            plot = pg.PlotItem()
+            plot.setLabel("left", plot_label(plot_id))
+            plot.getAxis("left").enableAutoSIPrefix(False)  # 0.5, not 500 (x0.001)
+            plot.getAxis("left").setWidth(60)  # the plots' left edges line up
+            plot.setClipToView(True)
+            plot.setDownsampling(auto=True, mode="peak")
+            # The view follows the data by ranges set once a frame from the drawn points:
+            # pyqtgraph's own auto-range re-reads every curve after each setData (most of a frame).
+            plot.disableAutoRange()
+            plot.getViewBox().sigRangeChangedManually.connect(
+                lambda *_, plot_id=plot_id: self._on_view_range_changed_manually(plot_id))
+            if self.log_y and not plot_id.startswith(SYSTEM):
+                plot.getAxis("left").setLogMode(False, True)
+            self._set_x_axis(plot_id, plot)
+            self.plots[plot_id] = plot
+            self.following[plot_id] = True
+        return plot
+
+    def _relayout(self) -> None:
+        """The shown plots, training ones first then the system lane, each group over one x axis."""
+        present = set(self._plot_ids())
+        wanted = [p for p in self.shown if p in present]
+        wanted = [p for p in wanted if not p.startswith(SYSTEM)] + [p for p in wanted if p.startswith(SYSTEM)]
+        if wanted == self._layout_plots:
+            return
+        for plot_id in self._layout_plots:
+            self.plot_area.ci.removeItem(self.plots[plot_id])
+        for row, plot_id in enumerate(wanted):
+            plot = self._plot(plot_id)
+            self.plot_area.ci.addItem(plot, row=row, col=0)
+        training = [p for p in wanted if not p.startswith(SYSTEM)]
+        system = [p for p in wanted if p.startswith(SYSTEM)]
+        for group in (training, system):
+            for i, plot_id in enumerate(group):
+                plot = self.plots[plot_id]
+                plot.setXLink(self.plots[group[0]] if i else None)
+                # one x axis per group (they share it): fewer axes to redraw
+                plot.showAxis("bottom", i == len(group) - 1)
+        if wanted and self._legend_plot is not self.plots[wanted[0]]:
+            self.legend.setParentItem(self.plots[wanted[0]].getViewBox())
+            self.legend.anchor((1, 0), (1, 0), offset=(-10, 10))
+            self._legend_plot = self.plots[wanted[0]]
+        self._layout_plots = wanted
+        self._markers_placed = -1
+
+    def _plot_ids(self) -> list[str]:
+        ids = []
+        for metric in self.store.metrics():
+            plot_id = plot_of(metric)
+            if plot_id not in ids:
+                ids.append(plot_id)
+        return ids
+
+    def _sync_metric_list(self) -> None:
+        """The metric list offers every plot the run's numbers fill; checked: shown."""
+        present = {self.metric_list.item(i).data(Qt.UserRole): self.metric_list.item(i)
+                   for i in range(self.metric_list.count())}
+        metrics = self.store.metrics()
+        self.metric_list.blockSignals(True)
+        try:
+            for plot_id in self._plot_ids():
+                item = present.get(plot_id)
+                if item is None:
+                    item = QListWidgetItem(plot_id[len(SYSTEM):] + " (system)" if plot_id.startswith(SYSTEM)
+                                           else plot_id)
+                    item.setData(Qt.UserRole, plot_id)
+                    item.setFlags(item.flags() | Qt.ItemIsUserCheckable)
+                    self.metric_list.addItem(item)
+                    present[plot_id] = item
+                item.setToolTip(f"{plot_label(plot_id)}: " + ", ".join(m for m in metrics if plot_of(m) == plot_id))
+                item.setCheckState(Qt.Checked if plot_id in self.shown else Qt.Unchecked)
+        finally:
+            self.metric_list.blockSignals(False)
+
+    def metric_names(self) -> list[str]:
+        """Every metric the list offers (each item's plot holds these)."""
+        offered = {self.metric_list.item(i).data(Qt.UserRole) for i in range(self.metric_list.count())}
+        return [m for m in self.store.metrics() if plot_of(m) in offered]
+
+    def _owner_color(self, owner: str) -> QColor:
+        if owner.startswith(HOST):
+            host = owner[len(HOST):].split("/")[0]
+            hosts = self.store.hosts
+            index = hosts.index(host) if host in hosts else 0
+            if "/gpu" in owner:
+                return worker_color(index * 4 + int(owner.rsplit("gpu", 1)[1] or 0) + 3)
+            return QColor(HOST_COLORS[index % len(HOST_COLORS)])
+        return worker_color(self._color_index(owner))
+
+    def _owner_name(self, owner: str, metric: str) -> str:
+        if is_cluster_wide(metric) and not metric.startswith(EPOCH):
+            return "cluster"
+        if metric.startswith(EPOCH) and is_cluster_wide(metric):
+            return "validation" if metric[len(EPOCH):].startswith("val_") else "epoch"
+        if owner.startswith(HOST):
+            name = owner[len(HOST):]
+            return name.replace("/", " ") if "/gpu" in name else f"{name} (host)"
+        return owner
+
+    def _pen(self, owner: str, metric: str, faint: bool = False, dashed: bool = False):
+        if metric.startswith(EPOCH) and is_cluster_wide(metric):
+            colour = QColor(VALIDATION_COLOR if metric[len(EPOCH):].startswith("val_") else EPOCH_COLOR)
+        elif is_cluster_wide(metric):
+            colour = QColor(CLUSTER_PEN)
+        else:
+            colour = QColor(self._owner_color(owner))
+        width = 2 if owner.startswith(HOST) and "/gpu" not in owner or metric.startswith(EPOCH) else 1
+        if faint:
+            colour.setAlpha(60)
+        return pg.mkPen(colour, width=width, style=Qt.DashLine if dashed or metric[len(EPOCH):].startswith("val_")
+                        and metric.startswith(EPOCH) else Qt.SolidLine)
+
+    def _curve(self, owner: str, metric: str, smooth: bool = False) -> "_Curve":
+        table = self.smooth_curves if smooth else self.curves
+        curve = table.get((owner, metric))
+        if curve is None:
+            # PlotCurveItem, not PlotDataItem: the points are already reduced, and the
+            # wrapper's per-update work was a third of a frame.
+            faint = self.smoothing > 0 and not smooth and not metric.startswith(SYSTEM)
+            pen = self._pen(owner, metric, faint=faint)
+            if metric.startswith(EPOCH):  # a few points, one per epoch: each one shown
+                curve = _EpochCurve(pen=pen, name=self._owner_name(owner, metric), symbolSize=7,
+                                    symbol="d" if metric[len(EPOCH):].startswith("val_") else "o",
+                                    symbolBrush=pen.color(), symbolPen=pen.color())
+            else:
+                curve = _Curve(pen=pen, name=self._owner_name(owner, metric), skipFiniteCheck=True)
+            curve.metric, curve.owner = metric, owner
+            self._plot(plot_of(metric)).addItem(curve)
+            table[(owner, metric)] = curve
+            name = curve.opts["name"]
+            if not smooth and name not in self._legend_names:
+                self._legend_names.add(name)
+                self.legend.addItem(curve, name)
+        return curve
+
+    def _remove_curve(self, key, smooth: bool = False) -> None:
+        curve = (self.smooth_curves if smooth else self.curves).pop(key, None)
+        if curve is None:
+            return
+        plot = self.plots.get(plot_of(key[1]))
+        if plot is not None:
+            plot.removeItem(curve)
+        if curve.opts["name"] in self._legend_names and not smooth:
+            self.legend.removeItem(curve)
+            self._legend_names.discard(curve.opts["name"])
+        if not smooth:
+            self._remove_curve(key, smooth=True)
 
     def _color_index(self, task: str) -> int:
         if task not in self.order:
@@ -233,17 +543,6 @@ class Dashboard(QWidget):
             self.logs.addTab(view, task)
         return view
 
-    def _curve(self, task: str, metric: str) -> "_Curve":
-        curve = self.curves.get((task, metric))
-        if curve is None:
-            # PlotCurveItem, not PlotDataItem: the points are already reduced, and the
-            # wrapper's per-update work was a third of a frame.
-            colour = worker_color(self._color_index(task))
-            curve = _Curve(pen=pg.mkPen(colour, width=1), name=task, skipFiniteCheck=True)
-            self.plots[metric].addItem(curve)
-            self.curves[(task, metric)] = curve
-        return curve
-
     def _worker_row(self, task: str) -> None:
         if task in self.progress_bars:
             return
@@ -258,13 +557,13 @@ class Dashboard(QWidget):
         self.progress_bars[task] = bar
         self.straggler_labels[task] = slow
 
+    # ------------------------------------------------------------ drawing
+
     def _on_timer_timeout(self) -> None:
         store = self.store
         if store.version == self._seen_version:
             return
         self._seen_version = store.version
-        visible = self.isVisible()
-        bounds: dict[str, list] = {m: [] for m in METRICS}
         workers = list(store.workers)
         new = 0
         for task in [t for t in self.order if t in workers] + [t for t in workers if t not in self.order]:
@@ -274,28 +573,211 @@ class Dashboard(QWidget):
                     continue
                 new += 1
             self._worker_row(task)
-            for metric in METRICS:
-                self._curve(task, metric)
-        if visible:
-            for key, (x, y) in self.store.changed_series(self._drawn, MAX_POINTS).items():
-                curve = self.curves.get(key)
-                if curve is not None and len(x):
-                    curve.set_points(x, y, _bounds(x, y))
-                elif curve is None:
-                    self._drawn.pop(key, None)  # a worker still waiting for its row: next frame
-            for (task, metric), curve in self.curves.items():
-                if curve.bounds is not None:
-                    bounds[metric].append(curve.bounds)
-        if visible:
-            self._follow(bounds)
+        if not self._layout_plots:
+            self._sync_metric_list()
+            self._relayout()
+        if self.isVisible():
+            metrics = [m for m in store.metrics() if plot_of(m) in self._layout_plots]
+            self._draw(store, metrics, self._drawn, self._curve_for)
+            if self.overlay is not None:
+                self._draw(self.overlay[1], metrics, self._overlay_drawn, self._overlay_curve)
+            self._place_markers()
+            self._follow()
         self.redraws += 1
 
+    def _draw(self, store: MetricsStore, metrics: list[str], drawn: dict, curve_for) -> None:
+        by_axis: dict[str, list] = {}
+        for metric in metrics:
+            by_axis.setdefault(self._axis_of(plot_of(metric)), []).append(metric)
+        for axis, group in by_axis.items():
+            changed = store.changed(drawn, group, MAX_POINTS, axis, self.smoothing, order=self.order)
+            for (owner, metric), (x, y, smooth) in changed.items():
+                if not len(x):
+                    continue
+                if owner not in self.progress_bars and not owner.startswith(HOST) and curve_for == self._curve_for:
+                    if owner in store.workers:  # a worker still waiting for its row: next frame
+                        drawn.pop((owner, metric), None)
+                        self._seen_version = -1
+                        continue
+                log = self.log_y and not metric.startswith(SYSTEM)
+                curve = curve_for(owner, metric)
+                curve.set_points(x, _logged(y, log))
+                if smooth is not None and curve_for == self._curve_for and not metric.startswith(EPOCH):
+                    sx, sy = smooth
+                    self._curve(owner, metric, smooth=True).set_points(sx, _logged(sy, log))
+
+    def _curve_for(self, owner: str, metric: str) -> "_Curve":
+        return self._curve(owner, metric)
+
+    def _overlay_curve(self, owner: str, metric: str) -> "_Curve":
+        curve = self.overlay_curves.get((owner, metric))
+        if curve is None:
+            label = self.overlay[0]
+            pen = self._pen(owner, metric, dashed=True)
+            colour = pen.color()
+            colour.setAlpha(150)
+            pen.setColor(colour)
+            name = f"compared: {label}"
+            curve = _Curve(pen=pen, name=name, skipFiniteCheck=True)
+            curve.metric, curve.owner = metric, f"{label}: {owner}"
+            self._plot(plot_of(metric)).addItem(curve)
+            curve.setZValue(-1)
+            self.overlay_curves[(owner, metric)] = curve
+            if name not in self._legend_names:
+                self._legend_names.add(name)
+                self.legend.addItem(curve, name)
+        return curve
+
+    def _curves_of(self, plot_id: str) -> list:
+        return [c for table in (self.curves, self.smooth_curves, self.overlay_curves)
+                for (owner, metric), c in table.items() if plot_of(metric) == plot_id]
+
+    def _follow(self) -> None:
+        """Keep each following plot's view around its data (x shared within each group of plots).
+
+        A view moves only when the data leaves it, or fills too little of it, and then with
+        headroom: steady views let pyqtgraph keep its cached axes and bounds between redraws.
+        """
+        groups: dict[bool, list[str]] = {}
+        for plot_id in self._layout_plots:
+            groups.setdefault(plot_id.startswith(SYSTEM), []).append(plot_id)
+        for group in groups.values():
+            bounds = {p: [c.bounds for c in self._curves_of(p) if c.bounds is not None] for p in group}
+            xs = [b for p in group for b in bounds[p]]
+            if not xs:
+                continue
+            x0, x1 = min(b[0] for b in xs), max(b[1] for b in xs)
+            for plot_id in group:
+                vb = self.plots[plot_id].getViewBox()
+                if any(vb.autoRangeEnabled()):  # the person pressed the "A" button: follow again
+                    vb.disableAutoRange()
+                    self.following[plot_id] = True
+                    self._views.pop(plot_id, None)
+                ys = [v for b in bounds[plot_id] for v in b[2:4] if v is not None]
+                if not self.following[plot_id] or not ys:
+                    continue
+                y0, y1 = min(ys), max(ys)
+                span = max(y1 - y0, abs(y1) * 0.05, 1e-9)
+                old = self._views.get(plot_id)
+                if old is not None:
+                    (vx0, vx1), (vy0, vy1) = old
+                    x_ok = vx0 <= x0 and x1 <= vx1 and (x1 - x0) >= 0.5 * (vx1 - vx0)
+                    y_ok = vy0 <= y0 and y1 <= vy1 and span >= 0.4 * (vy1 - vy0)
+                    if x_ok and y_ok:
+                        continue
+                width = max(x1 - x0, 1.0)
+                least = MIN_X_SPAN if self._axis_of(plot_id) == "step" else 10.0
+                view = ((x0, max(x1 + 0.5 * width, x0 + least)), (y0 - 0.08 * span, y1 + 0.08 * span))
+                self._views[plot_id] = view
+                vb.setRange(xRange=view[0], yRange=view[1], padding=0, update=False)
+
+    def _on_view_range_changed_manually(self, plot_id: str) -> None:
+        self.following[plot_id] = False  # zoomed or panned by hand: stay there until "A"
+
+    # ------------------------------------------------------------ markers and the read-out
+
+    def _marker_x(self, marker, plot_id: str) -> float:
+        axis = self._axis_of(plot_id)
+        if axis == "step":
+            return marker.step
+        return marker.time - (0.0 if axis == "time" else (self.store.origin or 0.0))
+
+    def _clear_markers(self) -> None:
+        for _, lines in self.marker_lines:
+            for plot, line in lines:
+                plot.removeItem(line)
+        self.marker_lines.clear()
+        self._markers_placed = -1
+
+    @property
+    def restart_lines(self) -> list[list]:
+        """Per restart: its marker line in each plot."""
+        return [lines for marker, lines in self.marker_lines if marker.kind == "restart"]
+
+    def _place_markers(self) -> None:
+        """A line across every plot at each restart, stall and first non-finite value (labelled once)."""
+        markers = self.store.markers_snapshot()
+        if self._markers_placed == len(markers) and len(self.marker_lines) == len(markers):
+            return
+        self._clear_markers()
+        for marker in markers:
+            colour, style = MARKER_PENS[marker.kind]
+            lines = []
+            for i, plot_id in enumerate(self._layout_plots):
+                x = self._marker_x(marker, plot_id)
+                if not math.isfinite(x):
+                    continue
+                word = MARKER_WORDS[marker.kind] + (f" {marker.text.split()[1]}" if marker.kind == "restart" else "")
+                line = pg.InfiniteLine(pos=x, angle=90, pen=pg.mkPen(colour, width=1, style=style),
+                                       label=word if i == 0 else None,
+                                       labelOpts={"position": 0.9, "color": colour, "anchors": [(0, 0), (0, 0)]})
+                line.setToolTip(marker.text)
+                plot = self.plots[plot_id]
+                plot.addItem(line, ignoreBounds=True)
+                lines.append((plot, line))
+            self.marker_lines.append((marker, lines))
+        self._markers_placed = len(markers)
+
+    def _on_scene_mouse_moved(self, pos) -> None:
+        for plot_id in self._layout_plots:
+            plot = self.plots[plot_id]
+            if plot.sceneBoundingRect().contains(pos):
+                x = plot.getViewBox().mapSceneToView(pos).x()
+                self.readout.setText(self.readout_at(plot_id, x))
+                self._show_hover_line(plot_id, x)
+                return
+
+    def _show_hover_line(self, plot_id: str, x: float) -> None:
+        for plot, line in self._hover_lines:
+            plot.removeItem(line)
+        self._hover_lines = []
+        group = plot_id.startswith(SYSTEM)
+        for other in self._layout_plots:
+            if other.startswith(SYSTEM) == group:
+                line = pg.InfiniteLine(pos=x, angle=90, pen=pg.mkPen("#888", width=1))
+                self.plots[other].addItem(line, ignoreBounds=True)
+                self._hover_lines.append((self.plots[other], line))
+
+    def readout_at(self, plot_id: str, x: float) -> str:
+        """Each curve's value in a plot at ``x`` (the nearest drawn point), as one line."""
+        axis = self._axis_of(plot_id)
+        where = (f"step {x:.0f}" if axis == "step" else
+                 dt.datetime.fromtimestamp(x).strftime("%H:%M:%S") if axis == "time" else f"{x:.1f} s")
+        parts = []
+        for curve in [c for c in self._curves_of(plot_id) if c not in self.smooth_curves.values()]:
+            xs, ys = curve.xData, curve.yData
+            if xs is None or not len(xs):
+                continue
+            i = int(np.clip(np.searchsorted(xs, x), 1, len(xs) - 1)) if len(xs) > 1 else 0
+            if len(xs) > 1 and abs(xs[i - 1] - x) <= abs(xs[i] - x):
+                i -= 1
+            smooth = self.smooth_curves.get((curve.owner, curve.metric))
+            y = float(ys[i])
+            if self.log_y and not plot_id.startswith(SYSTEM):
+                y = 10 ** y if math.isfinite(y) else y
+            words = f"{curve.owner if curve in self.overlay_curves.values() else curve.opts['name']} " \
+                    f"{metric_text(y, 4)}"
+            if smooth is not None and smooth.yData is not None and len(smooth.yData):
+                j = int(np.clip(np.searchsorted(smooth.xData, xs[i]), 0, len(smooth.yData) - 1))
+                sy = float(smooth.yData[j])
+                if self.log_y and math.isfinite(sy):
+                    sy = 10 ** sy
+                words += f" (smoothed {metric_text(sy, 4)})"
+            parts.append(words)
+        more = len(parts) - READOUT_CURVES
+        shown = " · ".join(parts[:READOUT_CURVES]) + (f" · … {more} more" if more > 0 else "")
+        return f"{plot_label(plot_id).split(' (')[0]} at {where}: {shown}" if parts else ""
+
+    # ------------------------------------------------------------ progress, badges, events
+
     def _on_slow_timer_timeout(self) -> None:
-        """Progress lines with ETA, straggler marks and events: a few times a second is enough."""
+        """Progress lines with ETA, badges, the metric list and events: a few times a second is enough."""
         store = self.store
         if store.version == self._slow_version:
             return
         self._slow_version = store.version
+        self._sync_metric_list()
+        self._relayout()
         alive = store.alive_snapshot()
         for task, bar in self.progress_bars.items():
             prog = store.progress.get(task)
@@ -307,14 +789,18 @@ class Dashboard(QWidget):
                                  f"  {prog.fraction * 100:.0f}%  {_fmt_eta(prog.eta())}")
         slow = set(store.stragglers())
         states = store.states_snapshot()
+        diverged = {m.task: m.text for m in store.markers_snapshot() if m.kind == "nan"}
         for task, label in self.straggler_labels.items():
             state, why = states.get(task, ("", ""))
-            text = state_text(state, why) if state else (
-                "straggler: step time well above the others'" if task in slow else "")
-            if label.text() != text:
-                label.setText(text)
+            if state:
+                words = state_text(state, why)
+            elif task in diverged:
+                words, why = "loss not finite", diverged[task]
+            else:
+                words = "straggler: step time well above the others'" if task in slow else ""
+            if label.text() != words:
+                label.setText(words)
                 label.setToolTip(why)
-        self._mark_restarts(store.restarts)
         events = store.events_snapshot()
         for e in events[self._seen_events:]:
             when = dt.datetime.fromtimestamp(e["time"] or time.time()).strftime("%H:%M:%S")
@@ -326,57 +812,10 @@ class Dashboard(QWidget):
             self.events.scrollToBottom()
         self._seen_events = len(events)
 
-    def _mark_restarts(self, restarts: list) -> None:
-        """A dashed line across every plot at each step an attempt resumed from."""
-        for attempt, step in restarts[len(self.restart_lines):]:
-            lines = []
-            for metric, plot in self.plots.items():
-                line = pg.InfiniteLine(pos=step, angle=90, pen=pg.mkPen("#b00020", width=1, style=Qt.DashLine),
-                                       label=f"attempt {attempt}" if metric == METRICS[0] else None,
-                                       labelOpts={"position": 0.9, "color": "#b00020", "anchors": [(0, 0), (0, 0)]})
-                plot.addItem(line, ignoreBounds=True)
-                lines.append((plot, line))
-            self.restart_lines.append(lines)
-
-    def _follow(self, bounds: dict[str, list]) -> None:
-        """Keep each following plot's view around its data (x shared by the three plots).
-
-        A view moves only when the data leaves it, or fills too little of it, and then with
-        headroom: steady views let pyqtgraph keep its cached axes and bounds between redraws.
-        """
-        xs = [b for metric in METRICS for b in bounds[metric]]
-        if not xs:
-            return
-        x0, x1 = min(b[0] for b in xs), max(b[1] for b in xs)
-        for metric, plot in self.plots.items():
-            vb = plot.getViewBox()
-            if any(vb.autoRangeEnabled()):  # the person pressed the "A" button: follow again
-                vb.disableAutoRange()
-                self.following[metric] = True
-                self._views.pop(metric, None)
-            ys = [v for b in bounds[metric] for v in b[2:4] if v is not None]
-            if not self.following[metric] or not ys:
-                continue
-            y0, y1 = min(ys), max(ys)
-            span = max(y1 - y0, abs(y1) * 0.05, 1e-9)
-            old = self._views.get(metric)
-            if old is not None:
-                (vx0, vx1), (vy0, vy1) = old
-                x_ok = vx0 <= x0 and x1 <= vx1 and (x1 - x0) >= 0.5 * (vx1 - vx0)
-                y_ok = vy0 <= y0 and y1 <= vy1 and span >= 0.4 * (vy1 - vy0)
-                if x_ok and y_ok:
-                    continue
-            width = max(x1 - x0, 1.0)
-            view = ((x0, max(x1 + 0.5 * width, x0 + MIN_X_SPAN)), (y0 - 0.08 * span, y1 + 0.08 * span))
-            self._views[metric] = view
-            vb.setRange(xRange=view[0], yRange=view[1], padding=0, update=False)
-
-    def _on_view_range_changed_manually(self, metric: str) -> None:
-        self.following[metric] = False  # zoomed or panned by hand: stay there until "A"
-
     def showEvent(self, event):  # noqa: N802 (Qt's name): curves were not fed while hidden
         self._seen_version = self._slow_version = -1
         self._drawn.clear()
+        self._overlay_drawn.clear()
         self.timer.start()
         self.slow_timer.start()
         super().showEvent(event)
@@ -393,3 +832,10 @@ class Dashboard(QWidget):
 
     def export_png(self, path) -> bool:
         return self.plot_area.grab().save(str(path))
+
+
+def _logged(y: np.ndarray, log: bool) -> np.ndarray:
+    """y as drawn: its log10 on a log axis (values <= 0 become gaps)."""
+    if log:
+        y = np.where(y > 0, np.log10(np.where(y > 0, y, 1.0)), np.nan)
+    return y

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMainWindow, QProgressBar, QSplitter, QStyle, QTabWidget
 
@@ -42,6 +42,8 @@ class MainWindow(QMainWindow):
 
         self.setup = SetupForm()
         self.dashboard = Dashboard()
+        self.dashboard.apply_view(self.profiles.view)  # the reading aids as the person left them
+        self._view_saver = QTimer(self, singleShot=True, interval=1000)  # a dragged slider: one save
         self.diagram = ClusterDiagram()
         self.check_view = CheckView()
         self.files = FileActions(self, self.profiles, self.threads, self.dashboard, lambda: self.cluster)
@@ -102,10 +104,18 @@ class MainWindow(QMainWindow):
         self.checker.finished.connect(self._on_checker_finished)
         self.checker.failed.connect(self._on_checker_failed)
         self.runs_found.connect(self._on_runs_found)
+        self.dashboard.view_changed.connect(self._on_dashboard_view_changed)
+        self._view_saver.timeout.connect(self._on_view_saver_timeout)
         for event in ("run_started", "start_failed", "deploy_progressed", "training_started", "log_received",
                       "task_ended", "watchdog_fired", "supervised", "states_changed", "stopped",
                       "ended"):  # _on_session_<event>
             getattr(self.session, event).connect(getattr(self, f"_on_session_{event}"))
+
+    def _on_dashboard_view_changed(self, view: dict) -> None:
+        self._view_saver.start()
+
+    def _on_view_saver_timeout(self) -> None:
+        self.profiles.set_view(self.dashboard.view())
 
     # ================================================================= the cluster
 
@@ -318,6 +328,9 @@ class MainWindow(QMainWindow):
             event.ignore()
             return
         self.asker.answer(False)
+        if self._view_saver.isActive():  # a change not saved yet
+            self._view_saver.stop()
+            self._on_view_saver_timeout()
         self.dashboard.timer.stop()
         self.session.detach()   # the run goes on; its follow threads end here
         self.threads.join(timeout=10)

@@ -1,4 +1,5 @@
-"""The metrics store: bounded series, reduction for drawing, progress, stragglers, CSV."""
+"""The metrics store: bounded tables, reduction and smoothing for drawing, every metric, the system
+lane, markers, progress, stragglers, CSV."""
 
 from __future__ import annotations
 
@@ -6,37 +7,129 @@ import csv
 import random
 
 import numpy as np
+import pytest
 
-from console.metrics_store import MetricsStore, Series
+from console.metrics_store import MetricsStore, Table, is_cluster_wide, plot_of
 from console.text import event_text
 from tests.helpers.synthetic import started_record, step_record
 
 
-def test_series_keeps_the_newest_points_one_by_one_and_in_bulk():
-    s = Series(capacity=5)
+def _rows(table: Table, xs, ys, column: str = "y") -> None:
+    xs = np.asarray(xs, dtype=float)
+    table.extend(xs, xs, {column: np.asarray(ys, dtype=np.float32)})
+
+
+def test_a_table_keeps_the_newest_rows_one_by_one_and_in_bulk():
+    t = Table(capacity=5)
     for i in range(8):
-        s.append(float(i), float(10 * i))
-    assert list(s.arrays()[0]) == [3.0, 4.0, 5.0, 6.0, 7.0]
-    s.extend(np.array([8.0, 9.0]), np.array([80.0, 90.0]))
-    assert list(s.arrays()[0]) == [5.0, 6.0, 7.0, 8.0, 9.0]
-    s.extend(np.arange(10.0, 22.0), np.arange(10.0, 22.0))
-    assert list(s.arrays()[0]) == [17.0, 18.0, 19.0, 20.0, 21.0] and s.appended == 22
+        _rows(t, [float(i)], [10.0 * i])
+    assert list(t.arrays("y")[0]) == [3.0, 4.0, 5.0, 6.0, 7.0]
+    _rows(t, [8.0, 9.0], [80.0, 90.0])
+    assert list(t.arrays("y")[0]) == [5.0, 6.0, 7.0, 8.0, 9.0]
+    _rows(t, np.arange(10.0, 22.0), np.arange(10.0, 22.0))
+    assert list(t.arrays("y")[0]) == [17.0, 18.0, 19.0, 20.0, 21.0] and t.appended == 22
+    _rows(t, [22.0], [1.0], column="late")  # a field that appears late reads NaN before
+    assert list(t.arrays("y")[1][-2:]) == [21.0] + [pytest.approx(np.nan, nan_ok=True)]
+    assert np.isnan(t.arrays("late")[1][:4]).all() and t.arrays("late")[1][-1] == 1.0
 
 
 def test_reduction_keeps_every_peak_and_stays_right_as_points_arrive():
     rng = np.random.default_rng(3)
-    s = Series(capacity=100_000)
+    t = Table(capacity=100_000)
     ys = rng.normal(size=30_000)
     ys[12_345] = 50.0   # a spike
     ys[20_000] = np.nan  # a diverged step
     for start in range(0, 30_000, 7_000):  # in pieces: the cached part must stay right
-        s.extend(np.arange(start + 1.0, min(start + 7_000, 30_000) + 1.0), ys[start:start + 7_000])
-        x, y = s.reduced(1_000)
-        full_x, full_y = s.arrays()
+        _rows(t, np.arange(start + 1.0, min(start + 7_000, 30_000) + 1.0), ys[start:start + 7_000])
+        x, y = t.reduced("y", 1_000)
+        full_x, full_y = t.arrays("y")
         assert len(x) <= 1_000 and np.all(np.diff(x) >= 0)
         assert np.nanmax(y) == np.nanmax(full_y) and np.nanmin(y) == np.nanmin(full_y)
         assert x[0] == 1.0 and x[-1] >= full_x[-1] - len(full_x) / 250
     assert 12_346.0 in x, "the spike is drawn"
+
+
+def _per_point_ema(ys, weight):
+    """TensorBoard's smoothing: a per-point EMA, debiased."""
+    out, last = [], 0.0
+    for i, v in enumerate(ys):
+        last = last * weight + (1 - weight) * v
+        out.append(last / (1 - weight ** (i + 1)))
+    return np.array(out)
+
+
+def test_smoothing_is_tensorboards_on_even_points_and_not_pulled_by_dense_stretches():
+    """On evenly spaced points the smoothing is TensorBoard's debiased EMA of the same weight. Where
+    points are dense, a per-point EMA follows closely and where sparse it lags far behind (its memory
+    is counted in points); the time-weighted one lags the same everywhere (its memory is in x)."""
+    t = Table(capacity=10_000)
+    xs = np.arange(1.0, 401.0)
+    ys = np.where(xs < 200, 1.0, 0.0) + 0.1 * np.sin(xs)
+    _rows(t, xs[:250], ys[:250])
+    t.smoothed("y", 0.9, "step")  # then more rows: the kept part goes on where it stopped
+    _rows(t, xs[250:], ys[250:])
+    assert np.allclose(t.smoothed("y", 0.9, "step"), _per_point_ema(ys, 0.9), atol=1e-5)
+
+    uneven = Table(capacity=10_000)
+    dense, sparse = np.arange(0.0, 100.0, 0.1), np.arange(100.0, 600.0, 1.0)  # 10 points per unit, then 1
+    x = np.concatenate([dense, sparse])
+    _rows(uneven, x, x)  # y = x: a smoothed line lags behind it by its memory
+    ours = uneven.smoothed("y", 0.99, "step").astype(float)
+    theirs = _per_point_ema(x, 0.99)
+    lag_dense, lag_sparse = (x - ours)[500:1000].mean(), (x - ours)[-100:].mean()
+    assert abs(lag_dense - lag_sparse) < 0.1 * lag_dense, (lag_dense, lag_sparse)
+    their_dense, their_sparse = (x - theirs)[500:1000].mean(), (x - theirs)[-100:].mean()
+    assert their_sparse > 5 * their_dense, (their_dense, their_sparse)  # the bias this one does not have
+
+
+def test_every_numeric_field_is_a_metric_and_epochs_sit_on_the_step_axis():
+    store = MetricsStore()
+    rng = random.Random(0)
+    for w in range(2):
+        store.ingest(f"worker-{w}", [started_record(w, 2, 100, 50)])
+        store.ingest(f"worker-{w}", [{**step_record(w, k, 50, rng), "my_metric": 0.5} for k in range(1, 51)])
+        store.ingest(f"worker-{w}", [{"type": "epoch", "epoch": 0, "loss": 0.4, "accuracy": 0.8, "val_loss": 0.5,
+                                      "val_accuracy": 0.75, "learning_rate": 0.01, "epoch_time": 1.0 + w,
+                                      "time": 1.0}])
+    assert store.metrics() == ["examples_per_sec", "global_batch", "global_examples_per_sec", "loss", "my_metric",
+                               "step_time", "epoch:accuracy", "epoch:epoch_time", "epoch:learning_rate",
+                               "epoch:loss", "epoch:val_accuracy", "epoch:val_loss"]
+    x, y = store.series("worker-0", "epoch:val_accuracy")
+    assert list(x) == [50.0] and list(y) == [pytest.approx(0.75)]  # the epoch's last step
+    assert plot_of("epoch:val_loss") == plot_of("epoch:loss") == plot_of("loss") == "loss"
+    assert is_cluster_wide("loss") and is_cluster_wide("epoch:val_accuracy")
+    assert not is_cluster_wide("step_time") and not is_cluster_wide("epoch:epoch_time")
+    # a cluster-wide number comes once, from the first task of the cluster's order that has it
+    changed = store.changed({}, ["loss", "step_time", "epoch:val_accuracy"], 100, order=["worker-1", "worker-0"])
+    assert sorted(changed) == [("worker-0", "step_time"), ("worker-1", "epoch:val_accuracy"), ("worker-1", "loss"),
+                               ("worker-1", "step_time")]
+
+
+def test_the_x_axis_is_the_step_the_wall_clock_or_the_time_since_the_first_record():
+    store = MetricsStore()
+    store.ingest("worker-0", [{"type": "step", "global_step": g, "loss": 1.0, "time": 1000.0 + 2 * g}
+                              for g in range(1, 4)])
+    assert list(store.series("worker-0", "loss")[0]) == [1, 2, 3]
+    assert list(store.series("worker-0", "loss", x="time")[0]) == [1002.0, 1004.0, 1006.0]
+    assert list(store.series("worker-0", "loss", x="relative")[0]) == [0.0, 2.0, 4.0]
+
+
+def test_system_samples_are_rows_per_host_task_and_used_gpu():
+    store = MetricsStore()
+    sample = {"type": "system", "time": 50.0, "cpus": 4, "cpu_percent": 50.0, "memory_used_bytes": 3e9,
+              "memory_available_bytes": 5e9, "swap_used_bytes": 0,
+              "gpus": [{"index": 0, "name": "H100", "utilization_percent": 90, "memory_used_bytes": 2e9},
+                       {"index": 1, "name": "H100", "utilization_percent": 0, "memory_used_bytes": 0}],
+              "tasks": {"worker-0": {"pid": 7, "cpu_percent": 150.0, "rss_bytes": 6e8, "gpus": [0]}}}
+    store.ingest_system("gpu-a", sample)
+    store.ingest_system("gpu-a", {**sample, "time": 51.0, "cpu_percent": 25.0})
+    assert store.hosts == ["gpu-a"]
+    x, cores = store.series("host:gpu-a", "sys:cpu_cores", x="relative")
+    assert list(x) == [0.0, 1.0] and list(cores) == [2.0, 1.0]  # 50 % of 4 cores, then 25 %
+    assert list(store.series("worker-0", "sys:cpu_cores")[1]) == [1.5, 1.5]
+    assert list(store.series("worker-0", "sys:memory_gb")[1]) == [pytest.approx(0.6)] * 2
+    assert store.owners("sys:gpu_percent") == ["host:gpu-a/gpu0"], "only the GPU a task uses"
+    assert "sys:gpu_memory_gb" in store.metrics()
 
 
 def test_progress_eta_stragglers_and_events():
@@ -55,15 +148,21 @@ def test_progress_eta_stragglers_and_events():
     assert event_text({"event": "failed", "error": "boom; do X"}) == "FAILED: boom; do X"
 
 
-def test_csv_export_has_every_point(tmp_path):
+def test_csv_export_has_every_point_of_every_series(tmp_path):
     store = MetricsStore()
     rng = random.Random(0)
     store.ingest("worker-0", [step_record(0, k, 10, rng) for k in range(1, 6)])
     store.ingest("worker-1", [{**step_record(1, 1, 10, rng), "loss": None}])
-    assert store.write_csv(tmp_path / "m.csv") == 6
+    store.ingest("worker-1", [{"type": "epoch", "epoch": 0, "val_accuracy": 0.5, "time": 2.0}])
+    store.ingest_system("localhost", {"time": 3.0, "cpus": 2, "cpu_percent": 50.0, "memory_used_bytes": 1e9})
+    fields = ["loss", "step_time", "global_batch", "examples_per_sec", "global_examples_per_sec"]
+    assert store.write_csv(tmp_path / "m.csv") == 6 * len(fields) + 1 + 4
     rows = list(csv.reader(open(tmp_path / "m.csv")))
-    assert rows[0] == ["worker", "global_step", "loss", "step_time", "examples_per_sec"]
-    assert rows[1][:2] == ["worker-0", "1"] and rows[-1][:3] == ["worker-1", "1", ""]
+    assert rows[0] == ["source", "kind", "global_step", "time", "metric", "value"]
+    assert rows[1][:3] == ["worker-0", "step", "1"] and rows[1][4] == "loss"
+    assert ["worker-1", "step", "1", rows[-7][3], "loss", ""] in rows  # a diverged loss: an empty value
+    assert ["worker-1", "epoch", "1", "2.000", "epoch:val_accuracy", "0.5"] in rows
+    assert ["host:localhost", "sys", "", "3.000", "sys:cpu_cores", "1"] in rows
 
 
 def test_a_diverged_loss_is_a_gap_and_reads_nan_never_an_error():
@@ -78,8 +177,11 @@ def test_a_diverged_loss_is_a_gap_and_reads_nan_never_an_error():
                                        "time": 1.0}])
     x, y = store.series("worker-0", "loss")
     assert list(x) == [1.0, 2.0, 3.0, 4.0, 5.0]
-    assert list(y[:2]) == [0.5, 0.49] and np.isnan(y[2]) and np.isinf(y[3]) and np.isnan(y[4])
+    assert list(y[:2]) == [0.5, pytest.approx(0.49)] and np.isnan(y[2]) and np.isinf(y[3]) and np.isnan(y[4])
     assert np.isnan(store.series("worker-0", "examples_per_sec")[1][4])
+    markers = store.markers_snapshot()
+    assert [(m.kind, m.task, m.step) for m in markers] == [("nan", "worker-0", 3.0)]  # the first only
+    assert markers[0].text == "worker-0: loss is nan at step 3"
     assert store.events[-1]["text"] == "epoch 1 done  loss nan  val_accuracy nan"
 
 
@@ -100,12 +202,13 @@ def test_a_resumed_attempt_goes_on_from_its_backup_and_the_redone_steps_leave_th
              [{"type": "step", "global_step": g, "loss": 0.5, "attempt": 2} for g in range(6, 8)]
     seen = {}
     store.ingest("worker-0", first[:6])
-    store.changed_series(seen, 100)
+    store.changed(seen, ["loss"], 100)
     store.ingest("worker-0", first[6:] + second)  # one message may hold both attempts
     x, y = store.series("worker-0", "loss")
     assert list(x) == [1, 2, 3, 4, 5, 6, 7] and list(y) == [1.0] * 5 + [0.5] * 2
     assert store.restarts == [(2, 5.0)]
-    assert ("worker-0", "loss") in store.changed_series(seen, 100)  # the cut is a change to redraw
+    assert ("worker-0", "loss") in store.changed(seen, ["loss"], 100)  # the cut is a change to redraw
+    assert [(m.kind, m.step) for m in store.markers] == [("restart", 5.0)]
     store.ingest("worker-1", second[:1])
     assert store.restarts == [(2, 5.0)]  # one marker per attempt, whichever task says it
 
@@ -116,3 +219,6 @@ def test_supervision_states_of_tasks():
     assert store.states == {"worker-1": ("failed", "killed by SIGKILL")}
     store.set_state("worker-1", "running")
     assert store.states == {}
+    store.set_state("worker-1", "stalled", "is stopped")
+    store.set_state("worker-1", "stalled", "is stopped")
+    assert [(m.kind, m.task) for m in store.markers] == [("stall", "worker-1")]  # a marker per stall, not per word

@@ -1,4 +1,6 @@
-"""The dashboard under load, and its parts: curves per worker, progress, stragglers, export."""
+"""The dashboard under load, and its parts: curves per worker or once for the cluster, every metric,
+the reading aids (smoothing, log y, the x axis, the read-out), markers, the system lane, a compared
+run, progress, stragglers, export."""
 
 from __future__ import annotations
 
@@ -7,14 +9,16 @@ import random
 import time
 
 import numpy as np
-from PySide6.QtCore import QTimer
+import pyqtgraph as pg
+import pytest
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication
 
 from console.gui.colors import worker_color
 from console.gui.dashboard import MAX_POINTS, Dashboard
-from console.metrics_store import MetricsStore
+from console.metrics_store import X_AXES, MetricsStore
 from console.session import SUSPENDED
-from tests.helpers.synthetic import feed, step_record
+from tests.helpers.synthetic import feed, started_record, step_record
 from tests.console.gui.conftest import save_shot
 
 
@@ -61,8 +65,10 @@ def test_sixteen_workers_streaming_keep_the_event_loop_responsive(qtbot, shots):
         gc.unfreeze()
     assert probe.longest < 0.100, f"the event loop stalled for {probe.longest * 1000:.0f} ms"
     assert board.redraws >= 20, "the curves were redrawn as the data came"
-    assert len(board.curves) == 16 * 3
-    x, _ = board.curves[("worker-3", "loss")].getData()
+    # the loss is the global batch's, the same on every worker: one curve; step time one per worker
+    assert sorted(board.curves) == [("worker-0", "loss")] + [(f"worker-{i}", "step_time") for i in range(16)] or \
+        sorted(board.curves) == sorted([("worker-0", "loss")] + [(f"worker-{i}", "step_time") for i in range(16)])
+    x, _ = board.curves[("worker-0", "loss")].getData()
     assert list(x[:3]) == [1.0, 2.0, 3.0] and len(x) == 40
     assert board.curves[("worker-5", "step_time")].opts["pen"].color() == worker_color(5)
     assert "worker-1" in [t for t, label in board.straggler_labels.items() if label.text()]
@@ -86,8 +92,8 @@ def test_long_series_are_reduced_for_drawing_but_kept_whole(qtbot, tmp_path):
     assert x[0] == 1.0 and x[-1] > 19_950, "the drawn curve spans the whole run"
     assert y.max() == full_y.max() and y.min() == full_y.min(), "the reduction keeps every peak"
     rows = board.export_csv(tmp_path / "m.csv")
-    assert rows == 40_000
-    assert (tmp_path / "m.csv").read_text().splitlines()[1].startswith("worker-0,1,")
+    assert rows == 40_000 * 5  # loss, step time, global batch, examples/s of the worker and of the cluster
+    assert (tmp_path / "m.csv").read_text().splitlines()[1].startswith("worker-0,step,1,")
 
 
 def test_log_tails_per_worker(qtbot):
@@ -108,9 +114,14 @@ def test_the_first_frame_draws_what_the_store_has_before_any_show(qtbot):
     qtbot.addWidget(board)
     board.timer.timeout.emit()
     assert board.redraws == 1 and board._seen_version == store.version
-    assert sorted(board.progress_bars) == ["worker-0", "worker-1"] and len(board.curves) == 2 * 3
+    assert sorted(board.progress_bars) == ["worker-0", "worker-1"]
     board.timer.timeout.emit()  # nothing new: no frame
     assert board.redraws == 1
+    board.show()  # hidden, it draws no curve; shown, all of them at once
+    qtbot.waitExposed(board)
+    board.timer.timeout.emit()
+    assert sorted(board.curves) == [("worker-0", "loss"), ("worker-0", "step_time"), ("worker-1", "step_time")]
+    assert all(len(c.getData()[0]) == 5 for c in board.curves.values())
 
 
 def test_a_diverged_loss_draws_as_a_gap(qtbot):
@@ -127,6 +138,13 @@ def test_a_diverged_loss_draws_as_a_gap(qtbot):
     x, y = curve.getData()
     assert len(x) == 6 and np.isnan(y[3]) and np.isfinite(np.delete(y, 3)).all()
     assert curve.opts["connect"] == "finite"  # the line breaks at the gap instead of vanishing
+    # a marker at the step on each plot, and a badge on the worker
+    [(marker, lines)] = board.marker_lines
+    assert marker.kind == "nan" and {line.value() for _, line in lines} == {4.0}
+    assert [plot for plot, _ in lines] == [board.plots[p] for p in board._layout_plots]
+    board.slow_timer.timeout.emit()
+    assert board.straggler_labels["worker-0"].text() == "loss not finite"
+    assert board.straggler_labels["worker-0"].toolTip() == "worker-0: loss is nan at step 4"
 
 
 def test_a_restart_is_a_marker_on_every_plot_and_each_task_shows_its_state(qtbot, shots):
@@ -157,10 +175,202 @@ def test_a_restart_is_a_marker_on_every_plot_and_each_task_shows_its_state(qtbot
                      + [dict(step_record(0, g, 100, rng), attempt=2) for g in range(6, 10)])
     board.timer.timeout.emit()
     board.slow_timer.timeout.emit()
-    assert len(board.restart_lines) == 1 and len(board.restart_lines[0]) == len(board.plots)
+    shown = [board.plots[p] for p in board._layout_plots]
+    assert len(board.restart_lines) == 1 and len(board.restart_lines[0]) == len(shown) == 2  # loss, step time
     assert {line.value() for _, line in board.restart_lines[0]} == {5.0}
-    assert [plot for plot, _ in board.restart_lines[0]] == list(board.plots.values())
+    assert [plot for plot, _ in board.restart_lines[0]] == shown
     x, _ = board.curves[("worker-0", "loss")].getData()
     assert list(x) == list(range(1, 10))  # 6-8 of attempt 1 were redone: drawn once, attempt 2's
     assert board.straggler_labels["worker-1"].text() == ""
     save_shot(board, shots, "dashboard-restart-marker")
+
+
+def _digits_like(store: MetricsStore, workers: int = 2, epochs: int = 3, steps_per_epoch: int = 20) -> list[dict]:
+    """A run's records as the trainer writes them (steps with the global-batch loss, epochs with
+    validation, a user's own metric); returns worker-0's."""
+    rng = random.Random(1)
+    records = []
+    for w in range(workers):
+        mine = [started_record(w, workers, epochs * steps_per_epoch, steps_per_epoch)]
+        for e in range(epochs):
+            for s in range(steps_per_epoch):
+                g = e * steps_per_epoch + s + 1
+                mine.append({**step_record(w, g, steps_per_epoch, rng), "time": 1000.0 + g, "my_metric": g % 7})
+            mine.append({"type": "epoch", "epoch": e, "time": 1000.0 + (e + 1) * steps_per_epoch,
+                         "loss": 1.0 / (e + 1), "accuracy": 0.6 + 0.1 * e, "val_loss": 1.2 / (e + 1),
+                         "val_accuracy": 0.55 + 0.1 * e, "learning_rate": 0.01, "epoch_time": 2.0 + w})
+        store.ingest(f"worker-{w}", mine)
+        records = records or mine
+    return records
+
+
+def _shown_board(qtbot, store, order=("worker-0", "worker-1")):
+    board = Dashboard(store)
+    qtbot.addWidget(board)
+    board.resize(1200, 900)
+    board.show()
+    qtbot.waitExposed(board)
+    board.set_store(store, list(order))
+    frame(board)
+    return board
+
+
+def frame(board) -> None:
+    board.timer.timeout.emit()
+    board.slow_timer.timeout.emit()
+    board.timer.timeout.emit()
+
+
+def test_the_metric_list_offers_every_numeric_field_and_shows_what_is_checked(qtbot):
+    store = MetricsStore()
+    records = _digits_like(store)
+    board = _shown_board(qtbot, store)
+    fields = {k for r in records if r["type"] in ("step", "epoch") for k, v in r.items()
+              if isinstance(v, (int, float)) and k not in ("epoch", "step", "global_step", "time", "task_index")}
+    offered = board.metric_names()
+    for name in fields:  # a step field by its name, an epoch one as epoch:<name>
+        assert name in offered or f"epoch:{name}" in offered, name
+    assert {"epoch:val_accuracy", "epoch:val_loss", "my_metric", "epoch:learning_rate"} <= set(offered)
+    items = {board.metric_list.item(i).data(Qt.UserRole): board.metric_list.item(i)
+             for i in range(board.metric_list.count())}
+    assert board._layout_plots == ["loss", "accuracy", "step_time"]
+    items["my_metric"].setCheckState(Qt.Checked)
+    items["step_time"].setCheckState(Qt.Unchecked)
+    frame(board)
+    assert board._layout_plots == ["loss", "accuracy", "my_metric"]
+    x, y = board.curves[("worker-1", "my_metric")].getData()  # a user's metric: one curve per worker
+    assert len(x) == 60 and y[6] == 0.0
+    # validation per epoch, on the step axis, in the accuracy plot with the training values
+    x, y = board.curves[("worker-0", "epoch:val_accuracy")].getData()
+    assert list(x) == [20.0, 40.0, 60.0] and list(y) == pytest.approx([0.55, 0.65, 0.75])
+    assert board.curves[("worker-0", "epoch:val_accuracy")] in board.plots["accuracy"].items
+    assert ("worker-1", "epoch:val_accuracy") not in board.curves
+
+
+def test_smoothing_log_y_and_the_x_axis_change_what_is_drawn(qtbot):
+    store = MetricsStore()
+    _digits_like(store)
+    board = _shown_board(qtbot, store)
+    loss = board.curves[("worker-0", "loss")]
+    raw_x, raw_y = (a.copy() for a in loss.getData())
+    _, store_y = store.series("worker-0", "loss")
+    assert np.allclose(raw_y, store_y)
+
+    board.smoothing_slider.setValue(90)
+    frame(board)
+    smooth = board.smooth_curves[("worker-0", "loss")]
+    sx, sy = smooth.getData()
+    assert list(sx) == list(raw_x) and not np.allclose(sy, raw_y)
+    table = store._tables[("worker-0", "step")]
+    assert np.allclose(sy, table.smoothed("loss", 0.9, "step"))
+    assert np.std(np.diff(sy)) < 0.5 * np.std(np.diff(raw_y)), "smoothed: less jagged"
+    assert loss.opts["pen"].color().alpha() < 100, "the raw curve stays, faint, behind"
+    assert "(smoothed " in board.readout_at("loss", 30)
+
+    board.smoothing_slider.setValue(0)
+    board.log_box.setChecked(True)
+    frame(board)
+    assert not board.smooth_curves
+    _, ly = loss.getData()
+    assert np.allclose(ly, np.log10(store_y)) and board.plots["loss"].getAxis("left").logMode
+    store.ingest("worker-0", [{**step_record(0, 61, 20, random.Random(0)), "loss": -1.0, "time": 1061.0}])
+    frame(board)
+    assert np.isnan(loss.getData()[1][-1]), "a value <= 0 on a log axis is a gap"
+    board.log_box.setChecked(False)
+
+    board.x_box.setCurrentIndex(X_AXES.index("relative"))
+    frame(board)
+    x, _ = loss.getData()
+    assert x[0] == 0.0 and x[-1] == 60.0  # seconds since the run's first record
+    board.x_box.setCurrentIndex(X_AXES.index("time"))
+    frame(board)
+    x, _ = loss.getData()
+    assert x[0] == 1001.0 and isinstance(board.plots["step_time"].getAxis("bottom"), pg.DateAxisItem)
+    assert board.view() == {"plots": ["loss", "accuracy", "step_time", "sys:cpu_cores", "sys:memory_gb"],
+                            "smoothing": 0.0, "log_y": False, "x": "time"}
+
+
+def test_the_read_out_names_every_curve_at_the_cursor(qtbot):
+    store = MetricsStore()
+    _digits_like(store)
+    board = _shown_board(qtbot, store)
+    _, step_times = store.series("worker-1", "step_time")
+    words = board.readout_at("step_time", 10.2)
+    assert words.startswith("step time at step 10: ")
+    assert f"worker-1 {step_times[9]:.4f}" in words and "worker-0 " in words
+    assert board.readout_at("accuracy", 41).endswith("epoch 0.7000 · validation 0.6500")
+    # the mouse over a plot puts it in the read-out line, with a line across the plots
+    plot = board.plots["loss"]
+    scene_pos = plot.getViewBox().mapViewToScene(pg.Point(30, 1.0))
+    board._on_scene_mouse_moved(scene_pos)
+    assert board.readout.text().startswith("loss at step 30: cluster ")
+    assert len(board._hover_lines) == len(board._layout_plots)
+
+
+def test_the_system_lane_draws_each_host_and_task(qtbot):
+    store = MetricsStore()
+    _digits_like(store)
+    for i in range(5):
+        store.ingest_system("alpha", {"type": "system", "time": 1001.0 + i, "cpus": 2, "cpu_percent": 40.0 + i,
+                                      "memory_used_bytes": 2e9, "memory_available_bytes": 6e9,
+                                      "tasks": {"worker-0": {"pid": 5, "cpu_percent": 90.0, "rss_bytes": 7e8}}})
+        store.ingest_system("beta", {"type": "system", "time": 1001.5 + i, "cpus": 4, "cpu_percent": 10.0,
+                                     "memory_used_bytes": 1e9, "memory_available_bytes": 6e9,
+                                     "tasks": {"worker-1": {"pid": 6, "cpu_percent": 80.0, "rss_bytes": 6e8}}})
+    board = _shown_board(qtbot, store)
+    assert board._layout_plots[-2:] == ["sys:cpu_cores", "sys:memory_gb"]
+    for owner in ("host:alpha", "host:beta", "worker-0", "worker-1"):
+        for metric in ("sys:cpu_cores", "sys:memory_gb"):
+            x, y = board.curves[(owner, metric)].getData()
+            assert len(x) == 5 and np.isfinite(y).all(), (owner, metric)
+    x, y = board.curves[("host:alpha", "sys:cpu_cores")].getData()
+    assert x[0] == 0.0 and y[0] == pytest.approx(0.8)  # seconds since the run began; 40 % of 2 cores
+    assert board.curves[("host:alpha", "sys:cpu_cores")].opts["name"] == "alpha (host)"
+
+
+def test_a_finished_run_overlays_dashed_to_compare(qtbot):
+    store, other = MetricsStore(), MetricsStore()
+    _digits_like(store)
+    _digits_like(other, epochs=2)
+    board = _shown_board(qtbot, store)
+    board.set_overlay("run B", other)
+    frame(board)
+    curve = board.overlay_curves[("worker-0", "loss")]
+    assert curve.opts["pen"].style() == Qt.DashLine
+    assert np.allclose(curve.getData()[1], other.series("worker-0", "loss")[1])
+    assert curve in board.plots["loss"].items and "run B" in board.readout_at("loss", 10)
+    board.set_overlay("", None)
+    frame(board)
+    assert not board.overlay_curves and curve not in board.plots["loss"].items
+
+
+def test_the_reading_aids_are_remembered(qtbot, tmp_path):
+    store = MetricsStore()
+    _digits_like(store)
+    board = _shown_board(qtbot, store)
+    with qtbot.waitSignal(board.view_changed, timeout=1_000) as changed:
+        board.log_box.setChecked(True)
+    assert changed.args[0]["log_y"] is True
+    again = _shown_board(qtbot, store)
+    again.apply_view({"plots": ["loss", "my_metric"], "smoothing": 0.6, "log_y": True, "x": "relative"})
+    frame(again)
+    assert again._layout_plots == ["loss", "my_metric"]
+    assert (again.smoothing, again.log_y, again.x_axis) == (0.6, True, "relative")
+    again.apply_view({"plots": "garbage", "smoothing": 7, "x": "sideways"})  # damaged: left as it was
+    assert again.view() == {"plots": ["loss", "my_metric"], "smoothing": 0.6, "log_y": True, "x": "relative"}
+
+
+def test_the_window_remembers_the_reading_aids_per_user(qtbot, gui_homes):
+    from console.gui.main_window import MainWindow
+    from console.profiles import Profiles
+
+    window = MainWindow(profiles=Profiles(gui_homes / "profiles.json"))
+    qtbot.addWidget(window)
+    window.dashboard.log_box.setChecked(True)
+    window.dashboard.smoothing_slider.setValue(75)
+    qtbot.waitUntil(lambda: Profiles(gui_homes / "profiles.json").view.get("smoothing") == 0.75, timeout=5_000)
+    window.close()
+    again = MainWindow(profiles=Profiles(gui_homes / "profiles.json"))
+    qtbot.addWidget(again)
+    assert (again.dashboard.log_y, again.dashboard.smoothing) == (True, 0.75)
+    again.close()

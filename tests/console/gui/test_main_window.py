@@ -10,7 +10,6 @@ from PySide6.QtWidgets import QDialogButtonBox
 
 from console import cluster as cl
 from console.gui.main_window import MainWindow
-from console.metrics_store import METRICS
 from console.profiles import Profiles
 from console.runner import Run
 from tests.console.gui.conftest import save_shot
@@ -66,7 +65,8 @@ def test_add_two_hosts_check_start_watch_and_stop(qtbot, gui_homes, shots):
     assert window.act_stop.isEnabled()
 
     def both_workers_plotted():
-        return all(curve_points(window, w, m) > 0 for w in ("worker-0", "worker-1") for m in ("loss", "step_time"))
+        return curve_points(window, "worker-0", "loss") > 0 and all(  # the loss once: the cluster's
+            curve_points(window, w, "step_time") > 0 for w in ("worker-0", "worker-1"))
 
     qtbot.waitUntil(both_workers_plotted, timeout=180_000)
     qtbot.waitUntil(lambda: window.started_event is not None, timeout=30_000)
@@ -89,7 +89,8 @@ def test_add_two_hosts_check_start_watch_and_stop(qtbot, gui_homes, shots):
     window.tabs.setCurrentWidget(window.dashboard)
 
     csv_rows = window.dashboard.export_csv(gui_homes / "metrics.csv")
-    assert csv_rows >= 2 and (gui_homes / "metrics.csv").read_text().startswith("worker,global_step," + ",".join(METRICS))
+    assert csv_rows >= 2 and (gui_homes / "metrics.csv").read_text().startswith(
+        "source,kind,global_step,time,metric,value")
     assert window.dashboard.export_png(gui_homes / "plots.png")
 
     # Save the profile, detach and quit: the run goes on. Opening the window again reopens the
@@ -106,7 +107,8 @@ def test_add_two_hosts_check_start_watch_and_stop(qtbot, gui_homes, shots):
     assert again.files.path == gui_homes / "two.toml" and [h.name for h in again.cluster.hosts] == ["alpha", "beta"]
     qtbot.waitUntil(lambda: again.session.run is not None, timeout=60_000)
     assert again.session.run.run_id == run_id
-    qtbot.waitUntil(lambda: all(curve_points(again, w, "loss") > 0 for w in ("worker-0", "worker-1")), timeout=60_000)
+    qtbot.waitUntil(lambda: all(curve_points(again, w, "step_time") > 0 for w in ("worker-0", "worker-1")),
+                    timeout=60_000)
     x, _ = again.session.store.series("worker-0", "loss")
     assert x[0] == 1.0, "the reattached run shows its whole history, from the first step"
     qtbot.waitUntil(lambda: again.started_event is not None, timeout=30_000)
@@ -133,6 +135,16 @@ def test_start_on_the_embedded_default_trains_digits_on_two_local_workers(qtbot,
     epochs = window.session.store.epochs
     assert len(epochs) == 2 * window.cluster.training.epochs
     assert epochs[-1]["val_accuracy"] > 0.8, "digits really trained"
+    # The dashboard draws val_accuracy once for the cluster, a point per epoch at the epoch's last step.
+    board = window.dashboard
+    qtbot.waitUntil(lambda: curve_points(window, "worker-0", "epoch:val_accuracy") == window.cluster.training.epochs,
+                    timeout=10_000)
+    x, y = board.curves[("worker-0", "epoch:val_accuracy")].getData()
+    steps = window.started_event["steps_per_epoch"]
+    assert list(x) == [steps * (e + 1) for e in range(window.cluster.training.epochs)]
+    assert y[-1] == pytest.approx(epochs[-1]["val_accuracy"], abs=1e-6)
+    assert ("worker-1", "epoch:val_accuracy") not in board.curves, "a cluster-wide number is drawn once"
+    assert "accuracy" in board._layout_plots and "loss" in board._layout_plots
     assert window.started_event["num_workers"] == 2 and window.diagram.chief == "worker-0"
     window.close()
 
