@@ -39,7 +39,11 @@ PER_WORKER_EPOCH = frozenset({"epoch_time"})
 SYSTEM_METRICS = ("sys:cpu_cores", "sys:memory_gb", "sys:gpu_percent", "sys:gpu_memory_gb")
 DEFAULT_PLOTS = ("loss", "accuracy", "step_time", "sys:cpu_cores", "sys:memory_gb")
 X_AXES = ("step", "time", "relative")  # global step, wall-clock time, seconds since the run's first record
-HOST = "host:"     # the prefix of a host's (and its GPUs') owner name in the system lane
+HOST = "host:"
+# What a task does after its last epoch, from its events (the progress line says it).
+AFTER_TRAINING = {"saving": lambda r: "saving the model…",
+                  "saved": lambda r: f"model saved in {text.metric_text(r.get('seconds'), 1)} s; ending…",
+                  "finished": lambda r: "finished"}     # the prefix of a host's (and its GPUs') owner name in the system lane
 
 PLOT_LABELS = {  # short: a plot's axis label (the legend says which curve is which)
     "loss": "loss",
@@ -328,6 +332,7 @@ class WorkerProgress:
     first_time: float | None = None
     last_time: float | None = None
     recent_step_times: list = field(default_factory=list)
+    doing: str = ""  # after the last epoch: what the task does now (saving the model, finished)
 
     @property
     def fraction(self) -> float:
@@ -476,6 +481,9 @@ class MetricsStore:
                     if name == "started":
                         prog.steps_per_epoch = r.get("steps_per_epoch") or 0
                         prog.epochs = r.get("epochs") or 0
+                        prog.doing = ""
+                    elif name in AFTER_TRAINING:
+                        prog.doing = AFTER_TRAINING[name](r)
                     if name == "evaluated" and isinstance(r.get("metrics"), dict):
                         self._epoch_row(task, {**r["metrics"], "time": r.get("time"), "epoch": r.get("epoch"),
                                                "global_step": r.get("global_step")}, prog)

@@ -57,6 +57,10 @@ def event_text(r: dict) -> str:
         workers, replicas = r.get("num_workers"), r.get("replicas_per_worker")
         return (f"training started: global batch {r.get('global_batch')} = {workers} worker{'s' * (workers != 1)} × "
                 f"{replicas} replica{'s' * (replicas != 1)} × {r.get('per_replica_batch')}")
+    if name == "saving":
+        return "training done; saving the model" + (f" to {r['path']}" if r.get("path") else " (its part of it)")
+    if name == "saved":
+        return f"model saved in {metric_text(r.get('seconds'), 1)} s"
     if name == "finished":
         return "finished" + (f", model saved to {r['model']}" if r.get("model") else "")
     if name == "failed":

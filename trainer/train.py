@@ -222,11 +222,11 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
         # only the chief keeps the result.
         if cluster.is_chief:
             model_path = run_dir / MODEL_NAME
-            model.save(model_path)
+            save_model(model, model_path, writer)
         else:
             tmp = _temp_dir(run_dir, cluster, "model")
             tmp.mkdir(parents=True, exist_ok=True)
-            model.save(tmp / MODEL_NAME)
+            save_model(model, tmp / MODEL_NAME, writer, kept=False)
             shutil.rmtree(tmp, ignore_errors=True)
     writer.event(
         "finished",
@@ -235,6 +235,15 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
         model=str(model_path) if model_path else None,
     )
     return final
+
+
+def save_model(model, path: Path, writer: MetricsWriter, kept: bool = True) -> None:
+    """Save the trained model, said before and after (``saving``, ``saved`` with the seconds it
+    took): after the last epoch the console shows what the task does instead of a full bar."""
+    writer.event("saving", path=str(path) if kept else None)
+    t0 = time.perf_counter()
+    model.save(path)
+    writer.event("saved", path=str(path) if kept else None, seconds=round(time.perf_counter() - t0, 3))
 
 
 # --------------------------------------------------------------------------- ParameterServerStrategy
@@ -367,7 +376,7 @@ def coordinate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> 
     model_path = None
     if opts.save:
         model_path = run_dir / MODEL_NAME
-        model.save(model_path)
+        save_model(model, model_path, writer)
     writer.event("finished", metrics=final, train_time=train_time, model=str(model_path) if model_path else None)
     return final
 

@@ -786,7 +786,7 @@ class Dashboard(QWidget):
             elif prog is not None and prog.steps_per_epoch:
                 bar.set_progress(prog.fraction,
                                  f"epoch {prog.epoch + 1}/{prog.epochs}  step {prog.step + 1}/{prog.steps_per_epoch}"
-                                 f"  {prog.fraction * 100:.0f}%  {_fmt_eta(prog.eta())}")
+                                 f"  {prog.fraction * 100:.0f}%  " + (prog.doing or _fmt_eta(prog.eta())))
         slow = set(store.stragglers())
         states = store.states_snapshot()
         diverged = {m.task: m.text for m in store.markers_snapshot() if m.kind == "nan"}

@@ -222,3 +222,16 @@ def test_supervision_states_of_tasks():
     store.set_state("worker-1", "stalled", "is stopped")
     store.set_state("worker-1", "stalled", "is stopped")
     assert [(m.kind, m.task) for m in store.markers] == [("stall", "worker-1")]  # a marker per stall, not per word
+
+
+def test_after_the_last_epoch_the_progress_says_what_the_task_does():
+    store = MetricsStore()
+    store.ingest("worker-0", [started_record(0, 1, 10, 10)])
+    store.ingest("worker-0", [step_record(0, k, 10, random.Random(k)) for k in range(1, 11)])
+    assert store.progress["worker-0"].doing == ""
+    store.ingest("worker-0", [{"type": "event", "event": "saving", "path": "/r/model.keras", "time": 1.0}])
+    assert store.progress["worker-0"].doing == "saving the model…"
+    assert store.events[-1]["text"] == "training done; saving the model to /r/model.keras"
+    store.ingest("worker-0", [{"type": "event", "event": "saved", "seconds": 0.42, "time": 2.0}])
+    assert store.progress["worker-0"].doing == "model saved in 0.4 s; ending…"
+    assert store.events[-1]["text"] == "model saved in 0.4 s"

@@ -47,7 +47,10 @@ def test_two_workers_record_every_step(digits2):
             assert r["task_type"] == "worker" and r["task_index"] == i
             assert r["step_time"] > 0 and r["examples_per_sec"] > 0 and r["global_batch"] == 64
         names = [e["event"] for e in digits2.records(i, "event") if e["event"] not in ("backing_up", "backed_up")]
-        assert names == ["launched", "cluster_formed", "started", "finished"]
+        assert names == ["launched", "cluster_formed", "started", "saving", "saved", "finished"]
+        saving, saved = digits2.events(i, "saving")[0], digits2.events(i, "saved")[0]
+        assert saved["seconds"] > 0 and saved["time"] >= saving["time"]
+        assert saving["path"] == (digits2.events(i, "finished")[0]["model"])  # the chief's; a worker keeps none
     # Backups by time, at the same steps on every task (saving is collective), within epochs too,
     # and the end of training is kept: the two newest, each named by its global step.
     saved = [[(e["global_step"], e["epoch"], e["step"]) for e in digits2.events(i, "backed_up")] for i in range(2)]
