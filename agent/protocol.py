@@ -6,7 +6,8 @@ imported by the console and the trainer too, so each word is written here once.
 
 from __future__ import annotations
 
-PROTOCOL_VERSION = 2  # 2: metrics follow messages carry the file's own lines ("lines"), not records
+PROTOCOL_VERSION = 3  # 2: metrics follow messages carry the file's own lines ("lines"), not records
+# 3: the "system" op streams a host's CPU, memory and GPU load and its tasks' processes
 
 # --------------------------------------------------------------------------- operations
 # agent/server.py has one handler per op (Server.op_<name>) and its op table is built from them.
@@ -24,13 +25,19 @@ CHECK_PORTS = "check_ports"
 LISTEN = "listen"
 RELEASE = "release"
 CONNECT = "connect"
-OPS = (HELLO, START, FOLLOW, STATUS, LIST, STOP, PORTS, LOGS, PROBE, CHECK_PORTS, LISTEN, RELEASE, CONNECT)
+SYSTEM = "system"
+REMOVE = "remove"  # a run's folder on this host, once none of its tasks runs
+OPS = (HELLO, START, FOLLOW, STATUS, LIST, STOP, PORTS, LOGS, PROBE, CHECK_PORTS, LISTEN, RELEASE, CONNECT,
+       SYSTEM, REMOVE)
 
 # The messages a follow streams: {"id": N, "type": ...}.
 FOLLOWING = "following"  # the first: the offsets it reads from, and when the agent started the task
 METRICS_MESSAGE = "metrics"
 LOG_MESSAGE = "log"
 END = "end"              # the last: the task's phase and exit record
+# The messages a system op streams: {"id": N, "type": ...}, then END when the run's tasks here have ended.
+SAMPLING = "sampling"    # the first: the tasks it samples and how often
+SYSTEM_MESSAGE = "system"  # one sample (docs/metrics.md, "system")
 
 # --------------------------------------------------------------------------- task phases
 # The agent reports RUNNING, FINISHED, FAILED or LOST (AGENT_PHASES); the console adds the others.
@@ -62,6 +69,7 @@ STREAMS = (METRICS, *LOG_STREAMS)
 
 HOME_VARIABLE = "TFCC_HOME"                  # the agent's folder on a host (default ~/.tfcc): runs/ and dist/
 AGENT_STDERR_VARIABLE = "TFCC_AGENT_STDERR"  # the file the agent's stderr goes to; a clean exit removes it
+POLL_ONLY_VARIABLE = "TFCC_AGENT_POLL"        # set: follows poll the files instead of using inotify
 # What the agent gives a task, besides TF_CONFIG:
 RUN_DIR_VARIABLE = "TFCC_RUN_DIR"            # its run folder, where it writes METRICS
 RUN_ID_VARIABLE = "TFCC_RUN_ID"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -275,6 +276,15 @@ def stopped_by_request(folder: Path, ended) -> bool:
     return not isinstance(when, (int, float)) or when >= asked
 
 
+def run_tasks(run_id: str) -> list:
+    """The names of the tasks of ``run_id`` started on this host (those with a spec), sorted."""
+    root = home() / "runs" / _check_name("run id", run_id)
+    try:
+        return sorted(p.name for p in root.iterdir() if (p / "spec.json").is_file())
+    except OSError:  # no such run here
+        return []
+
+
 def list_runs() -> list:
     root = home() / "runs"
     out = []
@@ -340,6 +350,34 @@ def _signal_pid(pid: int, sig) -> None:
         os.kill(pid, sig)
     except ProcessLookupError:
         pass
+
+
+# --------------------------------------------------------------------------- remove
+
+
+def remove_run(run_id: str) -> dict:
+    """Delete ``<home>/runs/<run_id>`` (every task of the run on this host), refused while one of its
+    tasks still runs. Nothing outside that folder is touched: a symbolic link is removed, never followed."""
+    run_id = _check_name("run id", run_id)
+    root = home() / "runs"
+    folder = root / run_id
+    if folder.is_symlink():  # not one this agent made: the link goes, never what it points to
+        folder.unlink()
+        return {"run_id": run_id, "removed": True, "tasks": []}
+    if not folder.is_dir():
+        return {"run_id": run_id, "removed": False, "tasks": []}
+    tasks = sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
+    for task in tasks:  # running as status says: its supervisor lives and has not recorded the end
+        state = read_json(folder / task / "state.json") or {}
+        if (isinstance(state, dict) and read_json(folder / task / "exit.json") is None
+                and is_same_process(state.get("pid"), state.get("start_time"))):
+            raise AgentError(f"task {task} of run {run_id} is still running on this host (pid {state['pid']}); "
+                             f"stop it first (tfcc stop {run_id}), then delete the run", protocol.ALREADY_RUNNING)
+    if folder.resolve().parent != root.resolve():
+        raise AgentError(f"run folder {folder} is not inside {root}; remove it by hand", protocol.BAD_NAME)
+    # shutil.rmtree removes links inside the folder without following them (and refuses a link itself).
+    shutil.rmtree(folder)
+    return {"run_id": run_id, "removed": True, "tasks": tasks}
 
 
 # --------------------------------------------------------------------------- follow

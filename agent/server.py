@@ -3,8 +3,9 @@
 Each request is one JSON object on a line: ``{"id": N, "op": "...", ...}``.
 Each answer carries the request's ``id``: ``{"id": N, "ok": true, ...}`` or
 ``{"id": N, "ok": false, "error": "what is wrong and what to do", "code": ...}``
-(the codes are ``protocol.ERROR_CODES``). A ``follow`` answers with a stream of
-``{"id": N, "type": ...}`` messages and ends with ``{"id": N, "type": "end", ...}``.
+(the codes are ``protocol.ERROR_CODES``). A ``follow`` (a task's files) and a ``system`` (the
+host's load, about once a second) answer with a stream of ``{"id": N, "type": ...}`` messages
+and end with ``{"id": N, "type": "end", ...}``.
 Requests run concurrently (a ``stop`` can come while a ``follow`` streams). The
 agent exits when stdin closes; the tasks it started keep running.
 
@@ -19,10 +20,15 @@ import platform
 import socket
 import sys
 import threading
+import time
 
 from agent import __version__, protocol, runs
 from agent.protocol import PROTOCOL_VERSION
 from agent.runs import AgentError
+from agent.watch import FolderWatch
+
+FAST_POLL = 0.01  # seconds between a follow's looks while lines come, where it polls (no inotify)
+STREAMING = (protocol.FOLLOW, protocol.SYSTEM)  # ops that answer until their end: stdin's close ends them
 
 
 class Server:
@@ -62,7 +68,7 @@ class Server:
                 continue
             worker = threading.Thread(target=self._handle, args=(req,), daemon=True)
             worker.start()
-            if req.get("op") != protocol.FOLLOW:
+            if req.get("op") not in STREAMING:
                 requests.append(worker)
         # stdin closed: answer what was asked, then stop streaming and exit.
         for worker in requests:
@@ -122,6 +128,10 @@ class Server:
     def op_stop(self, req):
         return runs.stop(req.get("run_id"), req.get("task"), float(req.get("grace", 10.0)))
 
+    def op_remove(self, req):
+        """Delete a run's folder on this host (every task of it here), refused while a task runs."""
+        return runs.remove_run(req.get("run_id"))
+
     def op_logs(self, req):
         """The last ``max_bytes`` of a task's stdout and stderr."""
         folder = runs.task_dir(req.get("run_id"), req.get("task"))
@@ -174,37 +184,69 @@ class Server:
         return {"ports": runs.free_ports(count)}
 
     def op_follow(self, req):
-        """Stream metrics records and log text from byte offsets until the task ends."""
+        """Stream metrics records and log text from byte offsets until the task ends.
+
+        A file is read only when it has grown (a stat first). Between looks the follow waits
+        for a change in the task's folder (inotify: a new line goes out at once), or, where
+        it polls, ``FAST_POLL`` s while lines come, twice as long after each quiet look, up
+        to ``poll`` s. The task's state is looked at every ``poll`` s.
+        """
         rid = req.get("id")
         run_id, task = req.get("run_id"), req.get("task")
         folder = runs.task_dir(run_id, task)
         first = runs.status(run_id, task)  # a clear error for a task that is not here
         offsets = {name: int((req.get("offsets") or {}).get(name, 0)) for name in protocol.STREAMS}
-        poll = float(req.get("poll", 0.2))
+        poll = max(FAST_POLL, float(req.get("poll", 0.2)))
         # "started": when the agent started the task (the watchdog's clock, whatever the task writes).
         self.send({"id": rid, "ok": True, "type": protocol.FOLLOWING, "offsets": offsets, "started": first["started"]})
-        while not self.closed.is_set():
-            # Read the end state first: whatever was written before it is read below.
-            state = runs.status(run_id, task)
-            ended = state["phase"] != protocol.RUNNING
-            while True:
-                sent_any = self._send_new(rid, folder, offsets)
-                if sent_any is None:
-                    return None  # channel closed
-                if not sent_any:
-                    break
-            if ended:
-                self.send({"id": rid, "type": protocol.END, "phase": state["phase"], "exit": state["exit"],
-                           "offsets": offsets, "stopped": state["stopped"]})
-                return None
-            self.closed.wait(poll)
+        watch = FolderWatch(folder)
+        unfinished: dict = {}  # stream -> its size when a look found no complete line after its offset
+        pause = FAST_POLL
+        look_at_state = 0.0
+        try:
+            while not self.closed.is_set():
+                ended = False
+                if time.monotonic() >= look_at_state:
+                    # Read the end state first: whatever was written before it is read below.
+                    state = runs.status(run_id, task)
+                    ended = state["phase"] != protocol.RUNNING
+                    look_at_state = time.monotonic() + poll
+                sent = False
+                while True:
+                    sent_any = self._send_new(rid, folder, offsets, unfinished)
+                    if sent_any is None:
+                        return None  # channel closed
+                    if not sent_any:
+                        break
+                    sent = True
+                if ended:
+                    self.send({"id": rid, "type": protocol.END, "phase": state["phase"], "exit": state["exit"],
+                               "offsets": offsets, "stopped": state["stopped"]})
+                    return None
+                until_state = max(0.0, look_at_state - time.monotonic())
+                if watch.watching:
+                    watch.wait(until_state, self.closed)
+                else:
+                    pause = FAST_POLL if sent else min(pause * 2, poll)
+                    self.closed.wait(min(pause, until_state))
+        finally:
+            watch.close()
         return None
 
-    def _send_new(self, rid, folder, offsets):
+    def _send_new(self, rid, folder, offsets, unfinished):
+        """Send what each stream has in complete lines after its offset; whether anything was sent,
+        None when the channel is closed. A stream is read only when its size says there is news."""
         sent = False
         for name in protocol.STREAMS:
+            try:
+                size = os.stat(folder / name).st_size
+            except OSError:
+                continue  # not written yet
+            if size <= offsets[name] or unfinished.get(name) == size:
+                continue
             lines, end = runs.read_new(folder / name, offsets[name])
             if not lines:
+                unfinished[name] = size  # a line being written: read again when the size changes
                 continue
             if name == protocol.METRICS:
                 # The lines as they are in the file: the console decodes each once (a damaged
@@ -219,6 +261,34 @@ class Server:
             offsets[name] = end
             sent = True
         return sent
+
+    def op_system(self, req):
+        """Sample this host's CPUs, memory and GPUs and the run's tasks here about every ``interval``
+        seconds (default 1), until every task of the run on this host has ended."""
+        from agent import system
+
+        rid, run_id = req.get("id"), req.get("run_id")
+        try:
+            interval = float(req.get("interval", 1.0))
+        except (TypeError, ValueError):
+            interval = float("nan")
+        if not 0.1 <= interval <= 3600:
+            raise AgentError(f"system: interval {req.get('interval')!r} must be a number of seconds from 0.1 to 3600",
+                             protocol.BAD_ARGUMENT)
+        if not runs.run_tasks(run_id):
+            raise AgentError(f"no task of run {run_id} on this host (tfcc runs lists what is here)",
+                             protocol.NO_SUCH_TASK)
+        sampler = system.Sampler()
+        tasks = system.running_tasks(run_id)
+        sampler.baseline(tasks)
+        self.send({"id": rid, "ok": True, "type": protocol.SAMPLING, "interval": interval, "tasks": sorted(tasks)})
+        while tasks and not self.closed.wait(interval):
+            tasks = system.running_tasks(run_id)
+            if tasks and not self.send({"id": rid, **sampler.sample(tasks)}):
+                return None  # channel closed
+        if not self.closed.is_set():
+            self.send({"id": rid, "type": protocol.END})
+        return None
 
 
 # The op table: each op of the protocol to its handler (a missing handler fails at import).

@@ -3,8 +3,9 @@
 
 One agent channel per host; every task of the run is followed from byte offsets, so a
 dropped channel is reopened and followed on from where it stopped: nothing is lost and
-nothing is delivered twice. The run's manifest (``console.runs``) lets a later console
-attach to it, stop it or resume it.
+nothing is delivered twice. While a host's tasks are followed, its agent can also stream
+the host's load (``sample_system``: CPU, memory, GPUs, each task's processes). The run's
+manifest (``console.runs``) lets a later console attach to it, stop it or resume it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from agent.protocol import (ENDED, FINISHED, METRICS, NO_SUCH_TASK, NOT_STARTED, RUNNING, STARTING, STREAMS,
-                            parse_address, parse_task_name)
+                            SYSTEM_MESSAGE, parse_address, parse_task_name)
 from console import cluster as cl
 from console import text
 from console.errors import TfccError
@@ -93,6 +94,9 @@ class Run:
         self.ports_changed: str | None = None  # why the last resume gave the tasks new ports
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._sampling = threading.Lock()                     # guards the two maps below
+        self._following: dict[str, threading.Thread] = {}    # task -> its newest follow thread
+        self._samplers: dict[str, threading.Thread] = {}     # host -> its system thread while it runs
 
     # ----------------------------------------------------------------- manifest
 
@@ -295,6 +299,8 @@ class Run:
                                       name=f"tfcc-follow-{task.name}", daemon=True)
             thread.start()
             self._threads.append(thread)
+            with self._sampling:
+                self._following[task.name] = thread
 
     def _follow_task(self, task: TaskState, on_message, poll: float) -> None:
         """Follow one task until it ends on its host; every lost connection is tried again, with backoff.
@@ -355,6 +361,83 @@ class Run:
                                   "first": not backoff["heard"]})
             self._stop.wait(backoff["delay"])
             backoff["delay"] = min(backoff["delay"] * 2, 5.0)
+
+    def sample_system(self, on_system: Callable[[str, dict], None], interval: float = 1.0) -> None:
+        """Stream each host's system records while its tasks are followed (call after ``follow``):
+        ``on_system(host name, record)`` about every ``interval`` s, on one thread per host.
+
+        A host that is sampled already keeps its thread. A host's thread reconnects after a drop,
+        with backoff, and ends when its tasks' follows have ended, on ``detach``, or when the agent
+        refuses; what it streams is no part of ``wait``: a run's end never waits for a sample.
+        """
+        with self._sampling:
+            for host in self.links:
+                if host in self._samplers:
+                    continue
+                thread = threading.Thread(target=self._sample_host, args=(host, on_system, interval),
+                                          name=f"tfcc-system-{self.run_id}-{host}", daemon=True)
+                self._samplers[host] = thread
+                thread.start()
+
+    def _followed(self, host: str) -> bool:
+        """Whether a follow of one of ``host``'s tasks still runs (with ``_sampling`` held)."""
+        return any(thread.is_alive() for name, thread in self._following.items()
+                   if any(t.name == name and t.host == host for t in self.tasks))
+
+    def _sample_host(self, host: str, on_system, interval: float) -> None:
+        link = self.links[host]
+        done = threading.Event()  # no more records: those that still come are dropped
+        backoff = {"delay": 0.2}  # reset by each record delivered
+
+        def deliver(message):
+            if message.get("type") == SYSTEM_MESSAGE and not done.is_set():
+                backoff["delay"] = 0.2
+                on_system(host, {k: v for k, v in message.items() if k != "id"})
+
+        def finished() -> bool:
+            """Whether to end now: stopped, or the host's follows are over (then this thread is gone)."""
+            if self._stop.is_set():
+                return True
+            with self._sampling:
+                if self._followed(host):
+                    return False
+                self._samplers.pop(host, None)  # in the lock: a new follow of the host starts a new thread
+                return True
+
+        try:
+            while not finished():
+                try:
+                    handle = link.connect().system(self.run_id, deliver, interval)
+                    while not handle.done.wait(0.2):
+                        if finished():
+                            return
+                    if handle.error and handle.error != "channel closed":
+                        log.info("sampling host %s: the agent refused (%s)", host, handle.error)
+                        return  # a refusal would repeat
+                    if handle.end is None:
+                        log.info("sampling host %s: the connection closed; reconnecting", host)
+                    # else the host's tasks have ended: their follows say so soon, or a restart follows
+                    # them again (then sampling goes on)
+                except SSHError as exc:
+                    if not exc.retry:
+                        return
+                    log.info("sampling host %s: %s; reconnecting", host, exc)
+                except (TfccError, OSError, TimeoutError) as exc:
+                    log.info("sampling host %s: %s; reconnecting", host, exc)
+                except Exception:  # a bug must not take the following with it: log it, sample no more
+                    log.exception("sampling host %s", host)
+                    return
+                deadline = time.monotonic() + backoff["delay"]
+                backoff["delay"] = min(backoff["delay"] * 2, 5.0)
+                while time.monotonic() < deadline:  # the pause before the next try, ended by the follows' end
+                    if finished():
+                        return
+                    self._stop.wait(min(0.2, max(0.0, deadline - time.monotonic())))
+        finally:
+            done.set()
+            with self._sampling:
+                if self._samplers.get(host) is threading.current_thread():
+                    del self._samplers[host]
 
     def wait(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -422,6 +505,10 @@ class Run:
         for link in self.links.values():
             link.drop()
         self.wait(timeout=5)
+        with self._sampling:
+            samplers = list(self._samplers.values())
+        for thread in samplers:
+            thread.join(timeout=5)
 
 
 def task_address(name: str, tf_config: str) -> str:

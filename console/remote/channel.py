@@ -3,8 +3,9 @@
 A channel is a pair of binary streams to a running ``python3 -m agent`` (a
 local subprocess, ``console.remote.local``, or an SSH exec channel, ``console.remote.ssh``). The client writes requests and a
 reader thread dispatches answers by request id: plain calls resolve a Future;
-a ``follow`` delivers each streamed message to a callback (on the reader
-thread), until its ``end`` message or the channel closes.
+a ``follow`` (a task's files) or a ``system`` (the host's load) delivers each
+streamed message to a callback (on the reader thread), until its ``end`` message
+or the channel closes.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ class Channel:
 
 
 class Follow:
-    """One ``follow`` stream; ``done`` is set after its end message or a closed channel."""
+    """One streamed answer (``follow``, ``system``); ``done`` is set after its end message or a closed channel."""
 
     def __init__(self, on_message: Callable[[dict], None]):
         self.on_message = on_message
@@ -206,14 +207,21 @@ class AgentClient:
 
     def follow(self, run_id: str, task: str, on_message: Callable[[dict], None],
                offsets: dict | None = None, poll: float = 0.2) -> Follow:
+        return self._stream(on_message, op="follow", run_id=run_id, task=task, offsets=offsets or {}, poll=poll)
+
+    def system(self, run_id: str, on_message: Callable[[dict], None], interval: float = 1.0) -> Follow:
+        """The host's load and the run's tasks on it, one ``system`` message about every ``interval`` s,
+        until the run's tasks on this host have ended (docs/metrics.md, "system")."""
+        return self._stream(on_message, op="system", run_id=run_id, interval=interval)
+
+    def _stream(self, on_message: Callable[[dict], None], **request) -> Follow:
         rid = next(self._ids)
         follow = Follow(on_message)
         with self._lock:
             if self.closed.is_set():
                 raise ChannelClosed(f"{self.channel.description} closed")
             self._follows[rid] = follow
-        self._write({"id": rid, "op": "follow", "run_id": run_id, "task": task,
-                     "offsets": offsets or {}, "poll": poll})
+        self._write({"id": rid, **request})
         return follow
 
     def close(self) -> None:

@@ -80,6 +80,25 @@ class LocalFiles:
     def remove_tree(self, path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
+    def get_tree(self, remote: str, local: Path) -> int:
+        """Copy the folder ``remote`` into ``local`` as ``SFTPFiles.get_tree`` does (folders and regular
+        files, links not followed, unchanged files not copied again); FileNotFoundError when it is not there."""
+        from console.remote.ssh import same_file
+
+        local.mkdir(parents=True, exist_ok=True)
+        copied = 0
+        with os.scandir(remote) as entries:
+            for entry in entries:
+                target = local / entry.name
+                if entry.is_dir(follow_symlinks=False):
+                    copied += self.get_tree(entry.path, target)
+                elif entry.is_file(follow_symlinks=False):
+                    info = entry.stat(follow_symlinks=False)
+                    if not same_file(target, info.st_size, info.st_mtime):
+                        shutil.copy2(entry.path, target, follow_symlinks=False)
+                        copied += 1
+        return copied
+
     def close(self) -> None:
         """Nothing to close."""
 

@@ -427,5 +427,34 @@ class SFTPFiles:
                 self.sftp.remove(child)
         self.sftp.rmdir(path)
 
+    def get_tree(self, remote: str, local: Path) -> int:
+        """Copy the folder ``remote`` of the host into ``local``: folders and regular files only (a link
+        is not followed), a file that is here already with the same size and time not sent again.
+        How many files were copied; FileNotFoundError when ``remote`` is not there."""
+        entries = self.sftp.listdir_attr(remote)
+        local.mkdir(parents=True, exist_ok=True)
+        copied = 0
+        for entry in entries:
+            name = entry.filename
+            if not name or "/" in name or name in (".", ".."):  # only names inside this folder
+                continue
+            source, target = f"{remote}/{name}", local / name
+            if stat.S_ISDIR(entry.st_mode or 0):
+                copied += self.get_tree(source, target)
+            elif stat.S_ISREG(entry.st_mode or 0) and not same_file(target, entry.st_size, entry.st_mtime):
+                self.sftp.get(source, str(target))
+                os.utime(target, (entry.st_atime or entry.st_mtime, entry.st_mtime))
+                copied += 1
+        return copied
+
     def close(self) -> None:
         self.sftp.close()
+
+
+def same_file(path: Path, size, mtime) -> bool:
+    """Whether ``path`` is a regular file of ``size`` bytes last changed at ``mtime`` (whole seconds)."""
+    try:
+        here = path.lstat()
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(here.st_mode) and here.st_size == size and int(here.st_mtime) == int(mtime or 0)

@@ -281,3 +281,106 @@ def test_metrics_lines_are_relayed_as_written_not_decoded_and_encoded_again(clie
     assert done.wait(30)
     assert lines == written
     assert (folder / "metrics.jsonl").read_text().splitlines() == written
+
+
+# --------------------------------------------------------------------------- latency and idle cost
+
+
+def _arrivals(folder: Path, got: Collector, count: int, gap: float) -> list:
+    """Append ``count`` step lines to a followed metrics file with ``gap`` s of quiet between them;
+    how long each took to reach the follow's callback."""
+    took, quiet = [], threading.Event()
+    for i in range(count):
+        before = len(got.records)
+        t0 = time.monotonic()
+        with open(folder / "metrics.jsonl", "a") as f:
+            f.write(json.dumps({"type": "step", "step": 1000 + i}) + "\n")
+        got.wait_for(before + 1, timeout=5)
+        took.append(time.monotonic() - t0)
+        quiet.wait(gap)  # the task is quiet meanwhile: what is measured is the next line after it
+    return sorted(took)
+
+
+def _followed_quiet_task(clients, stop_all):
+    client = clients()
+    started = start_fake(client, stop_all, first=1, second=0)  # one line, then it waits for its release
+    got = Collector()
+    client.follow("r1", "worker-0", got)
+    got.wait_for(1)
+    return client, Path(started["run_dir"]), got
+
+
+def test_a_new_line_reaches_the_console_at_once_after_quiet(clients, stop_all):
+    """The agent waits on the folder (inotify), not a 0.2 s poll: a line written after quiet comes at once."""
+    _, folder, got = _followed_quiet_task(clients, stop_all)
+    took = _arrivals(folder, got, 8, gap=0.3)
+    assert took[len(took) // 2] < 0.05 and took[-1] < 0.6, took
+
+
+def test_polling_is_fast_while_lines_come_and_slow_when_quiet(clients, stop_all, monkeypatch):
+    """Without inotify the follow polls: every 10 ms while lines come (a stream of steps arrives
+    with little delay), backing off to its 0.2 s when quiet (a line after quiet still within 0.6 s)."""
+    monkeypatch.setenv("TFCC_AGENT_POLL", "1")
+    _, folder, got = _followed_quiet_task(clients, stop_all)
+    flowing = _arrivals(folder, got, 20, gap=0.02)
+    assert flowing[len(flowing) // 2] < 0.05, flowing
+    after_quiet = _arrivals(folder, got, 3, gap=1.0)
+    assert after_quiet[-1] < 0.6, after_quiet
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = runs._stat_fields(pid)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.parametrize("poll_only", [False, True], ids=["inotify", "polling"])
+def test_following_a_quiet_task_costs_under_1_percent_of_a_core(clients, stop_all, monkeypatch, poll_only):
+    if poll_only:
+        monkeypatch.setenv("TFCC_AGENT_POLL", "1")
+    client, _, _ = _followed_quiet_task(clients, stop_all)
+    agent = client.hello()["pid"]
+    before, t0 = _cpu_seconds(agent), time.monotonic()
+    threading.Event().wait(4)  # the measured span: the agent follows a task that writes nothing
+    used = (_cpu_seconds(agent) - before) / (time.monotonic() - t0)
+    assert used < 0.01, f"the agent used {100 * used:.1f} % of a core following a quiet task"
+
+
+# --------------------------------------------------------------------------- remove
+
+
+def test_remove_deletes_an_ended_runs_folder_and_refuses_a_running_one(clients, stop_all, tfcc_home):
+    client = clients()
+    start_fake(client, stop_all, run_id="gone", task="worker-0", first=1, second=1)
+    start_fake(client, stop_all, run_id="gone", task="worker-1", first=1, second=1)
+    run_folder = tfcc_home / "runs" / "gone"
+    with pytest.raises(AgentRequestError, match=r"task worker-\d of run gone is still running on this host "
+                                                r"\(pid \d+\); stop it first \(tfcc stop gone\)") as refused:
+        client.call("remove", run_id="gone")
+    assert refused.value.code == "already-running"
+    assert sorted(p.name for p in run_folder.iterdir()) == ["worker-0", "worker-1"]  # nothing deleted
+    for task in ("worker-0", "worker-1"):
+        (run_folder / task / "release").touch()
+        assert wait_until(lambda task=task: client.call("status", run_id="gone", task=task)["phase"] == "finished", 30)
+    assert client.call("remove", run_id="gone")["tasks"] == ["worker-0", "worker-1"]
+    assert not run_folder.exists() and (tfcc_home / "runs").is_dir()
+    assert client.call("remove", run_id="gone")["removed"] is False  # again: nothing there, no error
+
+
+def test_remove_refuses_bad_names_and_never_follows_a_link_out(clients, tfcc_home, tmp_path):
+    client = clients()
+    for bad in ("../x", "a/b", "..", "", None, ".hidden"):
+        with pytest.raises(AgentRequestError, match="is not a valid name") as refused:
+            client.call("remove", run_id=bad)
+        assert refused.value.code == "bad-name"
+    outside = tmp_path / "precious"
+    (outside / "worker-0").mkdir(parents=True)
+    (outside / "worker-0" / "data").write_text("keep me")
+    (tfcc_home / "runs").mkdir(parents=True)
+    (tfcc_home / "runs" / "linked").symlink_to(outside)
+    inside = tfcc_home / "runs" / "mixed" / "worker-0"
+    inside.mkdir(parents=True)
+    (inside / "escape").symlink_to(outside)  # a link inside a run folder: removed, not followed
+    assert client.call("remove", run_id="linked")["removed"] is True
+    assert client.call("remove", run_id="mixed")["removed"] is True
+    assert not (tfcc_home / "runs" / "linked").exists() and not (tfcc_home / "runs" / "mixed").exists()
+    assert (outside / "worker-0" / "data").read_text() == "keep me"

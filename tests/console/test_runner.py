@@ -13,6 +13,7 @@ import pytest
 from console import cluster as cl
 from console.runner import Run
 from console.runs import RunError, read_manifest
+from tests.helpers.waiting import wait_until
 
 
 @pytest.fixture
@@ -111,6 +112,41 @@ def test_a_damaged_spec_of_a_task_does_not_block_its_resume(homes):
         (homes / "host-home" / "runs" / "damaged" / "worker-1" / "exit.json").write_text('{"returncode": 1}')
         run.start(resume=True)
         assert [t.attempt for t in run.tasks] == [2, 2]
+    finally:
+        run.stop(grace=0)
+        run.detach()
+
+
+def _sampling(run_id: str, host: str) -> bool:
+    return any(t.name == f"tfcc-system-{run_id}-{host}" and t.is_alive() for t in threading.enumerate())
+
+
+def test_a_hosts_load_is_sampled_while_its_tasks_are_followed_and_again_after_a_drop(homes):
+    """One system stream per host, with every task of the run on it; after a dropped connection it
+    comes back by itself; once the host's tasks have ended it ends too (no run waits for it)."""
+    script = homes / "waits.py"
+    script.write_text("import signal\nsignal.pause()\n")
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
+                         cl.Training(script=str(script)))
+    run = Run(cluster, "load")
+    got: list = []
+    try:
+        run.start()
+        run.follow(lambda task, message: None)
+        run.sample_system(lambda host, record: got.append((time.monotonic(), host, record)), interval=0.2)
+        run.sample_system(lambda host, record: got.append("a second stream"), interval=0.2)  # one per host
+        assert wait_until(lambda: len(got) >= 2, 30)
+        assert {host for _, host, _ in got} == {"here"}
+        assert set(got[-1][2]["tasks"]) == {"worker-0", "worker-1"} and got[-1][2]["type"] == "system"
+        before = run.links["here"].client
+        dropped = time.monotonic()
+        before.channel.abort()  # the agent dies: the follows and the sampling reconnect
+        assert wait_until(lambda: any(when > dropped + 0.05 for when, _, _ in got), 30)
+        assert run.links["here"].client is not before
+        run.stop(grace=1)
+        assert run.wait(30)
+        assert wait_until(lambda: not _sampling("load", "here"), 5)
+        assert "a second stream" not in got
     finally:
         run.stop(grace=0)
         run.detach()

@@ -85,6 +85,10 @@ def test_two_host_run_over_ssh(ssh_hosts, ssh_env, capsys):
     assert main(["run", str(path), "--json", "--run-id", "ssh1"]) == 0
     stream = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     addresses = [h.address for h in ssh_hosts.hosts]
+    # Each host's agent streams its load, under the cluster's name of the host (docs/metrics.md).
+    loads = [r for r in stream if r["type"] == "system"]
+    assert {r["host"] for r in loads} == {h.name for h in ssh_hosts.hosts}
+    assert all(r["memory_total_bytes"] > 0 and r["cpu_percent"] is not None for r in loads)
     for i, host in enumerate(ssh_hosts.hosts):
         folder = host.tfcc_home / "runs" / "ssh1" / f"worker-{i}"
         config = json.loads((folder / "tf_config.json").read_text())
