@@ -4,7 +4,9 @@
     tfcc gui [CLUSTER]         open the window on a cluster file
     tfcc run [CLUSTER]         deploy, start every task, follow them; --json for JSON lines
     tfcc resume RUN            start a stopped or failed run's tasks again where their backups left off
-    tfcc runs                  runs this console started, and their state
+    tfcc runs                  runs this console started: state, cluster, start, duration, final metrics
+    tfcc delete RUN            delete a run's folders on its hosts and its history here (asks first)
+    tfcc tensorboard RUN       copy the chief's TensorBoard logs here and serve them on 127.0.0.1
     tfcc attach RUN            follow a run again from its first record
     tfcc stop RUN              stop every task of a run (SIGTERM, then SIGKILL)
     tfcc logs RUN [TASK]       the end of the tasks' stdout and stderr
@@ -32,7 +34,7 @@ from console import cluster as cl
 from console import text
 from console.errors import TfccError, describe, log_to_file, log_to_terminal
 from console.runner import WATCHDOG_SECONDS, Run
-from console.runs import RunError, check_run_id, known_runs, new_run_id
+from console.runs import RunError, check_run_id, new_run_id
 from console.session import SUPERVISION, RunSession, SessionEvent
 
 
@@ -88,6 +90,9 @@ class Printer:
                                        **{k: v for k, v in message.items() if k not in ("id", "type")}}))
             elif event.kind in ("watchdog", *SUPERVISION):
                 self.emit(strict_json({**event.message, "type": event.kind, "message": event.text}))
+            elif event.kind == "system":  # a host's load (docs/metrics.md); the terminal's lines leave it out
+                self.emit(strict_json({"type": "system", "host": event.host,
+                                       **{k: v for k, v in event.message.items() if k != "type"}}))
             return
         if event.kind == "records":
             for record in event.records:
@@ -273,19 +278,78 @@ def cmd_logs(ns) -> int:
     return 0
 
 
+RUN_METRICS = ("loss", "accuracy", "val_loss", "val_accuracy")  # the final metrics ``tfcc runs`` shows
+
+
 def cmd_runs(ns) -> int:
-    """Every run of this console with its tasks' phases; a damaged manifest or a lost host is one line."""
-    for run_id in known_runs():
-        run = None
+    """Every run of this console: state, cluster, start, duration, final metrics (from its manifest and
+    history); the hosts of a run not known to have ended are asked how its tasks are, each run within
+    ``--timeout`` seconds. A damaged manifest or a host that does not answer is a note on its run."""
+    from console.history import duration_text, overview, start_text
+
+    infos = overview(make_asker(False), timeout=ns.timeout)
+    if ns.json:
+        print(strict_json([info.as_dict() for info in infos]))
+        return 0
+    if not infos:
+        print("no runs yet (tfcc run starts one)")
+        return 0
+    width = max(len("run"), *(len(i.run_id) for i in infos))
+    print(f"{'run':<{width}}  {'state':<8}  {'start':<16}  {'duration':>8}  "
+          + "  ".join(f"{m:>12}" for m in RUN_METRICS) + "  cluster (host: tasks)")
+    for info in infos:
+        metrics = "  ".join(f"{text.metric_text(info.metrics[m]) if m in info.metrics else '-':>12}"
+                            for m in RUN_METRICS)
+        print(f"{info.run_id:<{width}}  {info.state:<8}  {start_text(info.start):<16}  "
+              f"{duration_text(info.duration):>8}  {metrics}  {info.cluster_text or '-'}", flush=True)
+        if info.phases is not None and info.state not in ("finished",):
+            print(f"{'':<{width}}  tasks now: " + ", ".join(f"{t} {p}" for t, p in info.phases.items()))
+        if info.note:
+            print(f"{'':<{width}}  note: {info.note}")
+    return 0
+
+
+def cmd_delete(ns) -> int:
+    """Delete a run's folders on its hosts and this console's manifest and history of it, after a yes."""
+    from console.history import delete_run, run_info
+
+    run_id = check_run_id(ns.run)
+    if not ns.yes:
+        info = run_info(run_id)
+        where = ", ".join(info.hosts) or "its hosts"
+        if not sys.stdin.isatty():
+            raise RunError(f"deleting run {run_id} needs a yes", f"add --yes to delete it (its folders on {where} "
+                                                                 "and its history here) without being asked")
         try:
-            run = Run.load(run_id)
-            phases = ", ".join(f"{s['task']} {s['phase']}" for s in run.status())
-        except TfccError as exc:
-            phases = f"unknown: {exc}"
-        finally:
-            if run is not None:
-                run.detach()
-        print(f"{run_id}: {phases}", flush=True)
+            answer = input(f"Delete run {run_id}: its folders on {where} (metrics, logs, backups, the saved "
+                           "model) and its history here? This cannot be undone (yes/no) ")
+        except EOFError:
+            answer = ""
+        if answer.strip().lower() not in ("y", "yes"):
+            print(f"tfcc: run {run_id} kept", file=sys.stderr)
+            return 1
+    for line in delete_run(run_id, make_asker(ns.accept_new_host_keys)):
+        print(line)
+    return 0
+
+
+def cmd_tensorboard(ns) -> int:
+    """Copy the chief's TensorBoard logs of a run here and serve them on 127.0.0.1 until Ctrl-C."""
+    from console.tensorboard import TensorBoard, check_installed, fetch_logs
+
+    check_installed()
+    logdir = fetch_logs(check_run_id(ns.run), make_asker(ns.accept_new_host_keys))
+    server = TensorBoard(logdir, ns.port)
+    url = server.start()
+    print(f"tfcc: TensorBoard of run {ns.run} (logs copied to {logdir}): {url}", flush=True)
+    print("tfcc: Ctrl-C stops it", file=sys.stderr, flush=True)
+    try:
+        while server.running:
+            server.process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
     return 0
 
 
@@ -373,8 +437,21 @@ def build_parser() -> argparse.ArgumentParser:
     gui = sub.add_parser("gui", help="open the window (the default command)")
     gui.add_argument("cluster", nargs="?", help="a cluster file (TOML); default: the last one opened")
     gui.set_defaults(func=cmd_gui)
-    runs = sub.add_parser("runs", help="list runs and their state")
+    runs = sub.add_parser("runs", help="list runs: state, cluster, start, duration, final metrics")
+    runs.add_argument("--json", action="store_true", help="print the list as one JSON array")
+    runs.add_argument("--timeout", type=seconds(0.1, 600), default=5.0,
+                      help="seconds the hosts of runs still going have to say how their tasks are (default 5)")
     runs.set_defaults(func=cmd_runs)
+    delete = sub.add_parser("delete", help="delete a run: its folders on its hosts and its history here")
+    delete.add_argument("run")
+    delete.add_argument("--yes", action="store_true", help="do not ask first")
+    delete.add_argument("--accept-new-host-keys", action="store_true")
+    delete.set_defaults(func=cmd_delete)
+    board = sub.add_parser("tensorboard", help="copy a run's TensorBoard logs here and serve them on 127.0.0.1")
+    board.add_argument("run")
+    board.add_argument("--port", type=count(1, 65535), help="the port (default: a free one)")
+    board.add_argument("--accept-new-host-keys", action="store_true")
+    board.set_defaults(func=cmd_tensorboard)
     return parser
 
 

@@ -102,7 +102,7 @@ class Table:
     def __init__(self, capacity: int):
         self.capacity = capacity
         self._x = np.empty(2 * capacity)
-        self._t = np.empty(2 * capacity)
+        self._t = np.empty(2 * capacity, dtype=np.float32)  # seconds from the store's origin: ms at a day
         self._cols: dict[str, np.ndarray] = {}
         self._start = 0
         self._end = 0

@@ -24,6 +24,7 @@ from console import supervision, text
 from console.cluster import EVALUATOR
 from console.diagnosis import diagnose
 from console.errors import TfccError
+from console.history import History
 from console.metrics_store import MetricsStore
 from console.runner import WATCHDOG_SECONDS, Run, TaskState
 from console.supervision import Failure
@@ -53,7 +54,8 @@ class SessionEvent:
     ``task_ended`` (``message``, ``text``), ``watchdog`` (``text``), ``ended`` (every task ended),
     ``state`` (what supervision says of a task now: ``message["state"]``, ``text`` why);
     the supervisor's ``failure`` (one per failed task: cause and fix), ``restarting``, ``restarted``
-    and ``gave_up`` (``text``; ``message`` has the ``attempt``).
+    and ``gave_up`` (``text``; ``message`` has the ``attempt``); ``system`` (a host's load: ``host``
+    is the cluster's name of the host, ``message`` its agent's system record, docs/metrics.md).
     """
 
     kind: str
@@ -62,6 +64,7 @@ class SessionEvent:
     stream: str = ""
     text: str = ""
     message: dict = field(default_factory=dict)
+    host: str = ""
 
 
 Listener = Callable[[SessionEvent], None]
@@ -120,6 +123,8 @@ class Pace:
 class RunSession:
     """Follow ``run``; ``store`` (optional) gets every record, listeners get ``SessionEvent``\\ s."""
 
+    system_interval = 1.0  # seconds between a host's system records
+
     def __init__(self, run: Run, store: MetricsStore | None = None, watchdog: float = WATCHDOG_SECONDS,
                  restarts: int | None = None, found_failures: str = RESTART):
         self.run = run
@@ -147,6 +152,9 @@ class RunSession:
         self.started_record: dict | None = None  # the run's first "started" event (its batch plan)
         self.warned = False
         self._listeners: list[Listener] = []
+        # What it receives, kept in this console's state folder (console.history); None: not kept.
+        self.history: History | None = History(run)
+        self._listeners.append(lambda event: self.history is not None and self.history.on_event(event))
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
@@ -163,6 +171,7 @@ class RunSession:
         """Follow every task from where it was last read (from its first record, for a new session)."""
         self._poll = poll
         self.run.follow(self._follower(self.attempt), poll)  # first: the session's thread ends when they have
+        self.run.sample_system(self._on_system, self.system_interval)
         thread = threading.Thread(target=self._loop, name=f"tfcc-session-{self.run.run_id}", daemon=True)
         thread.start()
         self._thread = thread  # only once started: a detach joins it
@@ -198,6 +207,10 @@ class RunSession:
             self._queue.put((attempt, task, message))  # on a follow thread: nothing more, whatever listeners do
         return on_run_message
 
+    def _on_system(self, host: str, record: dict) -> None:
+        """A host's system record, on its sampling thread: queued like the follows' messages."""
+        self._queue.put((self.attempt, None, {"type": "system", "host": host, "record": record}))
+
     def _loop(self) -> None:
         try:
             while not self._detached.is_set():
@@ -214,6 +227,8 @@ class RunSession:
                     if self._detached.is_set():
                         return
                     self._dispatch(*item)
+                if batch and self.history is not None:
+                    self.history.flush()  # once a batch: appends are buffered till here
                 try:
                     self._check_stalls()
                 except Exception:
@@ -239,14 +254,16 @@ class RunSession:
                         self._tell(SessionEvent("ended"))
                     return
         finally:
+            if self.history is not None:
+                self.history.close()
             self._done.set()  # whatever happened: nobody waits for this session for ever
 
     def _dispatch(self, attempt: int, task: TaskState, message: dict) -> None:
         try:
-            if attempt == self.attempt or message.get("type") in ("metrics", "log"):
+            if attempt == self.attempt or message.get("type") in ("metrics", "log", "system"):
                 self._handle(task, message)  # an earlier attempt's records still count, not its ends
         except Exception:  # a bug must not end the session: the log has it
-            log.exception("handling a message of %s", task.name)
+            log.exception("handling a message of %s", task.name if task is not None else message.get("host"))
 
     def _drain(self) -> None:
         """Handle whatever the follows have queued (the session's thread only)."""
@@ -260,8 +277,16 @@ class RunSession:
     def _handle(self, task: TaskState, message: dict) -> None:
         kind = message.get("type")
         if kind == "metrics":
+            if self.history is not None:
+                self.history.lines(task.name, message["lines"], message.get("offset"))
             records = [decode_line(line) for line in message["lines"]]
             self._records(task, records)
+        elif kind == "system":  # task is None: the record is the host's
+            host, record = message["host"], message["record"]
+            ingest = getattr(self.store, "ingest_system", None)
+            if ingest is not None:
+                ingest(host, record)
+            self._tell(SessionEvent("system", host=host, message=record))
         elif kind == "following":
             started = text.metric_value(message.get("started"))
             if task.launched_at is None and math.isfinite(started):
@@ -507,6 +532,7 @@ class RunSession:
                 task.phase = FAILED
             return
         self.run.follow(self._follower(self.attempt), self._poll)
+        self.run.sample_system(self._on_system, self.system_interval)
         if self._stop_requested:  # Stop came while the tasks were starting: they stop too
             self._given_up = True
             self.run.stop_each(grace=2)
@@ -552,6 +578,7 @@ class RunSession:
             self._say("gave_up", f"run {self.run.run_id}: {names} could not be started again: {exc}")
             return
         self.run.follow(self._follower(self.attempt), self._poll, only=failed)
+        self.run.sample_system(self._on_system, self.system_interval)
         chief = task_name("chief", 0)
         if chief in self._pace:  # with one worker the coordinator makes no step until it is back
             self._pace[chief] = Pace(first=max(self.watchdog, self.stall_floor))

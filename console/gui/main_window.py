@@ -1,4 +1,5 @@
-"""The main window: composes the setup form, dashboard, diagram, check view and file actions, and wires them."""
+"""The main window: composes the setup form, dashboard, runs panel, diagram, check view and file actions, and
+wires them."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QMainWindow, QProgressBar, QSplitter, QStyle, QTabWidget
+from PySide6.QtWidgets import QMainWindow, QMessageBox, QProgressBar, QSplitter, QStyle, QTabWidget
 
 from agent.protocol import FINISHED
 from console import cluster as cl
@@ -17,13 +18,14 @@ from console.gui.diagram import ClusterDiagram
 from console.gui.dialogs import FingerprintDialog
 from console.gui.file_actions import FileActions
 from console.gui.jobs import CheckJob, HostKeyAsker, RunBridge, Threads
+from console.gui.runs_panel import RunsPanel
 from console.runs import running_runs
 from console.gui.setup_form import SetupForm
 from console.profiles import Profiles
 
 
 class MainWindow(QMainWindow):
-    """The setup form beside the Dashboard, Cluster and Check tabs; Check, Deploy & Start, Stop, Detach."""
+    """The setup form beside the Dashboard, Runs, Cluster and Check tabs; Check, Deploy & Start, Stop, Detach."""
 
     runs_found = Signal(list)  # runs still going on this profile's hosts (from a thread)
 
@@ -46,9 +48,11 @@ class MainWindow(QMainWindow):
         self._view_saver = QTimer(self, singleShot=True, interval=1000)  # a dragged slider: one save
         self.diagram = ClusterDiagram()
         self.check_view = CheckView()
+        self.runs_panel = RunsPanel(self.threads, self.asker)
         self.files = FileActions(self, self.profiles, self.threads, self.dashboard, lambda: self.cluster)
         self.tabs = QTabWidget()
-        for page, title in ((self.dashboard, "Dashboard"), (self.diagram, "Cluster"), (self.check_view, "Check")):
+        for page, title in ((self.dashboard, "Dashboard"), (self.runs_panel, "Runs"), (self.diagram, "Cluster"),
+                            (self.check_view, "Check")):
             self.tabs.addTab(page, title)
         split = QSplitter(Qt.Horizontal)
         split.addWidget(self.setup)
@@ -104,6 +108,9 @@ class MainWindow(QMainWindow):
         self.checker.finished.connect(self._on_checker_finished)
         self.checker.failed.connect(self._on_checker_failed)
         self.runs_found.connect(self._on_runs_found)
+        self.runs_panel.reported.connect(self.statusBar().showMessage)
+        for event in ("open_requested", "history_loaded", "comparison_loaded", "running_found"):
+            getattr(self.runs_panel, event).connect(getattr(self, f"_on_runs_panel_{event}"))
         self.dashboard.view_changed.connect(self._on_dashboard_view_changed)
         self._view_saver.timeout.connect(self._on_view_saver_timeout)
         for event in ("run_started", "start_failed", "deploy_progressed", "training_started", "log_received",
@@ -254,6 +261,8 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(f"Run {run.run_id} ended" + (
                 f"; not finished: {', '.join(failed)} (Resume starts every task again from their backups)"
                 if failed else ": every task finished"))
+        if self.runs_panel.isVisible():  # its state there is the run's now
+            self.runs_panel.refresh()
         self._update_actions()
 
     def _on_stop_triggered(self) -> None:
@@ -301,6 +310,53 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(f"Reattached to run {newest.run_id}")
         self._update_actions()
 
+    # ================================================================= the Runs panel
+
+    def _on_runs_panel_open_requested(self, run_id: str) -> None:
+        """Show a run in the Dashboard: the one followed now as it is; another after asking, when a run is
+        followed (it goes on: Detach), its whole history loaded on a thread."""
+        run = self.session.run
+        if run is not None and run.run_id == run_id:
+            self.dashboard.set_store(self.session.store, run.cluster.task_names())
+            self.tabs.setCurrentWidget(self.dashboard)
+            return
+        if run is not None and self.session.active:
+            answer = QMessageBox.question(
+                self, "A run is followed",
+                f"Run {run.run_id} is still going and this window follows it. Detach from it (it goes on; "
+                f"opening this profile again follows it) and show run {run_id}?",
+                QMessageBox.Yes | QMessageBox.No, QMessageBox.No)
+            if answer != QMessageBox.Yes:
+                return
+            self._on_detach_triggered()
+        self.runs_panel.load(run_id)
+
+    def _on_runs_panel_history_loaded(self, run_id: str, store, order: list) -> None:
+        if self.session.active:  # a run started meanwhile: it keeps the Dashboard
+            self.statusBar().showMessage(f"Run {run_id} not shown: a run is followed now (Detach first)")
+            return
+        self.session.detach()  # an ended run's session: Resume and Detach are about it no more
+        self.started_event = None
+        self.dashboard.set_store(store, order)
+        self.tabs.setCurrentWidget(self.dashboard)
+        self.statusBar().showMessage(f"Run {run_id}: its whole history")
+        self._update_actions()
+
+    def _on_runs_panel_comparison_loaded(self, run_id: str, store) -> None:
+        self.dashboard.set_overlay(run_id, store)
+        self.runs_panel.set_compared(run_id if store is not None else None)
+        if store is not None:
+            self.tabs.setCurrentWidget(self.dashboard)
+        self.statusBar().showMessage(f"Compared with run {run_id} (dashed)" if store is not None
+                                     else "No run compared")
+
+    def _on_runs_panel_running_found(self, run) -> None:
+        if self.session.active:  # a run started meanwhile: leave it be
+            self.threads.start("drop", run.detach)
+            return
+        self._on_runs_found([run])
+        self.tabs.setCurrentWidget(self.dashboard)
+
     def _show_progress(self, value: int, maximum: int, text: str) -> None:
         self.progress.setRange(0, maximum)
         self.progress.setValue(value)
@@ -332,6 +388,8 @@ class MainWindow(QMainWindow):
             self._view_saver.stop()
             self._on_view_saver_timeout()
         self.dashboard.timer.stop()
+        self.dashboard.slow_timer.stop()  # its widgets go with the window: no late tick on them
+        self.runs_panel.stop_tensorboards()
         self.session.detach()   # the run goes on; its follow threads end here
         self.threads.join(timeout=10)
         super().closeEvent(event)

@@ -39,6 +39,8 @@ TRAP = '[training]\nmodel_file = "missing-model.py"\n'
 TRAP_WORDS = "training.model_file 'missing-model.py'"
 # What following a run on the local host may write: the deployed code and the agent's stderr file.
 AGENT_FILES = (HOST_HOME, f"{HOST_HOME}/dist", f"{HOST_HOME}/dist/*", f"{HOST_HOME}/agent-*.err")
+# What following run r1 keeps in the console's state folder: its history (console.history), nothing else.
+HISTORY_FILES = (f"{STATE}/runs", f"{STATE}/runs/r1", f"{STATE}/runs/r1/*")
 
 
 def toml(hosts: str = HOST, tasks: str = TASK, training: str = "", trap: bool = True) -> str:
@@ -385,9 +387,12 @@ def test_runs_lists_the_good_runs_beside_a_damaged_manifest(homes, capsys):
     assert "Traceback" not in out + err
     assert (code, err) == (0, "")
     lines = out.splitlines()
-    assert lines[0] == "a-good: worker-0 finished"
-    assert lines[1].startswith("b-broken: unknown: the manifest of run b-broken") and "is damaged" in lines[1]
-    assert lines[2] == "c-good: worker-0 finished"
+    assert lines[0].split()[:4] == ["run", "state", "start", "duration"]
+    rows = [line for line in lines[1:] if not line.startswith(" ")]
+    assert [r.split()[:2] for r in rows] == [["a-good", "finished"], ["b-broken", "unknown"], ["c-good", "finished"]]
+    assert rows[0].endswith("local: worker-0") and rows[2].endswith("local: worker-0")
+    note = lines[lines.index(rows[1]) + 1].strip()
+    assert note.startswith("note: the manifest of run b-broken") and "is damaged" in note
     after = snapshot(homes)
     assert LOG not in after
     assert changes(before, after, AGENT_FILES) == []
@@ -462,7 +467,7 @@ def test_following_a_damaged_metrics_file(homes, capsys, caplog, metrics, shown)
     assert out.splitlines()[-1] == "worker-0: finished (exit code 0)"
     after = snapshot(homes)
     assert LOG not in after
-    assert changes(before, after, AGENT_FILES) == []
+    assert changes(before, after, AGENT_FILES + HISTORY_FILES) == []
 
 
 def _strict(constant):
@@ -484,7 +489,7 @@ def test_attach_json_prints_only_json(homes, capsys, caplog, metrics):
     assert stream[-1]["type"] == "end" and stream[-1]["phase"] == "finished"
     epochs = [r for r in stream if r.get("type") == "epoch"]
     assert all(r["loss"] is None or math.isfinite(r["loss"]) for r in epochs)
-    assert changes(before, snapshot(homes), AGENT_FILES) == []
+    assert changes(before, snapshot(homes), AGENT_FILES + HISTORY_FILES) == []
 
 
 # --------------------------------------------------------------------------- the real terminal
@@ -537,7 +542,7 @@ def test_the_terminal_shows_no_traceback(homes, setup, expected, words):
         assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
         assert (proc.returncode, proc.stderr) == (0, "")
         assert proc.stdout.splitlines()[-2:] == ["worker-0: epoch 1 done  loss 0.5000", "worker-0: finished (exit code 0)"]
-        assert changes(before, after, AGENT_FILES) == []
+        assert changes(before, after, AGENT_FILES + HISTORY_FILES) == []
         return
     assert_refused(proc.returncode, proc.stdout, proc.stderr, words, usage=proc.stderr.startswith("usage:"))
     assert changes(before, after) == []

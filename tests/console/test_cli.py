@@ -392,3 +392,120 @@ def test_a_parameter_server_cluster_trains_digits_and_every_task_ends_well(homes
     assert steps and {r["task"] for r in steps} == {"chief-0"}
     finished = next(r for r in stream if r.get("event") == "finished" and r["task"] == "chief-0")
     assert finished["metrics"]["val_accuracy"] >= 0.90
+
+
+@pytest.mark.slow
+def test_run_json_prints_each_hosts_cpu_and_memory(homes, capsys):
+    """``tfcc run --json`` streams the host's load about once a second while its tasks run
+    (docs/metrics.md, "system"): CPU and memory of the host, CPU and memory of each task."""
+    assert main(["run", cluster_file(homes, 1), "--json", "--run-id", "sys1"]) == 0
+    stream = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    system = [r for r in stream if r["type"] == "system"]
+    assert system and {r["host"] for r in system} == {"local"}
+    for r in system:
+        assert r["cpus"] == os.cpu_count() and 0 <= r["cpu_percent"] <= 100
+        assert 0 < r["memory_used_bytes"] < r["memory_total_bytes"]
+        assert 0 < r["memory_available_bytes"] < r["memory_total_bytes"]
+    seen = {}
+    for r in system:
+        for name, task in r["tasks"].items():
+            if task["cpu_percent"] is not None and task["rss_bytes"]:
+                seen[name] = task
+    assert set(seen) == {"worker-0", "worker-1"}
+    # A TensorFlow worker holds far more than 100 MiB once it has imported TensorFlow.
+    assert max(t["rss_bytes"] for t in seen.values()) > 100 << 20
+
+
+def test_system_records_are_printed_as_json_lines_only():
+    record = {"type": "system", "time": 1700000000.5, "cpus": 8, "cpu_percent": 12.5,
+              "memory_total_bytes": 16 << 30, "memory_used_bytes": 4 << 30, "memory_available_bytes": 12 << 30,
+              "swap_used_bytes": 0, "gpus": [], "tasks": {"worker-0": {"pid": 12, "cpu_percent": 99.0,
+                                                                      "rss_bytes": 1 << 30, "gpus": None}}}
+    event = SessionEvent("system", host="gpu-a", message=record)
+    out = io.StringIO()
+    Printer(as_json=True, out=out).on_event(event)
+    line = out.getvalue()
+    assert line.startswith('{"type": "system", "host": "gpu-a", ') and json.loads(line) == {**record, "host": "gpu-a"}
+    quiet = io.StringIO()
+    Printer(as_json=False, out=quiet).on_event(event)
+    assert quiet.getvalue() == ""
+
+
+# --------------------------------------------------------------------------- runs, delete
+
+
+def test_runs_shows_state_cluster_start_duration_and_final_metrics(homes, capsys):
+    from console.cluster import Cluster, Host, Task, Training
+    from console.runner import Run
+    from console.runs import Manifest, write_manifest
+    from tests.helpers.scripted import finished_run, scripted_cluster
+
+    finished_run(homes, "done-1", epochs=2, steps=10)
+    finished_run(homes, "done-2", epochs=1, steps=10, seed=3.0)
+    going = Run(scripted_cluster(homes, forever=True, tasks=1), "going")
+    going.start()
+    far = Cluster([Host(name="far", address="10.255.255.1")], [Task(host="far", port=2222)], Training(epochs=1))
+    write_manifest(Manifest("silent", far, [("worker-0", "far")], [far.tf_config(0)]))  # drops every packet
+    try:
+        t0 = time.monotonic()
+        assert main(["runs", "--timeout", "2"]) == 0
+        assert time.monotonic() - t0 < 10  # a dead host is waited for at most --timeout
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0].split()[:4] == ["run", "state", "start", "duration"]
+        assert "val_accuracy" in lines[0] and "cluster (host: tasks)" in lines[0]
+        row = {line.split()[0]: line for line in lines[1:] if not line.startswith(" ")}
+        assert row["done-1"].split()[1] == "finished"
+        assert row["done-1"].split()[-7:] == ["0.0500", "0.6000", "0.1500", "0.7000", "here:", "worker-0,", "worker-1"]
+        assert row["done-2"].split()[-7:-3] == ["0.3000", "0.5000", "0.4000", "0.6000"]
+        assert row["going"].split()[1] == "running" and row["going"].endswith("here: worker-0")
+        assert row["silent"].split()[1] == "unknown"
+        after = {line.split()[0]: lines[i + 1] for i, line in enumerate(lines[:-1]) if not line.startswith(" ")}
+        assert after["going"].split() == ["tasks", "now:", "worker-0", "running"]
+        note = after["silent"].strip()  # the host's own error, or that it gave no answer in time
+        assert note.startswith("note: far: cannot connect to 10.255.255.1") or note.endswith("no answer in 2 s")
+
+        assert main(["runs", "--json", "--timeout", "2"]) == 0
+        listed = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}
+        assert listed["done-1"]["state"] == "finished" and listed["done-1"]["hosts"] == {"here": ["worker-0", "worker-1"]}
+        assert listed["done-1"]["metrics"]["val_accuracy"] == 0.7 and listed["done-1"]["duration"] >= 0
+        assert listed["going"]["phases"] == {"worker-0": "running"}
+    finally:
+        going.stop(grace=0.5)
+        going.detach()
+
+
+def test_delete_asks_first_and_removes_the_runs_folders_and_history(homes, capsys, monkeypatch):
+    from console.history import cache_dir
+    from console.runner import Run
+    from console.runs import manifest_path
+    from tests.helpers.scripted import finished_run, scripted_cluster
+
+    finished_run(homes, "old", epochs=1, steps=5)
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
+    assert main(["delete", "old"]) == 2  # no terminal to ask, no --yes: nothing happens
+    assert "tfcc: error: deleting run old needs a yes; add --yes to delete it" in capsys.readouterr().err
+    assert (homes / "host-home" / "runs" / "old").is_dir() and manifest_path("old").exists()
+
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    monkeypatch.setattr("builtins.input", lambda prompt: "no")
+    assert main(["delete", "old"]) == 1
+    assert (homes / "host-home" / "runs" / "old").is_dir()
+    monkeypatch.setattr("builtins.input", lambda prompt: "yes")
+    assert main(["delete", "old"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["here: deleted worker-0, worker-1",
+                                                    "run old: manifest and history deleted from this console"]
+    assert not (homes / "host-home" / "runs" / "old").exists()
+    assert not manifest_path("old").exists() and not cache_dir("old").exists()
+    assert main(["delete", "old", "--yes"]) == 2
+    assert "no run 'old' is known to this console" in capsys.readouterr().err
+
+    going = Run(scripted_cluster(homes, forever=True, tasks=1), "busy")
+    going.start()
+    try:
+        assert main(["delete", "busy", "--yes"]) == 2
+        assert ("tfcc: error: run busy still runs (worker-0); nothing was deleted; stop it first (tfcc stop busy), "
+                "then delete it") in capsys.readouterr().err
+        assert (homes / "host-home" / "runs" / "busy" / "worker-0").is_dir()
+    finally:
+        going.stop(grace=0.5)
+        going.detach()

@@ -161,8 +161,8 @@ def test_csv_export_has_every_point_of_every_series(tmp_path):
     assert rows[0] == ["source", "kind", "global_step", "time", "metric", "value"]
     assert rows[1][:3] == ["worker-0", "step", "1"] and rows[1][4] == "loss"
     assert ["worker-1", "step", "1", rows[-7][3], "loss", ""] in rows  # a diverged loss: an empty value
-    assert ["worker-1", "epoch", "1", "2.000", "epoch:val_accuracy", "0.5"] in rows
-    assert ["host:localhost", "sys", "", "3.000", "sys:cpu_cores", "1"] in rows
+    assert ["worker-1", "epoch", "1", "epoch:val_accuracy", "0.5"] in [r[:3] + r[4:] for r in rows]
+    assert ["host:localhost", "sys", "", "sys:cpu_cores", "1"] in [r[:3] + r[4:] for r in rows]
 
 
 def test_a_diverged_loss_is_a_gap_and_reads_nan_never_an_error():

@@ -1,0 +1,284 @@
+"""The Runs panel: every run this console started, with state, cluster, start, duration and final metrics;
+Open, Compare, Delete…, Open TensorBoard, Refresh.
+
+The list, a run's history (``console.history``), a deletion and TensorBoard (``console.tensorboard``)
+are worked out on threads (``jobs.Threads``) and come back as signals. Opening a run goes through the
+window (``open_requested``: it may be following a live run, and asks first); it then calls ``load``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtGui import QDesktopServices
+from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QMessageBox, QPushButton,
+                               QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+
+from console import text
+from console.errors import describe
+from console.gui.jobs import Threads
+from console.history import RUN_RUNNING, RunInfo, delete_run, duration_text, load_store, overview, start_text
+from console.tensorboard import Servers
+
+log = logging.getLogger("console.gui")
+
+COLUMNS = ("Run", "State", "Cluster", "Start", "Duration", "Loss", "Accuracy", "Val accuracy")
+METRIC_COLUMNS = {"Loss": "loss", "Accuracy": "accuracy", "Val accuracy": "val_accuracy"}
+
+
+class RunsPanel(QWidget):
+    """The runs of this console in a table, and what can be done with them."""
+
+    open_requested = Signal(str)                # the person asked to see a run (the window decides)
+    history_loaded = Signal(str, object, list)  # run id, a MetricsStore with its whole history, its tasks
+    comparison_loaded = Signal(str, object)     # run id, its store to overlay (None: the overlay is cleared)
+    running_found = Signal(object)              # a run still going that was asked for: a Run to follow live
+    deleted = Signal(str)                       # a run was deleted (its id)
+    tensorboard_started = Signal(str, str)      # run id, the URL it answers on
+    reported = Signal(str)                      # what happened, in words (the status bar)
+    _listed = Signal(object)                    # [RunInfo] from the list's thread; None: it could not be made
+    _failed = Signal(str)                       # a job's one line, from its thread
+
+    def __init__(self, threads: Threads, ask_host_key=None, parent=None):
+        super().__init__(parent)
+        self.threads = threads
+        self.ask_host_key = ask_host_key
+        self.tensorboards = Servers()
+        self.infos: dict[str, RunInfo] = {}
+        self.compared: str | None = None  # the run overlaid on the dashboard
+        self.listing = False
+
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.table.verticalHeader().hide()
+        self.table.setSortingEnabled(False)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeToContents)
+        header.setSectionResizeMode(2, QHeaderView.Stretch)
+        self.open_button = QPushButton("Open")
+        self.open_button.setToolTip("Show the run's whole history in the Dashboard (a run still going: follow it)")
+        self.compare_button = QPushButton("Compare")
+        self.compare_button.setToolTip("Draw this run's curves dashed behind the run shown (again: no more)")
+        self.delete_button = QPushButton("Delete…")
+        self.delete_button.setToolTip("Delete the run's folders on its hosts and its history here (asks first)")
+        self.tensorboard_button = QPushButton("Open TensorBoard")
+        self.tensorboard_button.setToolTip("Copy the chief's TensorBoard logs here and open TensorBoard "
+                                           "(on 127.0.0.1) in the browser")
+        self.refresh_button = QPushButton("Refresh")
+        self.note = QLabel()
+        self.note.setWordWrap(True)
+        buttons = QHBoxLayout()
+        for button in (self.open_button, self.compare_button, self.delete_button, self.tensorboard_button):
+            buttons.addWidget(button)
+        buttons.addStretch(1)
+        buttons.addWidget(self.refresh_button)
+        layout = QVBoxLayout(self)
+        layout.addLayout(buttons)
+        layout.addWidget(self.table, 1)
+        layout.addWidget(self.note)
+
+        self.open_button.clicked.connect(self._on_open_button_clicked)
+        self.compare_button.clicked.connect(self._on_compare_button_clicked)
+        self.delete_button.clicked.connect(self._on_delete_button_clicked)
+        self.tensorboard_button.clicked.connect(self._on_tensorboard_button_clicked)
+        self.refresh_button.clicked.connect(self.refresh)
+        self.table.itemSelectionChanged.connect(self._on_table_item_selection_changed)
+        self.table.itemDoubleClicked.connect(self._on_open_button_clicked)
+        self._listed.connect(self._on_self_listed)
+        self._failed.connect(self._on_self_failed)
+        self.tensorboard_started.connect(self._on_self_tensorboard_started)
+        self._update_buttons()
+
+    # ------------------------------------------------------------ the list
+
+    def refresh(self) -> None:
+        """List the runs again, on a thread (the hosts of runs not known to have ended are asked, briefly)."""
+        if self.listing:
+            return
+        self.listing = True
+        self.refresh_button.setEnabled(False)
+        self.threads.start("runs-list", self._list)
+
+    def _list(self) -> None:
+        try:
+            infos = overview(self.ask_host_key)
+        except Exception as exc:  # a listing that cannot be made: one line, the table as it was
+            self._listed.emit(None)
+            self._failed.emit(f"The runs cannot be listed: {describe(exc)}")
+            return
+        self._listed.emit(infos)
+
+    def _on_self_listed(self, infos: list | None) -> None:
+        self.listing = False
+        self.refresh_button.setEnabled(True)
+        if infos is None:
+            return
+        chosen = self.selected_run()
+        self.infos = {i.run_id: i for i in infos}
+        self.table.setRowCount(0)
+        for info in reversed(infos):  # the newest first
+            row = self.table.rowCount()
+            self.table.insertRow(row)
+            cells = [info.run_id, info.state, info.cluster_text or "-", start_text(info.start),
+                     duration_text(info.duration)]
+            cells += [text.metric_text(info.metrics[m]) if m in info.metrics else "-"
+                      for m in METRIC_COLUMNS.values()]
+            for column, value in enumerate(cells):
+                item = QTableWidgetItem(value)
+                item.setData(Qt.UserRole, info.run_id)
+                if info.note:
+                    item.setToolTip(info.note)
+                if column >= 4:
+                    item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                self.table.setItem(row, column, item)
+            if info.run_id == chosen:
+                self.table.selectRow(row)
+        self.note.setText("" if infos else "No runs yet: Deploy & Start begins one.")
+        self._update_buttons()
+
+    def rows(self) -> list[list[str]]:
+        """The table as it is shown (for tests and screenshots)."""
+        return [[self.table.item(r, c).text() for c in range(self.table.columnCount())]
+                for r in range(self.table.rowCount())]
+
+    def selected_run(self) -> str | None:
+        items = self.table.selectedItems()
+        return items[0].data(Qt.UserRole) if items else None
+
+    def select(self, run_id: str) -> None:
+        for row in range(self.table.rowCount()):
+            if self.table.item(row, 0).data(Qt.UserRole) == run_id:
+                self.table.selectRow(row)
+                return
+
+    def _on_table_item_selection_changed(self) -> None:
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        chosen = self.selected_run()
+        for button in (self.open_button, self.compare_button, self.delete_button, self.tensorboard_button):
+            button.setEnabled(chosen is not None)
+        running = chosen is not None and self.infos.get(chosen) is not None and \
+            self.infos[chosen].state == RUN_RUNNING
+        self.delete_button.setEnabled(chosen is not None and not running)
+        self.compare_button.setText("Uncompare" if chosen is not None and chosen == self.compared else "Compare")
+
+    # ------------------------------------------------------------ open, compare
+
+    def _on_open_button_clicked(self, *_) -> None:
+        run_id = self.selected_run()
+        if run_id is not None:
+            self.open_requested.emit(run_id)
+
+    def load(self, run_id: str) -> None:
+        """Load the run for the Dashboard on a thread: its whole history (``history_loaded``), or a run
+        still going as a Run to follow live (``running_found``)."""
+        info = self.infos.get(run_id)
+        self.reported.emit(f"Loading run {run_id}…")
+        self.threads.start("runs-open", self._load, run_id, info is not None and info.state == RUN_RUNNING)
+
+    def _load(self, run_id: str, running: bool) -> None:
+        try:
+            if running:
+                from console.runner import Run
+
+                self.running_found.emit(Run.load(run_id, self.ask_host_key))
+                return
+            store, order = load_store(run_id, self.ask_host_key)
+        except Exception as exc:
+            self._failed.emit(f"Run {run_id} cannot be opened: {describe(exc)}")
+            return
+        self.history_loaded.emit(run_id, store, order)
+
+    def _on_compare_button_clicked(self) -> None:
+        run_id = self.selected_run()
+        if run_id is None:
+            return
+        if run_id == self.compared:
+            self.compared = None
+            self.comparison_loaded.emit(run_id, None)
+            self._update_buttons()
+            return
+        self.reported.emit(f"Loading run {run_id} to compare…")
+        self.threads.start("runs-compare", self._compare, run_id)
+
+    def _compare(self, run_id: str) -> None:
+        try:
+            store, _ = load_store(run_id, self.ask_host_key)
+        except Exception as exc:
+            self._failed.emit(f"Run {run_id} cannot be compared: {describe(exc)}")
+            return
+        self.comparison_loaded.emit(run_id, store)
+
+    def set_compared(self, run_id: str | None) -> None:
+        """The run the Dashboard overlays now (None: none)."""
+        self.compared = run_id
+        self._update_buttons()
+
+    # ------------------------------------------------------------ delete
+
+    def _on_delete_button_clicked(self) -> None:
+        run_id = self.selected_run()
+        if run_id is None:
+            return
+        info = self.infos.get(run_id)
+        hosts = ", ".join(info.hosts) if info is not None and info.hosts else "its hosts"
+        answer = QMessageBox.question(
+            self, "Delete run",
+            f"Delete run {run_id}?\n\nIts folders on {hosts} (metrics, logs, backups, the saved model) and this "
+            "console's history of it are deleted. This cannot be undone.",
+            QMessageBox.Yes | QMessageBox.No, QMessageBox.No)
+        if answer != QMessageBox.Yes:
+            return
+        self.reported.emit(f"Deleting run {run_id}…")
+        self.threads.start("runs-delete", self._delete, run_id)
+
+    def _delete(self, run_id: str) -> None:
+        try:
+            said = delete_run(run_id, self.ask_host_key)
+        except Exception as exc:
+            self._failed.emit(f"Run {run_id} was not deleted: {describe(exc)}")
+            return
+        log.info("deleted run %s: %s", run_id, "; ".join(said))
+        self.deleted.emit(run_id)
+        self.reported.emit(f"Run {run_id} deleted")
+        self._listed.emit(overview(self.ask_host_key, ask=False))
+
+    # ------------------------------------------------------------ TensorBoard
+
+    def _on_tensorboard_button_clicked(self) -> None:
+        run_id = self.selected_run()
+        if run_id is None:
+            return
+        self.reported.emit(f"Copying the TensorBoard logs of run {run_id} and starting TensorBoard…")
+        self.threads.start("runs-tensorboard", self._tensorboard, run_id)
+
+    def _tensorboard(self, run_id: str) -> None:
+        try:
+            url = self.tensorboards.open(run_id, self.ask_host_key)
+        except Exception as exc:
+            self._failed.emit(f"TensorBoard cannot be opened: {describe(exc)}")
+            return
+        self.tensorboard_started.emit(run_id, url)
+
+    def _on_self_tensorboard_started(self, run_id: str, url: str) -> None:
+        self.reported.emit(f"TensorBoard of run {run_id}: {url}")
+        QDesktopServices.openUrl(QUrl(url))
+
+    def stop_tensorboards(self) -> None:
+        """Stop every TensorBoard this panel started, those still starting too, on a thread (the window quits)."""
+        self.threads.start("tensorboard-stop", self.tensorboards.stop_all)
+
+    # ------------------------------------------------------------ inside
+
+    def _on_self_failed(self, message: str) -> None:
+        self.reported.emit(message)
+        self.note.setText(message)
+
+    def showEvent(self, event):  # noqa: N802 (Qt's name): the list as it is now, each time it is shown
+        super().showEvent(event)
+        self.refresh()

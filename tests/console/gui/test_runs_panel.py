@@ -1,0 +1,199 @@
+"""The Runs panel in the window: finished runs listed with their numbers, opened with their whole history
+(after a console restart too), two runs overlaid, a run deleted only after a yes, a live run never
+replaced without asking, TensorBoard opened in the browser and stopped with the window."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QDesktopServices
+from PySide6.QtWidgets import QMessageBox
+
+from console import history
+from console.gui.main_window import MainWindow
+from console.profiles import Profiles
+from tests.console.gui.conftest import save_shot
+from tests.helpers.scripted import finished_run, scripted_cluster
+
+
+def open_window(qtbot, homes) -> MainWindow:
+    window = MainWindow(profiles=Profiles(homes / "profiles.json"))
+    qtbot.addWidget(window)
+    window.show()
+    return window
+
+
+def show_runs(qtbot, window, count: int) -> list[list[str]]:
+    window.tabs.setCurrentWidget(window.runs_panel)  # shown: it lists the runs on a thread
+    qtbot.waitUntil(lambda: len(window.runs_panel.rows()) == count, timeout=30_000)
+    return window.runs_panel.rows()
+
+
+def click(qtbot, button) -> None:
+    assert button.isEnabled(), button.text()
+    qtbot.mouseClick(button, Qt.LeftButton)
+
+
+def overlaid_points(window, metric: str = "loss") -> list[int]:
+    return [len(curve.getData()[0]) for (owner, m), curve in window.dashboard.overlay_curves.items()
+            if m == metric and curve.getData()[0] is not None]
+
+
+def test_two_finished_runs_are_listed_opened_and_overlaid(qtbot, gui_homes, monkeypatch, shots):
+    finished_run(gui_homes, "run-a", epochs=2, steps=30)
+    finished_run(gui_homes, "run-b", epochs=1, steps=20, seed=3.0)
+    monkeypatch.setattr(history, "_replay", lambda *a, **k: pytest.fail("the cache is whole: no host is asked"))
+    window = open_window(qtbot, gui_homes)
+    rows = show_runs(qtbot, window, 2)
+    assert [r[0] for r in rows] == ["run-b", "run-a"]  # the newest first
+    assert rows[1][1:3] == ["finished", "here: worker-0, worker-1"]
+    assert rows[1][5:] == ["0.0167", "0.6000", "0.7000"]  # final loss, accuracy, val_accuracy
+    assert rows[0][5:] == ["0.1500", "0.5000", "0.6000"]
+    assert rows[1][3] != "-" and rows[1][4].count(":") == 2  # start, duration
+
+    window.runs_panel.select("run-a")
+    click(qtbot, window.runs_panel.open_button)
+    qtbot.waitUntil(lambda: window.dashboard.store.points("worker-0", "loss") == 60, timeout=30_000)
+    store = window.dashboard.store
+    assert store is not window.session.store and store.points("worker-1", "loss") == 60
+    assert window.dashboard.order == ["worker-0", "worker-1"]
+    assert sorted((e["task"], e["epoch"]) for e in store.epochs) == [
+        ("worker-0", 0), ("worker-0", 1), ("worker-1", 0), ("worker-1", 1)]
+    assert window.tabs.currentWidget() is window.dashboard
+
+    window.tabs.setCurrentWidget(window.runs_panel)
+    window.runs_panel.select("run-b")
+    click(qtbot, window.runs_panel.compare_button)
+    qtbot.waitUntil(lambda: window.dashboard.overlay is not None, timeout=30_000)
+    label, compared = window.dashboard.overlay
+    assert label == "run-b" and compared.points("worker-0", "loss") == 20
+    assert window.dashboard.store is store  # run-a stays the one shown
+    qtbot.waitUntil(lambda: 20 in overlaid_points(window), timeout=10_000)  # drawn dashed behind run-a
+    save_shot(window, shots, "runs-compare")
+    window.tabs.setCurrentWidget(window.runs_panel)
+    assert window.runs_panel.compare_button.text() == "Uncompare"
+    click(qtbot, window.runs_panel.compare_button)  # on the compared run again: no more overlay
+    assert window.dashboard.overlay is None and window.runs_panel.compare_button.text() == "Compare"
+    save_shot(window, shots, "runs-panel")
+
+
+def test_a_run_reopened_after_a_console_restart_shows_its_whole_history(qtbot, gui_homes, monkeypatch):
+    window = open_window(qtbot, gui_homes)
+    window.set_cluster(scripted_cluster(gui_homes, epochs=3, steps=40), None)
+    with qtbot.waitSignal(window.session.ended, timeout=60_000):
+        window.act_start.trigger()
+    run_id = window.session.run.run_id
+    live = window.session.store
+    assert live.points("worker-0", "loss") == 120
+    window.close()  # the console quits; a new one starts
+
+    monkeypatch.setattr(history, "_replay", lambda *a, **k: pytest.fail("the cache is whole: no host is asked"))
+    again = open_window(qtbot, gui_homes)
+    assert again.session.run is None
+    rows = show_runs(qtbot, again, 1)
+    assert rows[0][:2] == [run_id, "finished"]
+    again.runs_panel.select(run_id)
+    click(qtbot, again.runs_panel.open_button)
+    qtbot.waitUntil(lambda: again.dashboard.store.points("worker-1", "loss") == 120, timeout=30_000)
+    store = again.dashboard.store
+    assert [store.points(t, "loss") for t in ("worker-0", "worker-1")] == \
+        [live.points(t, "loss") for t in ("worker-0", "worker-1")]
+    assert sorted((e["task"], e["epoch"], e["val_accuracy"]) for e in store.epochs) == \
+        sorted((e["task"], e["epoch"], e["val_accuracy"]) for e in live.epochs)
+
+
+def test_delete_asks_first_and_removes_only_after_yes(qtbot, gui_homes, dialogs):
+    finished_run(gui_homes, "doomed", epochs=1, steps=5)
+    finished_run(gui_homes, "kept", epochs=1, steps=5)
+    window = open_window(qtbot, gui_homes)
+    show_runs(qtbot, window, 2)
+    window.runs_panel.select("doomed")
+
+    dialogs.answer("QMessageBox.question", QMessageBox.No)
+    click(qtbot, window.runs_panel.delete_button)
+    assert "Delete run doomed?" in dialogs.asked[-1][1][2] and "here" in dialogs.asked[-1][1][2]
+    assert (gui_homes / "local-home" / "runs" / "doomed").is_dir()
+    assert history.manifest_path("doomed").exists()
+    assert [r[0] for r in window.runs_panel.rows()] == ["kept", "doomed"]
+
+    dialogs.answer("QMessageBox.question", QMessageBox.Yes)
+    click(qtbot, window.runs_panel.delete_button)
+    qtbot.waitUntil(lambda: [r[0] for r in window.runs_panel.rows()] == ["kept"], timeout=30_000)
+    assert not (gui_homes / "local-home" / "runs" / "doomed").exists()
+    assert not history.manifest_path("doomed").exists() and not history.cache_dir("doomed").exists()
+    assert (gui_homes / "local-home" / "runs" / "kept").is_dir()
+
+
+def test_a_live_run_is_not_replaced_without_asking(qtbot, gui_homes, dialogs):
+    finished_run(gui_homes, "old", epochs=1, steps=10)
+    window = open_window(qtbot, gui_homes)
+    window.set_cluster(scripted_cluster(gui_homes, forever=True, tasks=1), None)
+    with qtbot.waitSignal(window.session.run_started, timeout=60_000):
+        window.act_start.trigger()
+    live_store = window.session.store
+    qtbot.waitUntil(lambda: live_store.points("worker-0", "loss") == 60, timeout=30_000)
+    try:
+        show_runs(qtbot, window, 2)
+        window.runs_panel.select("old")
+        dialogs.answer("QMessageBox.question", QMessageBox.No)
+        click(qtbot, window.runs_panel.open_button)
+        assert dialogs.asked[-1][1][1] == "A run is followed"
+        assert window.session.active and window.dashboard.store is live_store
+
+        dialogs.answer("QMessageBox.question", QMessageBox.Yes)
+        click(qtbot, window.runs_panel.open_button)
+        qtbot.waitUntil(lambda: window.dashboard.store.points("worker-0", "loss") == 10, timeout=30_000)
+        assert window.session.run is None  # detached: the live run goes on without this window
+        live_id = [i for i in window.runs_panel.infos if i != "old"][0]
+        assert (gui_homes / "local-home" / "runs" / live_id / "worker-0" / "trained").exists()
+    finally:
+        from console.runner import Run
+
+        run = Run.load([i for i in history.overview(ask=False) if i.run_id != "old"][0].run_id)
+        run.stop(grace=0.5)
+        run.detach()
+
+
+def test_opening_a_run_still_going_follows_it_live(qtbot, gui_homes):
+    from console.runner import Run
+
+    going = Run(scripted_cluster(gui_homes, forever=True, tasks=1), "going")
+    going.start()  # started by another console: this window does not follow it
+    try:
+        window = open_window(qtbot, gui_homes)
+        rows = show_runs(qtbot, window, 1)
+        assert rows[0][:2] == ["going", "running"]
+        window.runs_panel.select("going")
+        assert not window.runs_panel.delete_button.isEnabled()  # a run still going is not deleted
+        click(qtbot, window.runs_panel.open_button)
+        qtbot.waitUntil(lambda: window.session.run is not None, timeout=30_000)
+        assert window.session.run.run_id == "going" and window.session.active
+        assert window.dashboard.store is window.session.store
+        qtbot.waitUntil(lambda: window.session.store.points("worker-0", "loss") == 60, timeout=30_000)
+        assert window.act_stop.isEnabled() and window.tabs.currentWidget() is window.dashboard
+        with qtbot.waitSignal(window.session.ended, timeout=60_000):  # followed: Stop stops it
+            window.act_stop.trigger()
+        assert window.threads.join(10)
+    finally:
+        going.stop(grace=0.5)
+        going.detach()
+
+
+@pytest.mark.slow
+def test_open_tensorboard_shows_it_in_the_browser_and_the_window_stops_it(qtbot, gui_homes, monkeypatch):
+    pytest.importorskip("tensorboard")
+    finished_run(gui_homes, "boarded", epochs=1, steps=5)
+    opened = []
+    monkeypatch.setattr(QDesktopServices, "openUrl", staticmethod(lambda url: opened.append(url.toString()) or True))
+    window = open_window(qtbot, gui_homes)
+    show_runs(qtbot, window, 1)
+    window.runs_panel.select("boarded")
+    click(qtbot, window.runs_panel.tensorboard_button)
+    qtbot.waitUntil(lambda: bool(opened), timeout=120_000)
+    assert opened[0].startswith("http://127.0.0.1:")
+    assert (history.cache_dir("boarded") / "tensorboard" / "train").is_dir()
+    server = window.runs_panel.tensorboards._servers["boarded"]
+    process = server.process
+    assert process.poll() is None
+    window.close()
+    assert process.poll() is not None  # the window's quit stopped it

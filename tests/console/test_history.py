@@ -1,0 +1,334 @@
+"""The console's history of its runs: the cache a session writes, a run's whole history after a restart,
+a damaged cache read as far as it is good, the list of runs, deleting a run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from console import cluster as cl
+from console import history
+from console.history import History, HistoryError, cache_dir, load_store, overview
+from console.metrics_store import MetricsStore
+from console.runner import Run
+from console.runs import Manifest, RunError, manifest_path, write_manifest
+from console.session import RunSession, SessionEvent
+from tests.helpers.scripted import finished_run, scripted_cluster
+
+
+@pytest.fixture
+def homes(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFCC_HOME", str(tmp_path / "host-home"))
+    monkeypatch.setenv("TFCC_CONSOLE_HOME", str(tmp_path / "console-home"))
+    return tmp_path
+
+
+def host_lines(homes, run_id: str, task: str) -> bytes:
+    return (homes / "host-home" / "runs" / run_id / task / "metrics.jsonl").read_bytes()
+
+
+def steps_in(store: MetricsStore, task: str) -> int:
+    return store.points(task, "loss")
+
+
+def test_a_session_keeps_what_it_received_and_a_restarted_console_loads_it_whole(homes, monkeypatch):
+    run, live = finished_run(homes, "kept", epochs=2, steps=30)
+    folder = cache_dir("kept")
+    for task in ("worker-0", "worker-1"):  # the host's metrics file, byte for byte
+        assert (folder / f"{task}.jsonl").read_bytes() == host_lines(homes, "kept", task)
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["state"] == "finished"
+    assert summary["hosts"] == {"here": ["worker-0", "worker-1"]}
+    assert summary["start"] > 0 and summary["end"] >= summary["start"]
+    assert summary["duration"] == pytest.approx(summary["end"] - summary["start"])
+    assert summary["metrics"] == {"loss": 1 / 60, "accuracy": 0.6, "val_loss": 1 / 60 + 0.1, "val_accuracy": 0.7}
+    assert all(t["complete"] for t in summary["tasks"].values())
+    console_lines = [json.loads(line) for line in (folder / "console.jsonl").read_text().splitlines()]
+    assert {(c["task"], c["event"]) for c in console_lines if c["kind"] == "note"} >= {
+        ("worker-0", "finished"), ("worker-1", "finished")}
+
+    # The console restarts: no session, a new store. Its hosts are not asked: the cache is whole.
+    monkeypatch.setattr(history, "_replay", lambda *a, **k: pytest.fail("the hosts were asked"))
+    store, order = load_store("kept")
+    assert order == ["worker-0", "worker-1"]
+    for task in order:
+        assert steps_in(store, task) == steps_in(live, task) == 60
+    assert sorted((e["task"], e["epoch"], e["val_accuracy"]) for e in store.epochs) == \
+        sorted((e["task"], e["epoch"], e["val_accuracy"]) for e in live.epochs)
+    assert len(store.epochs) == 4
+    assert any(e["event"] == "finished" and e["task"] == "worker-1" for e in store.events_snapshot())
+
+
+def test_following_a_run_again_adds_only_what_the_cache_lacks(homes):
+    run, _ = finished_run(homes, "again", epochs=1, steps=20)
+    before = {t: (cache_dir("again") / f"{t}.jsonl").read_bytes() for t in ("worker-0", "worker-1")}
+    session = RunSession(Run.load("again"), MetricsStore())  # a reattach replays from the first record
+    session.follow()
+    try:
+        assert session.wait(30)
+    finally:
+        session.detach()
+    for task, data in before.items():
+        assert (cache_dir("again") / f"{task}.jsonl").read_bytes() == data == host_lines(homes, "again", task)
+
+
+def test_a_line_that_is_not_utf8_is_kept_once_through_a_replay(homes, caplog):
+    script = homes / "raw.py"
+    script.write_text("import os\n"
+                      "with open(os.path.join(os.environ['TFCC_RUN_DIR'], 'metrics.jsonl'), 'ab') as f:\n"
+                      "    f.write(b'\\xff\\xfe garbage\\n' + b''.join(b'{\"type\": \"step\", \"global_step\": %d, "
+                      "\"loss\": 1.0}\\n' % i for i in range(1, 6)))\n")
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here")], cl.Training(script=str(script)))
+    for attempt in range(2):  # the first session, then a reattach that replays from the first record
+        run = Run(cluster, "raw") if attempt == 0 else Run.load("raw")
+        if attempt == 0:
+            run.start()
+        session = RunSession(run, MetricsStore())
+        session.follow()
+        try:
+            assert session.wait(30)
+        finally:
+            session.detach()
+    cached = (cache_dir("raw") / "worker-0.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(cached) == 6 and cached[0] == "\ufffd\ufffd garbage"
+    assert not [r for r in caplog.records if r.name == "console.history" and r.levelname == "WARNING"]
+    store, _ = load_store("raw")
+    assert steps_in(store, "worker-0") == 5
+
+
+def test_a_run_followed_only_in_part_is_replayed_from_its_hosts_and_the_cache_completed(homes):
+    finished_run(homes, "part", epochs=2, steps=25)
+    folder = cache_dir("part")
+    # As if the console had been closed halfway: half of worker-0's lines, no end seen.
+    data = (folder / "worker-0.jsonl").read_bytes()
+    lines = data.splitlines(keepends=True)
+    (folder / "worker-0.jsonl").write_bytes(b"".join(lines[:len(lines) // 2]))
+    summary = json.loads((folder / "summary.json").read_text())
+    summary["tasks"]["worker-0"]["complete"] = False
+    (folder / "summary.json").write_text(json.dumps(summary))
+
+    store, order = load_store("part")
+    assert [steps_in(store, t) for t in order] == [50, 50]
+    assert (folder / "worker-0.jsonl").read_bytes() == data  # the replay filled in what was missing
+    assert history.whole(json.loads((folder / "summary.json").read_text()), order)
+
+
+def test_without_any_cache_the_history_comes_from_the_hosts(homes):
+    finished_run(homes, "nocache", epochs=1, steps=40)
+    shutil.rmtree(cache_dir("nocache"))
+    store, order = load_store("nocache")
+    assert [steps_in(store, t) for t in order] == [40, 40]
+    assert len(store.epochs) == 2
+
+
+def test_a_damaged_cache_is_read_as_far_as_it_is_good_with_a_note(homes, monkeypatch):
+    finished_run(homes, "damaged", epochs=1, steps=30)
+    folder = cache_dir("damaged")
+    lines = (folder / "worker-0.jsonl").read_bytes().splitlines(keepends=True)
+    step_lines = [i for i, line in enumerate(lines) if b'"type": "step"' in line]
+    lines[step_lines[5]] = b'{"type": "step", "epo\x00\xff garbage\n'
+    (folder / "worker-0.jsonl").write_bytes(b"".join(lines) + b'{"type": "step", "cut by a cr')
+    replay = history._replay
+    monkeypatch.setattr(history, "_replay", lambda *a, **k: pytest.fail("the hosts were asked"))
+
+    store, order = load_store("damaged")
+    assert steps_in(store, "worker-0") == 29 and steps_in(store, "worker-1") == 30
+    notes = [e["text"] for e in store.events_snapshot() if e["event"] == "history"]
+    assert notes == [f"worker-0.jsonl of this run's history here has 1 line(s) that are not records (the first "
+                     f"is line {step_lines[5] + 1}): shown as unreadable, as they came and its last line was cut "
+                     "short (a crash while it was written) and is skipped; the rest is shown"]
+    assert any(e["event"] == "unreadable" and e["task"] == "worker-0" for e in store.events_snapshot())
+
+    # Opened again, the damaged task is replayed from its host, and its cache written anew.
+    monkeypatch.setattr(history, "_replay", replay)
+    store, order = load_store("damaged")
+    assert [steps_in(store, t) for t in order] == [30, 30]
+    assert (folder / "worker-0.jsonl").read_bytes() == host_lines(homes, "damaged", "worker-0")
+
+    # A damaged summary: said, and the history comes from the hosts instead (the cache is not known whole).
+    (folder / "summary.json").write_text('{"state": "fini')
+    store, order = load_store("damaged")
+    assert [steps_in(store, t) for t in order] == [30, 30]
+    assert any(e["text"].startswith("the history summary of run damaged") and "is damaged" in e["text"]
+               for e in store.events_snapshot())
+    assert (folder / "worker-0.jsonl").read_bytes() == host_lines(homes, "damaged", "worker-0")
+    assert json.loads((folder / "summary.json").read_text())["state"] == "finished"
+
+
+def test_hosts_that_cannot_be_asked_leave_the_cache_with_a_note(homes):
+    # A run on a host that refuses connections, of which this console received part.
+    cluster = cl.Cluster([cl.Host(name="gone", address="127.0.0.1", port=1)], [cl.Task(host="gone", port=2222)],
+                         cl.Training(epochs=1))
+    write_manifest(Manifest("far", cluster, [("worker-0", "gone")], [cluster.tf_config(0)]))
+    folder = cache_dir("far")
+    folder.mkdir(parents=True)
+    (folder / "worker-0.jsonl").write_text("".join(
+        json.dumps({"type": "step", "epoch": 0, "step": i, "global_step": i + 1, "loss": 1.0}) + "\n"
+        for i in range(7)))
+    store, order = load_store("far", timeout=30)
+    assert order == ["worker-0"] and steps_in(store, "worker-0") == 7
+    notes = [e["text"] for e in store.events_snapshot() if e["event"] == "history"]
+    assert notes and notes[0].startswith("only what this console received of run far is shown: its hosts could "
+                                         "not be asked")
+    shutil.rmtree(folder)
+    with pytest.raises(HistoryError, match="the history of run far cannot be had: .*127.0.0.1"):
+        load_store("far", timeout=30)
+
+
+def test_two_sessions_of_one_run_at_once_keep_one_copy(homes):
+    """Two consoles following the same run (the window and a tfcc attach): the first keeps the cache,
+    the second leaves it be (two writers would append every line twice)."""
+    run = Run(scripted_cluster(homes, tasks=1), "twice")
+    first, second = History(run), History(run)
+    lines = [json.dumps({"type": "step", "step": i}) for i in range(3)]
+    size = sum(len(line) + 1 for line in lines)
+    first.lines("worker-0", lines, size)
+    second.lines("worker-0", lines, size)
+    first.flush()
+    second.flush()
+    assert (cache_dir("twice") / "worker-0.jsonl").read_text().splitlines() == lines
+    first.close()
+    second.close()
+    third = History(run)  # once the first is done, a later session keeps it again
+    third.lines("worker-0", lines + ['{"type": "step", "step": 3}'], size + 28)
+    third.close()
+    assert len((cache_dir("twice") / "worker-0.jsonl").read_text().splitlines()) == 4
+
+
+def test_system_records_are_kept_per_host_and_given_back(homes):
+    run = Run(scripted_cluster(homes), "sys")
+    keeper = History(run)
+    record = {"type": "system", "time": 1.0, "cpu_percent": 12.5, "memory_used_bytes": 1000}
+    keeper.on_event(SessionEvent("system", host="here", message=record))
+    keeper.close()
+    assert json.loads((cache_dir("sys") / "system-here.jsonl").read_text()) == record
+    got = []
+
+    class Store(MetricsStore):
+        def ingest_system(self, host, r):
+            got.append((host, r))
+
+    history.fill_from_cache("sys", Store(), ["worker-0", "worker-1"])
+    assert got == [("here", record)]
+
+
+def test_the_list_of_runs_says_state_cluster_times_and_final_metrics(homes):
+    finished_run(homes, "a-done", epochs=2, steps=10, seed=2.0)
+    going = Run(scripted_cluster(homes, forever=True, tasks=1), "b-going")
+    going.start()
+    try:
+        infos = {i.run_id: i for i in overview(timeout=20)}
+        done = infos["a-done"]
+        assert done.state == "finished" and done.phases is None  # known ended: its hosts were not asked
+        assert done.cluster_text == "here: worker-0, worker-1"
+        assert done.duration is not None and done.duration >= 0
+        assert done.metrics["val_accuracy"] == 0.7 and done.metrics["loss"] == 2.0 / 20
+        live = infos["b-going"]  # never followed: its host says how it is
+        assert live.state == "running" and live.phases == {"worker-0": "running"}
+    finally:
+        going.stop(grace=0.5)
+        going.detach()
+
+
+def test_a_run_that_cannot_be_asked_is_listed_within_the_time_given(homes):
+    cluster = cl.Cluster([cl.Host(name="gone", address="10.255.255.1")], [cl.Task(host="gone", port=2222)],
+                         cl.Training(epochs=1))  # an address that drops packets: no answer at all
+    write_manifest(Manifest("silent", cluster, [("worker-0", "gone")], [cluster.tf_config(0)]))
+    infos = overview(timeout=1.0)
+    assert [(i.run_id, i.state) for i in infos] == [("silent", "unknown")]
+    assert "gone" in infos[0].note or "no answer in 1 s" in infos[0].note
+
+
+def test_deleting_a_run_removes_its_folders_and_its_history_and_refuses_a_running_one(homes):
+    finished_run(homes, "old", epochs=1, steps=5)
+    going = Run(scripted_cluster(homes, forever=True, tasks=1), "busy")
+    going.start()
+    try:
+        with pytest.raises(RunError, match=r"run busy still runs \(worker-0\); nothing was deleted; stop it first "
+                                           r"\(tfcc stop busy\)"):
+            history.delete_run("busy")
+        assert (homes / "host-home" / "runs" / "busy").is_dir() and manifest_path("busy").exists()
+    finally:
+        going.stop(grace=0.5)
+        going.detach()
+    said = history.delete_run("old")
+    assert said[0] == "here: deleted worker-0, worker-1"
+    assert not (homes / "host-home" / "runs" / "old").exists()
+    assert not manifest_path("old").exists() and not cache_dir("old").exists()
+    assert [i.run_id for i in overview(ask=False)] == ["busy"]
+
+
+@pytest.mark.slow
+def test_a_digits_run_reopened_after_a_restart_has_its_whole_history(homes, monkeypatch):
+    """The real trainer: two local workers train digits for 2 epochs under a session; a console that
+    starts afresh loads the same history from its cache (every step of each worker, each epoch with
+    its validation), and the summary's final metrics are the chief's."""
+    from trainer.metrics import read_records
+
+    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
+    monkeypatch.setenv("TF_NUM_INTEROP_THREADS", "2")
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
+                         cl.Training(epochs=2, per_replica_batch=32))
+    run = Run(cluster, "digits")
+    run.start()
+    live = MetricsStore()
+    session = RunSession(run, live)
+    session.follow()
+    try:
+        assert session.wait(300)
+    finally:
+        session.detach()
+    written = {t: read_records(homes / "host-home" / "runs" / "digits" / t / "metrics.jsonl")
+               for t in ("worker-0", "worker-1")}
+
+    monkeypatch.setattr(history, "_replay", lambda *a, **k: pytest.fail("the cache is whole: no host is asked"))
+    store, order = load_store("digits")
+    for task, records in written.items():
+        steps = sum(r["type"] == "step" for r in records)
+        assert steps == 2 * (1438 // 64)
+        assert store.points(task, "loss") == live.points(task, "loss") == steps
+        epochs = [(r["epoch"], r["val_accuracy"]) for r in records if r["type"] == "epoch"]
+        assert sorted((e["epoch"], e["val_accuracy"]) for e in store.epochs if e["task"] == task) == epochs
+    summary = json.loads((cache_dir("digits") / "summary.json").read_text())
+    finished = [r for r in written["worker-0"] if r.get("event") == "finished"][0]
+    assert summary["state"] == "finished" and summary["metrics"] == finished["metrics"]
+    assert summary["metrics"]["val_accuracy"] > 0.5
+
+
+def test_over_ssh_a_runs_history_is_replayed_its_logs_fetched_and_it_is_deleted(ssh_hosts, ssh_env):
+    """A run on two SSH test hosts: with no local copy its history comes from the hosts, its chief's
+    TensorBoard logs come over SFTP, and deleting it removes its folder on both hosts."""
+    import sys
+
+    from console import tensorboard
+    from tests.helpers.scripted import SCRIPT
+
+    ssh_hosts.known_hosts(ssh_env / "known_hosts")
+    script = ssh_env / "scripted.py"
+    script.write_text(SCRIPT)
+    hosts = [cl.Host(name=h.name, address=h.address, user="root", key=str(ssh_hosts.client_key),
+                     python=sys.executable) for h in ssh_hosts.hosts]
+    cluster = cl.Cluster(hosts, [cl.Task(host=h.name) for h in hosts],
+                         cl.Training(script=str(script), args=["2", "15", "once", "1.0"]))
+    run = Run(cluster, "over-ssh")
+    run.start()
+    session = RunSession(run, MetricsStore())
+    session.follow()
+    try:
+        assert session.wait(60)
+    finally:
+        session.detach()
+    assert history.run_info("over-ssh").state == "finished"
+    shutil.rmtree(cache_dir("over-ssh"))
+
+    store, order = load_store("over-ssh")
+    assert [steps_in(store, t) for t in order] == [30, 30]
+    logs = tensorboard.fetch_logs("over-ssh")
+    assert (logs / "train" / "events.out.tfevents.0.here").read_bytes() == b"not a real event file"
+    folders = [h.tfcc_home / "runs" / "over-ssh" for h in ssh_hosts.hosts]
+    assert all(f.is_dir() for f in folders)
+    said = history.delete_run("over-ssh")
+    assert sorted(said[:2]) == sorted(f"{h.name}: deleted worker-{i}" for i, h in enumerate(ssh_hosts.hosts))
+    assert not any(f.exists() for f in folders) and not cache_dir("over-ssh").exists()

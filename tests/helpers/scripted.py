@@ -1,0 +1,72 @@
+"""Real runs through the agent whose tasks are a small script writing trainer-like records (no TensorFlow).
+
+The script writes what the trainer writes of a run's life (``launched``, ``started``, steps,
+epochs with training and validation metrics, ``finished``) in a fraction of a second, so tests
+of the history, the runs list and the Runs panel can have several finished runs cheaply.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from console import cluster as cl
+from console.metrics_store import MetricsStore
+from console.runner import Run
+from console.session import RunSession
+
+SCRIPT = """import json, os, pathlib, sys, time
+path = pathlib.Path(os.environ["TFCC_RUN_DIR"]) / "metrics.jsonl"
+epochs, steps, forever = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "forever"
+seed = float(sys.argv[4])
+def write(f, **r):
+    f.write(json.dumps({"time": time.time(), **r}) + "\\n")
+    f.flush()
+with open(path, "a") as f:
+    write(f, type="event", event="launched", pid=os.getpid())
+    workers = len(json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {}).get("worker", [])) or 1
+    write(f, type="event", event="cluster_formed", strategy="multi_worker_mirrored", num_replicas=workers)
+    write(f, type="event", event="started", epochs=epochs, steps_per_epoch=steps, strategy="multi_worker_mirrored",
+          num_workers=workers, replicas_per_worker=1, num_replicas=workers, per_replica_batch=16,
+          per_worker_batch=16, global_batch=16 * workers)
+    g = 0
+    for e in range(epochs):
+        for s in range(steps):
+            g += 1
+            write(f, type="step", epoch=e, step=s, global_step=g, loss=seed / g, step_time=0.001)
+        metrics = {"loss": seed / g, "accuracy": 0.5 + e / 10, "val_loss": seed / g + 0.1,
+                   "val_accuracy": 0.6 + e / 10}
+        write(f, type="epoch", epoch=e, epoch_time=0.01, **metrics)
+    if forever:
+        (pathlib.Path(os.environ["TFCC_RUN_DIR"]) / "trained").touch()
+        while True:
+            time.sleep(0.05)
+    tb = pathlib.Path(os.environ["TFCC_RUN_DIR"]) / "tensorboard" / "train"
+    if os.environ.get("TFCC_TASK") == "worker-0":
+        tb.mkdir(parents=True, exist_ok=True)
+        (tb / "events.out.tfevents.0.here").write_bytes(b"not a real event file")
+    write(f, type="event", event="finished", metrics=metrics, train_time=0.1, model=None)
+"""
+
+
+def scripted_cluster(home: Path, epochs: int = 2, steps: int = 30, forever: bool = False, tasks: int = 2,
+                     seed: float = 1.0) -> cl.Cluster:
+    script = home / "scripted.py"
+    script.write_text(SCRIPT)
+    return cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here") for _ in range(tasks)],
+                      cl.Training(script=str(script),
+                                  args=[str(epochs), str(steps), "forever" if forever else "once", str(seed)]))
+
+
+def finished_run(home: Path, run_id: str, epochs: int = 2, steps: int = 30, seed: float = 1.0,
+                 timeout: float = 60) -> tuple[Run, MetricsStore]:
+    """Start a scripted run and follow it to its end with a session (which keeps its history)."""
+    run = Run(scripted_cluster(home, epochs, steps, seed=seed), run_id)
+    run.start()
+    store = MetricsStore()
+    session = RunSession(run, store)
+    session.follow()
+    try:
+        assert session.wait(timeout), f"run {run_id} did not end in {timeout} s"
+    finally:
+        session.detach()
+    return run, store
