@@ -3,7 +3,9 @@
     python scripts/readme_screenshots.py [OUT_DIR]   (default docs/images; offscreen, no display needed)
 
 Starts the two local digits workers from the window, grabs the dashboard in the
-third epoch and the cluster diagram, then stops the run.
+third epoch (validation curves and the system lane) and the cluster diagram, stops
+the run; trains a second, shorter run to its end and grabs the Runs tab and the
+dashboard comparing the two.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ def main() -> None:
     store = lambda: window.session.store  # noqa: E731
     wait(lambda: store().progress.get("worker-1") and store().progress["worker-1"].epoch >= 2, 300, "epoch 3")
     wait(lambda: window.started_event is not None, 30, "the started event")
+    wait(lambda: store().points("worker-1", "sys:cpu_cores") >= 5, 30, "the system lane")
     end = time.monotonic() + 0.5
     while time.monotonic() < end:  # a few redraws
         app.processEvents()
@@ -59,9 +62,33 @@ def main() -> None:
     window.grab().save(str(out / "diagram.png"))
     window.act_stop.trigger()
     wait(lambda: not window.session.active, 60, "the run to stop")
+    first = window.session.run.run_id
+
+    window.tabs.setCurrentWidget(window.dashboard)
+    window.setup.epochs.setValue(4)
+    window.act_start.trigger()
+    wait(lambda: window.session.run is not None and window.session.run.run_id != first, 120, "the second run")
+    second = window.session.run.run_id
+    wait(lambda: not window.session.active, 300, "the second run to end")
+    panel = window.runs_panel
+    window.tabs.setCurrentWidget(panel)
+    panel.refresh()
+    wait(lambda: panel.table.rowCount() == 2, 30, "the runs list")
+    panel.select(second)
+    panel.open_button.click()
+    wait(lambda: window.dashboard.store.points("worker-0", "loss") > 0, 60, "the second run's history")
+    panel.select(first)
+    window.grab().save(str(out / "runs.png"))
+    panel.compare_button.click()
+    wait(lambda: window.dashboard.overlay is not None, 60, "the first run's history to compare")
+    window.tabs.setCurrentWidget(window.dashboard)
+    end = time.monotonic() + 1.0
+    while time.monotonic() < end:  # a few redraws
+        app.processEvents()
+    window.grab().save(str(out / "compare.png"))
     window.files.dirty = False
     window.close()
-    print(f"wrote {out / 'dashboard.png'} and {out / 'diagram.png'}")
+    print(f"wrote dashboard.png, diagram.png, runs.png and compare.png in {out}")
 
 
 if __name__ == "__main__":

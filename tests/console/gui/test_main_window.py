@@ -213,7 +213,10 @@ def test_a_parameter_server_cluster_from_the_window(qtbot, gui_homes, shots):
     assert [t.phase for t in run.tasks] == ["finished"] * 5
     store = window.session.store
     assert set(store.alive) == {"chief-0", "worker-0", "worker-1", "ps-0"}  # every task said it lives
-    assert curve_points(window, "chief-0", "loss") > 0
+    # the coordinator's running mean (loss_avg) in the loss plot; validation once for the cluster
+    assert curve_points(window, "chief-0", "loss_avg") > 0
+    assert window.dashboard.curves[("chief-0", "loss_avg")] in window.dashboard.plots["loss"].items
+    assert curve_points(window, "chief-0", "epoch:val_accuracy") == 8
     final = [e for e in store.epochs if e["task"] == "chief-0"][-1]
     assert final["val_accuracy"] >= 0.90
     qtbot.waitUntil(lambda: window.dashboard.progress_bars["ps-0"].text().startswith("serving (ps): CPU"),

@@ -55,7 +55,9 @@ def test_fingerprint_dialog_check_and_run_on_two_ssh_hosts(qtbot, ssh_hosts, gui
     with qtbot.waitSignal(window.session.ended, timeout=240_000):
         window.act_start.trigger()
     assert [t.phase for t in window.session.run.tasks] == ["finished", "finished"]
-    assert all(curve_points(window, w, "loss") > 0 for w in ("worker-0", "worker-1"))
+    assert curve_points(window, "worker-0", "loss") > 0  # the global batch's loss: once, for the cluster
+    assert all(curve_points(window, w, "step_time") > 0 for w in ("worker-0", "worker-1"))
+    assert all(curve_points(window, w, "sys:memory_gb") > 0 for w in ("worker-0", "worker-1"))  # the system lane
     assert [h.address for h in window.diagram.hosts] == [h.address for h in ssh_hosts.hosts]
     assert window.diagram.chief == "worker-0" and window.diagram.split.from_run
     save_shot(window, shots, "dashboard-ssh-finished")
