@@ -397,7 +397,8 @@ class MetricsStore:
         self.states: dict[str, tuple[str, str]] = {}  # task -> (state, words): what supervision says of it
         self.alive: dict[str, dict] = {}  # task -> its newest liveness record (parameter-server workers and ps)
         self.gpus_used: dict[str, set | None] = {}   # host -> the GPU indices its tasks see (None: all)
-        self.origin: float | None = None  # the time of the run's first record (relative time is from it)
+        self.origin: float | None = None  # the time of the run's earliest record (relative time is from it)
+        self._base: float | None = None   # times are kept as float32 seconds from this (the first time seen)
         self.version = 0
         self._diverged: set = set()
 
@@ -413,12 +414,15 @@ class MetricsStore:
         return table
 
     def _times(self, records: list[dict]) -> np.ndarray:
+        """The records' times as kept (from ``_base``); the earliest so far is the origin (under the lock)."""
         ts = np.array([text.metric_value(r.get("time")) for r in records])
-        if self.origin is None:
-            finite = ts[np.isfinite(ts)]
-            if len(finite):
-                self.origin = float(finite.min())
-        return ts - (self.origin or 0.0)
+        finite = ts[np.isfinite(ts)]
+        if len(finite):
+            first = float(finite.min())
+            self.origin = first if self.origin is None else min(self.origin, first)
+            if self._base is None:
+                self._base = first
+        return ts - (self._base or 0.0)
 
     def ingest(self, task: str, records: list[dict]) -> None:
         """Add a task's records (from its metrics file) in order.
@@ -517,14 +521,12 @@ class MetricsStore:
 
         def row(owner: str, values: dict) -> None:
             table = self._table(owner, "sys")
-            table.extend(now, now - (self.origin or 0.0), {k: np.array([v], dtype=np.float32)
-                                                         for k, v in values.items()})
+            table.extend(now, kept, {k: np.array([v], dtype=np.float32) for k, v in values.items()})
 
         cpus = value(record.get("cpus"))
         gb = 1e-9
         with self._lock:
-            if self.origin is None and math.isfinite(now[0]):
-                self.origin = float(now[0])
+            kept = self._times([record])
             if host not in self.hosts:
                 self.hosts.append(host)
             row(HOST + host, {"sys:cpu_cores": value(record.get("cpu_percent")) / 100 * cpus,
@@ -632,8 +634,12 @@ class MetricsStore:
         return "time" if kind == "sys" or x != "step" else "step"
 
     def _shift(self, xs: np.ndarray, x: str, kind: str) -> np.ndarray:
-        """Times are kept from the origin: wall time adds it back."""
-        return xs + (self.origin or 0.0) if x == "time" else xs
+        """Times are kept from ``_base``: wall time adds it back, relative time counts from the origin."""
+        if x == "time":
+            return xs + (self._base or 0.0)
+        if x == "relative" or kind == "sys":
+            return xs + ((self._base or 0.0) - (self.origin or 0.0))
+        return xs
 
     def changed(self, seen: dict, metrics, max_points: int, x: str = "step",
                 smoothing: float = 0.0, order: list[str] | None = None) -> dict:
@@ -723,7 +729,7 @@ class MetricsStore:
             dumps = []
             for (owner, kind), table in self._tables.items():
                 xs = table.x_of("step").copy()
-                ts = table.x_of("time") + (self.origin or 0.0)
+                ts = table.x_of("time") + (self._base or 0.0)
                 dumps.append((owner, kind, xs, ts, {c: table._cols[c][table._start:table._end].astype(float)
                                                     for c in table.columns()}))
         rows = 0

@@ -78,14 +78,16 @@ def main() -> None:
     panel.open_button.click()
     wait(lambda: window.dashboard.store.points("worker-0", "loss") > 0, 60, "the second run's history")
     panel.select(first)
-    window.grab().save(str(out / "runs.png"))
     panel.compare_button.click()
     wait(lambda: window.dashboard.overlay is not None, 60, "the first run's history to compare")
     window.tabs.setCurrentWidget(window.dashboard)
-    end = time.monotonic() + 1.0
+    end = time.monotonic() + 1.5
     while time.monotonic() < end:  # a few redraws
         app.processEvents()
     window.grab().save(str(out / "compare.png"))
+    window.tabs.setCurrentWidget(panel)
+    app.processEvents()
+    window.grab().save(str(out / "runs.png"))
     window.files.dirty = False
     window.close()
     print(f"wrote dashboard.png, diagram.png, runs.png and compare.png in {out}")

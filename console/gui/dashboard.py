@@ -446,7 +446,8 @@ class Dashboard(QWidget):
                                            else plot_id)
                     item.setData(Qt.UserRole, plot_id)
                     item.setFlags(item.flags() | Qt.ItemIsUserCheckable)
-                    self.metric_list.addItem(item)
+                    row = sum(_list_rank(p) < _list_rank(plot_id) for p in present)
+                    self.metric_list.insertItem(row, item)  # training plots first, the system lane last
                     present[plot_id] = item
                 item.setToolTip(f"{plot_label(plot_id)}: " + ", ".join(m for m in metrics if plot_of(m) == plot_id))
                 item.setCheckState(Qt.Checked if plot_id in self.shown else Qt.Unchecked)
@@ -832,6 +833,12 @@ class Dashboard(QWidget):
 
     def export_png(self, path) -> bool:
         return self.plot_area.grab().save(str(path))
+
+
+def _list_rank(plot_id: str) -> tuple:
+    """Where a plot stands in the metric list: the usual ones first, then by name; the system lane last."""
+    return (plot_id.startswith(SYSTEM), DEFAULT_PLOTS.index(plot_id) if plot_id in DEFAULT_PLOTS else len(DEFAULT_PLOTS),
+            plot_id)
 
 
 def _logged(y: np.ndarray, log: bool) -> np.ndarray:

@@ -235,3 +235,14 @@ def test_after_the_last_epoch_the_progress_says_what_the_task_does():
     store.ingest("worker-0", [{"type": "event", "event": "saved", "seconds": 0.42, "time": 2.0}])
     assert store.progress["worker-0"].doing == "model saved in 0.4 s; ending…"
     assert store.events[-1]["text"] == "model saved in 0.4 s"
+
+
+def test_relative_time_counts_from_the_earliest_record_whatever_came_first():
+    """A replay may bring a run's metrics before its system samples, which began earlier (TensorFlow's
+    import): both count from the earliest, as they did live."""
+    store = MetricsStore()
+    store.ingest("worker-0", [{"type": "step", "global_step": 1, "loss": 1.0, "time": 1010.0}])
+    store.ingest_system("here", {"time": 1000.0, "cpus": 1, "cpu_percent": 10.0})
+    assert list(store.series("worker-0", "loss", x="relative")[0]) == [10.0]
+    assert list(store.series("host:here", "sys:cpu_cores", x="relative")[0]) == [0.0]
+    assert list(store.series("worker-0", "loss", x="time")[0]) == [1010.0]
