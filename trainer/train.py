@@ -384,12 +384,25 @@ def coordinate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> 
 EVALUATION_DONE = "training-done"  # in the checkpoint folder once the chief has written its last checkpoint
 
 
+def _checkpoint_number(path: str) -> int:
+    """``ckpt-4`` -> 4 (the chief's checkpoints are numbered by epoch, from 1)."""
+    return int(path.rsplit("-", 1)[1])
+
+
 class _Sidecar(tf.keras.utils.SidecarEvaluator):
     """tf-keras's sidecar evaluator, which also ends once the chief says it wrote its last checkpoint
     (it would wait for ever for a checkpoint of an epoch that never comes)."""
 
+    evaluated = 0  # the number of the newest checkpoint evaluated (EvaluationReporter says it)
+
     def _timeout_fn(self):
-        return (Path(self.checkpoint_dir) / EVALUATION_DONE).exists()
+        """End when the chief is done, unless a checkpoint came after the last one evaluated: it may
+        have been written just after the iterator's wait gave up (then the chief's marker too)."""
+        if not (Path(self.checkpoint_dir) / EVALUATION_DONE).exists():
+            return False
+        latest = tf.train.latest_checkpoint(self.checkpoint_dir)
+        return latest is None or _checkpoint_number(latest) <= self.evaluated
+
 
 
 class EvaluationReporter(tf.keras.callbacks.Callback):
@@ -398,10 +411,13 @@ class EvaluationReporter(tf.keras.callbacks.Callback):
     def __init__(self, writer: MetricsWriter, folder: Path, steps_per_epoch: int):
         super().__init__()
         self.writer, self.folder, self.steps_per_epoch = writer, folder, steps_per_epoch
+        self.sidecar: _Sidecar | None = None  # told which checkpoint was evaluated last
 
     def on_test_begin(self, logs=None):
         latest = tf.train.latest_checkpoint(str(self.folder))
-        self._epoch = int(latest.rsplit("-", 1)[1]) if latest else None
+        self._epoch = _checkpoint_number(latest) if latest else None
+        if self._epoch is not None and self.sidecar is not None:
+            self.sidecar.evaluated = max(self.sidecar.evaluated, self._epoch)
 
     def on_test_end(self, logs=None):
         metrics = {f"val_{k}": float(v) for k, v in (logs or {}).items()}
@@ -426,9 +442,11 @@ def evaluate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> di
     data = workload.val_dataset().batch(plan.global_batch)
     writer.event("evaluating", checkpoints=str(opts.eval_checkpoints), epochs=opts.epochs,
                  validation_examples=count)
-    _Sidecar(model, data, str(opts.eval_checkpoints), steps=max(1, math.ceil(count / plan.global_batch)),
-             max_evaluations=opts.epochs,
-             callbacks=[EvaluationReporter(writer, opts.eval_checkpoints, plan.steps_per_epoch)]).start()
+    reporter = EvaluationReporter(writer, opts.eval_checkpoints, plan.steps_per_epoch)
+    sidecar = _Sidecar(model, data, str(opts.eval_checkpoints), steps=max(1, math.ceil(count / plan.global_batch)),
+                       max_evaluations=opts.epochs, callbacks=[reporter])
+    reporter.sidecar = sidecar
+    sidecar.start()
     writer.event("finished", metrics={}, train_time=None, model=None, role="evaluator")
     return {}
 

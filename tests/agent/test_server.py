@@ -24,13 +24,6 @@ FAKE = str(Path(__file__).parent / "data" / "fake_task.py")
 
 
 @pytest.fixture
-def tfcc_home(tmp_path, monkeypatch):
-    home = tmp_path / "home"
-    monkeypatch.setenv("TFCC_HOME", str(home))
-    return home
-
-
-@pytest.fixture
 def clients(tfcc_home):
     opened = []
 

@@ -31,13 +31,6 @@ child.wait()
 
 
 @pytest.fixture
-def tfcc_home(tmp_path, monkeypatch):
-    home = tmp_path / "home"
-    monkeypatch.setenv("TFCC_HOME", str(home))
-    return home
-
-
-@pytest.fixture
 def agent_on_path(tmp_path, tfcc_home):
     """``agent_on_path(folder)``: a local agent whose PATH is ``folder`` then the system's own folders."""
     opened = []
