@@ -14,7 +14,7 @@ from console.metrics_store import MetricsStore
 from console.runner import Run
 from console.session import RunSession
 
-SCRIPT = """import json, os, pathlib, sys, time
+SCRIPT = """import json, os, pathlib, signal, sys, time
 path = pathlib.Path(os.environ["TFCC_RUN_DIR"]) / "metrics.jsonl"
 epochs, steps, forever = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "forever"
 seed = float(sys.argv[4])
@@ -38,8 +38,8 @@ with open(path, "a") as f:
         write(f, type="epoch", epoch=e, epoch_time=0.01, **metrics)
     if forever:
         (pathlib.Path(os.environ["TFCC_RUN_DIR"]) / "trained").touch()
-        while True:
-            time.sleep(0.05)
+        while True:  # a task still going: until a stop's signal ends it
+            signal.pause()
     tb = pathlib.Path(os.environ["TFCC_RUN_DIR"]) / "tensorboard" / "train"
     if os.environ.get("TFCC_TASK") == "worker-0":
         tb.mkdir(parents=True, exist_ok=True)
