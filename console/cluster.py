@@ -28,6 +28,9 @@ from trainer.plan import DEFAULT_BACKUP_SECONDS, backup_seconds_problem, paramet
 MAX_RESTARTS = 100
 DEFAULT_CLUSTER = PROJECT_ROOT / "resources" / "default_cluster.toml"
 ROLES = ("chief", "worker", "ps", "evaluator")
+# Which Keras a user's script gets: auto gives tf-keras where Keras 3 cannot run (fit under
+# MultiWorkerMirrored or ParameterServer with more than one training task), else what it gets standalone.
+KERAS_FLAVOURS = ("auto", "tf-keras", "keras3")
 EVALUATOR = "evaluator"  # a sidecar: outside the training cluster, it reads the chief's checkpoints
 EVAL_CHECKPOINTS = "../chief-0/checkpoints"  # from the evaluator's run folder (and the chief's), on the chief's host
 MAX_FILE_BYTES = 1 << 20  # a cluster file is a few KB; a bigger one is the wrong file
@@ -82,6 +85,9 @@ class Training:
     workload: str = "digits"
     model_file: str = ""
     script: str = ""           # a user's own script, run instead of the trainer
+    workdir: str = ""          # with script: the folder shipped with it (default: the script's folder)
+    keras: str = "auto"        # with script: which Keras it gets (KERAS_FLAVOURS)
+    capture: bool = True       # with script: tfcc captures its metrics from the outside (fit, tf.summary, prints)
     args: list[str] = field(default_factory=list)
     epochs: int = 5
     per_replica_batch: int = 32
@@ -187,7 +193,8 @@ def _is_loopback(address: str) -> bool:
 _TYPES = {
     Host: {"name": str, "address": str, "local": bool, "user": str, "port": int, "key": str, "python": str},
     Task: {"host": str, "role": str},
-    Training: {"workload": str, "model_file": str, "script": str, "epochs": int, "per_replica_batch": int,
+    Training: {"workload": str, "model_file": str, "script": str, "workdir": str, "keras": str, "capture": bool,
+               "epochs": int, "per_replica_batch": int,
                "global_batch": int, "learning_rate": float, "lr_scaling": str, "strategy": str, "communication": str,
                "autoshard": str, "max_restarts": int, "backup_seconds": float,
                "stop_on_nan": bool},
@@ -395,6 +402,10 @@ def validate(cluster: Cluster) -> None:
         raise ClusterFileError(f"training.backup_seconds is {t.backup_seconds}; {problem}")
     if t.model_file and t.script:
         raise ClusterFileError("training sets both model_file and script; keep one of them")
+    _choice("training.keras", t.keras, KERAS_FLAVOURS)
+    if t.workdir and not t.script:
+        raise ClusterFileError("training.workdir is set but training.script is empty; the workdir is the folder "
+                               "shipped with your script: name the script, or remove workdir")
     if t.workload == "file" and not t.model_file:
         raise ClusterFileError("training.workload is \"file\" but training.model_file is empty; name your model file")
 
@@ -425,6 +436,7 @@ def dumps(cluster: Cluster) -> str:
     data = {
         "training": {k: v for k, v in asdict(cluster.training).items()
                      if v not in ("", []) and not (k == "global_batch" and not v)
+                     and not (k == "keras" and v == "auto") and not (k == "capture" and v is True)
                      and not (k == "per_replica_batch" and cluster.training.global_batch)},
         "hosts": [{k: v for k, v in asdict(h).items() if v not in ("", [])} for h in cluster.hosts],
         "tasks": [asdict(t) for t in cluster.tasks],

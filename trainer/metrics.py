@@ -58,12 +58,39 @@ class MetricsWriter:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._file = open(self.path, "a", encoding="utf-8")
         self._closed = False
+        self._said: set[str] = set()  # events said once per process (event_once)
         self._thread = threading.Thread(target=self._run, name="tfcc-metrics-writer", daemon=True)
         self._thread.start()
         atexit.register(self.close)  # what is queued reaches the file before the process ends
 
+    _shared: dict = {}
+    _shared_lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, path: str | os.PathLike, base: dict | None = None) -> "MetricsWriter":
+        """The process's one writer of ``path``: tfcc's capture and a script's own ``MetricsReporter``
+        append through it, so their records keep one order and none is said twice."""
+        key = os.path.abspath(path)
+        with cls._shared_lock:
+            writer = cls._shared.get(key)
+            if writer is None or writer._closed:
+                writer = cls._shared[key] = cls(path, base)
+            return writer
+
     def set_base(self, **fields) -> None:
         self._base.update(fields)
+
+    def event_once(self, name: str, **fields) -> bool:
+        """``event`` unless this writer has said ``name`` already (whoever said it); whether it did now."""
+        with self._shared_lock:
+            if name in self._said:
+                return False
+            self._said.add(name)
+        self.event(name, **fields)
+        return True
+
+    def said(self, name: str) -> bool:
+        return name in self._said
 
     def write(self, record: dict) -> None:
         """Queue one record; never blocks on the disk."""

@@ -1,6 +1,7 @@
 """Keras callback that writes tfcc's per-step, per-epoch and lifecycle records.
 
-Use it from any tf-keras ``model.fit``, including your own scripts::
+tfcc adds it to every ``fit`` of a script it runs (``trainer.capture``); a script of your own can
+also add it itself (docs/your-script.md), in tf-keras or Keras 3, under every strategy::
 
     from trainer.report import MetricsReporter
     model.fit(ds, epochs=3, callbacks=[MetricsReporter()])   # -> $TFCC_RUN_DIR/metrics.jsonl
@@ -59,6 +60,36 @@ def _to_float(value):
         return None
 
 
+def keras_of(model) -> str:
+    """Which Keras ``model`` belongs to: ``tf-keras`` or ``keras3`` (its classes' modules say)."""
+    for cls in type(model).__mro__:
+        module = cls.__module__ or ""
+        if module.startswith("tf_keras"):
+            return "tf-keras"
+        if module == "keras" or module.startswith("keras."):
+            return "keras3"
+    return "tf-keras" if tf.keras.__name__.startswith("tf_keras") else "keras3"
+
+
+def strategy_name(strategy) -> str:
+    """tfcc's word for a tf.distribute strategy (the trainer's ``started`` event uses the same)."""
+    name = type(strategy).__name__
+    if "ParameterServer" in name:
+        return "parameter_server"
+    if "CollectiveAllReduce" in name or "MultiWorker" in name:
+        return "multi_worker_mirrored"
+    if "Mirrored" in name:
+        return "mirrored"
+    if name.startswith("_Default"):
+        return "default"
+    return name
+
+
+def _first_input(data):
+    """The inputs of a batch as Keras unpacks it: ``x`` of ``(x, y[, sample_weight])``, else the batch."""
+    return data[0] if isinstance(data, (tuple, list)) else data
+
+
 def instrument_step_loss(model) -> bool:
     """Make ``model``'s train step return exact cluster-wide values.
 
@@ -90,8 +121,7 @@ def instrument_step_loss(model) -> bool:
         logs = {key: reduce.mean(value) for key, value in logs.items()}
         loss = traced.pop(threading.get_ident(), None)
         if loss is not None:
-            x, _, _ = tf.keras.utils.unpack_x_y_sample_weight(data)
-            examples = tf.cast(tf.shape(tf.nest.flatten(x)[0])[0], tf.float32)
+            examples = tf.cast(tf.shape(tf.nest.flatten(_first_input(data))[0])[0], tf.float32)
             # This replica's loss is its batch mean divided by num_replicas_in_sync;
             # the sum over every replica of the cluster is the global-batch mean.
             logs[STEP_LOSS_KEY] = reduce.sum(tf.cast(tf.stop_gradient(loss), tf.float32))
@@ -114,48 +144,74 @@ class _ClusterReduction:
     (an accuracy of 1.8 with two workers). Dividing by the replica count first
     gives the mean over replicas, which for mean metrics (loss, accuracy) over
     equal per-replica batches is the cluster-wide value. Under "first" the
-    values are all-reduced explicitly instead.
+    values are all-reduced explicitly instead. Keras 3 averages them over the
+    replicas itself ("auto" is "mean" there): a sum is that mean times the replicas.
     """
 
     def __init__(self, model):
-        method = getattr(model, "distribute_reduction_method", "auto") or "auto"
-        if method == "auto":
-            method = "first" if "TPU" in type(model.distribute_strategy).__name__ else "sum"
         self.ctx = tf.distribute.get_replica_context()
         self.replicas = self.ctx.num_replicas_in_sync if self.ctx is not None else 1
-        self.by_sum = method == "sum"
+        tpu = "TPU" in type(model.distribute_strategy).__name__
+        if keras_of(model) == "keras3":
+            self.method = "first" if tpu else "mean"
+        else:
+            method = getattr(model, "distribute_reduction_method", "auto") or "auto"
+            self.method = ("first" if tpu else "sum") if method == "auto" else method
 
     def _applies(self, value) -> bool:
         return self.replicas > 1 and tf.is_tensor(value) and value.dtype.is_floating
 
     def mean(self, value):
-        if not self._applies(value):
+        if not self._applies(value) or self.method == "mean":
             return value
-        if self.by_sum:
+        if self.method == "sum":
             return value / self.replicas
         return self.ctx.all_reduce(tf.distribute.ReduceOp.MEAN, value)
 
     def sum(self, value):
-        if not self._applies(value) or self.by_sum:
+        if not self._applies(value) or self.method == "sum":
             return value
+        if self.method == "mean":
+            return value * self.replicas
         return self.ctx.all_reduce(tf.distribute.ReduceOp.SUM, value)
 
 
-class MetricsReporter(tf.keras.callbacks.Callback):
-    """Writes step, epoch and lifecycle records to a tfcc metrics file.
+def batch_plan(strategy, global_batch: int | None) -> dict:
+    """The batch split a run of ``fit`` trains with, as the trainer's ``started`` event says it: under
+    MultiWorkerMirrored the workers are TF_CONFIG's; Mirrored and the default strategy train each task
+    on its own; under parameter-server training a step is one worker's batch."""
+    name = strategy_name(strategy)
+    replicas = max(1, int(getattr(strategy, "num_replicas_in_sync", 1) or 1))
+    _, _, workers = _task_from_tf_config()
+    if name == "parameter_server":
+        cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
+        workers, per_worker_replicas, step_replicas = max(1, len(cluster.get("worker", []))), replicas, replicas
+    elif name == "multi_worker_mirrored":
+        per_worker_replicas, step_replicas = max(1, replicas // workers), replicas
+    else:
+        workers, per_worker_replicas, step_replicas = 1, replicas, replicas
+    plan = {"strategy": name, "num_workers": workers, "replicas_per_worker": per_worker_replicas,
+            "num_replicas": replicas}
+    if global_batch:
+        per_replica = global_batch // step_replicas
+        plan.update(global_batch=int(global_batch), per_replica_batch=per_replica,
+                    per_worker_batch=per_replica * per_worker_replicas)
+        if name == "parameter_server":
+            plan["asynchronous"] = True
+    return plan
 
-    Args:
-        path_or_writer: a metrics file path, or a MetricsWriter to share.
-            Default: ``$TFCC_RUN_DIR/metrics.jsonl``, else ``./metrics.jsonl``.
-        task_type, task_index, num_workers: default from ``TF_CONFIG``.
-        report_steps: write one record per step (True) or only epochs and events.
-    """
+
+class _Reporting:
+    """What ``MetricsReporter`` does, whichever Keras its callback base comes from (see ``reporter_for``)."""
+
+    _tfcc_reporter = True  # a fit that has one gets no second from tfcc's capture
 
     def __init__(self, path_or_writer=None, *, task_type=None, task_index=None,
-                 num_workers=None, report_steps=True):
+                 num_workers=None, report_steps=True, lifecycle=None):
         super().__init__()
         # Take Keras's logs as tensors: the same dict TensorBoard gets, so that
-        # removing tfcc's own output in on_epoch_end reaches every callback.
+        # removing tfcc's own output in on_epoch_end reaches every callback (and, under
+        # ParameterServerStrategy, tf-keras allows batch hooks only to such callbacks).
         self._supports_tf_logs = True
         t_type, t_index, workers = _task_from_tf_config()
         self.task_type = task_type or t_type
@@ -166,17 +222,22 @@ class MetricsReporter(tf.keras.callbacks.Callback):
             self.writer, self._own_writer = path_or_writer, False
         else:
             path = path_or_writer or Path(os.environ.get(RUN_DIR_VARIABLE, ".")) / METRICS
-            self.writer = MetricsWriter(path, {"task_type": self.task_type, "task_index": self.task_index})
+            self.writer = MetricsWriter.shared(path, {"task_type": self.task_type, "task_index": self.task_index})
             self._own_writer = True
+        # A script's reporter says what the trainer says of itself: the cluster formed, the batch plan.
+        self.lifecycle = self._own_writer if lifecycle is None else lifecycle
         self.exact_loss = False
+        self._coordinated: CoordinatorReporter | None = None  # under ParameterServerStrategy: it reports
         self._epoch = 0
         self._global_step = 0
+        self._last_batch = -1
         self._t_step = 0.0
         self._t_epoch = 0.0
         self._t_train = 0.0
 
     def set_model(self, model):
         super().set_model(model)
+        # Under parameter-server training too: a step's loss is then that one worker's batch's.
         self.exact_loss = instrument_step_loss(model)  # also makes epoch metrics cluster-wide
 
     def _implements_train_batch_hooks(self):
@@ -185,14 +246,38 @@ class MetricsReporter(tf.keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self._t_train = time.perf_counter()
+        strategy = self.model.distribute_strategy
+        if strategy_name(strategy) == "parameter_server":
+            self._coordinated = CoordinatorReporter(self.writer, None, batch_plan(strategy, None)["num_workers"],
+                                                    started=self._started if self.lifecycle else None)
+            self._coordinated.set_params(self.params)
+        if self.lifecycle:
+            self.writer.event_once("cluster_formed", strategy=strategy_name(strategy),
+                                   num_replicas=strategy.num_replicas_in_sync)
         if self._own_writer:
             self.writer.event("train_begin", exact_step_loss=self.exact_loss)
 
+    def _started(self, global_batch) -> None:
+        """The ``started`` event, once the first step has shown the batch ``fit`` trains with."""
+        if not self.lifecycle or self.writer.said("started"):
+            return
+        params = self.params or {}
+        self.writer.event_once("started", source="script", keras=keras_of(self.model), is_chief=self.task_type in (
+            "chief",) or (self.task_type == "worker" and self.task_index == 0 and not _has_chief()),
+            epochs=params.get("epochs"), steps_per_epoch=params.get("steps"), exact_step_loss=self.exact_loss,
+            tensorflow=tf.__version__, **batch_plan(self.model.distribute_strategy, global_batch))
+
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
+        self._last_batch = -1
         self._t_epoch = self._t_step = time.perf_counter()
+        if self._coordinated is not None:
+            self._coordinated.on_epoch_begin(epoch, logs)
 
     def on_train_batch_end(self, batch, logs=None):
+        if self._coordinated is not None:
+            self._coordinated.on_train_batch_end(batch, logs)
+            return
         logs = logs if logs is not None else {}
         # Take tfcc's outputs out of the dict later callbacks (TensorBoard) and
         # the epoch logs get; reading them waits for the step to complete.
@@ -200,12 +285,16 @@ class MetricsReporter(tf.keras.callbacks.Callback):
         # Step time: from the end of the previous step (or the epoch's start) to
         # the end of this one. One hook per step instead of two: under
         # MultiWorkerMirroredStrategy each worker's per-step Python time holds
-        # back the whole cluster.
+        # back the whole cluster. With steps_per_execution > 1 Keras calls this
+        # hook once per execution: the time is shared by the steps it ran.
         now = time.perf_counter()
-        step_time, self._t_step = now - self._t_step, now
+        took, self._t_step = now - self._t_step, now
+        done = max(1, batch - self._last_batch)
+        self._last_batch = batch
+        step_time = took / done
         steps = (self.params or {}).get("steps")
         # From the epoch, so that a resumed run numbers its steps as the first run did.
-        self._global_step = self._epoch * steps + batch + 1 if steps else self._global_step + 1
+        self._global_step = self._epoch * steps + batch + 1 if steps else self._global_step + done
         if not self.report_steps:
             return
         record = {
@@ -216,6 +305,8 @@ class MetricsReporter(tf.keras.callbacks.Callback):
             "step_time": step_time,
             "time": time.time(),
         }
+        if done > 1:
+            record["steps"] = done
         if examples is not None:
             record["loss"] = loss
         else:
@@ -224,9 +315,14 @@ class MetricsReporter(tf.keras.callbacks.Callback):
             record["global_batch"] = int(examples)
             record["examples_per_sec"] = examples / self.num_workers / step_time
             record["global_examples_per_sec"] = examples / step_time
+        if examples:
+            self._started(int(examples))
         self.writer.write(record)
 
     def on_epoch_end(self, epoch, logs=None):
+        if self._coordinated is not None:
+            self._coordinated.on_epoch_end(epoch, logs)
+            return
         logs = logs if logs is not None else {}
         for key in _INTERNAL_KEYS:  # keep them out of History, TensorBoard and later callbacks
             logs.pop(key, None)
@@ -239,9 +335,55 @@ class MetricsReporter(tf.keras.callbacks.Callback):
         self.writer.write(record)
 
     def on_train_end(self, logs=None):
+        if self._coordinated is not None:
+            self._coordinated.close()
         if self._own_writer:
             # The writer stays open for the next fit(); it is drained at exit.
             self.writer.event("train_end", train_time=time.perf_counter() - self._t_train)
+
+
+def _has_chief() -> bool:
+    try:
+        return bool(json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {}).get("chief"))
+    except (ValueError, AttributeError):
+        return False
+
+
+class MetricsReporter(_Reporting, tf.keras.callbacks.Callback):
+    """Writes step, epoch and lifecycle records to a tfcc metrics file.
+
+    Works in any ``fit`` (tf-keras or Keras 3: ``reporter_for(model)`` gives the callback of the
+    model's own Keras) under every strategy: the default, Mirrored, MultiWorkerMirrored and
+    ParameterServer (there the coordinator fetches every 10th step's logs off the training thread).
+
+    Args:
+        path_or_writer: a metrics file path, or a MetricsWriter to share.
+            Default: ``$TFCC_RUN_DIR/metrics.jsonl``, else ``./metrics.jsonl``.
+        task_type, task_index, num_workers: default from ``TF_CONFIG``.
+        report_steps: write one record per step (True) or only epochs and events.
+        lifecycle: also say ``cluster_formed`` and ``started`` (the batch plan, from the first step);
+            default: when it writes its own file (a script's reporter), not when given a writer.
+    """
+
+
+_REPORTERS: dict = {}
+
+
+def reporter_for(model, **kwargs):
+    """A ``MetricsReporter`` whose callback base is ``model``'s own Keras (tf-keras or Keras 3)."""
+    flavour = keras_of(model)
+    if (flavour == "tf-keras") == tf.keras.__name__.startswith("tf_keras"):
+        return MetricsReporter(**kwargs)
+    if flavour not in _REPORTERS:
+        if flavour == "keras3":
+            import keras
+            base = keras.callbacks.Callback
+        else:
+            import tf_keras
+            base = tf_keras.callbacks.Callback
+        _REPORTERS[flavour] = type("MetricsReporter", (_Reporting, base), {"__doc__": MetricsReporter.__doc__,
+                                                                           "__module__": __name__})
+    return _REPORTERS[flavour](**kwargs)
 
 
 class CoordinatorReporter(tf.keras.callbacks.Callback):
@@ -256,11 +398,13 @@ class CoordinatorReporter(tf.keras.callbacks.Callback):
     for all workers, ``examples_per_sec`` for one on average).
     """
 
-    def __init__(self, writer: MetricsWriter, batch: int, num_workers: int, every: int = 10):
+    def __init__(self, writer: MetricsWriter, batch: int | None, num_workers: int, every: int = 10,
+                 started=None):
         super().__init__()
         self._supports_tf_logs = True  # else tf-keras refuses batch hooks under ParameterServerStrategy
         self.writer = writer
-        self.batch = batch
+        self.batch = batch  # None: a script's, read from each fetched step (an instrumented model's)
+        self._on_batch = started  # called with the batch of the first fetched step (a script's started event)
         self.num_workers = max(1, num_workers)
         self.every = max(1, every)
         self._epoch = 0
@@ -289,19 +433,28 @@ class CoordinatorReporter(tf.keras.callbacks.Callback):
                     mark_step, mark_time = 0, payload
                     continue
                 epoch, batch, steps = what
-                values = payload.fetch() if hasattr(payload, "fetch") else (payload or {})
+                values = dict(payload.fetch() if hasattr(payload, "fetch") else (payload or {}))
                 now = time.perf_counter()
                 done = batch + 1 - mark_step
                 took = (now - mark_time) / max(1, done)
                 mark_step, mark_time = batch + 1, now
+                loss, examples = (_to_float(values.pop(key, None)) for key in _INTERNAL_KEYS)
+                size = int(examples) if examples else self.batch
                 record = {"type": "step", "epoch": epoch, "step": batch,
                           "global_step": epoch * steps + batch + 1 if steps else batch + 1,
-                          "step_time": took, "time": time.time(), "steps": done, "global_batch": self.batch}
-                if took > 0:  # the workers' steps together; per worker, what one of them takes on average
-                    record["global_examples_per_sec"] = self.batch / took
-                    record["examples_per_sec"] = self.batch / took / self.num_workers
-                for key, value in dict(values).items():
+                          "step_time": took, "time": time.time(), "steps": done}
+                if size:
+                    record["global_batch"] = size
+                if examples is not None:  # an instrumented step: its own loss (one worker's batch)
+                    record["loss"] = loss
+                if took > 0 and size:  # the workers' steps together; per worker, what one of them takes on average
+                    record["global_examples_per_sec"] = size / took
+                    record["examples_per_sec"] = size / took / self.num_workers
+                for key, value in values.items():
                     record["loss_avg" if key == "loss" else key] = _to_float(value)
+                if self._on_batch is not None and size:
+                    self._on_batch(size)
+                    self._on_batch = None
                 self.writer.write(record)
             except Exception:  # a step that failed is the coordinator's to report, not the reporter's
                 log.exception("fetching a step's logs")
@@ -310,9 +463,14 @@ class CoordinatorReporter(tf.keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self._queue.join()  # the epoch's step records first (their steps are done: fit waited for them)
-        values = logs.fetch() if hasattr(logs, "fetch") else (logs or {})
+        values = dict(logs.fetch() if hasattr(logs, "fetch") else (logs or {}))
         record = {"type": "epoch", "epoch": epoch, "epoch_time": time.perf_counter() - self._t_epoch,
                   "time": time.time()}
-        for key, value in dict(values).items():
-            record[key] = _to_float(value)
+        for key, value in values.items():
+            if key not in _INTERNAL_KEYS:
+                record[key] = _to_float(value)
         self.writer.write(record)
+
+    def close(self) -> None:
+        """Every step record queued so far is written (the end of a script's ``fit``)."""
+        self._queue.join()

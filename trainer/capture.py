@@ -1,0 +1,599 @@
+"""``python -m trainer.capture SCRIPT [ARGS...]``: run a user's script unchanged, as ``python SCRIPT
+ARGS`` would, and capture what it trains from the outside (docs/your-script.md).
+
+The script runs as ``__main__`` with its own ``sys.argv`` and its folder first on ``sys.path``
+(as ``coverage run`` and ``python -m cProfile`` run one). Nothing is imported before the script
+imports it: an import hook patches TensorFlow and Keras the moment the script first imports them.
+What is captured goes to the task's metrics file (``$TFCC_RUN_DIR/metrics.jsonl``), the records of
+docs/metrics.md:
+
+- every Keras ``fit`` (tf-keras or Keras 3, any strategy) gets tfcc's ``MetricsReporter`` unless it
+  has one: the step loss, step time, throughput, each epoch's and validation metrics, the batch
+  ``fit`` trains with (the ``started`` event);
+- every ``tf.summary`` scalar the script writes (its event files are read as they grow: a step record
+  per summary step);
+- every line it prints with ``name: number`` or ``name = number`` pairs outside ``fit`` (an epoch
+  record when the line names an epoch, else a step record);
+- ``ClusterCoordinator.schedule`` loops: the steps scheduled and their pace;
+- its lifecycle: ``launched``, ``cluster_formed`` (a MultiWorkerMirrored or ParameterServer
+  strategy exists), ``serving`` (a parameter-server worker or ps serves; SIGTERM then ends it cleanly).
+
+A failure of the capture itself never fails the script: it is logged to stderr once and the script
+goes on.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.util
+import inspect
+import json
+import logging
+import math
+import os
+import re
+import runpy
+import signal
+import struct
+import sys
+import threading
+import time
+import weakref
+from pathlib import Path
+
+from agent.protocol import METRICS, RUN_DIR_VARIABLE
+from trainer.metrics import MetricsWriter
+
+log = logging.getLogger("trainer.capture")
+
+SOURCE = "script"            # the launched event's workload: a user's own script
+SUMMARY_POLL_SECONDS = 1.0   # how often the script's summary event files are read
+SUMMARY_FLUSH_MILLIS = 1000  # a summary writer that sets none flushes this often (TensorFlow's default: 2 min)
+SCHEDULE_EVERY = 10          # every so many scheduled steps, one is fetched to time the pace
+
+
+# --------------------------------------------------------------------------- printed metrics
+
+_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)"
+# ``name: value`` (a space after the colon: "localhost:12345" is no metric) or ``name = value``.
+_PAIR = re.compile(r"(?:^|(?<=[\s,;|(\[{]))(?P<name>[A-Za-z_][A-Za-z0-9_./-]*)"
+                   r"(?:\s*=\s*|:\s+)(?P<value>" + _NUMBER + r")(?=$|[\s,;|)\]}%]|\.(?:\s|$))", re.IGNORECASE)
+_PLACE = re.compile(r"\b(?P<name>epoch|step)\s+(?P<value>\d+)\b", re.IGNORECASE)  # "Epoch 3/10", "step 40:"
+_PLACES = {"epoch": "epoch", "step": "step", "global_step": "step", "iteration": "step", "iter": "step"}
+
+
+def parse_line(line: str) -> dict | None:
+    """The metrics a printed line holds: ``{"epoch"|"step": n, name: value, ...}``; None when it holds
+    no value other than where it is (a line like "Epoch 3/10" or "Using 2 GPUs")."""
+    values: dict = {}
+    for match in _PAIR.finditer(line):
+        name, text = match.group("name"), match.group("value")
+        place = _PLACES.get(name.lower())
+        if place is not None:
+            if place not in values and re.fullmatch(r"[-+]?\d+(?:\.0*)?", text):
+                values[place] = int(float(text))
+            continue
+        try:
+            values.setdefault(name, float(text))
+        except ValueError:
+            continue
+    if not any(name not in ("epoch", "step") for name in values):
+        return None
+    for match in _PLACE.finditer(line):
+        values.setdefault(match.group("name").lower(), int(match.group("value")))
+    return values
+
+
+class _PrintedMetrics:
+    """``sys.stdout`` for the script: everything goes through unchanged; each complete line outside
+    ``fit`` is also read for metrics."""
+
+    def __init__(self, stream, capture: "Capture"):
+        self._stream = stream
+        self._capture = capture
+        self._partial = ""
+
+    def write(self, text):
+        written = self._stream.write(text)
+        try:
+            if self._capture.fitting or not isinstance(text, str):
+                self._partial = ""
+                return written
+            lines = (self._partial + text).split("\n")
+            self._partial = lines.pop()[-4096:]
+            for line in lines:
+                if ":" in line or "=" in line:
+                    self._capture.printed(line)
+        except Exception:  # the script's output matters more than its metrics
+            self._capture.failed("reading printed metrics")
+        return written
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+def _tfrecords(data: bytes):
+    """Complete TFRecords in ``data`` (length, its CRC, the record, its CRC): (records, bytes used)."""
+    records, at = [], 0
+    while len(data) - at >= 12:
+        (length,) = struct.unpack_from("<Q", data, at)
+        end = at + 12 + length + 4
+        if end > len(data):
+            break
+        records.append(data[at + 12:at + 12 + length])
+        at = end
+    return records, at
+
+
+class _SummaryFollower:
+    """Reads the event files of every summary writer the script made, from where it stopped."""
+
+    def __init__(self, capture: "Capture"):
+        self.capture = capture
+        self.logdirs: list[str] = []
+        self.offsets: dict[str, int] = {}
+        self.writers: weakref.WeakSet = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._reading = threading.Lock()  # the follower's thread and the script's end read in turn
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+
+    def add(self, logdir) -> None:
+        try:
+            logdir = os.fspath(logdir)
+        except TypeError:
+            return  # a tensor: the writer's folder is decided in a graph
+        if isinstance(logdir, bytes):
+            logdir = logdir.decode(errors="replace")
+        if "://" in logdir:
+            return  # a bucket (gs://, s3://): not this host's disk
+        with self._lock:
+            if logdir not in self.logdirs:
+                self.logdirs.append(logdir)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._follow, name="tfcc-capture-summaries", daemon=True)
+                self._thread.start()
+
+    def _follow(self) -> None:
+        while True:
+            self._wake.wait(SUMMARY_POLL_SECONDS)
+            self._wake.clear()
+            try:
+                self.read()
+            except Exception:
+                self.capture.failed("reading summaries")
+
+    def writer_made(self, writer) -> None:
+        try:
+            self.writers.add(writer)
+        except TypeError:
+            pass
+
+    def flush(self) -> None:
+        """At the script's end: what its writers hold reaches their files, then is read."""
+        for writer in list(self.writers):
+            try:
+                writer.flush()
+            except Exception:
+                pass
+        self.read()
+
+    def read(self) -> None:
+        with self._reading:
+            self._read_all()
+
+    def _read_all(self) -> None:
+        with self._lock:
+            logdirs = list(self.logdirs)
+        for logdir in logdirs:
+            try:
+                names = sorted(n for n in os.listdir(logdir) if n.startswith("events.out.tfevents."))
+            except OSError:
+                continue
+            for name in names:
+                self._read_file(os.path.join(logdir, name))
+
+    def _read_file(self, path: str) -> None:
+        offset = self.offsets.get(path, 0)
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read(16 << 20)
+        except OSError:
+            return
+        records, used = _tfrecords(data)
+        self.offsets[path] = offset + used
+        if not records:
+            return
+        from tensorflow.core.util import event_pb2  # the script imported TensorFlow: it made the writer
+
+        by_step: dict[int, dict] = {}
+        for raw in records:
+            event = event_pb2.Event.FromString(raw)
+            if not event.HasField("summary"):
+                continue
+            for value in event.summary.value:
+                number = _scalar(value)
+                if number is None:
+                    continue
+                row = by_step.setdefault(int(event.step), {"time": event.wall_time})
+                row[value.tag] = number
+        for step, row in sorted(by_step.items()):
+            self.capture.write({"type": "step", "global_step": step, "captured": "summary", **row})
+
+
+def _scalar(value) -> float | None:
+    """A summary value as a number, when it is a scalar (``tf.summary.scalar``, or a TF1 simple value)."""
+    if value.HasField("simple_value"):
+        return float(value.simple_value)
+    if not value.HasField("tensor"):
+        return None
+    tensor = value.tensor
+    if any(d.size != 1 for d in tensor.tensor_shape.dim):
+        return None
+    for field in ("float_val", "double_val", "int_val", "int64_val"):
+        values = getattr(tensor, field)
+        if len(values) == 1:
+            return float(values[0])
+    content = tensor.tensor_content
+    formats = {1: "<f", 2: "<d", 3: "<i", 9: "<q", 19: "<e"}  # DT_FLOAT, DT_DOUBLE, DT_INT32, DT_INT64, DT_HALF
+    fmt = formats.get(tensor.dtype)
+    if fmt and len(content) == struct.calcsize(fmt):
+        return float(struct.unpack(fmt, content)[0])
+    return None
+
+
+# --------------------------------------------------------------------------- scheduled steps
+
+
+class _ScheduledSteps:
+    """A ``ClusterCoordinator.schedule`` loop's steps: counted as scheduled; every ``SCHEDULE_EVERY``-th
+    one's result is waited for off the script's thread, which times the pace the workers keep."""
+
+    def __init__(self, capture: "Capture"):
+        self.capture = capture
+        self.count = 0
+        self._lock = threading.Lock()
+        self._pending: list = []
+        self._ready = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+        self._mark = (0, time.perf_counter())
+
+    def scheduled(self, remote_value) -> None:
+        with self._lock:
+            self.count += 1
+            if self.count % SCHEDULE_EVERY:
+                return
+            if self._thread is None:
+                self._mark = (0, time.perf_counter())
+                self._thread = threading.Thread(target=self._fetching, name="tfcc-capture-schedule", daemon=True)
+                self._thread.start()
+            self._pending.append((self.count, remote_value))
+            self._ready.notify()
+
+    def _fetching(self) -> None:
+        while True:
+            with self._lock:
+                while not self._pending:
+                    self._ready.wait()
+                count, remote_value = self._pending.pop(0)
+            try:
+                remote_value.fetch()
+            except Exception:  # a step that failed is the script's to see
+                continue
+            now = time.perf_counter()
+            done = count - self._mark[0]
+            took = (now - self._mark[1]) / max(1, done)
+            self._mark = (count, now)
+            self.capture.write({"type": "step", "global_step": count, "steps": done, "step_time": took,
+                                "time": time.time(), "captured": "schedule"})
+
+
+# --------------------------------------------------------------------------- the capture
+
+
+class Capture:
+    """What tfcc learns of one script's process, written to its metrics file."""
+
+    def __init__(self, writer: MetricsWriter, tf_config: dict):
+        self.writer = writer
+        self.tf_config = tf_config
+        self.task = tf_config.get("task") or {}
+        self.cluster = tf_config.get("cluster") or {}
+        self._fit_depth = 0
+        self._failed: set[str] = set()
+        self._printed = 0  # lines of printed metrics without a step of their own
+        self._optimizers: weakref.WeakSet = weakref.WeakSet()
+        self.summaries = _SummaryFollower(self)
+        self.scheduled = _ScheduledSteps(self)
+
+    @property
+    def fitting(self) -> bool:
+        return self._fit_depth > 0
+
+    def failed(self, what: str) -> None:
+        """The capture could not do ``what``: said once on stderr; the script goes on."""
+        if what not in self._failed:
+            self._failed.add(what)
+            log.warning("tfcc could not capture metrics while %s (the script goes on)", what, exc_info=True)
+
+    def write(self, record: dict) -> None:
+        record.setdefault("time", time.time())
+        self.writer.write(record)
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def launched(self, script: str) -> None:
+        training = [a for r in ("chief", "worker") for a in self.cluster.get(r, [])]
+        try:
+            address = self.cluster[self.task["type"]][int(self.task.get("index", 0))]
+        except (KeyError, IndexError, TypeError, ValueError):
+            address = None  # no cluster (a script run alone), or an evaluator outside it
+        self.writer.event("launched", pid=os.getpid(), address=address, cluster=self.cluster,
+                          is_chief=self._is_chief(), workload=SOURCE, script=script, capture=True,
+                          python=sys.version.split()[0])
+        if len(training) <= 1 and not self.cluster.get("ps"):
+            # No peer to wait for: a single task's cluster has formed (its strategy is local).
+            self.writer.event_once("cluster_formed", strategy="local", num_replicas=None)
+
+    def _is_chief(self) -> bool:
+        role, index = self.task.get("type", "worker"), int(self.task.get("index", 0) or 0)
+        return role == "chief" or (role == "worker" and index == 0 and not self.cluster.get("chief"))
+
+    def formed(self, strategy) -> None:
+        from trainer.report import strategy_name
+
+        self.writer.event_once("cluster_formed", strategy=strategy_name(strategy),
+                               num_replicas=getattr(strategy, "num_replicas_in_sync", None))
+
+    def serving(self) -> None:
+        """A worker or ps of parameter-server training serves: SIGTERM (the run is over) ends it cleanly."""
+        role = self.task.get("type", "worker")
+        self.writer.event_once("serving", role=role, strategy="parameter_server")
+
+    def join(self, server) -> None:
+        """``Server.join()``: serve until SIGTERM (TensorFlow's own join would need a SIGKILL), then end."""
+        done = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: done.set())
+        while not done.wait(1.0):
+            pass
+        self.writer.event("finished", metrics={}, train_time=None, model=None, role=self.task.get("type"))
+        self.writer.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # the server's threads would hold the process up
+
+    # ---------------------------------------------------------------- fit
+
+    def fit(self, original, model, args, kwargs):
+        try:
+            signature = inspect.signature(original)
+            bound = signature.bind(model, *args, **kwargs)
+            callbacks = bound.arguments.get("callbacks")
+            if callbacks is None or isinstance(callbacks, (list, tuple)):
+                callbacks = list(callbacks or [])
+                if not any(getattr(c, "_tfcc_reporter", False) for c in callbacks):
+                    from trainer.report import reporter_for
+
+                    callbacks.append(reporter_for(model, path_or_writer=self.writer, lifecycle=True))
+                    bound.arguments["callbacks"] = callbacks
+                    args, kwargs = bound.args[1:], bound.kwargs
+        except Exception:
+            self.failed("adding tfcc's reporter to fit")
+        self._fit_depth += 1
+        try:
+            return original(model, *args, **kwargs)
+        finally:
+            self._fit_depth -= 1
+
+    # ---------------------------------------------------------------- printed lines
+
+    def optimizer_made(self, optimizer) -> None:
+        try:
+            self._optimizers.add(optimizer)
+        except TypeError:
+            pass
+
+    def _optimizer_step(self) -> int | None:
+        """The steps the script's optimizer has applied (its ``iterations``), where one can be read now."""
+        for optimizer in list(self._optimizers)[::-1]:
+            try:
+                return int(optimizer.iterations.numpy())
+            except Exception:
+                continue
+        return None
+
+    def printed(self, line: str) -> None:
+        values = parse_line(line)
+        if values is None:
+            return
+        record = {"captured": "print", **values}
+        step = self._optimizer_step()
+        if "epoch" in values and "step" not in values:
+            record["type"] = "epoch"
+            if step is not None:
+                record["global_step"] = step
+        else:
+            self._printed += 1
+            record["type"] = "step"
+            record["global_step"] = step if step is not None else values.get("step", self._printed)
+        self.write(record)
+
+    # ---------------------------------------------------------------- patches
+
+    def patch(self, name: str, module) -> None:
+        """Patch ``module`` (``tensorflow``, ``keras`` or ``tf_keras``, just imported)."""
+        patches = {"tensorflow": self._patch_tensorflow, "keras": self._patch_keras, "tf_keras": self._patch_keras}
+        try:
+            patches[name](module)
+        except Exception:
+            self.failed(f"patching {name}")
+
+    def _patch_keras(self, keras) -> None:
+        model = getattr(keras, "Model", None)
+        if model is not None and not getattr(model.fit, "_tfcc", False):
+            original = model.fit
+            capture = self
+
+            @functools.wraps(original)
+            def fit(self, *args, **kwargs):
+                return capture.fit(original, self, args, kwargs)
+
+            fit._tfcc = True
+            model.fit = fit
+        optimizers = getattr(keras, "optimizers", None)
+        for cls in {getattr(optimizers, "Optimizer", None), getattr(getattr(optimizers, "legacy", None),
+                                                                     "Optimizer", None)} - {None}:
+            _after(cls, "__init__", lambda optimizer, *_: self.optimizer_made(optimizer))
+
+    def _patch_tensorflow(self, tf) -> None:
+        from tensorflow.python.distribute import collective_all_reduce_strategy as mwms
+        from tensorflow.python.distribute import parameter_server_strategy_v2 as pss
+        from tensorflow.python.distribute.coordinator import cluster_coordinator as coordinator
+        from tensorflow.python.training import server_lib
+
+        for cls in (mwms.CollectiveAllReduceStrategy, pss.ParameterServerStrategyV2):
+            _after(cls, "__init__", lambda strategy, *_: self.formed(strategy))
+        _after(server_lib.Server, "__init__", lambda server, *_: self._server_made())
+        _replace(server_lib.Server, "join", lambda original, server: (
+            self.join(server) if self._serves() else original(server)))
+        _after(coordinator.ClusterCoordinator, "schedule",
+               lambda result, *_: None if self.fitting else self.scheduled.scheduled(result), with_result=True)
+        summary = tf.summary
+        original = summary.create_file_writer
+
+        @functools.wraps(original)
+        def create_file_writer(logdir, max_queue=None, flush_millis=None, *args, **kwargs):
+            writer = original(logdir, max_queue, SUMMARY_FLUSH_MILLIS if flush_millis is None else flush_millis,
+                              *args, **kwargs)
+            self.summaries.add(logdir)
+            self.summaries.writer_made(writer)
+            return writer
+
+        summary.create_file_writer = create_file_writer
+
+    def _serves(self) -> bool:
+        return self.task.get("type") in ("worker", "ps") and bool(self.cluster.get("ps"))
+
+    def _server_made(self) -> None:
+        if self._serves():
+            self.serving()
+
+
+def _after(cls, name: str, then, with_result: bool = False) -> None:
+    """Patch ``cls.name`` to call ``then(self, ...)`` (or ``then(result, self, ...)``) after it returns."""
+    original = cls.__dict__.get(name) or getattr(cls, name)
+    if getattr(original, "_tfcc", False):
+        return
+
+    @functools.wraps(original)
+    def patched(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        try:
+            then(*((result, self) if with_result else (self,)), *args)
+        except Exception:
+            log.warning("tfcc's capture after %s.%s failed (the script goes on)", cls.__name__, name, exc_info=True)
+        return result
+
+    patched._tfcc = True
+    setattr(cls, name, patched)
+
+
+def _replace(cls, name: str, body) -> None:
+    """Patch ``cls.name`` to ``body(original, self, ...)``."""
+    original = cls.__dict__.get(name) or getattr(cls, name)
+    if getattr(original, "_tfcc", False):
+        return
+
+    @functools.wraps(original)
+    def patched(self, *args, **kwargs):
+        return body(original, self, *args, **kwargs)
+
+    patched._tfcc = True
+    setattr(cls, name, patched)
+
+
+class _PatchingFinder(importlib.abc.MetaPathFinder):
+    """Finds ``tensorflow``, ``keras`` and ``tf_keras`` as Python would, and patches each once it is
+    loaded (whichever the script imports first, and whenever)."""
+
+    NAMES = ("tensorflow", "keras", "tf_keras")
+
+    def __init__(self, capture: Capture):
+        self.capture = capture
+        self._finding: set[str] = set()
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.NAMES or name in self._finding:
+            return None
+        self._finding.add(name)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self._finding.discard(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _PatchingLoader(spec.loader, name, self.capture)
+        return spec
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, loader, name: str, capture: Capture):
+        self.loader, self.name, self.capture = loader, name, capture
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        self.capture.patch(self.name, module)
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.split("\n\n")[0], file=sys.stderr)
+        sys.exit(0 if argv else 2)
+    script, args = argv[0], argv[1:]
+    if not os.path.isfile(script):
+        print(f"tfcc-capture: error: script {script!r} does not exist", file=sys.stderr)
+        sys.exit(2)
+    try:
+        tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+        tf_config = tf_config if isinstance(tf_config, dict) else {}
+    except ValueError:
+        tf_config = {}  # the script will say what is wrong with it
+    task = tf_config.get("task") or {}
+    writer = MetricsWriter.shared(Path(os.environ.get(RUN_DIR_VARIABLE, ".")) / METRICS,
+                                  {"task_type": task.get("type", "worker"), "task_index": task.get("index", 0)})
+    capture = Capture(writer, tf_config)
+    capture.launched(script)
+    for name in _PatchingFinder.NAMES:  # imported already (a sitecustomize): patched now
+        if name in sys.modules:
+            capture.patch(name, sys.modules[name])
+    sys.meta_path.insert(0, _PatchingFinder(capture))
+    sys.stdout = _PrintedMetrics(sys.stdout, capture)
+    sys.argv = [script, *args]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    finally:
+        try:
+            sys.stdout.flush()
+            capture.summaries.flush()  # what the script's writers hold at its end
+        except Exception:
+            capture.failed("reading summaries")
+
+
+if __name__ == "__main__":
+    main()
