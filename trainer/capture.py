@@ -1,4 +1,4 @@
-"""``python -m trainer.capture SCRIPT [ARGS...]``: run a user's script unchanged, as ``python SCRIPT
+"""``python trainer/capture.py SCRIPT [ARGS...]``: run a user's script unchanged, as ``python SCRIPT
 ARGS`` would, and capture what it trains from the outside (docs/your-script.md).
 
 The script runs as ``__main__`` with its own ``sys.argv`` and its folder first on ``sys.path``
@@ -19,11 +19,14 @@ docs/metrics.md:
   strategy exists), ``serving`` (a parameter-server worker or ps serves; SIGTERM then ends it cleanly).
 
 A failure of the capture itself never fails the script: it is logged to stderr once and the script
-goes on.
+goes on. It is started by its path, not with ``-m``: ``-m`` would look for tfcc's ``trainer`` package
+in the script's folder first, where many projects have a ``trainer.py`` of their own; when the script's
+folder has a ``trainer`` or ``agent`` module, tfcc's own step out of its way (``_own_modules``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.abc
 import importlib.util
@@ -42,8 +45,12 @@ import time
 import weakref
 from pathlib import Path
 
-from agent.protocol import METRICS, RUN_DIR_VARIABLE
-from trainer.metrics import MetricsWriter
+if __name__ == "__main__" and __package__ in (None, ""):  # started by its path: tfcc's code is beside it
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+from agent.protocol import METRICS, RUN_DIR_VARIABLE  # noqa: E402
+from trainer.metrics import MetricsWriter  # noqa: E402
+from trainer.plan import strategy_name  # noqa: E402
 
 log = logging.getLogger("trainer.capture")
 
@@ -51,6 +58,41 @@ SOURCE = "script"            # the launched event's workload: a user's own scrip
 SUMMARY_POLL_SECONDS = 1.0   # how often the script's summary event files are read
 SUMMARY_FLUSH_MILLIS = 1000  # a summary writer that sets none flushes this often (TensorFlow's default: 2 min)
 SCHEDULE_EVERY = 10          # every so many scheduled steps, one is fetched to time the pace
+
+
+# --------------------------------------------------------------------------- tfcc's own modules
+
+_PACKAGES = ("trainer", "agent")
+_OWN: dict = {}  # tfcc's own modules while they stand aside for the script's own of the same names
+
+
+def _step_aside() -> None:
+    """The script has a ``trainer`` or ``agent`` module of its own: its imports get it, not tfcc's."""
+    for name in list(sys.modules):
+        if name.split(".")[0] in _PACKAGES:
+            _OWN[name] = sys.modules.pop(name)
+
+
+@contextlib.contextmanager
+def _own_modules():
+    """tfcc's own modules for an import of the capture's (the script's own, if any, stay as they are)."""
+    if not _OWN:
+        yield
+        return
+    theirs = {n: sys.modules.pop(n) for n in list(sys.modules) if n.split(".")[0] in _PACKAGES}
+    sys.modules.update(_OWN)
+    try:
+        yield
+    finally:
+        for name in list(sys.modules):
+            if name.split(".")[0] in _PACKAGES:
+                _OWN[name] = sys.modules.pop(name)
+        sys.modules.update(theirs)
+
+
+def _shadows(folder: str) -> bool:
+    """Whether ``folder`` holds a module named like one of tfcc's packages."""
+    return any(os.path.exists(os.path.join(folder, name + ext)) for name in _PACKAGES for ext in (".py", ""))
 
 
 # --------------------------------------------------------------------------- printed metrics
@@ -345,8 +387,6 @@ class Capture:
         return role == "chief" or (role == "worker" and index == 0 and not self.cluster.get("chief"))
 
     def formed(self, strategy) -> None:
-        from trainer.report import strategy_name
-
         self.writer.event_once("cluster_formed", strategy=strategy_name(strategy),
                                num_replicas=getattr(strategy, "num_replicas_in_sync", None))
 
@@ -377,7 +417,8 @@ class Capture:
             if callbacks is None or isinstance(callbacks, (list, tuple)):
                 callbacks = list(callbacks or [])
                 if not any(getattr(c, "_tfcc_reporter", False) for c in callbacks):
-                    from trainer.report import reporter_for
+                    with _own_modules():
+                        from trainer.report import reporter_for
 
                     callbacks.append(reporter_for(model, path_or_writer=self.writer, lifecycle=True))
                     bound.arguments["callbacks"] = callbacks
@@ -472,9 +513,17 @@ class Capture:
                               *args, **kwargs)
             self.summaries.add(logdir)
             self.summaries.writer_made(writer)
+            for name in ("flush", "close"):  # read at once what they write: a worker may delete its folder next
+                _then(writer, name, self._flushed)
             return writer
 
         summary.create_file_writer = create_file_writer
+
+    def _flushed(self) -> None:
+        try:
+            self.summaries.read()
+        except Exception:
+            self.failed("reading summaries")
 
     def _serves(self) -> bool:
         return self.task.get("type") in ("worker", "ps") and bool(self.cluster.get("ps"))
@@ -501,6 +550,24 @@ def _after(cls, name: str, then, with_result: bool = False) -> None:
 
     patched._tfcc = True
     setattr(cls, name, patched)
+
+
+def _then(instance, name: str, then) -> None:
+    """``instance.name(...)`` calls ``then()`` after it returns (on this object only)."""
+    original = getattr(instance, name, None)
+    if original is None:
+        return
+
+    @functools.wraps(original)
+    def patched(*args, **kwargs):
+        result = original(*args, **kwargs)
+        then()
+        return result
+
+    try:
+        setattr(instance, name, patched)
+    except (AttributeError, TypeError):
+        pass
 
 
 def _replace(cls, name: str, body) -> None:
@@ -585,6 +652,8 @@ def main(argv: list[str] | None = None) -> None:
     sys.stdout = _PrintedMetrics(sys.stdout, capture)
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
+    if _shadows(sys.path[0]) or _shadows(os.getcwd()):
+        _step_aside()
     try:
         runpy.run_path(script, run_name="__main__")
     finally:

@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from agent.protocol import ATTEMPT_VARIABLE
+from agent.protocol import ATTEMPT_VARIABLE, METRICS, RUN_DIR_VARIABLE
 
 log = logging.getLogger("trainer.metrics")
 
@@ -131,3 +131,43 @@ def read_records(path: str | os.PathLike) -> list[dict]:
             if line.endswith("\n"):
                 records.append(json.loads(line))
     return records
+
+
+def _number(value):
+    """A value a script reports, as a float (a tensor's or a NumPy scalar's too); None if it is none."""
+    try:
+        return float(value.numpy() if hasattr(value, "numpy") else value)
+    except (TypeError, ValueError):
+        return None
+
+
+_reported = {"steps": 0}
+
+
+def report(step: int | None = None, *, epoch: int | None = None, **values) -> None:
+    """Write one record of a script's own metrics to its tfcc metrics file, from any loop, under any
+    strategy (docs/your-script.md)::
+
+        report(step=step, loss=loss, learning_rate=lr)   # a step record
+        report(epoch=epoch, val_accuracy=acc)            # an epoch record (no step given)
+
+    ``step`` is the global step (the plots' x); values are numbers (tensors and NumPy scalars too).
+    It writes to ``$TFCC_RUN_DIR/metrics.jsonl`` (``./metrics.jsonl`` outside tfcc); it never blocks.
+    """
+    try:
+        task = json.loads(os.environ.get("TF_CONFIG") or "{}").get("task") or {}
+    except (ValueError, AttributeError):
+        task = {}
+    writer = MetricsWriter.shared(Path(os.environ.get(RUN_DIR_VARIABLE, ".")) / METRICS,
+                                  {"task_type": task.get("type", "worker"), "task_index": task.get("index", 0)})
+    record: dict = {"type": "epoch" if step is None and epoch is not None else "step", "time": time.time()}
+    if epoch is not None:
+        record["epoch"] = int(epoch)
+    if record["type"] == "step":
+        _reported["steps"] += 1
+        record["global_step"] = int(step) if step is not None else _reported["steps"]
+    for name, value in values.items():
+        number = _number(value)
+        if number is not None:
+            record[name] = number
+    writer.write(record)

@@ -56,6 +56,20 @@ def count_problem(value: int, low: int, high: int) -> str | None:
 # --------------------------------------------------------------------------- strategy and replicas
 
 
+def strategy_name(strategy) -> str:
+    """STRATEGIES' word for a ``tf.distribute`` strategy object (a script's own: its class says)."""
+    name = type(strategy).__name__
+    if "ParameterServer" in name:
+        return "parameter_server"
+    if "CollectiveAllReduce" in name or "MultiWorker" in name:
+        return "multi_worker_mirrored"
+    if "Mirrored" in name:
+        return "mirrored"
+    if name.startswith("_Default"):
+        return "default"
+    return name
+
+
 def strategy_for(requested: str, num_workers: int, local_devices: int) -> str:
     """The strategy a task runs: "auto" picks by the chief/worker tasks and the task's devices."""
     if requested != "auto":

@@ -31,7 +31,8 @@ from pathlib import Path
 import tensorflow as tf
 
 from agent.protocol import METRICS, RUN_DIR_VARIABLE
-from trainer.metrics import MetricsWriter
+from trainer.metrics import MetricsWriter, report  # noqa: F401  (report: the loops' one call)
+from trainer.plan import strategy_name
 
 log = logging.getLogger("trainer.report")
 
@@ -69,20 +70,6 @@ def keras_of(model) -> str:
         if module == "keras" or module.startswith("keras."):
             return "keras3"
     return "tf-keras" if tf.keras.__name__.startswith("tf_keras") else "keras3"
-
-
-def strategy_name(strategy) -> str:
-    """tfcc's word for a tf.distribute strategy (the trainer's ``started`` event uses the same)."""
-    name = type(strategy).__name__
-    if "ParameterServer" in name:
-        return "parameter_server"
-    if "CollectiveAllReduce" in name or "MultiWorker" in name:
-        return "multi_worker_mirrored"
-    if "Mirrored" in name:
-        return "mirrored"
-    if name.startswith("_Default"):
-        return "default"
-    return name
 
 
 def _first_input(data):
@@ -254,7 +241,7 @@ class _Reporting:
         if self.lifecycle:
             self.writer.event_once("cluster_formed", strategy=strategy_name(strategy),
                                    num_replicas=strategy.num_replicas_in_sync)
-        if self._own_writer:
+        if self.lifecycle:
             self.writer.event("train_begin", exact_step_loss=self.exact_loss)
 
     def _started(self, global_batch) -> None:
@@ -337,7 +324,7 @@ class _Reporting:
     def on_train_end(self, logs=None):
         if self._coordinated is not None:
             self._coordinated.close()
-        if self._own_writer:
+        if self.lifecycle:
             # The writer stays open for the next fit(); it is drained at exit.
             self.writer.event("train_end", train_time=time.perf_counter() - self._t_train)
 

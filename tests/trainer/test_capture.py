@@ -1,0 +1,192 @@
+"""trainer/capture.py: a user's script run unchanged, what is read from its output and files, and
+that the capture never changes what the script does."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainer.capture import _tfrecords, parse_line
+from trainer.metrics import read_records
+
+ROOT = Path(__file__).resolve().parents[2]
+CAPTURE = ROOT / "trainer" / "capture.py"
+
+
+# --------------------------------------------------------------------------- printed lines
+
+
+@pytest.mark.parametrize("line, values", [
+    # TensorFlow's custom-training-loop tutorials
+    ("Epoch: 1, accuracy: 0.930000, train_loss: 0.210000.", {"epoch": 1, "accuracy": 0.93, "train_loss": 0.21}),
+    ("Epoch 3, Loss: 0.25, Accuracy: 91.5, Test Loss: 0.3, Test Accuracy: 90.1",
+     {"epoch": 3, "Loss": 0.25, "Accuracy": 91.5}),
+    ("epoch=2 loss=1.5e-3 lr=0.01", {"epoch": 2, "loss": 0.0015, "lr": 0.01}),
+    ("step 40: loss = 0.5", {"step": 40, "loss": 0.5}),
+    ("Finished epoch 0, accuracy is 0.4437.", None),   # no name: value pair
+    ("Epoch 3/10", None),                                # where it is, no value
+    ("Connecting to localhost:12345 at 12:30:45", None),  # no space after the colon: no metric
+    ("loss: nan, accuracy: 0.1", {"loss": float("nan"), "accuracy": 0.1}),
+])
+def test_printed_lines_give_their_name_value_pairs(line, values):
+    found = parse_line(line)
+    if values is None:
+        assert found is None
+        return
+    for name, value in values.items():
+        if value != value:  # NaN
+            assert found[name] != found[name]
+        else:
+            assert found[name] == pytest.approx(value)
+
+
+# --------------------------------------------------------------------------- event files
+
+
+def test_tfrecords_are_read_whole_and_a_partial_one_waits():
+    records = [b"first", b"second record"]
+    data = b"".join(struct.pack("<Q", len(r)) + b"\0" * 4 + r + b"\0" * 4 for r in records)
+    assert _tfrecords(data) == (records, len(data))
+    assert _tfrecords(data[:-3]) == (records[:1], len(data) - (12 + len(records[1]) + 4))
+    assert _tfrecords(b"") == ([], 0)
+
+
+# --------------------------------------------------------------------------- running a script
+
+
+def run(tmp_path: Path, source: str, *args: str, env: dict | None = None, files: dict | None = None):
+    """``trainer/capture.py SCRIPT ARGS`` in ``tmp_path`` (its run folder too): the process and its records."""
+    (tmp_path / "main.py").write_text(source)
+    for name, text in (files or {}).items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    environ = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "PYTHONPATH")}
+    environ.update(TFCC_RUN_DIR=str(tmp_path), PYTHONPATH=str(ROOT), **(env or {}))
+    proc = subprocess.run([sys.executable, str(CAPTURE), "main.py", *args], cwd=tmp_path, env=environ,
+                          capture_output=True, text=True, timeout=300)
+    path = tmp_path / "metrics.jsonl"
+    return proc, read_records(path) if path.exists() else []
+
+
+def test_a_script_runs_as_python_would_run_it(tmp_path):
+    """Its argv, __main__, __file__, its folder first on sys.path, its cwd, stdout as it prints it,
+    its exit code; a module of its own named like tfcc's (trainer.py) is the one it imports."""
+    proc, records = run(tmp_path, """
+import os, sys
+import helper, trainer
+print("argv", sys.argv[1:], __name__, os.path.basename(__file__), helper.VALUE, trainer.MINE)
+print("path0", sys.path[0] == os.path.dirname(os.path.abspath(__file__)))
+sys.exit(3)
+""", "--flag", "x y", files={"helper.py": "VALUE = 41\n", "trainer.py": "MINE = 'mine'\n"})
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stdout.splitlines() == ["argv ['--flag', 'x y'] __main__ main.py 41 mine", "path0 True"]
+    assert [r["event"] for r in records if r["type"] == "event"] == ["launched", "cluster_formed"]
+    assert records[0]["workload"] == "script" and records[0]["capture"] is True
+
+
+def test_a_failing_script_fails_with_its_own_traceback(tmp_path):
+    proc, _ = run(tmp_path, "import mnist_setup\n")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == "ModuleNotFoundError: No module named 'mnist_setup'"
+
+
+def test_printed_metrics_become_records_and_other_lines_do_not(tmp_path):
+    proc, records = run(tmp_path, """
+for epoch in range(3):
+    print(f"Epoch: {epoch}, accuracy: {0.5 + epoch / 10:.2f}, train_loss: {1 / (epoch + 1):.3f}")
+print("Reached localhost:12345, all done")
+print("loss: 0.5", end="")  # a last line without its newline
+""")
+    assert proc.returncode == 0, proc.stderr
+    epochs = [r for r in records if r["type"] == "epoch"]
+    assert [(r["epoch"], r["accuracy"], r["train_loss"], r["captured"]) for r in epochs] == [
+        (0, 0.5, 1.0, "print"), (1, 0.6, 0.5, "print"), (2, 0.7, 0.333, "print")]
+    assert not [r for r in records if r["type"] == "step"]
+
+
+@pytest.mark.slow
+def test_keras3_fit_with_steps_per_execution_gets_each_step_once_and_its_true_pace(tmp_path):
+    """Keras 3 (TensorFlow 2.21's default), steps_per_execution = 4: one record per execution, its
+    steps counted, the step time per step and the throughput of the steps it ran."""
+    proc, records = run(tmp_path, """
+import keras, numpy as np
+x = np.random.default_rng(0).random((256, 8), dtype="float32"); y = (x.sum(1) > 4).astype("int32")
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
+model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), steps_per_execution=4)
+model.fit(x, y, batch_size=32, epochs=2, verbose=2)
+""", env={"TF_USE_LEGACY_KERAS": "0"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    steps = [r for r in records if r["type"] == "step"]
+    assert steps and all(r["steps"] == 4 for r in steps[:1])
+    for r in steps:
+        assert r["global_batch"] == 32 and isinstance(r["loss"], float)
+        assert r["global_examples_per_sec"] == pytest.approx(32 / r["step_time"], rel=1e-6)
+    started = [r for r in records if r.get("event") == "started"]
+    assert len(started) == 1 and started[0]["keras"] == "keras3" and started[0]["global_batch"] == 32
+    # Keras's progress bar is no printed metric: fit's own records only.
+    assert not [r for r in records if r.get("captured") == "print"]
+    assert "loss:" in proc.stdout  # and it still reaches the script's output
+
+
+@pytest.mark.slow
+def test_a_summary_writer_in_a_folder_deleted_at_the_end_is_read_before(tmp_path):
+    """A non-chief worker writes its summaries to a temporary folder and deletes it when done (as the
+    tutorials do): what it wrote is read when the writer is flushed or closed."""
+    proc, records = run(tmp_path, """
+import os, shutil, tempfile
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import tensorflow as tf
+logdir = tempfile.mkdtemp()
+writer = tf.summary.create_file_writer(logdir)
+with writer.as_default():
+    for step in range(1, 6):
+        tf.summary.scalar("train_loss", 1.0 / step, step=step)
+        tf.summary.scalar("accuracy", step / 10, step=step)
+writer.close()
+shutil.rmtree(logdir)
+""")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    steps = [r for r in records if r.get("captured") == "summary"]
+    assert [(r["global_step"], r["train_loss"], r["accuracy"]) for r in steps] == [
+        (s, pytest.approx(1.0 / s), pytest.approx(s / 10)) for s in range(1, 6)]
+
+
+@pytest.mark.slow
+def test_a_tf_keras_script_keeps_the_keras_it_chose(tmp_path):
+    """The capture touches no tf.keras before the script: a script that picks tf-keras itself gets it."""
+    proc, records = run(tmp_path, """
+import os
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import tensorflow as tf
+import numpy as np
+print("keras", tf.keras.__name__.split(".")[0])
+model = tf.keras.Sequential([tf.keras.layers.Dense(2)])
+model.compile(tf.keras.optimizers.legacy.SGD(), "mse")
+model.fit(np.ones((8, 3)), np.ones((8, 2)), epochs=1, verbose=0)
+""", env={"TF_USE_LEGACY_KERAS": "0"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "keras tf_keras" in proc.stdout
+    assert [r for r in records if r.get("event") == "started"][0]["keras"] == "tf-keras"
+
+
+def test_report_writes_a_loops_own_values_once_each_beside_what_is_captured(tmp_path):
+    """The one call for loops: step and epoch records of any numeric values, in the capture's file."""
+    proc, records = run(tmp_path, """
+from trainer.metrics import report
+for step in range(1, 4):
+    report(step=step, loss=1.0 / step, learning_rate=0.1)
+report(epoch=0, val_accuracy=0.5)
+report(loss="not a number")
+""")
+    assert proc.returncode == 0, proc.stderr
+    mine = [r for r in records if r["type"] in ("step", "epoch")]
+    assert [(r["type"], r.get("global_step"), r.get("loss"), r.get("val_accuracy")) for r in mine] == [
+        ("step", 1, 1.0, None), ("step", 2, 0.5, None), ("step", 3, pytest.approx(1 / 3), None),
+        ("epoch", None, None, 0.5), ("step", 4, None, None)]
+    assert all(r["task_type"] == "worker" and r["attempt"] == 1 for r in mine)
