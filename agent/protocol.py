@@ -6,8 +6,9 @@ imported by the console and the trainer too, so each word is written here once.
 
 from __future__ import annotations
 
-PROTOCOL_VERSION = 3  # 2: metrics follow messages carry the file's own lines ("lines"), not records
+PROTOCOL_VERSION = 4  # 2: metrics follow messages carry the file's own lines ("lines"), not records
 # 3: the "system" op streams a host's CPU, memory and GPU load and its tasks' processes
+# 4: "missing_blobs" says which files of a script's workdir a host lacks; "start" takes "workdir"
 
 # --------------------------------------------------------------------------- operations
 # agent/server.py has one handler per op (Server.op_<name>) and its op table is built from them.
@@ -27,8 +28,9 @@ RELEASE = "release"
 CONNECT = "connect"
 SYSTEM = "system"
 REMOVE = "remove"  # a run's folder on this host, once none of its tasks runs
+MISSING_BLOBS = "missing_blobs"  # which of these sha256s have no blob here yet (a script's workdir)
 OPS = (HELLO, START, FOLLOW, STATUS, LIST, STOP, PORTS, LOGS, PROBE, CHECK_PORTS, LISTEN, RELEASE, CONNECT,
-       SYSTEM, REMOVE)
+       SYSTEM, REMOVE, MISSING_BLOBS)
 
 # The messages a follow streams: {"id": N, "type": ...}.
 FOLLOWING = "following"  # the first: the offsets it reads from, and when the agent started the task
@@ -65,9 +67,16 @@ STDERR = "stderr.log"
 LOG_STREAMS = (STDOUT, STDERR)
 STREAMS = (METRICS, *LOG_STREAMS)
 
+# --------------------------------------------------------------------------- a script's workdir
+# Each file once per host as <home>/blobs/<sha256>; each task's own copy in <task folder>/work/,
+# its cwd, which argv names as "{work_dir}".
+
+BLOBS_DIR = "blobs"
+WORK_DIR = "work"
+
 # --------------------------------------------------------------------------- environment variables
 
-HOME_VARIABLE = "TFCC_HOME"                  # the agent's folder on a host (default ~/.tfcc): runs/ and dist/
+HOME_VARIABLE = "TFCC_HOME"                  # the agent's folder on a host (default ~/.tfcc): runs/, dist/, blobs/
 AGENT_STDERR_VARIABLE = "TFCC_AGENT_STDERR"  # the file the agent's stderr goes to; a clean exit removes it
 POLL_ONLY_VARIABLE = "TFCC_AGENT_POLL"        # set: follows poll the files instead of using inotify
 # What the agent gives a task, besides TF_CONFIG:
@@ -87,9 +96,10 @@ BAD_ARGUMENT = "bad-argument"          # a missing or out-of-range field
 TASK_EXISTS = "task-exists"            # a fresh start of a task the run already has
 ALREADY_RUNNING = "already-running"
 NO_SUCH_TASK = "no-such-task"
+MISSING_BLOB = "missing-blob"          # a start names a workdir file whose blob is not (whole) on the host
 AGENT_BUG = "agent-bug"                # an unexpected exception in the agent
 ERROR_CODES = (BAD_REQUEST, UNKNOWN_OP, PROTOCOL_MISMATCH, BAD_NAME, BAD_ARGUMENT, TASK_EXISTS, ALREADY_RUNNING,
-               NO_SUCH_TASK, AGENT_BUG)
+               NO_SUCH_TASK, MISSING_BLOB, AGENT_BUG)
 
 
 # --------------------------------------------------------------------------- task names and addresses

@@ -289,6 +289,7 @@ _SIGNATURES: tuple[_Signature, ...] = (
 )
 
 _HOST_OOM = next(s for s in _SIGNATURES if s.name == "host-oom")
+_MODULE_MISSING = next(s for s in _SIGNATURES if s.name == "module-missing")
 _SIGNAL_WHY = {
     signal.SIGKILL: "by tfcc's stop, a person, or the host's out-of-memory killer",
     signal.SIGTERM: "asked to stop from outside: a person, a scheduler or the host shutting down",
@@ -300,13 +301,16 @@ _SIGNAL_WHY = {
 }
 
 
-def diagnose(stderr_tail: str, returncode: int | None, metrics_error: str | None = None) -> Diagnosis | None:
+def diagnose(stderr_tail: str, returncode: int | None, metrics_error: str | None = None,
+             not_shipped: Callable[[str], str | None] | None = None) -> Diagnosis | None:
     """The most specific diagnosis of a task's end, else one from its exit status alone, else None.
 
     ``stderr_tail`` is the end of the task's stderr; ``returncode`` its exit status (negative: killed
     by that signal, as subprocess reports it; None: still running or unknown); ``metrics_error`` the
     ``error`` of the trainer's ``failed`` event. A clean exit (0) gets a diagnosis only from a signature
-    that matters even then (its data ran out, it could not use its GPUs).
+    that matters even then (its data ran out, it could not use its GPUs). ``not_shipped(module)``: why
+    a module the task could not import is in the script's workdir on this machine but was not shipped
+    (an exclusion's words), or None (``Run.not_shipped``).
     """
     text = "\n".join(line for line in (stderr_tail or "").splitlines() if not _NOISE.search(line))
     if metrics_error:
@@ -315,11 +319,27 @@ def diagnose(stderr_tail: str, returncode: int | None, metrics_error: str | None
         if returncode == 0 and not signature.on_success:
             continue
         found = signature.diagnose(text, returncode)
+        if found is not None and found.name == _MODULE_MISSING.name and not_shipped is not None:
+            found = _not_shipped(text, not_shipped) or found
         if found is not None:
             return found
     if returncode is None or returncode == 0:
         return None
     return _from_exit(text, returncode, metrics_error)
+
+
+def _not_shipped(text: str, not_shipped: Callable[[str], str | None]) -> Diagnosis | None:
+    """A missing module that is in the workdir here but was excluded from what went to the hosts."""
+    module = re.search(_MODULE_MISSING.pattern, text, re.MULTILINE)[1]
+    why = not_shipped(module)
+    if why is None:
+        return None
+    return Diagnosis("module-not-shipped",
+                     f"the training code imports the module '{module}', which is in your workdir on this machine "
+                     f"but was not shipped to the hosts: {why}",
+                     "remove that exclusion (a `!` line in .tfccignore re-includes it) or make the module a regular "
+                     "file of the workdir; then start a new run (a resume keeps each task's copy of the workdir "
+                     "as it was)", False)
 
 
 def _signal_number(returncode: int) -> int | None:

@@ -5,6 +5,9 @@
 and bytes. Deploying the same code again finds the folder and uploads nothing;
 an upload goes to a temporary name first and is renamed into place, so an
 interrupted upload never becomes visible.
+
+A script's workdir goes file by file as ``<home>/blobs/<sha256>`` (``upload_blobs``): only
+what the host's agent says it lacks, each file whole under a temporary name first.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.protocol import BLOBS_DIR
 from console import PROJECT_ROOT
 
 log = logging.getLogger("console.remote")
@@ -79,3 +83,29 @@ def deploy(bundle: Bundle, files, home: str, on_progress=None) -> tuple[str, int
         raise
     log.info("deployed %s (%d bytes) to %s", bundle.name, sent, target)
     return target, sent
+
+
+def upload_blobs(blobs: list[tuple[str, Path, int]], files, home: str, on_progress=None) -> int:
+    """Put each (sha256, local file, size) at ``<home>/blobs/<sha256>``; returns the bytes uploaded.
+
+    Each goes into a temporary folder first and is renamed into place once whole; the folder
+    is removed whatever happens. The agent checks each blob's content when it copies it.
+    """
+    if not blobs:
+        return 0
+    folder = f"{home}/{BLOBS_DIR}"
+    tmp = f"{folder}/.upload-{uuid.uuid4().hex[:8]}.tmp"
+    total = sum(size for _, _, size in blobs)
+    sent = 0
+    files.makedirs(tmp)
+    try:
+        for sha, local, size in blobs:
+            files.put(local, f"{tmp}/{sha}")
+            files.rename(f"{tmp}/{sha}", f"{folder}/{sha}")
+            sent += size
+            if on_progress:
+                on_progress(sent, total)
+    finally:
+        files.remove_tree(tmp)
+    log.info("uploaded %d file(s) of a workdir (%d bytes) to %s", len(blobs), sent, folder)
+    return sent

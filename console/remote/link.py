@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import threading
 
+from agent.protocol import MISSING_BLOBS
 from console import cluster as cl
 from console.errors import TfccError
 from console.remote.channel import AgentClient, AgentTimeout, ChannelClosed, last_words
-from console.remote.deploy import deploy, make_bundle
+from console.remote.deploy import deploy, make_bundle, upload_blobs
 from console.remote.local import LocalTransport
 from console.remote.ssh import SSHConnection
 from console.remote.transport import Transport
@@ -120,6 +121,27 @@ class HostLink:
                             f"({exc.strerror or exc})",
                             "check the free disk space and the permissions there (TFCC_HOME moves it)") from None
         return dist
+
+    def upload_blobs(self, workdir, on_progress=None) -> int:
+        """Upload the files of ``workdir`` (a ``console.workdir.Workdir``) whose blobs this host lacks,
+        asking its agent first (connects if need be); the bytes sent. ``on_progress(sent, total)``."""
+        blobs = workdir.blobs()
+        client = self.connect()
+        missing = client.call(MISSING_BLOBS, sha256=list(blobs))["missing"]
+        wanted = [(sha, blobs[sha].path, blobs[sha].size) for sha in missing if sha in blobs]
+        if not wanted:
+            return 0
+        try:
+            files = self.transport.files()
+            try:
+                return upload_blobs(wanted, files, self.home, on_progress)
+            finally:
+                files.close()
+        except OSError as exc:
+            raise HostError(f"host {self.host.name}: cannot upload the workdir's files to {self.home}/blobs "
+                            f"({exc.strerror or exc}{': ' + str(exc.filename) if exc.filename else ''})",
+                            "check the free disk space and the permissions there (TFCC_HOME moves it), and that "
+                            "the workdir's files are still here") from None
 
     def close(self, client: AgentClient | None = None) -> None:
         """Close the channel (only if it is still ``client``, when given)."""

@@ -402,6 +402,26 @@ def test_the_trainers_own_refusal_is_kept_with_its_fix():
     assert diagnose("", 2, line) == found
 
 
+def test_a_missing_module_that_the_workdir_excluded_is_said_as_such_and_others_keep_the_pip_advice():
+    asked = []
+
+    def not_shipped(module):
+        asked.append(module)
+        return "sklearn.py is excluded by 'sklearn.py' in .tfccignore (line 1)" if module == "sklearn" else None
+
+    found = diagnose(NO_MODULE, 1, not_shipped=not_shipped)
+    assert found.name == "module-not-shipped" and not found.retryable and asked == ["sklearn"]
+    assert found.cause == ("the training code imports the module 'sklearn', which is in your workdir on this machine "
+                           "but was not shipped to the hosts: sklearn.py is excluded by 'sklearn.py' in .tfccignore "
+                           "(line 1)")
+    assert found.fix.startswith("remove that exclusion")
+    other = NO_MODULE.replace("'sklearn'", "'mnist_setup'")
+    assert diagnose(other, 1, not_shipped=not_shipped) == diagnose(other, 1)
+    assert "pip install mnist_setup" in diagnose(other, 1, not_shipped=not_shipped).fix
+    assert diagnose(PEER_LOST, 1, not_shipped=not_shipped).name == "peer-lost"
+    assert asked == ["sklearn", "mnist_setup", "mnist_setup"]  # asked only of a missing module
+
+
 def test_nothing_to_go_on_is_none_and_a_diagnosis_is_a_value():
     assert diagnose("", 1) is None and diagnose("", None) is None and diagnose(None, -9).name == "killed-by-signal"
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -69,7 +69,7 @@ def test_a_resume_whose_port_was_taken_meanwhile_gives_every_task_new_ports(home
         assert read_manifest("moved").tf_configs == after
         assert [t.attempt for t in run.tasks] == [2, 2]
         folder = homes / "host-home" / "runs" / "moved" / "worker-1"
-        assert wait_until_file(folder / "attempt") == "2"
+        assert wait_until_file(folder / "work" / "attempt") == "2"  # the script's cwd: its copy of its folder
         run.stop(grace=1)
 
         fixed = Run.load("moved")
