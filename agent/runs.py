@@ -3,7 +3,8 @@
 Layout: ``<home>/runs/<run-id>/<task>/`` with ``spec.json`` (what to run),
 ``tf_config.json``, ``state.json`` (the supervisor's pid and start time),
 ``exit.json`` (written when the task ends) and the task's streams
-(``protocol.STREAMS``: ``metrics.jsonl``, ``stdout.log`` and ``stderr.log``).
+(``protocol.STREAMS``: ``metrics.jsonl``, ``stdout.log`` and ``stderr.log``); for a script
+with a workdir, ``work/``: its own copy of the script's folder (``agent.workdir``), its cwd.
 ``<home>`` is ``$TFCC_HOME`` or ``~/.tfcc``.
 """
 
@@ -20,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from agent import protocol
+from agent import protocol, workdir
 from agent.protocol import STREAMS
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -38,6 +39,9 @@ class AgentError(Exception):
 
 
 STOP_MARKER = "stop_requested"  # in a task's folder while a stop someone asked for ends it
+# Beside it when that stop is the task's normal end (a parameter-server worker or ps after the chief
+# finished: it serves until told): the task then ends finished, not failed.
+DONE_MARKER = "stop_is_end"
 
 def home() -> Path:
     return Path(os.environ.get(protocol.HOME_VARIABLE) or Path.home() / ".tfcc")
@@ -160,13 +164,28 @@ def _launches(folder: Path) -> int:
         return 1
 
 
+def _workdir_step(step, *args):
+    """``step(*args)`` of ``agent.workdir``, its refusal as the agent's."""
+    try:
+        return step(*args)
+    except workdir.WorkdirError as exc:
+        raise AgentError(str(exc), exc.code) from None
+
+
 def start(req: dict) -> dict:
-    """Write the run folder and start the task detached; return at once."""
+    """Write the run folder and start the task detached; return at once.
+
+    ``workdir`` (optional): the files of the script's folder as ``[relative path, sha256,
+    executable]``, copied from this host's blobs into ``work/`` at the task's first start (a
+    relaunch keeps ``work/``); then ``work/`` is the task's cwd unless ``cwd`` says otherwise.
+    ``{run_dir}`` and ``{work_dir}`` in argv name the task's folder and its ``work/``.
+    """
     run_id = _check_name("run id", req.get("run_id"))
     task = _check_name("task", req.get("task"))
     argv = req.get("argv")
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
         raise AgentError("start needs \"argv\": the command to run as a list of strings", protocol.BAD_ARGUMENT)
+    entries = None if req.get("workdir") is None else _workdir_step(workdir.check_entries, req["workdir"])
     folder = task_dir(run_id, task)
     if req.get("fresh") and (folder / "spec.json").exists():
         raise AgentError(f"run {run_id} already has a task {task} on this host ({folder}); choose another "
@@ -175,9 +194,14 @@ def start(req: dict) -> dict:
     if state and is_same_process(state.get("pid"), state.get("start_time")):
         raise AgentError(f"task {task} of run {run_id} is already running (pid {state['pid']}); stop it first",
                          protocol.ALREADY_RUNNING)
+    if entries is not None and not _workdir_step(workdir.has_work, folder):
+        _workdir_step(workdir.check_blobs, home(), entries)  # before anything is written
     attempt = _launches(folder) + 1
     folder.mkdir(parents=True, exist_ok=True)
-    for stale in ("exit.json", "state.json", STOP_MARKER):
+    if entries is not None:
+        _workdir_step(workdir.materialise, home(), folder, entries)
+    work = workdir.work_dir(folder)
+    for stale in ("exit.json", "state.json", STOP_MARKER, DONE_MARKER):
         try:
             (folder / stale).unlink()
         except FileNotFoundError:
@@ -200,9 +224,9 @@ def start(req: dict) -> dict:
     spec = {
         "run_id": run_id,
         "task": task,
-        "argv": [a.replace("{run_dir}", str(folder)) for a in argv],
+        "argv": [a.replace("{run_dir}", str(folder)).replace("{work_dir}", str(work)) for a in argv],
         "env": env,
-        "cwd": req.get("cwd") or str(folder),
+        "cwd": req.get("cwd") or str(work if entries is not None else folder),
         "python_path": req.get("python_path") or [],
         "created": time.time(),
         "attempt": attempt,
@@ -241,8 +265,10 @@ def status(run_id: str, task: str) -> dict:
     state = read_json(folder / "state.json") or {}
     ended = read_json(folder / "exit.json")
     running = is_same_process(state.get("pid"), state.get("start_time"))
+    stopped = stopped_by_request(folder, ended)
     if ended is not None:
-        phase = protocol.FINISHED if ended.get("returncode") == 0 else protocol.FAILED
+        done = ended.get("returncode") == 0 or (stopped and (folder / DONE_MARKER).exists())
+        phase = protocol.FINISHED if done else protocol.FAILED
     elif running:
         phase = protocol.RUNNING
     else:
@@ -256,7 +282,7 @@ def status(run_id: str, task: str) -> dict:
             sizes[name] = 0
     return {"run_id": run_id, "task": task, "run_dir": str(folder), "phase": phase,
             "pid": state.get("pid"), "started": state.get("started"), "exit": ended, "sizes": sizes,
-            "stopped": stopped_by_request(folder, ended), "stderr_from": state.get("stderr_from", 0),
+            "stopped": stopped, "stderr_from": state.get("stderr_from", 0),
             # SIGSTOP (a debugger, Ctrl-Z, a scheduler): alive, but it makes no step and answers no peer
             "suspended": proc_state(child) in ("T", "t") if child else False}
 
@@ -305,11 +331,13 @@ def list_runs() -> list:
 # --------------------------------------------------------------------------- stop
 
 
-def stop(run_id: str, task: str, grace: float = 10.0) -> dict:
+def stop(run_id: str, task: str, grace: float = 10.0, done: bool = False) -> dict:
     """SIGTERM the task's process group, SIGKILL what is left after ``grace`` seconds.
 
     TensorFlow catches SIGTERM and a training worker may keep running, hence
     the SIGKILL. A PID that now belongs to another process is never signalled.
+    ``done``: the stop is the task's normal end (a server of parameter-server training once the
+    chief finished): however it ends, it ends ``finished``.
     """
     folder = task_dir(run_id, task)
     state = read_json(folder / "state.json") or {}
@@ -317,6 +345,8 @@ def stop(run_id: str, task: str, grace: float = 10.0) -> dict:
     if not is_same_process(pid, start_time):
         return {"run_id": run_id, "task": task, "stopped": False, "reason": "not running"}
     pgid = state.get("pgid", pid)
+    if done:
+        (folder / DONE_MARKER).write_text(repr(time.time()))
     # Asked for, and when: whoever follows the task must not take an end from now on for a failure.
     (folder / STOP_MARKER).write_text(repr(time.time()))
     _signal_group(pgid, signal.SIGTERM)

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 
-from agent import __version__, protocol, runs
+from agent import __version__, protocol, runs, workdir
 from agent.protocol import PROTOCOL_VERSION
 from agent.runs import AgentError
 from agent.watch import FolderWatch
@@ -126,11 +126,19 @@ class Server:
         return {"tasks": runs.list_runs()}
 
     def op_stop(self, req):
-        return runs.stop(req.get("run_id"), req.get("task"), float(req.get("grace", 10.0)))
+        return runs.stop(req.get("run_id"), req.get("task"), float(req.get("grace", 10.0)), bool(req.get("done")))
 
     def op_remove(self, req):
         """Delete a run's folder on this host (every task of it here), refused while a task runs."""
         return runs.remove_run(req.get("run_id"))
+
+    def op_missing_blobs(self, req):
+        """Which of ``sha256`` (a list of sha256 hex strings) have no blob in ``<home>/blobs`` yet."""
+        try:
+            missing = workdir.missing(runs.home(), req.get("sha256"))
+        except workdir.WorkdirError as exc:
+            raise AgentError(str(exc), exc.code) from None
+        return {"missing": missing, "blobs": str(workdir.blobs_dir(runs.home()))}
 
     def op_logs(self, req):
         """The last ``max_bytes`` of a task's stdout and stderr."""

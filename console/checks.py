@@ -18,10 +18,11 @@ from dataclasses import asdict, dataclass, field
 
 from agent.protocol import format_address, parse_address
 from console import cluster as cl
-from console import text
+from console import text, workdir
 from console.errors import TfccError, describe
 from console.remote.deploy import make_bundle
 from console.remote.link import HostLink
+from console.script_source import keras_use
 from trainer.plan import GlobalSplit, replicas_per_worker, strategy_for
 
 log = logging.getLogger("console.checks")
@@ -86,7 +87,7 @@ def consistency(cluster: cl.Cluster, probes: dict[str, dict]) -> list[Problem]:
             problems.append(Problem(host.name, f"its Python ({p.get('python_executable')}) has no TensorFlow",
                                     "install it there (pip install 'tensorflow==2.21.*' 'tf-keras==2.21.*') or set "
                                     f"python for {host.name} to an interpreter that has it", (host.name,)))
-        elif not p.get("tf_keras"):
+        elif not p.get("tf_keras") and _needs_tf_keras(cluster):
             problems.append(Problem(host.name, f"its Python ({p.get('python_executable')}) has TensorFlow "
                                     f"{p['tensorflow']} but no tf-keras",
                                     f"pip install 'tf-keras=={_major_minor(p['tensorflow'])}.*' there", (host.name,)))
@@ -119,6 +120,42 @@ def consistency(cluster: cl.Cluster, probes: dict[str, dict]) -> list[Problem]:
             tuple(dict.fromkeys(t.host for n, t in zip(cluster.task_names(), cluster.tasks) if n in per_worker))))
     problems += _global_batch_rule(cluster, per_worker)
     return problems
+
+
+def _needs_tf_keras(cluster: cl.Cluster) -> bool:
+    """tfcc's trainer always needs tf-keras; a user's script where it gets tf-keras."""
+    return not cluster.training.script or cluster.script_keras == "tf-keras"
+
+
+def script_problems(cluster: cl.Cluster) -> list[Problem]:
+    """What a user's script's own code says before a launch: a Keras 3 ``fit`` where only tf-keras can
+    run it (more than one training task under MultiWorkerMirrored, or parameter-server training)."""
+    t = cluster.training
+    if not t.script or not cluster.needs_tf_keras:
+        return []
+    try:
+        root, script = workdir.locate(t)
+        files = [(script.name, script)] + [(f.rel, f.path) for f in workdir.collect(t).files
+                                           if f.rel.endswith(".py") and f.path != script]
+    except TfccError as exc:  # tfcc run says the same, before it uploads anything
+        return [Problem("cluster", exc.cause, exc.fix or "")]
+    use = keras_use(files)
+    training = sum(task.role in ("chief", "worker") for task in cluster.tasks)
+    why = ("parameter-server training" if cluster.parameter_server else f"{training} training tasks")
+    if not use.fit:
+        return []  # a custom training loop: Keras 3 models can be trained by one
+    if t.keras == "keras3":
+        return [Problem("cluster", f"training.keras is \"keras3\", but the script calls fit ({use.where(use.fit)}) "
+                        f"with {why}: Keras 3 cannot run fit under MultiWorkerMirrored or ParameterServer "
+                        "strategies in TensorFlow 2.21",
+                        "set keras = \"auto\" (tf-keras here) and write the script for tf-keras, or train with "
+                        "a custom training loop")]
+    if use.keras3:
+        return [Problem("cluster", f"the script imports Keras 3 (import keras at {use.where(use.keras3)}) and calls "
+                        f"fit ({use.where(use.fit)}) with {why}: Keras 3 cannot run fit under MultiWorkerMirrored "
+                        "or ParameterServer strategies in TensorFlow 2.21",
+                        "import tf_keras as keras instead (or use tf.keras, which tfcc makes tf-keras here)")]
+    return []
 
 
 def _holds_replicas(cluster: cl.Cluster, task: cl.Task) -> bool:
@@ -211,7 +248,7 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
     links = {h.name: HostLink(h, ask_host_key, timeout=deadline) for h in used}
     stages = {h.name: "connecting" for h in used}
     reports = {h.name: HostReport(h.name, h.address or "localhost") for h in used}
-    problems: list[Problem] = []
+    problems: list[Problem] = script_problems(cluster)
     pool = ThreadPoolExecutor(max_workers=max(4, 2 * len(used)))
     try:
         bundle = make_bundle()  # hashed once, not once per host

@@ -159,6 +159,20 @@ class Cluster:
         return self.training.strategy == "parameter_server" or any(t.role == "ps" for t in self.tasks)
 
     @property
+    def needs_tf_keras(self) -> bool:
+        """Whether Keras 3 cannot run ``fit`` on this cluster (TF 2.21): more than one training task
+        (MultiWorkerMirrored), or parameter-server training. tfcc's trainer always uses tf-keras."""
+        return self.parameter_server or sum(t.role in ("chief", "worker") for t in self.tasks) > 1
+
+    @property
+    def script_keras(self) -> str:
+        """The Keras a user's script gets: ``tf-keras``, ``keras3``, or "" for what it gets standalone
+        (``auto`` where Keras 3 can run)."""
+        if self.training.keras != "auto":
+            return self.training.keras
+        return "tf-keras" if self.needs_tf_keras else ""
+
+    @property
     def evaluated(self) -> bool:
         """Whether an evaluator evaluates the chief's checkpoints (the chief then writes them)."""
         return any(t.role == EVALUATOR for t in self.tasks)

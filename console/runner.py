@@ -29,6 +29,7 @@ from console.remote.deploy import make_bundle
 from console.remote.link import HostLink
 from console.remote.ssh import SSHError
 from console.runs import Manifest, RunError, check_run_id, manifest_path, read_manifest, write_manifest
+from console.workdir import Workdir, collect as collect_workdir, excluded_module, human_bytes
 from trainer.workloads import ORIGIN_VARIABLE as MODEL_FILE_ORIGIN
 
 log = logging.getLogger("console.runner")
@@ -92,6 +93,7 @@ class Run:
                       if any(t.host == h.name for t in cluster.tasks)}
         self.tf_configs: list[str] | None = None
         self.ports_changed: str | None = None  # why the last resume gave the tasks new ports
+        self.workdir: Workdir | None = None    # a script's workdir as collected for the last start
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._sampling = threading.Lock()                     # guards the two maps below
@@ -128,15 +130,24 @@ class Run:
         extra = {}
         if training.model_file:
             extra["user/" + Path(training.model_file).name] = check_user_file(training.model_file, "model_file")
-        if training.script:
-            extra["user/" + Path(training.script).name] = check_user_file(training.script, "script")
+        if training.script:  # the script's folder goes as blobs: checked before any host is reached
+            check_user_file(training.script, "script")
+            if not resume or self.workdir is None:  # a resume keeps the tasks' work/: no need to look again
+                self._collect_workdir()
         try:
             bundle = make_bundle(extra)
         except OSError as exc:
             raise RunError(f"cannot read {exc.filename!r} to deploy it ({exc.strerror})",
                            "check that the file is there and readable") from None
-        at_once(list(self.links.items()), lambda name, link: link.connect(
-            bundle, None if on_progress is None else (lambda sent, total: on_progress(name, sent, total))))
+        workdir = self.workdir if training.script else None
+
+        def connect(name: str, link: HostLink) -> None:
+            progress = None if on_progress is None else (lambda sent, total: on_progress(name, sent, total))
+            link.connect(bundle, progress)
+            if workdir is not None:
+                link.upload_blobs(workdir, progress)
+
+        at_once(list(self.links.items()), connect)
         if resume:
             self._check_stopped()
             configs = self._with_free_ports(previous)
@@ -157,6 +168,24 @@ class Run:
                            f"had started: {'stopped again' if stopped else 'STILL RUNNING: tfcc stop ' + self.run_id})",
                            (exc.fix + "; then " if exc.fix else "") + f"start it again with tfcc resume {self.run_id}"
                            ) from None
+
+    def _collect_workdir(self) -> Workdir:
+        """The script's workdir, collected and hashed (console.workdir); what was skipped is logged."""
+        workdir = collect_workdir(self.cluster.training)
+        log.info("run %s: workdir %s, %d files, %s", self.run_id, workdir.root, len(workdir.files),
+                 human_bytes(workdir.size))
+        if workdir.skipped:
+            log.warning("run %s: workdir %s: %d skipped: %s", self.run_id, workdir.root, len(workdir.skipped),
+                        "; ".join(f"{s.rel} ({s.why})" for s in workdir.skipped[:10])
+                        + ("; ..." if len(workdir.skipped) > 10 else ""))
+        self.workdir = workdir
+        return workdir
+
+    def not_shipped(self, module: str) -> str | None:
+        """Why ``module``, which a task could not import, is in the script's workdir here but was not
+        shipped (the exclusion's words), or None (for the diagnosis)."""
+        found = excluded_module(self.cluster.training, module)
+        return None if found is None else str(found)
 
     def _new_configs(self) -> list[str]:
         """Each task's TF_CONFIG with free ports on their hosts for the ``auto`` ones; kept in the manifest."""
@@ -222,13 +251,18 @@ class Run:
     def _start_tasks(self, configs: list[str], resume: bool, started: list["TaskState"],
                      only: list["TaskState"] | None = None) -> None:
         training = self.cluster.training
+        workdir = (self.workdir or self._collect_workdir()) if training.script else None
+        shipped = {"workdir": workdir.entries()} if workdir is not None else {}
 
         def start(i: int, task: TaskState, spec: cl.Task) -> None:
             link = self.links[task.host]
             host = link.host
             task.address = task_address(task.name, configs[i])
             if training.script:
-                argv = [host.interpreter, f"{link.dist}/user/{Path(training.script).name}", *training.args]
+                # The script runs in the task's own copy of its workdir (agent.workdir), through the
+                # capture (trainer.capture: the script unchanged, its metrics seen from the outside).
+                capture = [f"{link.dist}/trainer/capture.py"] if training.capture else []
+                argv = [host.interpreter, *capture, "{work_dir}/" + workdir.script, *training.args]
             else:
                 args = training.trainer_args()
                 if training.model_file:
@@ -236,7 +270,7 @@ class Run:
                 if self.cluster.evaluated:  # the chief writes checkpoints where the evaluator reads them
                     args += ["--eval-checkpoints", cl.EVAL_CHECKPOINTS]
                 argv = [host.interpreter, "-m", "trainer", "--run-dir", "{run_dir}", *args]
-            env = {"TF_USE_LEGACY_KERAS": "1"}
+            env = {"TF_USE_LEGACY_KERAS": "1"} if not training.script else script_environment(self.cluster)
             if training.model_file and not training.script:
                 env[MODEL_FILE_ORIGIN] = str(Path(training.model_file).expanduser().resolve())
             if spec.gpus:
@@ -244,7 +278,7 @@ class Run:
             elif spec.role == "ps":  # it holds variables on its CPU: TensorFlow would take every GPU's memory
                 env["CUDA_VISIBLE_DEVICES"] = ""
             reply = link.connect().call("start", run_id=self.run_id, task=task.name, tf_config=configs[i],
-                                        argv=argv, env=env, python_path=[link.dist], fresh=not resume)
+                                        argv=argv, env=env, python_path=[link.dist], fresh=not resume, **shipped)
             task.attempt = reply.get("attempt", 1)
             started.append(task)
 
@@ -445,15 +479,16 @@ class Run:
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return not any(t.is_alive() for t in self._threads)
 
-    def waiting_report(self, after: float) -> str | None:
+    def waiting_report(self, after: float, stragglers: str = "") -> str | None:
         """The startup watchdog: who waits for whom, once the cluster has not formed after ``after`` s.
 
-        TensorFlow's own wait is silent for up to an hour.
+        TensorFlow's own wait is silent for up to an hour. ``stragglers``: the tasks TensorFlow itself
+        said it still waits for (its coordination service's log), when it said so.
         """
         waiting = [t for t in self.tasks if t.launched_at is not None and not t.cluster_formed
                    and t.phase not in ENDED]
-        if not waiting or any(t.cluster_formed for t in self.tasks):
-            return None
+        if not waiting or any(t.cluster_formed or t.phase == FINISHED for t in self.tasks):
+            return None  # a task that trained to its end had its cluster
         waited = time.time() - min(t.launched_at for t in waiting)
         if waited < after:
             return None
@@ -466,11 +501,14 @@ class Run:
                 for t in missing)
             return (f"{names} waited {waited:.0f} s for the cluster to form: {who}. "
                     f"See tfcc logs {self.run_id} {missing[0].name}; restart the run when it is fixed")
-        if not any(t.records for t in self.tasks):  # nothing reports: a script without tfcc's reporter
-            return (f"{names} started {waited:.0f} s ago and none has said that training began: tfcc hears that "
-                    "from its trainer or a script with MetricsReporter. See tfcc logs "
-                    f"{self.run_id} {waiting[0].name}; if the tasks wait for each other, a port may be blocked "
-                    "between hosts (tfcc check tests every pair)")
+        if stragglers:
+            return (f"{names} waited {waited:.0f} s for the cluster to form: TensorFlow still waits for "
+                    f"{stragglers} although every task started: a port may be blocked between hosts "
+                    "(tfcc check tests every pair)")
+        if not any(t.records for t in self.tasks):
+            # A script that reports nothing (its capture off) and whose TensorFlow said nothing of its
+            # cluster: nothing tells a healthy one from one that waits. Say nothing rather than cry wolf.
+            return None
         return (f"{names} waited {waited:.0f} s for the cluster to form although every task started: a port may be "
                 "blocked between hosts (tfcc check tests every pair)")
 
@@ -481,13 +519,13 @@ class Run:
         return at_once([(t,) for t in self.tasks], lambda task: self.links[task.host].connect().call(
             "stop", timeout=grace + 30, run_id=self.run_id, task=task.name, grace=grace))
 
-    def stop_each(self, grace: float = 10.0, only: list["TaskState"] | None = None) -> list[str]:
+    def stop_each(self, grace: float = 10.0, only: list["TaskState"] | None = None, done: bool = False) -> list[str]:
         """Stop every task (or ``only`` these), all hosts at once, whatever fails; the hosts where a stop
-        had no answer."""
+        had no answer. ``done``: the stop is their normal end (they end ``finished``)."""
         def stop(task: TaskState) -> str | None:
             try:
                 self.links[task.host].connect().call("stop", timeout=grace + 30, run_id=self.run_id,
-                                                     task=task.name, grace=grace)
+                                                     task=task.name, grace=grace, done=done)
                 return None
             except TfccError as exc:
                 log.warning("could not stop %s of run %s: %s", task.name, self.run_id, exc)
@@ -509,6 +547,14 @@ class Run:
             samplers = list(self._samplers.values())
         for thread in samplers:
             thread.join(timeout=5)
+
+
+def script_environment(cluster: cl.Cluster) -> dict[str, str]:
+    """What a user's script's environment gets from tfcc: the Keras it runs with (``tf-keras`` sets
+    TF_USE_LEGACY_KERAS=1 before TensorFlow loads, ``keras3`` clears it; else the host's own)."""
+    flavour = cluster.script_keras
+    return {"TF_USE_LEGACY_KERAS": "1"} if flavour == "tf-keras" else {"TF_USE_LEGACY_KERAS": "0"} \
+        if flavour == "keras3" else {}
 
 
 def task_address(name: str, tf_config: str) -> str:

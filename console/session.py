@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import queue
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from console.history import History
 from console.metrics_store import MetricsStore
 from console.runner import WATCHDOG_SECONDS, Run, TaskState
 from console.supervision import Failure
+from trainer.capture import SOURCE as SCRIPT_WORKLOAD
 
 log = logging.getLogger("console.session")
 
@@ -76,6 +78,13 @@ SUPERVISION = ("alert", "stalled", "failure", "host_failing", "restarting", "res
 SUPERVISION_ALARMS = ("alert", "stalled", "failure", "host_failing", "offered", "gave_up")  # to look at
 RESTART, OFFER = "restart", "offer"  # what a session does with failures that happened before it followed
 STALL_FLOOR = 15.0  # seconds without a step that are never a stall, however quick the steps were
+# TensorFlow's own words (its coordination service's log, on stderr) for a cluster that formed, and for
+# one whose leader still waits (naming the tasks it waits for, on the next line): a script that reports
+# nothing of itself (capture off) is judged by them.
+TF_FORMED = re.compile(r"Barrier\(WaitForAllTasks[^)]*\) has passed with status: OK")
+TF_WAITING = re.compile(r"Waiting for (\d+)/(\d+) tasks to connect")
+TF_TASK = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
+TF_SERVING = re.compile(r"Started server with target: grpc://")
 SUSPENDED = "is stopped (SIGSTOP: a debugger, Ctrl-Z or a job scheduler froze it) and answers no peer"
 
 
@@ -150,6 +159,13 @@ class RunSession:
         self._epochs: dict[str, float] = {}       # task -> how many epochs it trains (its started event)
         self._stderr_from: dict[str, int] = {}    # task -> where its stderr's current attempt begins
         self.stall_floor = STALL_FLOOR
+        # A user's script (the capture says so in its launched event): its stall clock starts at its first
+        # timed step, never before (what it does before, and between fit calls, is its own), and waits at
+        # least the startup watchdog's time.
+        self._script = bool(run.cluster.training.script)
+        self._captured: set[str] = set()          # tasks run by tfcc's capture (a user's script)
+        self._stragglers = ""                     # the tasks TensorFlow said it still waits for
+        self._tf_log: dict[str, str] = {}         # task -> the end of its stderr while its cluster forms
         self.started_record: dict | None = None  # the run's first "started" event (its batch plan)
         self.warned = False
         self._listeners: list[Listener] = []
@@ -371,6 +387,8 @@ class RunSession:
             if task.phase == STARTING:
                 task.phase = RUNNING
         elif kind == "log":
+            if self._script and message["stream"] == STDERR and not all(t.cluster_formed for t in self.run.tasks):
+                self._read_tensorflow_signs(task, message.get("text", ""))
             self._tell(SessionEvent("log", task, stream=message["stream"], text=message.get("text", "")))
         elif kind in ("reconnecting", "reconnected"):
             words = text.connection_text(task.host, message)
@@ -411,19 +429,15 @@ class RunSession:
             elif kind != "unreadable":
                 kept.append(r)
             if name == "launched":  # the newest launch counts (a resumed run has several)
+                if r.get("workload") == SCRIPT_WORKLOAD:
+                    self._captured.add(task.name)
                 self._failed_event.pop(task.name, None)  # an earlier attempt's error is no cause now
                 when = text.metric_value(r.get("time"))
                 task.launched_at = when if math.isfinite(when) else task.launched_at
                 task.cluster_formed = False
                 task.phase = WAITING
             elif name == "cluster_formed":
-                task.cluster_formed = True
-                task.phase = TRAINING
-                self._state(task, "running")
-                # From now on the stall clock runs: until its first step (building the model, agreeing
-                # on the backup, tracing) a task gets the startup watchdog's time.
-                self._pace[task.name] = Pace(first=max(self.watchdog, self.stall_floor))
-                self._pace[task.name].last_at = time.monotonic()
+                self._formed(task)
             elif name in ("serving", "evaluating"):  # a server of parameter-server training, or its evaluator: up
                 task.cluster_formed = True
                 task.phase = TRAINING
@@ -434,6 +448,13 @@ class RunSession:
                 self.started_record = started = r
             elif name == "failed":
                 self._failed_event[task.name] = str(r.get("error") or "")
+            elif name == "train_end" and task.name in self._pace:  # a script's fit ended: what follows is its own
+                self._pace[task.name].finished = True
+            elif name == "train_begin" and task.name in self._pace:
+                self._pace[task.name].finished = False
+                self._pace[task.name].last_at = time.monotonic()
+            elif kind in ("step", "epoch") and not task.cluster_formed:
+                self._formed(task)  # a script whose capture saw training before any strategy (a single task)
             elif name == "resumed" and r.get("attempt") not in self._resumed:
                 self._resumed.add(r.get("attempt"))
                 self._say("resumed", f"run {self.run.run_id}: {text.resumed_text(r)}")
@@ -453,12 +474,55 @@ class RunSession:
         if started is not None:
             self._tell(SessionEvent("training_started", task, records=[started]))
 
+    def _formed(self, task: TaskState) -> None:
+        """``task``'s cluster has formed: it trains."""
+        task.cluster_formed = True
+        task.phase = TRAINING
+        self._state(task, "running")
+        if task.name in self._captured:  # its stall clock starts at its first timed step
+            self._pace.pop(task.name, None)
+            return
+        # From now on the stall clock runs: until its first step (building the model, agreeing
+        # on the backup, tracing) a task gets the startup watchdog's time.
+        self._pace[task.name] = Pace(first=max(self.watchdog, self.stall_floor))
+        self._pace[task.name].last_at = time.monotonic()
+
+    def _read_tensorflow_signs(self, task: TaskState, text_: str) -> None:
+        """What TensorFlow's own log says of a script's cluster: formed (its leader's barrier passed: every
+        task joined), a parameter-server worker or ps serving, or the tasks the leader still waits for."""
+        seen = self._tf_log[task.name] = (self._tf_log.get(task.name, "") + text_)[-8192:]
+        if TF_FORMED.search(seen):
+            for each in self.run.tasks:
+                if not each.cluster_formed and each.phase not in ENDED:
+                    self._formed(each)
+            return
+        if TF_SERVING.search(seen) and self.run.cluster.parameter_server and not self._coordinates(task):
+            task.cluster_formed = True  # serving: the coordinator drives it
+            task.phase = TRAINING
+            self._state(task, "running")
+            return
+        waiting = None
+        for waiting in TF_WAITING.finditer(seen):
+            pass
+        if waiting is None:
+            return
+        if waiting.group(1) == "0":
+            self._stragglers = ""
+            return
+        # "Example stragglers:" and their names follow on the next lines.
+        names = [task_name(role, int(index)) for role, index in TF_TASK.findall(seen[waiting.end():])]
+        self._stragglers = ", ".join(dict.fromkeys(names)) or f"{waiting.group(1)} of its {waiting.group(2)} tasks"
+
     # ------------------------------------------------------------ supervision
 
     def _progress(self, task: TaskState, step: dict) -> None:
         """A step of ``task``: the stall watchdog's clock, and the alert for a first non-finite loss."""
-        pace = self._pace.setdefault(task.name, Pace())
-        pace.step(step, time.monotonic(), self._steps_per_epoch.get(task.name))
+        timed = math.isfinite(text.metric_value(step.get("step_time")))
+        if timed or task.name not in self._captured:  # a script's printed or summary values keep no pace
+            pace = self._pace.get(task.name)
+            if pace is None:
+                pace = self._pace[task.name] = Pace()
+            pace.step(step, time.monotonic(), self._steps_per_epoch.get(task.name))
         if "loss" not in step and "loss_avg" not in step:
             return  # a record without a loss (a user's own metrics only) says nothing of divergence
         loss = text.metric_value(step.get("loss", step.get("loss_avg")))
@@ -479,8 +543,9 @@ class RunSession:
         evaluator ends by itself after the last checkpoint (when training was given up: now)."""
         self._servers_done = False
         finished = self._coordinator_finished()
-        servers = [t for t in self.run.tasks if not (finished and _evaluates(t))]
-        unstopped = self.run.stop_each(grace=10, only=servers)
+        servers = [t for t in self.run.tasks if t.phase not in ENDED and not (finished and _evaluates(t))]
+        # After a finished chief this stop is how they end: they end finished (else the run's stop).
+        unstopped = self.run.stop_each(grace=10, only=servers, done=finished)
         if unstopped:
             self._say("failure", f"run {self.run.run_id} finished, but its servers on {', '.join(unstopped)} "
                                  f"did not answer; tfcc stop {self.run.run_id} once they do")
@@ -506,7 +571,8 @@ class RunSession:
             if task.phase != TRAINING or pace is None or pace.last_at is None or pace.finished:
                 continue
             silent = now - pace.last_at
-            if silent > pace.patience(self.stall_floor):
+            floor = max(self.stall_floor, self.watchdog) if task.name in self._captured else self.stall_floor
+            if silent > pace.patience(floor):
                 pace.last_at = None  # said once: what follows is the supervisor's
                 why = self._why_silent(task) or ("it may wait for a collective that a peer never joined, "
                                                  "or its host is overloaded")
@@ -675,7 +741,7 @@ class RunSession:
 
     def _judge(self, failed: list[TaskState]) -> supervision.Verdict:
         """The verdict on ``failed``, its line for each task said (and shown on the task)."""
-        verdict = supervision.judge([self._failure(t) for t in failed])
+        verdict = supervision.judge([self._failure(t) for t in failed], self.run.not_shipped)
         for task, line in zip(failed, verdict.lines):
             self._state(task, "failed", line)  # first: a listener of the event finds the state said
             self._say("failure", line)
@@ -735,7 +801,7 @@ class RunSession:
         # an old run's history is no wait, whenever its tasks started.
         if self.warned or time.monotonic() - self._opened < self.watchdog:
             return
-        report = self.run.waiting_report(self.watchdog)
+        report = self.run.waiting_report(self.watchdog, self._stragglers)
         if report:
             self.warned = True
             if self.store is not None:

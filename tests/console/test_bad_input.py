@@ -206,6 +206,10 @@ CLUSTER_FILES = {
          "give every worker task the same number of gpus")),
     "gpus-twice": (toml(tasks=TASK + "gpus = [0, 0]\n"), ("tasks[0].gpus is [0, 0]", "list distinct GPU indices")),
     "args-not-a-list": (toml(training='args = "--seed 7"\n'), ("training.args must be a list of strings",)),
+    "keras4": (toml(training='script = "train.py"\nkeras = "keras4"\n', trap=False),
+               ("training.keras is 'keras4'", "use one of auto, tf-keras, keras3")),
+    "workdir-without-script": (toml(training='workdir = "."\n'),
+                               ("training.workdir is set but training.script is empty", "name the script")),
 }
 
 

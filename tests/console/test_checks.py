@@ -32,6 +32,52 @@ def test_consistent_cluster_has_no_problem():
     assert problems(two_hosts()) == []
 
 
+def script_cluster(tmp_path, source: str, workers: int = 2, keras: str = "auto", files: dict | None = None):
+    """A cluster running ``source`` as the user's main.py (and ``files`` beside it) on ``workers`` workers."""
+    folder = tmp_path / "project"
+    folder.mkdir(exist_ok=True)
+    (folder / "main.py").write_text(source)
+    for name, text in (files or {}).items():
+        (folder / name).write_text(text)
+    hosts = [cl.Host(name="a", address="10.0.0.1")]
+    return cl.Cluster(hosts, [cl.Task(host="a") for _ in range(workers)],
+                      cl.Training(script=str(folder / "main.py"), keras=keras))
+
+
+FIT = "model.fit(dataset, epochs=3)\n"
+
+
+@pytest.mark.parametrize("source, workers, keras, files, expected", [
+    ("import keras\n" + FIT, 2, "auto", {},
+     "cluster: the script imports Keras 3 (import keras at main.py:1) and calls fit (main.py:2) with 2 training "
+     "tasks: Keras 3 cannot run fit under MultiWorkerMirrored or ParameterServer strategies in TensorFlow 2.21; "
+     "import tf_keras as keras instead (or use tf.keras, which tfcc makes tf-keras here)"),
+    ("import setup\n" + FIT, 2, "auto", {"setup.py": "\nfrom keras import layers\n"},
+     "cluster: the script imports Keras 3 (import keras at setup.py:2) and calls fit (main.py:2)"),
+    ("import tensorflow as tf\n" + FIT, 2, "keras3", {},
+     "cluster: training.keras is \"keras3\", but the script calls fit (main.py:2) with 2 training tasks"),
+    ("import tf_keras as keras\n" + FIT, 2, "auto", {}, None),       # tf-keras: fine
+    ("import keras\n" + FIT, 1, "auto", {}, None),                    # one task: Keras 3 can run fit
+    ("import keras\nfor x in data:\n    step(x)\n", 2, "auto", {}, None),  # a custom loop: fine
+], ids=["keras3-fit", "keras3-in-a-module-beside", "keras3-asked", "tf-keras", "single-task", "custom-loop"])
+def test_check_reads_the_script_for_a_keras3_fit_where_tf_keras_is_needed(tmp_path, source, workers, keras, files,
+                                                                         expected):
+    found = [str(p) for p in checks.script_problems(script_cluster(tmp_path, source, workers, keras, files))]
+    if expected is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and found[0].startswith(expected), found
+
+
+def test_tf_keras_is_needed_only_where_it_is_used(tmp_path):
+    """A single-host script gets the Keras it gets standalone: no tf-keras needed on its host."""
+    alone = script_cluster(tmp_path, "import keras\n" + FIT, workers=1)
+    assert checks.consistency(alone, {"a": {**PROBE, "tf_keras": None}}) == []
+    two = script_cluster(tmp_path, "import tensorflow as tf\n" + FIT, workers=2)
+    assert [p.cause for p in checks.consistency(two, {"a": {**PROBE, "tf_keras": None}})] == [
+        "its Python (/usr/bin/python3) has TensorFlow 2.21.0 but no tf-keras"]
+
+
 @pytest.mark.parametrize(
     "a, b, expected",
     [

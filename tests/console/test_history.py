@@ -76,7 +76,8 @@ def test_a_line_that_is_not_utf8_is_kept_once_through_a_replay(homes, caplog):
                       "with open(os.path.join(os.environ['TFCC_RUN_DIR'], 'metrics.jsonl'), 'ab') as f:\n"
                       "    f.write(b'\\xff\\xfe garbage\\n' + b''.join(b'{\"type\": \"step\", \"global_step\": %d, "
                       "\"loss\": 1.0}\\n' % i for i in range(1, 6)))\n")
-    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here")], cl.Training(script=str(script)))
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here")],
+                         cl.Training(script=str(script), capture=False))
     for attempt in range(2):  # the first session, then a reattach that replays from the first record
         run = Run(cluster, "raw") if attempt == 0 else Run.load("raw")
         if attempt == 0:
@@ -299,7 +300,7 @@ def test_over_ssh_a_runs_history_is_replayed_its_logs_fetched_and_it_is_deleted(
     hosts = [cl.Host(name=h.name, address=h.address, user="root", key=str(ssh_hosts.client_key),
                      python=sys.executable) for h in ssh_hosts.hosts]
     cluster = cl.Cluster(hosts, [cl.Task(host=h.name) for h in hosts],
-                         cl.Training(script=str(script), args=["2", "15", "once", "1.0"]))
+                         cl.Training(script=str(script), args=["2", "15", "once", "1.0"], capture=False))
     run = Run(cluster, "over-ssh")
     run.start()
     session = RunSession(run, MetricsStore())

@@ -51,23 +51,81 @@ def test_watchdog_names_the_missing_task_and_its_address(homes, monkeypatch):
         session.detach()
 
 
-def test_watchdog_covers_a_users_script_that_never_reports(homes):
-    """A user's script writes none of the trainer's events: the agent's own start record counts
-    (the watchdog once stayed silent for such runs)."""
+def test_watchdog_is_quiet_for_a_script_that_reports_nothing_and_says_nothing(homes):
+    """A script with its capture off whose TensorFlow says nothing of its cluster: nothing tells a
+    healthy one from one that waits, so the watchdog says nothing (it once cried wolf for every such
+    script: "none has said that training began")."""
     script = homes / "waits.py"
     script.write_text("import signal\nsignal.pause()  # as a script waiting for its peers would\n")
     cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
-                         cl.Training(script=str(script)))
+                         cl.Training(script=str(script), capture=False))
     run = Run(cluster, "quiet")
     run.start()
     session = RunSession(run)
     session.follow()
     try:
         assert wait_until(lambda: all(t.launched_at is not None for t in run.tasks), 30)
-        assert run.waiting_report(after=3600) is None
-        report = run.waiting_report(after=0)
-        assert report.startswith("worker-0, worker-1 started ")
-        assert "none has said that training began" in report and "tfcc logs quiet worker-0" in report
+        assert run.waiting_report(after=0) is None
+    finally:
+        run.stop(grace=0.5)
+        session.detach()
+
+
+WAITING_LOG = ("I0000 00:00:1795579851.385107   11529 coordination_service.cc:502] Waiting for 1/2 tasks to "
+               "connect.\nI0000 00:00:1795579851.385118   11529 coordination_service.cc:505] Example stragglers:\n")
+FORMED_LOG = ("I0000 00:00:1795579860.170105   11527 coordination_service.cc:1472] "
+              "Barrier(WaitForAllTasks::1280300645967507314::0) has passed with status: OK\n")
+
+
+def test_watchdog_reads_tensorflows_own_log_of_a_scripts_cluster(homes):
+    """TensorFlow's coordination service names the tasks it still waits for, and says when every task
+    joined: the watchdog names the straggler, then knows the cluster formed (capture off)."""
+    script = homes / "waits.py"
+    script.write_text("import os, signal, sys, time\n"
+                      "if os.environ['TFCC_TASK'] == 'worker-0':  # the leader: the coordination service's log\n"
+                      f"    sys.stderr.write({WAITING_LOG!r}); sys.stderr.flush()\n"
+                      "    time.sleep(0.3)  # the names come on the next line, maybe in the next chunk read\n"
+                      "    sys.stderr.write('/job:worker/replica:0/task:1\\n'); sys.stderr.flush()\n"
+                      "signal.pause()\n")
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
+                         cl.Training(script=str(script), capture=False))
+    run = Run(cluster, "signs")
+    run.start()
+    session = RunSession(run)
+    session.follow()
+    try:
+        assert wait_until(lambda: session._stragglers == "worker-1", 30), session._stragglers
+        report = run.waiting_report(0, session._stragglers)
+        assert report.endswith("TensorFlow still waits for worker-1 although every task started: a port may be "
+                               "blocked between hosts (tfcc check tests every pair)")
+        session._read_tensorflow_signs(run.tasks[0], FORMED_LOG)
+        assert all(t.cluster_formed and t.phase == "training" for t in run.tasks)
+        assert run.waiting_report(after=0, stragglers=session._stragglers) is None
+    finally:
+        run.stop(grace=0.5)
+        session.detach()
+
+
+@pytest.mark.slow
+def test_a_healthy_script_with_capture_off_is_known_formed_from_tensorflows_log(homes, monkeypatch, tmp_path):
+    """A real two-worker MultiWorkerMirrored script that reports nothing: once TensorFlow's log says
+    every task joined, no watchdog however short would warn."""
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)  # TensorFlow's log as a host has it
+    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
+    script = tmp_path / "mwms.py"
+    script.write_text("import signal, tensorflow as tf\n"
+                      "strategy = tf.distribute.MultiWorkerMirroredStrategy()\n"
+                      "signal.pause()  # formed: now it would train, saying nothing\n")
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
+                         cl.Training(script=str(script), capture=False, keras="tf-keras"))
+    run = Run(cluster, "formed")
+    run.start()
+    session = RunSession(run)
+    session.follow()
+    try:
+        assert wait_until(lambda: all(t.cluster_formed for t in run.tasks), 120)
+        assert run.waiting_report(after=0, stragglers=session._stragglers) is None
+        assert not any(t.records for t in run.tasks)
     finally:
         run.stop(grace=0.5)
         session.detach()
@@ -93,7 +151,7 @@ def writer_run(homes, name: str, *args: str) -> Run:
     script = homes / "writer.py"
     script.write_text(WRITER)
     cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here")],
-                         cl.Training(script=str(script), args=list(args)))
+                         cl.Training(script=str(script), args=list(args), capture=False))
     return Run(cluster, name)
 
 
@@ -221,7 +279,7 @@ def script_run(homes, name: str, code: str, restarts: int) -> Run:
     script = homes / "task.py"
     script.write_text(code)
     cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
-                         cl.Training(script=str(script), max_restarts=restarts))
+                         cl.Training(script=str(script), max_restarts=restarts, capture=False))
     return Run(cluster, name)
 
 
