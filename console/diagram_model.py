@@ -4,10 +4,14 @@ Hosts hold tasks; one task is the chief (the ``chief`` task, else worker 0);
 each worker has replicas (its GPUs, or one CPU device); the global batch splits
 into per-worker and per-replica slices. Before a run this follows the
 settings; once a run's ``started`` event arrives it shows what the run reports.
+A user's own script sets its batch itself: its split is unknown until the run
+reports it (the capture's ``started`` event, read from ``fit``), never guessed
+from settings the script does not read.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from agent.protocol import format_address, parse_address, parse_task_name, task_name
@@ -43,13 +47,32 @@ class BatchSplit:
     strategy: str
     from_run: bool          # True: the numbers come from the run's "started" event
     problem: str = ""       # e.g. a global batch that does not split evenly
+    unknown: str = ""       # the batch is a script's own and not reported (yet): why; the numbers are 0 then
+    script: bool = False    # a user's script runs (its numbers are its own, never the settings')
+
+    @property
+    def known(self) -> bool:
+        return not self.unknown
 
     @property
     def asynchronous(self) -> bool:
         return self.strategy == "parameter_server"
 
     @property
+    def source(self) -> str:
+        """Where the numbers come from, in a sentence."""
+        if self.from_run:
+            return ("From the run: the script's own numbers, read from its fit." if self.script
+                    else "From the run: the numbers it reported.")
+        if self.unknown:
+            return ("The script sets its own batch and strategy; tfcc shows them when the script reports them "
+                    "(its Keras fit does, captured)." if self.script else "The run reported no batch plan.")
+        return "Numbers from the settings (a run's own numbers replace them once it starts)."
+
+    @property
     def label(self) -> str:
+        if self.unknown:
+            return f"batch: unknown {self.unknown}"
         if self.asynchronous:
             return (f"each step: one worker's batch of {self.global_batch} = {self.replicas_per_worker} "
                     f"replica{'s' if self.replicas_per_worker != 1 else ''} × {self.per_replica}; "
@@ -85,7 +108,7 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
         gpus = len(task.gpus) if task.gpus else gpus_by_host.get(task.host, 0)
         strategy = "parameter_server" if pss else strategy_for(t.strategy, len(workers), gpus)
         if started is not None:
-            count = int(started.get("replicas_per_worker") or 1)
+            count = _count(started.get("replicas_per_worker")) or 1
         else:
             count = replicas_per_worker(strategy, gpus, 1)
         if pss and task.role != "worker" or not task.in_cluster:
@@ -105,12 +128,20 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
             held = [v for v in started.get("variables") or [] if v.get("ps") == index]
         boxes[task.host].tasks.append(TaskBox(name, task.role, task.host, address, name == chief, devices,
                                               cluster.tf_config(i, ports) if resolved else None, held))
-    if started is not None:
-        split = BatchSplit(int(started["num_workers"]), int(started["replicas_per_worker"]),
-                           int(started["per_replica_batch"]), int(started["global_batch"]),
-                           started.get("strategy", ""), True)
+    per_worker = max(device_counts) if device_counts else 1
+    reported = _batch_plan(started)
+    if reported is not None:
+        num_workers, replicas, per_replica, global_batch = reported
+        split = BatchSplit(num_workers or len(workers), replicas or per_worker, per_replica, global_batch,
+                           started.get("strategy") or "", True, script=bool(t.script))
+    elif started is not None or t.script:
+        # A script's batch is its own; a started event without a batch plan (a loop's, an old run's) gives none.
+        why = ("(the run reported no batch plan)" if started is not None
+               else "until the script reports (its own numbers, read from fit)" if t.capture
+               else "(the script's own; capture is off)")
+        strategy = (started or {}).get("strategy") or ("parameter_server" if pss else "")
+        split = BatchSplit(len(workers), per_worker, 0, 0, strategy, False, unknown=why, script=bool(t.script))
     else:
-        per_worker = max(device_counts) if device_counts else 1
         replicas = per_worker if pss else per_worker * len(workers)  # the replicas of one step
         problem = ""
         if t.global_batch:
@@ -124,3 +155,21 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
         split = BatchSplit(len(workers), per_worker, per_replica, per_replica * replicas,
                            "parameter_server" if pss else strategy_for(t.strategy, len(workers), 0), False, problem)
     return [b for b in boxes.values() if b.tasks] + [b for b in boxes.values() if not b.tasks], split
+
+
+def _count(value) -> int | None:
+    """A positive whole number of a record (an int, or a float that is one), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 1:
+        return None
+    return int(value) if value == int(value) else None
+
+
+def _batch_plan(started: dict | None) -> tuple[int | None, int | None, int, int] | None:
+    """A started event's batch plan: workers and replicas per worker (None when it does not say),
+    per-replica and global batch; None without those two (a loop script's event, an old record)."""
+    if started is None:
+        return None
+    per_replica, global_batch = _count(started.get("per_replica_batch")), _count(started.get("global_batch"))
+    if per_replica is None or global_batch is None:
+        return None
+    return _count(started.get("num_workers")), _count(started.get("replicas_per_worker")), per_replica, global_batch

@@ -105,8 +105,7 @@ class ClusterDiagram(QWidget):
         self.hosts, self.split = picture(self._cluster, self._gpus, self._started, self._addresses)
         names = self._cluster.task_names()
         self.chief = next((t.name for h in self.hosts for t in h.tasks if t.is_chief), None)
-        self.source.setText("Numbers reported by the run." if self.split.from_run
-                            else "Numbers from the settings (a run's own numbers replace them once it starts).")
+        self.source.setText(self.split.source)
         y = self._draw_batch(self.split, names)
         x = 0.0
         self.boxes: dict[str, QRectF] = {}  # each task's box, in the scene
@@ -155,6 +154,15 @@ class ClusterDiagram(QWidget):
         if split.problem:
             self._text(split.problem, 0, 20, 9, color=QColor("#b00020"))
         top = 42.0
+        if not split.known:  # a script's own batch, not reported: no slices, no numbers of ours
+            self.scene.addRect(QRectF(0, top, width, 26), QPen(QColor("#888"), 1, Qt.DashLine),
+                               QBrush(QColor("#f4f4f4")))
+            self._text("the script's batch: its own, split as its strategy splits it", 6, top + 5, 9,
+                       color=QColor("#555"))
+            return top + 26
+        if split.from_run:
+            tag = self._text("from the run", 0, 20, 9, True, QColor("#1b7f3b"))
+            tag.setToolTip("the numbers the run's started event reported")
         self.scene.addRect(QRectF(0, top, width, 26), QPen(QColor("#333")), QBrush(QColor("#e8e8e8")))
         self._text(f"one step's batch {split.global_batch}, on one worker" if split.asynchronous
                    else f"global batch {split.global_batch}", 6, top + 5, 9, True)
@@ -200,6 +208,8 @@ class ClusterDiagram(QWidget):
     def _draw_host(self, host: HostBox, names: list[str], x: float, y: float) -> float:
         width = max(TASK_W + 2 * PAD, len(host.tasks) * (TASK_W + PAD) + PAD)
         height = TASK_H + 3 * PAD + 18 + (32 if self.states else 0)  # room for the tasks' badges
+        asynchronous = bool(self.split and self.split.asynchronous)
+        script = bool(self.split and self.split.script)  # what the chief does is the script's own business
         self.scene.addRect(QRectF(x, y, width, height), QPen(QColor("#555"), 1.5), QBrush(QColor("#f6f6f6")))
         self._text(f"{host.name}  ({host.address})", x + PAD, y + 6, 10, True)
         for i, task in enumerate(host.tasks):
@@ -215,12 +225,12 @@ class ClusterDiagram(QWidget):
             self.scene.addItem(item)
             if task.is_chief:  # a big crown on the chief's box, and one in its title
                 crown = self._text(CROWN, tx + TASK_W - 30, ty - 22, 20, color=QColor("#c89600"))
-                crown.setToolTip("the chief: saves the model and writes TensorBoard logs")
+                crown.setToolTip("the chief: by convention the script's chief saves the model" if script
+                                 else "the chief: saves the model and writes TensorBoard logs")
             title = f"{CROWN} {task.name}" if task.is_chief else task.name
             self._text(title, 6, 4, 10, True, QColor("#8a6d00") if task.is_chief else None, item)
-            asynchronous = bool(self.split and self.split.asynchronous)
-            role = ROLE_WORDS.get((task.role, asynchronous)) or (
-                f"{task.role}, chief: saves the model" if task.is_chief else task.role)
+            chief = f"{task.role}, the chief" if script else f"{task.role}, chief: saves the model"
+            role = ROLE_WORDS.get((task.role, asynchronous)) or (chief if task.is_chief else task.role)
             self._text(role, 6, 24, 8, parent=item)
             self._text(task.address or ("checkpoints, apart from training" if task.role == cl.EVALUATOR else ""),
                        6, 40, 8, color=QColor("#444"), parent=item)

@@ -229,7 +229,9 @@ class MainWindow(QMainWindow):
         if run is not None:
             self.diagram.set_cluster(copy.deepcopy(run.cluster), self.setup.gpus_by_host())
         self.diagram.set_run(r, addresses)
-        self.statusBar().showMessage(f"Training: {r.get('strategy')}, global batch {r.get('global_batch')}")
+        said = [r["strategy"]] if r.get("strategy") else []
+        said += [f"global batch {r['global_batch']}"] if r.get("global_batch") else []  # a loop's has none
+        self.statusBar().showMessage("Training: " + ", ".join(said) if said else "Training started")
 
     def _on_session_log_received(self, task: str, stream: str, text: str) -> None:
         self.dashboard.append_log(task, stream, text)

@@ -1,8 +1,10 @@
-"""The setup form: the hosts and their tasks, and the training settings with the global batch line."""
+"""The setup form: the hosts and their tasks, and the training settings (with the global batch line; a script's
+own rows instead when a script runs)."""
 
 from __future__ import annotations
 
 import html
+import shlex
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
@@ -11,7 +13,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QComboBox, QDoubleS
                                QTableWidget, QVBoxLayout, QWidget)
 
 from console import cluster as cl
-from console.cluster import MAX_RESTARTS
+from console.cluster import KERAS_FLAVOURS, MAX_RESTARTS
 from console.checks import Report
 from console.gui.check_view import cell, host_marks
 from console.gui.dialogs import HostDialog, ImportDialog
@@ -19,7 +21,10 @@ from console.diagram_model import picture
 from trainer.config import AUTOSHARD_POLICIES, COMMUNICATIONS, LR_RULES, STRATEGIES
 from trainer.plan import MAX_BACKUP_SECONDS
 
-WORKLOADS = ("digits", "synthetic", "file", "script")
+SCRIPT = "script"  # the workload that runs a user's own script: the trainer's settings do not reach it
+WORKLOADS = ("digits", "synthetic", "file", SCRIPT)
+CAPTURE_TEXT = "Capture metrics from the script (fit, tf.summary, printed values)"
+ARGS_TIP = "Split as a shell splits them: quote an argument that holds spaces"
 
 
 class SetupForm(QWidget):
@@ -81,6 +86,22 @@ class SetupForm(QWidget):
         self.user_file.setPlaceholderText("your model file (build_model, train_dataset) or script")
         browse = QPushButton("…")
         browse.clicked.connect(self._on_browse_user_file_clicked)
+        # A script's own rows: the folder shipped with it, its arguments, its Keras, the capture.
+        self.workdir = QLineEdit()
+        self.workdir.setPlaceholderText("the script's folder")
+        self.workdir.setToolTip("The folder shipped to every host with the script (each task runs in its own copy); "
+                                "empty: the script's folder")
+        self.btn_workdir = QPushButton("…")
+        self.btn_workdir.clicked.connect(self._on_browse_workdir_clicked)
+        self.script_args = QLineEdit()
+        self.script_args.setPlaceholderText("the script's arguments, as in a shell: --epochs 2")
+        self.script_args.setToolTip(ARGS_TIP)
+        self.keras = QComboBox()
+        for flavour in KERAS_FLAVOURS:
+            self.keras.addItem(flavour, flavour)
+        self.keras.setToolTip("The Keras the script gets; multi-worker fit needs tf-keras (Keras 3 fails there)")
+        self.capture = QCheckBox(CAPTURE_TEXT)
+        self.capture.setToolTip("Off: the dashboard shows only what the script reports itself (MetricsReporter)")
         self.epochs = QSpinBox()
         self.epochs.setRange(1, 100000)
         self.batch_mode = QComboBox()
@@ -110,26 +131,40 @@ class SetupForm(QWidget):
         self.backup_seconds.setToolTip("Each task backs up about this often: a restart redoes at most this much")
         self.stop_on_nan = QCheckBox("stop at NaN")
         self.stop_on_nan.setToolTip("Stop the run at its first non-finite loss (else: an alert, and it goes on)")
+        self.backup_label = QLabel("backup every")  # tfcc's trainer backs up; a script keeps its own
         self.batch_label = QLabel()
         self.batch_label.setWordWrap(True)
         self.batch_label.setStyleSheet("font-weight: bold")
-        form = QFormLayout()
-        rows = (("Workload", self.workload), ("Model file / script", _row(self.user_file, browse)),
-                ("Epochs", self.epochs), ("Batch", _row(self.batch, self.batch_mode)), ("Learning rate", self.lr),
+        self.form = form = QFormLayout()
+        file_row = _row(self.user_file, browse)
+        batch_row = _row(self.batch, self.batch_mode)
+        # The rows of a script and those it never sees (the trainer's): each kind shown only when it applies.
+        self.script_rows = (_row(self.workdir, self.btn_workdir), self.script_args, self.keras, self.capture)
+        self.trainer_rows = (self.epochs, batch_row, self.lr, self.lr_rule, self.strategy, self.communication,
+                             self.autoshard, self.batch_label)
+        rows = (("Workload", self.workload), ("Model file / script", file_row),
+                ("Workdir", self.script_rows[0]), ("Arguments", self.script_args), ("Keras", self.keras),
+                ("", self.capture),
+                ("Epochs", self.epochs), ("Batch", batch_row), ("Learning rate", self.lr),
                 ("LR scaling", self.lr_rule), ("Strategy", self.strategy), ("Communication", self.communication),
                 ("Autoshard", self.autoshard),
-                ("Restarts", _row(self.max_restarts, QLabel("backup every"), self.backup_seconds, self.stop_on_nan)),
+                ("Restarts", _row(self.max_restarts, self.backup_label, self.backup_seconds, self.stop_on_nan)),
                 ("", self.batch_label))
         for label, field in rows:
             form.addRow(label, field)
-        for combo in (self.workload, self.batch_mode, self.lr_rule, self.strategy, self.communication, self.autoshard):
+        self.file_label = form.labelForField(file_row)
+        for combo in (self.workload, self.batch_mode, self.lr_rule, self.strategy, self.communication, self.autoshard,
+                      self.keras):
             combo.currentIndexChanged.connect(self._on_training_edited)
         for spin in (self.epochs, self.batch, self.lr, self.max_restarts, self.backup_seconds):
             spin.valueChanged.connect(self._on_training_edited)
-        self.stop_on_nan.toggled.connect(self._on_training_edited)
-        self.user_file.textChanged.connect(self._on_training_edited)
+        for check in (self.stop_on_nan, self.capture):
+            check.toggled.connect(self._on_training_edited)
+        for line in (self.user_file, self.workdir, self.script_args):
+            line.textChanged.connect(self._on_training_edited)
         box = QGroupBox("Training")
         box.setLayout(form)
+        self._show_workload_rows()
         return box
 
     # ------------------------------------------------------------ the model
@@ -141,8 +176,13 @@ class SetupForm(QWidget):
         self._loading = True
         try:
             t = cluster.training
-            self.workload.setCurrentText("script" if t.script else ("file" if t.model_file else t.workload))
+            self.workload.setCurrentText(SCRIPT if t.script else ("file" if t.model_file else t.workload))
             self.user_file.setText(t.script or t.model_file)
+            self.workdir.setText(t.workdir)
+            self.script_args.setText(shlex.join(t.args))
+            self._script_args()  # unmarked: a file's arguments are whole
+            self.keras.setCurrentIndex(max(0, self.keras.findData(t.keras)))
+            self.capture.setChecked(t.capture)
             self.epochs.setValue(t.epochs)
             self.batch_mode.setCurrentIndex(1 if t.global_batch else 0)
             self.batch.setValue(t.global_batch or t.per_replica_batch)
@@ -156,6 +196,7 @@ class SetupForm(QWidget):
             self.stop_on_nan.setChecked(t.stop_on_nan)
         finally:
             self._loading = False
+        self._show_workload_rows()
         self._refresh_tables()
         self._refresh_batch_line()
 
@@ -179,7 +220,14 @@ class SetupForm(QWidget):
         path = self.user_file.text().strip()
         t.workload = workload if workload in ("digits", "synthetic", "file") else "digits"
         t.model_file = path if workload == "file" else ""
-        t.script = path if workload == "script" else ""
+        t.script = path if workload == SCRIPT else ""
+        t.workdir = self.workdir.text().strip() if workload == SCRIPT else ""  # the script's folder: only with one
+        if workload == SCRIPT:
+            args = self._script_args()
+            if args is not None:  # else the person is still typing a quote: keep the last whole arguments
+                t.args = args
+            t.keras = self.keras.currentData()
+            t.capture = self.capture.isChecked()
         t.epochs = self.epochs.value()
         if self.batch_mode.currentIndex() == 1:
             t.global_batch, t.per_replica_batch = self.batch.value(), 32
@@ -193,20 +241,57 @@ class SetupForm(QWidget):
         t.max_restarts = self.max_restarts.value()
         t.backup_seconds = self.backup_seconds.value()
         t.stop_on_nan = self.stop_on_nan.isChecked()
+        self._show_workload_rows()
         self._refresh_batch_line()
         self.cluster_changed.emit()
+
+    def _script_args(self) -> list[str] | None:
+        """The arguments line split as a shell splits it; None (and the line marked) while a quote is open."""
+        try:
+            args = shlex.split(self.script_args.text())
+        except ValueError as exc:  # "No closing quotation", "No escaped character"
+            self.script_args.setStyleSheet("color: #b00020")
+            self.script_args.setToolTip(f"{exc}: close the quote. {ARGS_TIP}")
+            return None
+        self.script_args.setStyleSheet("")
+        self.script_args.setToolTip(ARGS_TIP)
+        return args
 
     def _on_hosts_edited(self, keep_report: bool = False) -> None:
         if not keep_report:
             self.report = None  # it spoke of other hosts
+        self._refresh_keras_hint()
         self._refresh_tables()
         self._refresh_batch_line()
         self.cluster_changed.emit()
 
     # ------------------------------------------------------------ showing it
 
+    def _show_workload_rows(self) -> None:
+        """A script gets its own rows; the trainer's (epochs, batch, learning rate, strategy, …) are hidden
+        then, their room given back: the script never sees them."""
+        script = self.workload.currentText() == SCRIPT
+        for field in self.script_rows:
+            self.form.setRowVisible(field, script)
+        for field in self.trainer_rows:
+            self.form.setRowVisible(field, not script)
+        for widget in (self.backup_label, self.backup_seconds):
+            widget.setVisible(not script)
+        self.file_label.setText("Script" if script else "Model file / script")
+        self._refresh_keras_hint()
+
+    def _refresh_keras_hint(self) -> None:
+        """What ``auto`` gives a script on these tasks, beside it: e.g. "auto (tf-keras: 2 training tasks)"."""
+        c = self.cluster
+        training = sum(t.role in ("chief", "worker") for t in c.tasks)
+        why = ("parameter-server training" if c.parameter_server
+               else f"{training} training task{'s' if training != 1 else ''}")
+        gets = "tf-keras" if c.needs_tf_keras else "the script's own Keras"
+        auto = KERAS_FLAVOURS[0]  # resolved by the cluster (Cluster.script_keras)
+        self.keras.setItemText(self.keras.findData(auto), f"{auto} ({gets}: {why})")
+
     def _refresh_batch_line(self) -> None:
-        self.user_file.setEnabled(self.workload.currentText() in ("file", "script"))
+        self.user_file.setEnabled(self.workload.currentText() in ("file", SCRIPT))
         if not self.cluster.tasks:
             self.batch_label.setText("Add a host with a worker to see the global batch.")
             return
@@ -312,9 +397,17 @@ class SetupForm(QWidget):
         dialog.open()
 
     def _on_browse_user_file_clicked(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Model file or script", str(Path.cwd()), "Python (*.py)")
+        title = "Script" if self.workload.currentText() == SCRIPT else "Model file or script"
+        path, _ = QFileDialog.getOpenFileName(self, title, str(Path.cwd()), "Python (*.py)")
         if path:
             self.user_file.setText(path)
+
+    def _on_browse_workdir_clicked(self) -> None:
+        script = self.user_file.text().strip()
+        start = self.workdir.text().strip() or (str(Path(script).parent) if script else str(Path.cwd()))
+        path = QFileDialog.getExistingDirectory(self, "The script's workdir (shipped with it)", start)
+        if path:
+            self.workdir.setText(path)
 
 
 def _row(*widgets: QWidget) -> QHBoxLayout:

@@ -78,3 +78,57 @@ def test_an_evaluator_is_drawn_apart_from_training():
     assert config["task"] == {"type": "evaluator", "index": 0} and "evaluator" not in config["cluster"]
     assert json.loads(tasks["chief-0"].tf_config)["cluster"] == config["cluster"]  # the cluster does not list it
     assert split.num_workers == 1
+
+
+# ------------------------------------------------------------------ a user's own script
+
+
+CAPTURED = {"event": "started", "source": "script", "keras": "tf-keras", "strategy": "multi_worker_mirrored",
+            "num_workers": 2, "replicas_per_worker": 1, "num_replicas": 2, "global_batch": 64,
+            "per_replica_batch": 32, "per_worker_batch": 32, "epochs": 2, "steps_per_epoch": 10}
+
+
+def test_a_scripts_batch_is_unknown_until_it_reports():
+    """The settings' epochs and batch never reach a script: no numbers of them, no slices."""
+    c = make([{"host": "a"}, {"host": "b"}], script="main.py", per_replica_batch=32)
+    hosts, split = picture(c)
+    assert not split.known and not split.from_run
+    assert split.label == "batch: unknown until the script reports (its own numbers, read from fit)"
+    assert "64" not in split.label and "32" not in split.label
+    assert (split.global_batch, split.per_replica) == (0, 0) and split.num_workers == 2
+    assert [t.devices for h in hosts for t in h.tasks] == [["CPU"], ["CPU"]]  # the hardware is still known
+    c.training.capture = False
+    assert picture(c)[1].label == "batch: unknown (the script's own; capture is off)"
+
+
+def test_the_captures_started_event_gives_the_scripts_real_numbers():
+    c = make([{"host": "a"}, {"host": "b"}], script="main.py", per_replica_batch=8)
+    _, split = picture(c, started=CAPTURED)
+    assert split.known and split.from_run and split.script
+    assert split.label == "global 64 = 2 workers × 1 replica × 32" and split.per_worker == 32
+    assert split.source.startswith("From the run")
+
+
+def test_replicas_per_worker_come_from_the_started_event():
+    c = make([{"host": "a"}, {"host": "b"}], script="main.py")
+    started = dict(CAPTURED, replicas_per_worker=2, num_replicas=4, global_batch=128, per_worker_batch=64)
+    hosts, split = picture(c, started=started)
+    assert split.label == "global 128 = 2 workers × 2 replicas × 32"
+    assert [t.devices for h in hosts for t in h.tasks] == [["CPU 0", "CPU 1"], ["CPU 0", "CPU 1"]]
+
+
+def test_a_started_event_without_a_batch_plan_is_unknown_and_does_not_crash():
+    """A loop script's (or an old run's) started event: no batch fields, or ones that are no counts."""
+    c = make([{"host": "a"}, {"host": "b"}], script="main.py")
+    for started in ({"event": "started", "source": "script", "strategy": "multi_worker_mirrored"},
+                    dict(CAPTURED, global_batch=None), dict(CAPTURED, per_replica_batch="32"),
+                    dict(CAPTURED, global_batch=float("inf")), dict(CAPTURED, replicas_per_worker=True)):
+        hosts, split = picture(c, started=started)
+        if started.get("replicas_per_worker") is True:  # the batch is there: only the replicas are not
+            assert split.known and split.replicas_per_worker == 1
+            continue
+        assert not split.known and split.label == "batch: unknown (the run reported no batch plan)", started
+        assert split.strategy == "multi_worker_mirrored"
+    # the trainer's own runs too: an old record without its plan
+    _, split = picture(make([{"host": "a"}, {"host": "b"}]), started={"strategy": "multi_worker_mirrored"})
+    assert not split.known and not split.from_run

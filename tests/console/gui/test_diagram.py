@@ -1,0 +1,40 @@
+"""The cluster diagram's batch: the settings' split, a script's unknown one, and the run's own numbers."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QGraphicsSimpleTextItem
+
+from console import cluster as cl
+from console.gui.diagram import ClusterDiagram
+from tests.console.test_diagram_model import CAPTURED
+
+
+def texts(diagram: ClusterDiagram) -> list[str]:
+    return [i.text() for i in diagram.scene.items() if isinstance(i, QGraphicsSimpleTextItem)]
+
+
+def two_workers(**training) -> cl.Cluster:
+    return cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
+                      cl.Training(**training))
+
+
+def test_a_scripts_batch_is_drawn_unknown_then_from_the_run(qtbot):
+    diagram = ClusterDiagram()
+    qtbot.addWidget(diagram)
+    diagram.set_cluster(two_workers())
+    assert "per replica" in texts(diagram) and "global batch 64" in texts(diagram)
+
+    diagram.set_cluster(two_workers(script="main.py"))
+    assert diagram.batch_label.text() == "batch: unknown until the script reports (its own numbers, read from fit)"
+    shown = texts(diagram)
+    assert "per replica" not in shown and "per worker" not in shown and not any("64" in s for s in shown)
+    assert "from the run" not in shown and diagram.source.text().startswith("The script sets its own batch")
+
+    diagram.set_run(CAPTURED, {"worker-0": "localhost:4000", "worker-1": "localhost:4001"})
+    assert diagram.batch_label.text() == "global 64 = 2 workers × 1 replica × 32"
+    shown = texts(diagram)
+    assert "from the run" in shown and "per replica" in shown and "worker-1: 32" in shown
+    assert diagram.source.text() == "From the run: the script's own numbers, read from its fit."
+
+    diagram.set_run({"event": "started", "source": "script"})  # a loop's: no batch plan, no crash
+    assert diagram.batch_label.text() == "batch: unknown (the run reported no batch plan)"

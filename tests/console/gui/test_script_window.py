@@ -1,0 +1,114 @@
+"""A user's own script through the window: the form shows what applies to it, the dashboard its captured
+metrics, the diagram its real batch split once it reports it (and nothing invented before)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from PySide6.QtWidgets import QGraphicsSimpleTextItem
+
+from console import cluster as cl
+from console.gui.main_window import MainWindow
+from console.profiles import Profiles
+from tests.console.gui.conftest import save_shot
+from tests.console.gui.test_main_window import curve_points
+
+pytestmark = pytest.mark.slow
+
+SCRIPTS = cl.PROJECT_ROOT / "tests" / "data" / "scripts"
+WATCHDOG_WORDS = "for the cluster to form"  # the startup watchdog's report (Run.waiting_report)
+
+
+def scene_texts(window) -> list[str]:
+    return [i.text() for i in window.diagram.scene.items() if isinstance(i, QGraphicsSimpleTextItem)]
+
+
+def test_a_two_file_mwms_fit_script_through_the_window(qtbot, gui_homes, shots):
+    """The tutorial-shaped MWMS fit script (main.py imports mnist_setup.py and reads config.json by a relative
+    path) on two local workers, chosen and started from the window."""
+    job = shutil.copytree(SCRIPTS / "mwms_fit", gui_homes / "mwms_fit")
+    window = MainWindow(profiles=Profiles(gui_homes / "profiles.json"))
+    qtbot.addWidget(window)
+    window.resize(1440, 900)
+    window.show()
+    window.set_cluster(cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
+                                  cl.Training(epochs=5, per_replica_batch=16)), None)
+
+    # The form: the script's rows, not the trainer's settings it never reads.
+    form = window.setup
+    assert form.epochs.isVisibleTo(window) and form.batch_label.isVisibleTo(window)
+    form.workload.setCurrentText("script")
+    form.user_file.setText(str(job / "main.py"))
+    form.script_args.setText("--epochs 2")
+    t = window.cluster.training
+    assert (t.script, t.workdir, t.args, t.keras, t.capture) == (str(job / "main.py"), "", ["--epochs", "2"],
+                                                                "auto", True)
+    for field in (form.workdir, form.script_args, form.keras, form.capture, form.user_file):
+        assert field.isVisibleTo(window), field
+    for field in (form.epochs, form.batch, form.batch_mode, form.lr, form.lr_rule, form.strategy,
+                  form.communication, form.autoshard, form.batch_label, form.backup_seconds):
+        assert not field.isVisibleTo(window), field
+    assert form.keras.currentText() == "auto (tf-keras: 2 training tasks)"
+    # The hidden rows give their room back: the restarts row comes right after the capture row.
+    qtbot.waitUntil(lambda: 0 < form.max_restarts.geometry().top() - form.capture.geometry().bottom() < 20,
+                    timeout=5000)
+    # Before the run: the diagram says the batch is unknown, with no numbers of the settings (16, 32, 64).
+    assert not window.diagram.split.known
+    assert window.diagram.batch_label.text() == ("batch: unknown until the script reports (its own numbers, "
+                                                 "read from fit)")
+    assert "per replica" not in scene_texts(window) and not any("32" in s for s in scene_texts(window))
+    save_shot(window, shots, "script_form")
+    window.tabs.setCurrentWidget(window.diagram)
+    save_shot(window, shots, "script_diagram_before_the_run")
+
+    with qtbot.waitSignal(window.session.ended, timeout=300_000):
+        window.act_start.trigger()
+    run = window.session.run
+    assert [(task.name, task.phase) for task in run.tasks] == [("worker-0", "finished"), ("worker-1", "finished")]
+    assert form.keras.isVisibleTo(window) and not form.epochs.isVisibleTo(window)  # the form stays the script's
+
+    # The dashboard: the captured step loss (the global batch's: drawn once), each worker's step time and
+    # throughput, and each epoch's training values.
+    store = window.session.store
+    steps = 2 * 10
+    board = window.dashboard
+    drawn = {("worker-0", "loss"): steps, ("worker-0", "step_time"): steps, ("worker-1", "step_time"): steps,
+             ("worker-0", "epoch:loss"): 2, ("worker-0", "epoch:accuracy"): 2}
+    qtbot.waitUntil(lambda: {key: curve_points(window, *key) for key in drawn} == drawn, timeout=10_000)
+    for worker in ("worker-0", "worker-1"):  # each worker's capture reported each step
+        assert len(store.series(worker, "loss")[0]) == len(store.series(worker, "examples_per_sec")[0]) == steps
+    assert ("worker-1", "loss") not in board.curves, "the global batch's loss, the same on every worker: once"
+    x, y = board.curves[("worker-0", "epoch:loss")].getData()
+    assert list(x) == [10, 20] and y[-1] == pytest.approx([e for e in store.epochs if e["task"] == "worker-0"][-1]
+                                                          ["loss"], abs=1e-6)
+    _, loss = store.series("worker-0", "loss")
+    assert loss[-1] < loss[0], "the script really trained"
+    assert "loss" in board._layout_plots and "accuracy" in board._layout_plots
+
+    # The diagram: the script's real split, from its captured started event.
+    started = window.started_event
+    assert started["source"] == "script" and started["per_worker_batch"] == 32
+    diagram = window.diagram
+    assert diagram.split.from_run and diagram.split.known
+    assert diagram.batch_label.text() == "global 64 = 2 workers × 1 replica × 32"
+    assert "from the run" in scene_texts(window) and diagram.source.text().startswith("From the run")
+    assert diagram.chief == "worker-0"
+
+    # No watchdog cried wolf: the capture's records told the session the cluster formed.
+    events = store.events_snapshot()
+    assert not [e for e in events if e["event"] in ("watchdog", "stalled", "alert", "failure")], events
+    assert not [e for e in events if WATCHDOG_WORDS in str(e.get("text", ""))], events
+    assert {"launched", "cluster_formed", "started", "train_end"} <= {e["event"] for e in events}
+
+    save_shot(window, shots, "script_dashboard")
+    window.tabs.setCurrentWidget(diagram)
+    save_shot(window, shots, "script_diagram")
+    window.resize(1280, 720)
+    qtbot.waitUntil(lambda: window.width() == 1280, timeout=2000)
+    save_shot(window, shots, "script_diagram_1280x720")
+    window.tabs.setCurrentWidget(board)
+    save_shot(window, shots, "script_dashboard_1280x720")
+    window.files.dirty = False
+    window.close()
+    assert not window.threads.busy()

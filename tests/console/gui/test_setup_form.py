@@ -1,0 +1,108 @@
+"""The setup form's Training box: a script's own rows, the trainer's hidden with a script, the keys kept."""
+
+from __future__ import annotations
+
+import pytest
+
+from console import cluster as cl
+from console.cluster import KERAS_FLAVOURS
+from console.gui.setup_form import SetupForm
+
+
+@pytest.fixture
+def form(qtbot) -> SetupForm:
+    f = SetupForm()
+    qtbot.addWidget(f)
+    f.resize(470, 820)
+    f.set_cluster(cl.default())
+    f.show()
+    return f
+
+
+def shown(form: SetupForm, field) -> bool:
+    """Whether ``field`` is shown, with its row's label (a widget inside a row's layout has none of its own)."""
+    label = form.form.labelForField(field)
+    return field.isVisibleTo(form) and (label is None or label.isVisibleTo(form))
+
+
+def trainer_fields(form: SetupForm) -> list:
+    return [form.epochs, form.batch, form.lr, form.lr_rule, form.strategy, form.communication, form.autoshard,
+            form.batch_label]
+
+
+def script_fields(form: SetupForm) -> list:
+    return [form.workdir, form.script_args, form.keras, form.capture]
+
+
+def test_the_trainers_workloads_look_as_before(form):
+    assert all(shown(form, f) for f in (form.epochs, form.lr, form.strategy, form.batch_label))
+    assert form.form.isRowVisible(form.trainer_rows[1])  # the batch row (a layout)
+    assert not any(form.form.isRowVisible(f) for f in form.script_rows)
+    assert form.file_label.text() == "Model file / script" and form.backup_seconds.isVisibleTo(form)
+
+
+def test_a_script_shows_its_own_rows_and_hides_those_it_never_sees(form, qtbot):
+    form.workload.setCurrentText("script")
+    assert all(form.form.isRowVisible(f) for f in form.script_rows)
+    assert not any(form.form.isRowVisible(f) for f in form.trainer_rows)
+    for field in trainer_fields(form):
+        label = form.form.labelForField(field)
+        assert not field.isVisibleTo(form) and (label is None or not label.isVisibleTo(form)), field
+    assert all(shown(form, f) for f in script_fields(form))
+    assert form.file_label.text() == "Script" and form.workdir.placeholderText() == "the script's folder"
+    assert form.capture.text() == "Capture metrics from the script (fit, tf.summary, printed values)"
+    assert form.capture.isChecked() and form.keras.currentData() == "auto"
+    assert [form.keras.itemData(i) for i in range(form.keras.count())] == list(KERAS_FLAVOURS)
+    assert form.keras.itemText(0) == "auto (tf-keras: 2 training tasks)"
+    assert not form.backup_seconds.isVisibleTo(form) and form.max_restarts.isVisibleTo(form)
+    # The hidden rows give their room back: the restarts row follows the capture row at once.
+    qtbot.waitUntil(lambda: form.max_restarts.geometry().top() - form.capture.geometry().bottom()
+                    < 3 * max(form.form.verticalSpacing(), 6), timeout=2000)
+    form.workload.setCurrentText("digits")
+    assert all(shown(form, f) for f in trainer_fields(form)) and not form.workdir.isVisibleTo(form)
+
+
+def test_the_keras_hint_says_what_auto_gives_these_tasks(form):
+    form.workload.setCurrentText("script")
+    form.set_cluster(cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here")],
+                                cl.Training(script="main.py")))
+    assert form.keras.itemText(0) == "auto (the script's own Keras: 1 training task)"
+    form.set_cluster(cl.Cluster([cl.Host(name="here", local=True)],
+                                [cl.Task(host="here", role="chief"), cl.Task(host="here"),
+                                 cl.Task(host="here", role="ps")], cl.Training(script="main.py")))
+    assert form.keras.itemText(0) == "auto (tf-keras: parameter-server training)"
+
+
+def test_a_scripts_keys_round_trip_through_the_form_and_the_file(form, qtbot, tmp_path, dialogs):
+    form.workload.setCurrentText("script")
+    form.user_file.setText(str(tmp_path / "job" / "main.py"))
+    dialogs.answer("QFileDialog.getExistingDirectory", str(tmp_path / "job"))
+    form.btn_workdir.click()
+    assert dialogs.asked[-1][1][-1] == str(tmp_path / "job")  # it opens at the script's folder
+    form.script_args.setText("--epochs 2 --name 'two words'")
+    form.keras.setCurrentIndex(form.keras.findData("tf-keras"))
+    form.capture.setChecked(False)
+    t = form.cluster.training
+    assert (t.script, t.workdir, t.args, t.keras, t.capture) == (
+        str(tmp_path / "job" / "main.py"), str(tmp_path / "job"), ["--epochs", "2", "--name", "two words"],
+        "tf-keras", False)
+    form.script_args.setText("--epochs 2 --name 'two")  # a quote still open: the last whole arguments stay
+    assert t.args == ["--epochs", "2", "--name", "two words"] and "close the quote" in form.script_args.toolTip()
+    form.script_args.setText("--epochs 2 --name 'two words'")
+
+    path = tmp_path / "script.toml"
+    cl.save(form.cluster, path)
+    loaded = cl.load(path)
+    assert loaded.training == t
+    again = SetupForm()
+    qtbot.addWidget(again)
+    again.set_cluster(loaded)
+    assert again.workload.currentText() == "script" and again.user_file.text() == t.script
+    assert again.workdir.text() == t.workdir and again.script_args.text() == "--epochs 2 --name 'two words'"
+    assert again.keras.currentData() == "tf-keras" and not again.capture.isChecked()
+    assert again.cluster.training == t  # showing it changed nothing
+
+    # Back to the trainer: no workdir without a script (the file would be refused), the rest as it was.
+    form.workload.setCurrentText("digits")
+    assert (t.script, t.workdir) == ("", "") and t.keras == "tf-keras"
+    cl.validate(form.cluster)
