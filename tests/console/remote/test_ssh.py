@@ -347,3 +347,28 @@ def test_a_parameter_server_cluster_over_two_ssh_hosts(ssh_hosts, ssh_env, capsy
     assert sorted(config["cluster"]) == ["chief", "ps", "worker"] and config["task"] == {"type": "ps", "index": 0}
     finished = next(r for r in stream if r.get("event") == "finished" and r["task"] == "chief-0")
     assert finished["metrics"]["val_accuracy"] >= 0.90
+
+
+@pytest.mark.slow
+def test_a_users_two_file_script_runs_unchanged_over_two_ssh_hosts(ssh_hosts, ssh_env, capsys, tmp_path):
+    """The two-file MultiWorkerMirrored fit script (main.py imports mnist_setup.py beside it and reads
+    config.json): its folder is shipped to both hosts and each worker's captured steps come back."""
+    import shutil
+
+    folder = tmp_path / "mwms_fit"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "data" / "scripts" / "mwms_fit", folder,
+                    ignore=shutil.ignore_patterns("saved_model", "__pycache__"))
+    ssh_hosts.known_hosts(ssh_env / "known_hosts")
+    cluster = two_host_cluster(ssh_hosts, 1)
+    cluster.training = cl.Training(script=str(folder / "main.py"), args=["--epochs", "1"])
+    path = ssh_env / "script.toml"
+    cl.save(cluster, path)
+    assert main(["run", str(path), "--json", "--run-id", "sshscript"]) == 0
+    stream = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {r["task"]: r["phase"] for r in stream if r.get("type") == "end"} == {
+        "worker-0": "finished", "worker-1": "finished"}
+    for i, host in enumerate(ssh_hosts.hosts):
+        steps = [r for r in stream if r.get("task") == f"worker-{i}" and r["type"] == "step"]
+        assert [r["global_step"] for r in steps] == list(range(1, 11))  # config.json: 10 steps an epoch
+        assert all(isinstance(r["loss"], float) and r["step_time"] > 0 for r in steps)
+        assert (host.tfcc_home / "runs" / "sshscript" / f"worker-{i}" / "work" / "mnist_setup.py").is_file()
