@@ -126,7 +126,10 @@ class Server:
         return {"tasks": runs.list_runs()}
 
     def op_stop(self, req):
-        return runs.stop(req.get("run_id"), req.get("task"), float(req.get("grace", 10.0)), bool(req.get("done")))
+        done = req.get("done", False)
+        if not isinstance(done, bool):
+            raise AgentError(f"stop: done must be true or false, not {done!r}", protocol.BAD_ARGUMENT)
+        return runs.stop(req.get("run_id"), req.get("task"), float(req.get("grace", 10.0)), done)
 
     def op_remove(self, req):
         """Delete a run's folder on this host (every task of it here), refused while a task runs."""

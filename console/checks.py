@@ -15,6 +15,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from agent.protocol import format_address, parse_address
 from console import cluster as cl
@@ -123,8 +124,11 @@ def consistency(cluster: cl.Cluster, probes: dict[str, dict]) -> list[Problem]:
 
 
 def _needs_tf_keras(cluster: cl.Cluster) -> bool:
-    """tfcc's trainer always needs tf-keras; a user's script where it gets tf-keras."""
-    return not cluster.training.script or cluster.script_keras == "tf-keras"
+    """tfcc's trainer always needs tf-keras; a user's script where it gets tf-keras, or imports it."""
+    if not cluster.training.script or cluster.script_keras == cl.TF_KERAS:
+        return True
+    script = Path(cluster.training.script).expanduser()
+    return bool(keras_use([(script.name, script)]).tf_keras)
 
 
 def script_problems(cluster: cl.Cluster) -> list[Problem]:
@@ -144,7 +148,7 @@ def script_problems(cluster: cl.Cluster) -> list[Problem]:
     why = ("parameter-server training" if cluster.parameter_server else f"{training} training tasks")
     if not use.fit:
         return []  # a custom training loop: Keras 3 models can be trained by one
-    if t.keras == "keras3":
+    if t.keras == cl.KERAS3:
         return [Problem("cluster", f"training.keras is \"keras3\", but the script calls fit ({use.where(use.fit)}) "
                         f"with {why}: Keras 3 cannot run fit under MultiWorkerMirrored or ParameterServer "
                         "strategies in TensorFlow 2.21",

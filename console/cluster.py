@@ -23,14 +23,14 @@ from console.errors import TfccError
 from console.files import write_atomically
 from trainer.config import (AUTOSHARD_POLICIES, COMMUNICATIONS, LR_RULES, MAX_BATCH, MAX_EPOCHS, STRATEGIES, WORKLOADS,
                             count_problem, learning_rate_problem, make_tf_config)
-from trainer.plan import DEFAULT_BACKUP_SECONDS, backup_seconds_problem, parameter_server_problem
+# Which Keras a user's script gets (KERAS_FLAVOURS): auto gives tf-keras where Keras 3 cannot run fit
+# (MultiWorkerMirrored with more than one training task, or ParameterServer), else what it gets standalone.
+from trainer.plan import (DEFAULT_BACKUP_SECONDS, KERAS3, KERAS_FLAVOURS, TF_KERAS,  # noqa: F401 (a vocabulary)
+                          backup_seconds_problem, parameter_server_problem)
 
 MAX_RESTARTS = 100
 DEFAULT_CLUSTER = PROJECT_ROOT / "resources" / "default_cluster.toml"
 ROLES = ("chief", "worker", "ps", "evaluator")
-# Which Keras a user's script gets: auto gives tf-keras where Keras 3 cannot run (fit under
-# MultiWorkerMirrored or ParameterServer with more than one training task), else what it gets standalone.
-KERAS_FLAVOURS = ("auto", "tf-keras", "keras3")
 EVALUATOR = "evaluator"  # a sidecar: outside the training cluster, it reads the chief's checkpoints
 EVAL_CHECKPOINTS = "../chief-0/checkpoints"  # from the evaluator's run folder (and the chief's), on the chief's host
 MAX_FILE_BYTES = 1 << 20  # a cluster file is a few KB; a bigger one is the wrong file
@@ -170,7 +170,7 @@ class Cluster:
         (``auto`` where Keras 3 can run)."""
         if self.training.keras != "auto":
             return self.training.keras
-        return "tf-keras" if self.needs_tf_keras else ""
+        return TF_KERAS if self.needs_tf_keras else ""
 
     @property
     def evaluated(self) -> bool:

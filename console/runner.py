@@ -553,8 +553,8 @@ def script_environment(cluster: cl.Cluster) -> dict[str, str]:
     """What a user's script's environment gets from tfcc: the Keras it runs with (``tf-keras`` sets
     TF_USE_LEGACY_KERAS=1 before TensorFlow loads, ``keras3`` clears it; else the host's own)."""
     flavour = cluster.script_keras
-    return {"TF_USE_LEGACY_KERAS": "1"} if flavour == "tf-keras" else {"TF_USE_LEGACY_KERAS": "0"} \
-        if flavour == "keras3" else {}
+    return {"TF_USE_LEGACY_KERAS": "1"} if flavour == cl.TF_KERAS else {"TF_USE_LEGACY_KERAS": "0"} \
+        if flavour == cl.KERAS3 else {}
 
 
 def task_address(name: str, tf_config: str) -> str:

@@ -30,7 +30,7 @@ from console.history import History
 from console.metrics_store import MetricsStore
 from console.runner import WATCHDOG_SECONDS, Run, TaskState
 from console.supervision import Failure
-from trainer.capture import SOURCE as SCRIPT_WORKLOAD
+from trainer.metrics import CAPTURED, FROM_PRINT, SCRIPT_WORKLOAD
 
 log = logging.getLogger("console.session")
 
@@ -86,6 +86,12 @@ TF_WAITING = re.compile(r"Waiting for (\d+)/(\d+) tasks to connect")
 TF_TASK = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
 TF_SERVING = re.compile(r"Started server with target: grpc://")
 SUSPENDED = "is stopped (SIGSTOP: a debugger, Ctrl-Z or a job scheduler froze it) and answers no peer"
+
+
+def _trains(record: dict) -> bool:
+    """Whether a step or epoch record shows training under way: any but a printed line that names no
+    epoch or step (a script may print a value before its cluster forms)."""
+    return record.get(CAPTURED) != FROM_PRINT or "epoch" in record or "step" in record
 
 
 def _evaluates(task: TaskState) -> bool:
@@ -439,9 +445,7 @@ class RunSession:
             elif name == "cluster_formed":
                 self._formed(task)
             elif name in ("serving", "evaluating"):  # a server of parameter-server training, or its evaluator: up
-                task.cluster_formed = True
-                task.phase = TRAINING
-                self._state(task, "running")
+                self._serving(task)
             elif name == "backing_up" and task.name in self._pace:
                 self._pace[task.name].saving = True  # a save of a big model can take long: no stall
             elif name == "started" and self.started_record is None:
@@ -453,8 +457,8 @@ class RunSession:
             elif name == "train_begin" and task.name in self._pace:
                 self._pace[task.name].finished = False
                 self._pace[task.name].last_at = time.monotonic()
-            elif kind in ("step", "epoch") and not task.cluster_formed:
-                self._formed(task)  # a script whose capture saw training before any strategy (a single task)
+            elif kind in ("step", "epoch") and not task.cluster_formed and _trains(r):
+                self._formed(task)  # a script whose capture saw training before any strategy
             elif name == "resumed" and r.get("attempt") not in self._resumed:
                 self._resumed.add(r.get("attempt"))
                 self._say("resumed", f"run {self.run.run_id}: {text.resumed_text(r)}")
@@ -487,19 +491,25 @@ class RunSession:
         self._pace[task.name] = Pace(first=max(self.watchdog, self.stall_floor))
         self._pace[task.name].last_at = time.monotonic()
 
+    def _serving(self, task: TaskState) -> None:
+        """``task`` serves (a worker or ps of parameter-server training: the coordinator drives it; an
+        evaluator): it is up."""
+        task.cluster_formed = True
+        task.phase = TRAINING
+        self._state(task, "running")
+
     def _read_tensorflow_signs(self, task: TaskState, text_: str) -> None:
         """What TensorFlow's own log says of a script's cluster: formed (its leader's barrier passed: every
         task joined), a parameter-server worker or ps serving, or the tasks the leader still waits for."""
         seen = self._tf_log[task.name] = (self._tf_log.get(task.name, "") + text_)[-8192:]
         if TF_FORMED.search(seen):
+            self._stragglers = ""
             for each in self.run.tasks:
                 if not each.cluster_formed and each.phase not in ENDED:
                     self._formed(each)
             return
         if TF_SERVING.search(seen) and self.run.cluster.parameter_server and not self._coordinates(task):
-            task.cluster_formed = True  # serving: the coordinator drives it
-            task.phase = TRAINING
-            self._state(task, "running")
+            self._serving(task)
             return
         waiting = None
         for waiting in TF_WAITING.finditer(seen):
@@ -517,8 +527,10 @@ class RunSession:
 
     def _progress(self, task: TaskState, step: dict) -> None:
         """A step of ``task``: the stall watchdog's clock, and the alert for a first non-finite loss."""
-        timed = math.isfinite(text.metric_value(step.get("step_time")))
-        if timed or task.name not in self._captured:  # a script's printed or summary values keep no pace
+        # A script's steps from fit keep a pace; its printed, summary or scheduled values do not (what a
+        # loop does between them, an evaluation, a save, is its own).
+        timed = math.isfinite(text.metric_value(step.get("step_time"))) and CAPTURED not in step
+        if timed or task.name not in self._captured:
             pace = self._pace.get(task.name)
             if pace is None:
                 pace = self._pace[task.name] = Pace()
@@ -752,6 +764,8 @@ class RunSession:
         for task in tasks:
             task.phase, task.exit, task.launched_at, task.cluster_formed = STARTING, None, None, False
             self._stderr_from[task.name] = task.offsets[STDERR]
+            self._tf_log.pop(task.name, None)  # an earlier attempt's log says nothing of this one's cluster
+        self._stragglers = ""
 
     def _ended_before_following(self, task: TaskState) -> bool:
         ended = text.metric_value((task.exit or {}).get("ended"))

@@ -45,7 +45,9 @@ MAX_BYTES = 100 << 20   # what a workdir may hold in all
 MAX_FILES = 10_000      # and how many files
 IGNORE_FILES = (".gitignore", ".tfccignore")  # one folder's, in rising precedence
 DEFAULT_EXCLUDES = (".git/", "__pycache__/", "*.pyc", ".venv/", "venv/", ".tox/", ".mypy_cache/", ".pytest_cache/",
-                    ".ipynb_checkpoints/", "node_modules/", "*.egg-info/", ".tfcc/")
+                    ".ipynb_checkpoints/", "node_modules/", "*.egg-info/", ".tfcc/",
+                    # keys and credentials: never sent to a host by default (a .tfccignore "!" can)
+                    ".ssh/", ".aws/", ".gnupg/", ".netrc", "*.pem", "id_rsa*", "id_ed25519*", "id_ecdsa*", "id_dsa*")
 DEFAULTS = "tfcc's default excludes"
 VENV_MARKER = "pyvenv.cfg"
 BIGGEST = 5             # files an error about the size names
@@ -127,8 +129,12 @@ def locate(training: cl.Training) -> tuple[Path, Path]:
         root = given.resolve()
     else:
         root = script.parent
-    if root == Path.home().resolve() or root == Path(root.anchor):
-        what = "your home folder" if root != Path(root.anchor) else "the root folder"
+    home = Path.home().resolve()
+    # Home, what holds it (/home, /) and its settings folders (~/.config, ~/.aws) hold keys and credentials.
+    if home.is_relative_to(root) or root == Path(root.anchor) or (root.parent == home and root.name.startswith(".")):
+        what = ("your home folder" if root == home else "the root folder" if root == Path(root.anchor) else
+                f"{root.name}, a settings folder in your home folder" if root.parent == home else
+                "a folder that holds your home folder")
         raise RunError(f"{_named(training, root)} is {what}: tfcc would ship all of it to every host",
                        "put the script and the files it needs in a folder of their own, or set training.workdir "
                        "to such a folder")

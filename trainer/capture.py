@@ -49,12 +49,12 @@ if __name__ == "__main__" and __package__ in (None, ""):  # started by its path:
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from agent.protocol import METRICS, RUN_DIR_VARIABLE  # noqa: E402
-from trainer.metrics import MetricsWriter  # noqa: E402
+from trainer.metrics import (CAPTURED, FROM_PRINT, FROM_SCHEDULE, FROM_SUMMARY, SCRIPT_WORKLOAD,  # noqa: E402
+                             MetricsWriter)
 from trainer.plan import strategy_name  # noqa: E402
 
 log = logging.getLogger("trainer.capture")
 
-SOURCE = "script"            # the launched event's workload: a user's own script
 SUMMARY_POLL_SECONDS = 1.0   # how often the script's summary event files are read
 SUMMARY_FLUSH_MILLIS = 1000  # a summary writer that sets none flushes this often (TensorFlow's default: 2 min)
 SCHEDULE_EVERY = 10          # every so many scheduled steps, one is fetched to time the pace
@@ -98,33 +98,50 @@ def _shadows(folder: str) -> bool:
 # --------------------------------------------------------------------------- printed metrics
 
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)"
-# ``name: value`` (a space after the colon: "localhost:12345" is no metric) or ``name = value``.
-_PAIR = re.compile(r"(?:^|(?<=[\s,;|(\[{]))(?P<name>[A-Za-z_][A-Za-z0-9_./-]*)"
-                   r"(?:\s*=\s*|:\s+)(?P<value>" + _NUMBER + r")(?=$|[\s,;|)\]}%]|\.(?:\s|$))", re.IGNORECASE)
+_WORD = r"[A-Za-z_][A-Za-z0-9_./-]*"
+# ``name: value`` (a space after the colon: "localhost:12345" is no metric) or ``name = value``; a name
+# may have one word before it ("Test Loss: 0.3", "val loss = 0.4": test_loss, val_loss). A value is a
+# whole number: "1,234" is none.
+_PAIR = re.compile(r"(?:^|(?<=[\s,;|(\[{]))(?P<name>" + _WORD + r"(?: " + _WORD + r")?)"
+                   r"(?:\s*=\s*|:\s+)(?P<value>" + _NUMBER + r")(?=$|[\s;|)\]}%]|,(?!\d)|\.(?:\s|$))",
+                   re.IGNORECASE)
 _PLACE = re.compile(r"\b(?P<name>epoch|step)\s+(?P<value>\d+)\b", re.IGNORECASE)  # "Epoch 3/10", "step 40:"
 _PLACES = {"epoch": "epoch", "step": "step", "global_step": "step", "iteration": "step", "iter": "step"}
+# Without an epoch or a step a line counts only for names that are metrics ("Number of devices: 2" is none).
+_METRIC = re.compile(r"loss|acc|auc|precision|recall|lr|learning|err|mse|mae|perplexity|ppl|f1|score|reward|"
+                     r"entropy|top\d", re.IGNORECASE)
+# Keras's progress bar (evaluate, predict, a fit it did not run): no metric of the script's own.
+_PROGRESS_BAR = re.compile(r"\d+/\d+ [\[━=.>\s]|[━]|/step\b|\bETA:")
 
 
 def parse_line(line: str) -> dict | None:
     """The metrics a printed line holds: ``{"epoch"|"step": n, name: value, ...}``; None when it holds
-    no value other than where it is (a line like "Epoch 3/10" or "Using 2 GPUs")."""
+    no value other than where it is (a line like "Epoch 3/10") or nothing that looks like a metric
+    without saying its epoch or step ("Number of devices: 2", "Total params: 1,234")."""
+    if _PROGRESS_BAR.search(line):
+        return None
     values: dict = {}
     for match in _PAIR.finditer(line):
-        name, text = match.group("name"), match.group("value")
-        place = _PLACES.get(name.lower())
+        words, text = match.group("name").split(" "), match.group("value")
+        place = _PLACES.get(words[-1].lower()) if len(words) == 1 else None
         if place is not None:
             if place not in values and re.fullmatch(r"[-+]?\d+(?:\.0*)?", text):
                 values[place] = int(float(text))
             continue
+        if len(words) == 2 and _PLACES.get(words[0].lower()):  # "epoch 3, loss: ..." read as "Epoch" "3" elsewhere
+            words = words[1:]
         try:
-            values.setdefault(name, float(text))
+            values.setdefault("_".join(words), float(text))
         except ValueError:
             continue
-    if not any(name not in ("epoch", "step") for name in values):
-        return None
     for match in _PLACE.finditer(line):
         values.setdefault(match.group("name").lower(), int(match.group("value")))
-    return values
+    named = [name for name in values if name not in ("epoch", "step")]
+    if not named:
+        return None
+    if "epoch" not in values and "step" not in values:
+        values = {name: value for name, value in values.items() if _METRIC.search(name)}
+    return values or None
 
 
 class _PrintedMetrics:
@@ -177,6 +194,7 @@ class _SummaryFollower:
     def __init__(self, capture: "Capture"):
         self.capture = capture
         self.logdirs: list[str] = []
+        self.prefixes: dict[str, str] = {}  # logdir -> what its tags are prefixed with
         self.offsets: dict[str, int] = {}
         self.writers: weakref.WeakSet = weakref.WeakSet()
         self._lock = threading.Lock()
@@ -196,6 +214,10 @@ class _SummaryFollower:
         with self._lock:
             if logdir not in self.logdirs:
                 self.logdirs.append(logdir)
+                # The first writer's tags as they are; another's under its folder's name ("test/loss" beside
+                # the train writer's "loss", as the TensorBoard guide writes them), so none mixes with another.
+                self.prefixes[logdir] = "" if len(self.logdirs) == 1 else os.path.basename(
+                    os.path.normpath(logdir)) + "/"
             if self._thread is None:
                 self._thread = threading.Thread(target=self._follow, name="tfcc-capture-summaries", daemon=True)
                 self._thread.start()
@@ -233,13 +255,13 @@ class _SummaryFollower:
             logdirs = list(self.logdirs)
         for logdir in logdirs:
             try:
-                names = sorted(n for n in os.listdir(logdir) if n.startswith("events.out.tfevents."))
+                names = sorted(n for n in os.listdir(logdir) if _written_here(n))
             except OSError:
                 continue
             for name in names:
-                self._read_file(os.path.join(logdir, name))
+                self._read_file(os.path.join(logdir, name), self.prefixes.get(logdir, ""))
 
-    def _read_file(self, path: str) -> None:
+    def _read_file(self, path: str, prefix: str) -> None:
         offset = self.offsets.get(path, 0)
         try:
             with open(path, "rb") as f:
@@ -263,9 +285,19 @@ class _SummaryFollower:
                 if number is None:
                     continue
                 row = by_step.setdefault(int(event.step), {"time": event.wall_time})
-                row[value.tag] = number
+                row[prefix + value.tag] = number
         for step, row in sorted(by_step.items()):
-            self.capture.write({"type": "step", "global_step": step, "captured": "summary", **row})
+            self.capture.write({"type": "step", "global_step": step, CAPTURED: FROM_SUMMARY, **row})
+
+
+def _written_here(name: str) -> bool:
+    """Whether an event file is this process's: ``events.out.tfevents.<time>.<host>.<pid>.<n>.v2``.
+    Another's (an earlier attempt's, kept in the task's work folder; one shipped with the workdir) is
+    history, not this run's curve."""
+    if not name.startswith("events.out.tfevents."):
+        return False
+    parts = name.split(".")  # the host may hold dots: the pid is counted from the end
+    return len(parts) >= 7 and parts[-3 if parts[-1] == "v2" else -2] == str(os.getpid())
 
 
 def _scalar(value) -> float | None:
@@ -332,7 +364,7 @@ class _ScheduledSteps:
             took = (now - self._mark[1]) / max(1, done)
             self._mark = (count, now)
             self.capture.write({"type": "step", "global_step": count, "steps": done, "step_time": took,
-                                "time": time.time(), "captured": "schedule"})
+                                "time": time.time(), CAPTURED: FROM_SCHEDULE})
 
 
 # --------------------------------------------------------------------------- the capture
@@ -376,7 +408,7 @@ class Capture:
         except (KeyError, IndexError, TypeError, ValueError):
             address = None  # no cluster (a script run alone), or an evaluator outside it
         self.writer.event("launched", pid=os.getpid(), address=address, cluster=self.cluster,
-                          is_chief=self._is_chief(), workload=SOURCE, script=script, capture=True,
+                          is_chief=self._is_chief(), workload=SCRIPT_WORKLOAD, script=script, capture=True,
                           python=sys.version.split()[0])
         if len(training) <= 1 and not self.cluster.get("ps"):
             # No peer to wait for: a single task's cluster has formed (its strategy is local).
@@ -398,7 +430,11 @@ class Capture:
     def join(self, server) -> None:
         """``Server.join()``: serve until SIGTERM (TensorFlow's own join would need a SIGKILL), then end."""
         done = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: done.set())
+        try:
+            signal.signal(signal.SIGTERM, lambda *_: done.set())
+        except ValueError:  # not the main thread: TensorFlow's own join, as the script asked
+            self._joining(server)
+            return
         while not done.wait(1.0):
             pass
         self.writer.event("finished", metrics={}, train_time=None, model=None, role=self.task.get("type"))
@@ -431,6 +467,13 @@ class Capture:
         finally:
             self._fit_depth -= 1
 
+    def _quietly(self, original, model, *args, **kwargs):
+        self._fit_depth += 1
+        try:
+            return original(model, *args, **kwargs)
+        finally:
+            self._fit_depth -= 1
+
     # ---------------------------------------------------------------- printed lines
 
     def optimizer_made(self, optimizer) -> None:
@@ -452,7 +495,7 @@ class Capture:
         values = parse_line(line)
         if values is None:
             return
-        record = {"captured": "print", **values}
+        record = {CAPTURED: FROM_PRINT, **values}
         step = self._optimizer_step()
         if "epoch" in values and "step" not in values:
             record["type"] = "epoch"
@@ -486,6 +529,8 @@ class Capture:
 
             fit._tfcc = True
             model.fit = fit
+            for name in ("evaluate", "predict", "summary"):  # what these print is Keras's, not the script's
+                _replace(model, name, self._quietly)
         optimizers = getattr(keras, "optimizers", None)
         for cls in {getattr(optimizers, "Optimizer", None), getattr(getattr(optimizers, "legacy", None),
                                                                      "Optimizer", None)} - {None}:
@@ -504,11 +549,16 @@ class Capture:
             self.join(server) if self._serves() else original(server)))
         _after(coordinator.ClusterCoordinator, "schedule",
                lambda result, *_: None if self.fitting else self.scheduled.scheduled(result), with_result=True)
-        summary = tf.summary
-        original = summary.create_file_writer
+        from tensorflow.python.ops import summary_ops_v2
+
+        original = summary_ops_v2.create_file_writer_v2
+        if getattr(original, "_tfcc", False):
+            return
 
         @functools.wraps(original)
         def create_file_writer(logdir, max_queue=None, flush_millis=None, *args, **kwargs):
+            if self.fitting:  # Keras's TensorBoard callback: fit is captured already
+                return original(logdir, max_queue, flush_millis, *args, **kwargs)
             writer = original(logdir, max_queue, SUMMARY_FLUSH_MILLIS if flush_millis is None else flush_millis,
                               *args, **kwargs)
             self.summaries.add(logdir)
@@ -517,13 +567,22 @@ class Capture:
                 _then(writer, name, self._flushed)
             return writer
 
-        summary.create_file_writer = create_file_writer
+        create_file_writer._tfcc = True
+        # At its source (an API module made later, "import tensorflow.summary", copies it from there) and
+        # in every API module that has it already (tf.summary, tf.compat.v2.summary).
+        summary_ops_v2.create_file_writer_v2 = create_file_writer
+        for module in list(sys.modules.values()):
+            if getattr(module, "create_file_writer", None) is original:
+                module.create_file_writer = create_file_writer
 
     def _flushed(self) -> None:
         try:
             self.summaries.read()
         except Exception:
             self.failed("reading summaries")
+
+    def _joining(self, server) -> None:
+        type(server).join.__wrapped__(server)
 
     def _serves(self) -> bool:
         return self.task.get("type") in ("worker", "ps") and bool(self.cluster.get("ps"))

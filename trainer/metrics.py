@@ -24,6 +24,12 @@ log = logging.getLogger("trainer.metrics")
 
 _STOP = object()
 
+# A user's script run by tfcc's capture (trainer/capture.py) says so in its launched event's workload,
+# and its records that come from no reporter say where they come from in ``captured``.
+SCRIPT_WORKLOAD = "script"
+CAPTURED = "captured"
+FROM_SUMMARY, FROM_PRINT, FROM_SCHEDULE = "summary", "print", "schedule"
+
 
 def _clean(value):
     """JSON has no NaN or infinity: write null (a diverged loss stays visible as null)."""

@@ -14,6 +14,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from trainer.config import ClusterConfig
 
+# The Keras a script trains with: tf-keras (Keras 2, TF_USE_LEGACY_KERAS=1) or Keras 3; tfcc's trainer
+# always uses tf-keras. A script's cluster file says auto, or one of them (console.cluster).
+TF_KERAS, KERAS3 = "tf-keras", "keras3"
+KERAS_FLAVOURS = ("auto", TF_KERAS, KERAS3)
 STRATEGIES = ("auto", "default", "mirrored", "multi_worker_mirrored", "parameter_server")
 AUTOSHARD_POLICIES = ("auto", "data", "off", "file")
 LR_RULES = ("linear", "sqrt", "none")

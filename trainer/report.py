@@ -31,8 +31,8 @@ from pathlib import Path
 import tensorflow as tf
 
 from agent.protocol import METRICS, RUN_DIR_VARIABLE
-from trainer.metrics import MetricsWriter, report  # noqa: F401  (report: the loops' one call)
-from trainer.plan import strategy_name
+from trainer.metrics import SCRIPT_WORKLOAD, MetricsWriter, report  # noqa: F401  (report: the loops' one call)
+from trainer.plan import KERAS3, TF_KERAS, strategy_name
 
 log = logging.getLogger("trainer.report")
 
@@ -66,10 +66,10 @@ def keras_of(model) -> str:
     for cls in type(model).__mro__:
         module = cls.__module__ or ""
         if module.startswith("tf_keras"):
-            return "tf-keras"
+            return TF_KERAS
         if module == "keras" or module.startswith("keras."):
-            return "keras3"
-    return "tf-keras" if tf.keras.__name__.startswith("tf_keras") else "keras3"
+            return KERAS3
+    return TF_KERAS if tf.keras.__name__.startswith("tf_keras") else KERAS3
 
 
 def _first_input(data):
@@ -118,8 +118,49 @@ def instrument_step_loss(model) -> bool:
     model.compute_loss = compute_loss_and_keep
     model.train_step = train_step_with_step_loss
     model.train_function = None  # rebuild with the wrapped step
+    _hide_step_outputs(model)
     model._tfcc_instrumented = True
     return True
+
+
+def _hide_step_outputs(model) -> None:
+    """Keep tfcc's step outputs from every callback and from Keras itself: each step's are taken out of
+    its logs into ``model._tfcc_step`` (where the reporter reads them) before any callback sees them, and
+    out of the logs Keras compares with the model's metrics at an epoch's end (else it would take the last
+    step's logs for the metrics, and warn, under ParameterServerStrategy)."""
+    make_train_function = model.make_train_function
+    model._tfcc_step = {}
+
+    def hiding(force=False):
+        function = make_train_function(force=force) or model.train_function
+        if getattr(function, "_tfcc", False):
+            return function
+
+        def train_function(*args, **kwargs):
+            logs = function(*args, **kwargs)
+            if isinstance(logs, dict):  # a RemoteValue under ParameterServerStrategy: fetched later
+                model._tfcc_step = {key: logs.pop(key) for key in _INTERNAL_KEYS if key in logs}
+            return logs
+
+        train_function._tfcc = True
+        model.train_function = train_function
+        return train_function
+
+    model.make_train_function = hiding
+    for name in ("_validate_and_get_metrics_result", "_get_metrics_result_or_logs"):  # tf-keras, Keras 3
+        compare = getattr(model, name, None)
+        if compare is not None:
+            setattr(model, name, lambda logs, compare=compare: _epoch_logs(model, compare, logs))
+
+
+def _epoch_logs(model, compare, logs):
+    """An epoch's logs without tfcc's outputs. Under ParameterServerStrategy Keras reads the model's
+    metrics (the last step scheduled need not be the last run); elsewhere the last step's own logs, as
+    an instrumented step's logs always were: its metrics made cluster-wide means (``_ClusterReduction``)."""
+    if not isinstance(logs, dict):
+        return compare(logs)
+    logs = {k: v for k, v in logs.items() if k not in _INTERNAL_KEYS}
+    return compare(logs) if getattr(model, "_cluster_coordinator", None) is not None else logs
 
 
 class _ClusterReduction:
@@ -139,7 +180,7 @@ class _ClusterReduction:
         self.ctx = tf.distribute.get_replica_context()
         self.replicas = self.ctx.num_replicas_in_sync if self.ctx is not None else 1
         tpu = "TPU" in type(model.distribute_strategy).__name__
-        if keras_of(model) == "keras3":
+        if keras_of(model) == KERAS3:
             self.method = "first" if tpu else "mean"
         else:
             method = getattr(model, "distribute_reduction_method", "auto") or "auto"
@@ -249,7 +290,7 @@ class _Reporting:
         if not self.lifecycle or self.writer.said("started"):
             return
         params = self.params or {}
-        self.writer.event_once("started", source="script", keras=keras_of(self.model), is_chief=self.task_type in (
+        self.writer.event_once("started", source=SCRIPT_WORKLOAD, keras=keras_of(self.model), is_chief=self.task_type in (
             "chief",) or (self.task_type == "worker" and self.task_index == 0 and not _has_chief()),
             epochs=params.get("epochs"), steps_per_epoch=params.get("steps"), exact_step_loss=self.exact_loss,
             tensorflow=tf.__version__, **batch_plan(self.model.distribute_strategy, global_batch))
@@ -266,9 +307,10 @@ class _Reporting:
             self._coordinated.on_train_batch_end(batch, logs)
             return
         logs = logs if logs is not None else {}
-        # Take tfcc's outputs out of the dict later callbacks (TensorBoard) and
-        # the epoch logs get; reading them waits for the step to complete.
-        loss, examples = (_to_float(logs.pop(key, None)) for key in _INTERNAL_KEYS)
+        # tfcc's outputs of the step, taken out of its logs before any callback saw them; reading them
+        # waits for the step to complete.
+        hidden = getattr(self.model, "_tfcc_step", None) or {}
+        loss, examples = (_to_float(hidden.get(key, logs.pop(key, None))) for key in _INTERNAL_KEYS)
         # Step time: from the end of the previous step (or the epoch's start) to
         # the end of this one. One hook per step instead of two: under
         # MultiWorkerMirroredStrategy each worker's per-step Python time holds
@@ -359,10 +401,10 @@ _REPORTERS: dict = {}
 def reporter_for(model, **kwargs):
     """A ``MetricsReporter`` whose callback base is ``model``'s own Keras (tf-keras or Keras 3)."""
     flavour = keras_of(model)
-    if (flavour == "tf-keras") == tf.keras.__name__.startswith("tf_keras"):
+    if (flavour == TF_KERAS) == tf.keras.__name__.startswith("tf_keras"):
         return MetricsReporter(**kwargs)
     if flavour not in _REPORTERS:
-        if flavour == "keras3":
+        if flavour == KERAS3:
             import keras
             base = keras.callbacks.Callback
         else:

@@ -286,7 +286,7 @@ class SetupForm(QWidget):
         training = sum(t.role in ("chief", "worker") for t in c.tasks)
         why = ("parameter-server training" if c.parameter_server
                else f"{training} training task{'s' if training != 1 else ''}")
-        gets = "tf-keras" if c.needs_tf_keras else "the script's own Keras"
+        gets = cl.TF_KERAS if c.needs_tf_keras else "the script's own Keras"
         auto = KERAS_FLAVOURS[0]  # resolved by the cluster (Cluster.script_keras)
         self.keras.setItemText(self.keras.findData(auto), f"{auto} ({gets}: {why})")
 

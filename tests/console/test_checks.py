@@ -73,6 +73,9 @@ def test_tf_keras_is_needed_only_where_it_is_used(tmp_path):
     """A single-host script gets the Keras it gets standalone: no tf-keras needed on its host."""
     alone = script_cluster(tmp_path, "import keras\n" + FIT, workers=1)
     assert checks.consistency(alone, {"a": {**PROBE, "tf_keras": None}}) == []
+    mine = script_cluster(tmp_path, "import tf_keras as keras\n" + FIT, workers=1)
+    assert [p.cause for p in checks.consistency(mine, {"a": {**PROBE, "tf_keras": None}})] == [
+        "its Python (/usr/bin/python3) has TensorFlow 2.21.0 but no tf-keras"]
     two = script_cluster(tmp_path, "import tensorflow as tf\n" + FIT, workers=2)
     assert [p.cause for p in checks.consistency(two, {"a": {**PROBE, "tf_keras": None}})] == [
         "its Python (/usr/bin/python3) has TensorFlow 2.21.0 but no tf-keras"]

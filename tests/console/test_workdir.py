@@ -206,6 +206,20 @@ def test_the_home_folder_is_no_workdir(monkeypatch, homes):
         collect(cl.Training(script=str(homes / "proj" / "main.py")))
 
 
+def test_what_holds_home_and_its_settings_folders_are_no_workdir_and_keys_are_never_shipped(monkeypatch, homes):
+    """A shared cluster file must not carry a host's keys away: a workdir that holds the home folder
+    (/home), or one of its settings folders (~/.config), is refused; keys inside a workdir stay here."""
+    home = homes / "users" / "me"
+    monkeypatch.setenv("HOME", str(home))
+    write(home, {".config/tool/run.py": "", "proj/main.py": "", "proj/.ssh/id_ed25519": "PRIVATE",
+                 "proj/certs/server.pem": "PRIVATE", "proj/id_rsa": "PRIVATE", "proj/.aws/credentials": "PRIVATE"})
+    with pytest.raises(RunError, match="is a folder that holds your home folder: tfcc would ship all of it"):
+        collect(cl.Training(script=str(home / "proj" / "main.py"), workdir=str(homes / "users")))
+    with pytest.raises(RunError, match="is .config, a settings folder in your home folder"):
+        collect(cl.Training(script=str(home / ".config" / "tool" / "run.py"), workdir=str(home / ".config")))
+    assert [f.rel for f in collect(cl.Training(script=str(home / "proj" / "main.py"))).files] == ["main.py"]
+
+
 # --------------------------------------------------------------------------- upload
 
 

@@ -26,7 +26,12 @@ CAPTURE = ROOT / "trainer" / "capture.py"
     # TensorFlow's custom-training-loop tutorials
     ("Epoch: 1, accuracy: 0.930000, train_loss: 0.210000.", {"epoch": 1, "accuracy": 0.93, "train_loss": 0.21}),
     ("Epoch 3, Loss: 0.25, Accuracy: 91.5, Test Loss: 0.3, Test Accuracy: 90.1",
-     {"epoch": 3, "Loss": 0.25, "Accuracy": 91.5}),
+     {"epoch": 3, "Loss": 0.25, "Accuracy": 91.5, "Test_Loss": 0.3, "Test_Accuracy": 90.1}),
+    ("val loss: 0.4, train loss: 0.3", {"val_loss": 0.4, "train_loss": 0.3}),
+    ("Number of devices: 2", None),                      # no metric, no epoch or step
+    ("Total params: 1,234 (4.82 KB)", None),             # model.summary(): "1,234" is no number 1
+    ("30/30 [==============================] - 1s 12ms/step - loss: 0.2000 - accuracy: 0.9", None),
+    ("30/30 ━━━━━━━━━━━━━━━━━━━━ 0s 2ms/step - accuracy: 0.75 - loss: 0.7", None),  # Keras 3's bar
     ("epoch=2 loss=1.5e-3 lr=0.01", {"epoch": 2, "loss": 0.0015, "lr": 0.01}),
     ("step 40: loss = 0.5", {"step": 40, "loss": 0.5}),
     ("Finished epoch 0, accuracy is 0.4437.", None),   # no name: value pair
@@ -123,9 +128,12 @@ model.fit(x, y, batch_size=32, epochs=2, verbose=2)
 """, env={"TF_USE_LEGACY_KERAS": "0"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     steps = [r for r in records if r["type"] == "step"]
-    assert steps and all(r["steps"] == 4 for r in steps[:1])
-    for r in steps:
+    assert steps and all(r.get("steps") == 4 for r in steps)  # 6 steps an epoch (192 examples): 4, then 4 more
+    for earlier, r in zip(steps, steps[1:]):
         assert r["global_batch"] == 32 and isinstance(r["loss"], float)
+        # The step time is per step: the execution's steps took the time between its record and the last.
+        if r["epoch"] == earlier["epoch"]:
+            assert r["step_time"] * r["steps"] == pytest.approx(r["time"] - earlier["time"], rel=0.2, abs=0.002)
         assert r["global_examples_per_sec"] == pytest.approx(32 / r["step_time"], rel=1e-6)
     started = [r for r in records if r.get("event") == "started"]
     assert len(started) == 1 and started[0]["keras"] == "keras3" and started[0]["global_batch"] == 32
@@ -190,3 +198,67 @@ report(loss="not a number")
         ("step", 1, 1.0, None), ("step", 2, 0.5, None), ("step", 3, pytest.approx(1 / 3), None),
         ("epoch", None, None, 0.5), ("step", 4, None, None)]
     assert all(r["task_type"] == "worker" and r["attempt"] == 1 for r in mine)
+
+
+@pytest.mark.slow
+def test_the_scripts_own_callbacks_see_what_they_see_standalone(tmp_path):
+    """tfcc's reporter measures the step through outputs of its own: no callback of the script's (a
+    CSVLogger before it, History, the progress bar) and no epoch log ever holds them."""
+    source = """
+import os, sys
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import numpy as np, tensorflow as tf
+tf.keras.utils.set_random_seed(0)
+x = np.random.default_rng(0).random((128, 8), dtype="float32"); y = (x.sum(1) > 4).astype("int32")
+model = tf.keras.Sequential([tf.keras.layers.Dense(8, activation="relu"), tf.keras.layers.Dense(2)])
+model.compile("adam", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+seen = []
+class Spy(tf.keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        seen.append(sorted(logs))
+history = model.fit(x, y, batch_size=32, epochs=2, validation_split=0.25, verbose=2,
+                    callbacks=[tf.keras.callbacks.CSVLogger("log.csv"), Spy()])
+print("HISTORY", sorted(history.history), file=sys.stderr)
+print("BATCH", seen[-1], file=sys.stderr)
+"""
+    proc, records = run(tmp_path, source)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "HISTORY ['accuracy', 'loss', 'val_accuracy', 'val_loss']" in proc.stderr
+    assert "BATCH ['accuracy', 'loss']" in proc.stderr
+    assert open(tmp_path / "log.csv").readline().strip() == "epoch,accuracy,loss,val_accuracy,val_loss"
+    assert "tfcc" not in proc.stdout
+    steps = [r for r in records if r["type"] == "step"]
+    assert len(steps) == 2 * 3 and all(isinstance(r["loss"], float) for r in steps)  # 96 examples: 3 steps
+
+
+@pytest.mark.slow
+def test_summaries_of_this_process_only_and_a_second_writers_under_its_folder(tmp_path):
+    """An event file another process wrote (an earlier attempt's, kept in the task's work folder; one
+    shipped with the workdir) is no part of this run; a second writer's tags ("test/loss" beside the train
+    writer's "loss") stay apart."""
+    proc, records = run(tmp_path, """
+import os
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import tensorflow as tf
+old = tf.summary.create_file_writer.__wrapped__("old")  # TensorFlow's own: as if another process wrote it
+with old.as_default():
+    tf.summary.scalar("loss", 99.0, step=1)
+old.close()
+os.makedirs("logs/train", exist_ok=True)
+for name in os.listdir("old"):
+    parts = name.split(".")
+    parts[-3] = "1"  # pid 1 wrote it: events.out.tfevents.<time>.<host>.<pid>.<n>.v2
+    os.rename(os.path.join("old", name), os.path.join("logs/train", ".".join(parts)))
+train, test = (tf.summary.create_file_writer(f"logs/{part}") for part in ("train", "test"))
+for step in (1, 2):
+    with train.as_default():
+        tf.summary.scalar("loss", 1.0 / step, step=step)
+    with test.as_default():
+        tf.summary.scalar("loss", 2.0 / step, step=step)
+train.close()
+test.close()
+""")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summaries = [r for r in records if r.get("captured") == "summary"]
+    assert sorted((r["global_step"], k, v) for r in summaries for k, v in r.items() if "loss" in k) == [
+        (1, "loss", 1.0), (1, "test/loss", 2.0), (2, "loss", 0.5), (2, "test/loss", 1.0)]

@@ -100,6 +100,7 @@ def test_a_two_file_mwms_fit_script_through_the_window(qtbot, gui_homes, shots):
     assert not [e for e in events if e["event"] in ("watchdog", "stalled", "alert", "failure")], events
     assert not [e for e in events if WATCHDOG_WORDS in str(e.get("text", ""))], events
     assert {"launched", "cluster_formed", "started", "train_end"} <= {e["event"] for e in events}
+    assert all(t.cluster_formed for t in run.tasks) and run.waiting_report(after=0) is None  # however short
 
     save_shot(window, shots, "script_dashboard")
     window.tabs.setCurrentWidget(diagram)
