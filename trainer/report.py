@@ -138,6 +138,7 @@ def _hide_step_outputs(model) -> None:
 
         def train_function(*args, **kwargs):
             logs = function(*args, **kwargs)
+            model._tfcc_trained = True  # the next epoch logs Keras asks for are a training epoch's
             if isinstance(logs, dict):  # a RemoteValue under ParameterServerStrategy: fetched later
                 model._tfcc_step = {key: logs.pop(key) for key in _INTERNAL_KEYS if key in logs}
             return logs
@@ -154,13 +155,17 @@ def _hide_step_outputs(model) -> None:
 
 
 def _epoch_logs(model, compare, logs):
-    """An epoch's logs without tfcc's outputs. Under ParameterServerStrategy Keras reads the model's
-    metrics (the last step scheduled need not be the last run); elsewhere the last step's own logs, as
-    an instrumented step's logs always were: its metrics made cluster-wide means (``_ClusterReduction``)."""
+    """The logs of a training epoch's end, without tfcc's outputs: under ParameterServerStrategy Keras
+    reads the model's metrics (the last step scheduled need not be the last run); elsewhere the last
+    step's own logs, as an instrumented step's logs always were: its metrics made cluster-wide means
+    (``_ClusterReduction``). An evaluation's (validation, ``evaluate``) are Keras's own."""
+    trained, model._tfcc_trained = getattr(model, "_tfcc_trained", False), False
     if not isinstance(logs, dict):
         return compare(logs)
     logs = {k: v for k, v in logs.items() if k not in _INTERNAL_KEYS}
-    return compare(logs) if getattr(model, "_cluster_coordinator", None) is not None else logs
+    if not trained or getattr(model, "_cluster_coordinator", None) is not None:
+        return compare(logs)
+    return logs
 
 
 class _ClusterReduction:
