@@ -108,16 +108,29 @@ class MetricsWriter:
         self.write({"type": "event", "event": name, "time": time.time(), **fields})
 
     def _run(self) -> None:
-        while True:
-            record = self._queue.get()
-            if record is _STOP:
-                break
-            try:
-                line = json.dumps(_clean(record), separators=(",", ":"), default=str)
-                self._file.write(line + "\n")
-                self._file.flush()
-            except Exception:  # keep writing the next records whatever one of them holds
-                log.exception("could not write a metrics record")
+        stop = False
+        while not stop:
+            batch = [self._queue.get()]
+            while True:  # what else is queued goes out with it: one write and one flush (whole lines)
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            lines = []
+            for record in batch:
+                if record is _STOP:
+                    stop = True
+                    break
+                try:
+                    lines.append(json.dumps(_clean(record), separators=(",", ":"), default=str) + "\n")
+                except Exception:  # keep writing the next records whatever one of them holds
+                    log.exception("could not write a metrics record")
+            if lines:
+                try:
+                    self._file.write("".join(lines))
+                    self._file.flush()
+                except Exception:
+                    log.exception("could not write %d metrics records", len(lines))
         self._file.close()
 
     def close(self, timeout: float = 30.0) -> None:

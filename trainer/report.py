@@ -123,13 +123,26 @@ def instrument_step_loss(model) -> bool:
     return True
 
 
+class _StepOutputs:
+    """tfcc's outputs of a model's last step, and whether a training step came since the last epoch end."""
+
+    __slots__ = ("step", "trained")
+
+    def __init__(self):
+        self.step: dict = {}
+        self.trained = False
+
+
 def _hide_step_outputs(model) -> None:
     """Keep tfcc's step outputs from every callback and from Keras itself: each step's are taken out of
-    its logs into ``model._tfcc_step`` (where the reporter reads them) before any callback sees them, and
+    its logs into ``model._tfcc_outputs.step`` (where the reporter reads them) before any callback sees them, and
     out of the logs Keras compares with the model's metrics at an epoch's end (else it would take the last
     step's logs for the metrics, and warn, under ParameterServerStrategy)."""
     make_train_function = model.make_train_function
-    model._tfcc_step = {}
+    outputs = _StepOutputs()
+    # Past Keras's attribute tracking: a dict set on a model each step would be wrapped for tracking (a
+    # third of a millisecond a step).
+    object.__setattr__(model, "_tfcc_outputs", outputs)
 
     def hiding(force=False):
         function = make_train_function(force=force) or model.train_function
@@ -138,9 +151,9 @@ def _hide_step_outputs(model) -> None:
 
         def train_function(*args, **kwargs):
             logs = function(*args, **kwargs)
-            model._tfcc_trained = True  # the next epoch logs Keras asks for are a training epoch's
+            outputs.trained = True  # the next epoch logs Keras asks for are a training epoch's
             if isinstance(logs, dict):  # a RemoteValue under ParameterServerStrategy: fetched later
-                model._tfcc_step = {key: logs.pop(key) for key in _INTERNAL_KEYS if key in logs}
+                outputs.step = {key: logs.pop(key) for key in _INTERNAL_KEYS if key in logs}
             return logs
 
         train_function._tfcc = True
@@ -159,7 +172,8 @@ def _epoch_logs(model, compare, logs):
     reads the model's metrics (the last step scheduled need not be the last run); elsewhere the last
     step's own logs, as an instrumented step's logs always were: its metrics made cluster-wide means
     (``_ClusterReduction``). An evaluation's (validation, ``evaluate``) are Keras's own."""
-    trained, model._tfcc_trained = getattr(model, "_tfcc_trained", False), False
+    outputs = model._tfcc_outputs
+    trained, outputs.trained = outputs.trained, False
     if not isinstance(logs, dict):
         return compare(logs)
     logs = {k: v for k, v in logs.items() if k not in _INTERNAL_KEYS}
@@ -314,7 +328,8 @@ class _Reporting:
         logs = logs if logs is not None else {}
         # tfcc's outputs of the step, taken out of its logs before any callback saw them; reading them
         # waits for the step to complete.
-        hidden = getattr(self.model, "_tfcc_step", None) or {}
+        outputs = getattr(self.model, "_tfcc_outputs", None)
+        hidden = outputs.step if outputs is not None else {}
         loss, examples = (_to_float(hidden.get(key, logs.pop(key, None))) for key in _INTERNAL_KEYS)
         # Step time: from the end of the previous step (or the epoch's start) to
         # the end of this one. One hook per step instead of two: under
