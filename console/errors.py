@@ -39,6 +39,10 @@ class TfccError(Exception):
             self.timed_out = timed_out
 
 
+class RunError(TfccError):
+    """A run cannot start or be found; the message says what to do."""
+
+
 def state_dir() -> Path:
     """The console's own folder: run manifests, profiles, the error log."""
     return Path(os.environ.get("TFCC_CONSOLE_HOME") or platformdirs.user_state_dir("tfcc"))

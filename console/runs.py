@@ -17,14 +17,10 @@ from pathlib import Path
 from agent.protocol import ENDED, FAILED, FINISHED, LOST
 from agent.runs import name_problem
 from console import cluster as cl
-from console.errors import TfccError, state_dir
+from console.errors import RunError, TfccError, state_dir  # noqa: F401  (RunError: runs say it)
 from console.files import write_atomically
 
 log = logging.getLogger("console.runs")
-
-
-class RunError(TfccError):
-    """A run cannot start or be found; the message says what to do."""
 
 
 def new_run_id() -> str:

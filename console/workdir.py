@@ -36,8 +36,7 @@ from pathspec import GitIgnoreSpec
 
 from agent.protocol import HOME_VARIABLE
 from console import cluster as cl
-from console.errors import state_dir
-from console.runs import RunError
+from console.errors import RunError, state_dir
 
 log = logging.getLogger("console.workdir")
 
