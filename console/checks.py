@@ -144,8 +144,7 @@ def script_problems(cluster: cl.Cluster) -> list[Problem]:
     except TfccError as exc:  # tfcc run says the same, before it uploads anything
         return [Problem("cluster", exc.cause, exc.fix or "")]
     use = keras_use(files)
-    training = sum(task.role in ("chief", "worker") for task in cluster.tasks)
-    why = ("parameter-server training" if cluster.parameter_server else f"{training} training tasks")
+    why = cluster.training_kind
     if not use.fit:
         return []  # a custom training loop: Keras 3 models can be trained by one
     if t.keras == cl.KERAS3:

@@ -165,6 +165,14 @@ class Cluster:
         return self.parameter_server or sum(t.role in ("chief", "worker") for t in self.tasks) > 1
 
     @property
+    def training_kind(self) -> str:
+        """What decides a script's Keras, in words: "parameter-server training", "2 training tasks"."""
+        if self.parameter_server:
+            return "parameter-server training"
+        count = sum(t.role in ("chief", "worker") for t in self.tasks)
+        return f"{count} training task{'s' if count != 1 else ''}"
+
+    @property
     def script_keras(self) -> str:
         """The Keras a user's script gets: ``tf-keras``, ``keras3``, or "" for what it gets standalone
         (``auto`` where Keras 3 can run)."""

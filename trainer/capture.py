@@ -31,7 +31,6 @@ import functools
 import importlib.abc
 import importlib.util
 import inspect
-import json
 import logging
 import math
 import os
@@ -51,6 +50,7 @@ if __name__ == "__main__" and __package__ in (None, ""):  # started by its path:
 from agent.protocol import METRICS, RUN_DIR_VARIABLE  # noqa: E402
 from trainer.metrics import (CAPTURED, FROM_PRINT, FROM_SCHEDULE, FROM_SUMMARY, SCRIPT_WORKLOAD,  # noqa: E402
                              MetricsWriter)
+from trainer.config import ClusterConfig, tf_config_as_given  # noqa: E402
 from trainer.plan import strategy_name  # noqa: E402
 
 log = logging.getLogger("trainer.capture")
@@ -373,11 +373,10 @@ class _ScheduledSteps:
 class Capture:
     """What tfcc learns of one script's process, written to its metrics file."""
 
-    def __init__(self, writer: MetricsWriter, tf_config: dict):
+    def __init__(self, writer: MetricsWriter, config: ClusterConfig):
         self.writer = writer
-        self.tf_config = tf_config
-        self.task = tf_config.get("task") or {}
-        self.cluster = tf_config.get("cluster") or {}
+        self.config = config  # the script's TF_CONFIG as given (the script judges it)
+        self.cluster = config.cluster
         self._fit_depth = 0
         self._failed: set[str] = set()
         self._printed = 0  # lines of printed metrics without a step of their own
@@ -402,21 +401,16 @@ class Capture:
     # ---------------------------------------------------------------- lifecycle
 
     def launched(self, script: str) -> None:
-        training = [a for r in ("chief", "worker") for a in self.cluster.get(r, [])]
         try:
-            address = self.cluster[self.task["type"]][int(self.task.get("index", 0))]
-        except (KeyError, IndexError, TypeError, ValueError):
-            address = None  # no cluster (a script run alone), or an evaluator outside it
+            address = self.config.address
+        except IndexError:
+            address = None  # a task index the cluster lacks: the script will say so
         self.writer.event("launched", pid=os.getpid(), address=address, cluster=self.cluster,
-                          is_chief=self._is_chief(), workload=SCRIPT_WORKLOAD, script=script, capture=True,
+                          is_chief=self.config.is_chief, workload=SCRIPT_WORKLOAD, script=script, capture=True,
                           python=sys.version.split()[0])
-        if len(training) <= 1 and not self.cluster.get("ps"):
+        if self.config.num_workers <= 1 and not self.cluster.get("ps"):
             # No peer to wait for: a single task's cluster has formed (its strategy is local).
             self.writer.event_once("cluster_formed", strategy="local", num_replicas=None)
-
-    def _is_chief(self) -> bool:
-        role, index = self.task.get("type", "worker"), int(self.task.get("index", 0) or 0)
-        return role == "chief" or (role == "worker" and index == 0 and not self.cluster.get("chief"))
 
     def formed(self, strategy) -> None:
         self.writer.event_once("cluster_formed", strategy=strategy_name(strategy),
@@ -424,8 +418,7 @@ class Capture:
 
     def serving(self) -> None:
         """A worker or ps of parameter-server training serves: SIGTERM (the run is over) ends it cleanly."""
-        role = self.task.get("type", "worker")
-        self.writer.event_once("serving", role=role, strategy="parameter_server")
+        self.writer.event_once("serving", role=self.config.task.type, strategy="parameter_server")
 
     def join(self, server) -> None:
         """``Server.join()``: serve until SIGTERM (TensorFlow's own join would need a SIGKILL), then end."""
@@ -437,7 +430,7 @@ class Capture:
             return
         while not done.wait(1.0):
             pass
-        self.writer.event("finished", metrics={}, train_time=None, model=None, role=self.task.get("type"))
+        self.writer.event("finished", metrics={}, train_time=None, model=None, role=self.config.task.type)
         self.writer.close()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -585,7 +578,7 @@ class Capture:
         type(server).join.__wrapped__(server)
 
     def _serves(self) -> bool:
-        return self.task.get("type") in ("worker", "ps") and bool(self.cluster.get("ps"))
+        return self.config.task.type in ("worker", "ps") and bool(self.cluster.get("ps"))
 
     def _server_made(self) -> None:
         if self._serves():
@@ -694,15 +687,10 @@ def main(argv: list[str] | None = None) -> None:
     if not os.path.isfile(script):
         print(f"tfcc-capture: error: script {script!r} does not exist", file=sys.stderr)
         sys.exit(2)
-    try:
-        tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
-        tf_config = tf_config if isinstance(tf_config, dict) else {}
-    except ValueError:
-        tf_config = {}  # the script will say what is wrong with it
-    task = tf_config.get("task") or {}
+    config = tf_config_as_given()  # the script will say what is wrong with it
     writer = MetricsWriter.shared(Path(os.environ.get(RUN_DIR_VARIABLE, ".")) / METRICS,
-                                  {"task_type": task.get("type", "worker"), "task_index": task.get("index", 0)})
-    capture = Capture(writer, tf_config)
+                                  {"task_type": config.task.type, "task_index": config.task.index})
+    capture = Capture(writer, config)
     capture.launched(script)
     for name in _PatchingFinder.NAMES:  # imported already (a sitecustomize): patched now
         if name in sys.modules:

@@ -107,6 +107,20 @@ def _check_address(role: str, index: int, addr: object) -> None:
                           "(an IPv6 one in brackets, like [::1]:2222), with no spaces or other characters")
 
 
+def tf_config_as_given(text: str | None = None) -> ClusterConfig:
+    """TF_CONFIG (``$TF_CONFIG`` unless ``text``) read without judging it: a user's script's, which is the
+    script's to use or refuse; what cannot be read is one process, no cluster."""
+    try:
+        data = json.loads(os.environ.get("TF_CONFIG") or "{}" if text is None else text or "{}")
+        cluster = data.get("cluster") or {}
+        task = data.get("task") or {}
+        if not isinstance(cluster, dict) or not all(isinstance(v, list) for v in cluster.values()):
+            cluster = {}
+        return ClusterConfig(cluster, TaskId(str(task.get("type", "worker")), int(task.get("index", 0) or 0)))
+    except (ValueError, TypeError, AttributeError):
+        return ClusterConfig()
+
+
 def parse_tf_config(text: str | None) -> ClusterConfig:
     """Validate a TF_CONFIG string; ``None`` or empty means one process, no cluster."""
     if text is None or not text.strip():

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from agent.protocol import ATTEMPT_VARIABLE, METRICS, RUN_DIR_VARIABLE
+from trainer.config import tf_config_as_given
 
 log = logging.getLogger("trainer.metrics")
 
@@ -173,12 +174,9 @@ def report(step: int | None = None, *, epoch: int | None = None, **values) -> No
     ``step`` is the global step (the plots' x); values are numbers (tensors and NumPy scalars too).
     It writes to ``$TFCC_RUN_DIR/metrics.jsonl`` (``./metrics.jsonl`` outside tfcc); it never blocks.
     """
-    try:
-        task = json.loads(os.environ.get("TF_CONFIG") or "{}").get("task") or {}
-    except (ValueError, AttributeError):
-        task = {}
+    task = tf_config_as_given().task
     writer = MetricsWriter.shared(Path(os.environ.get(RUN_DIR_VARIABLE, ".")) / METRICS,
-                                  {"task_type": task.get("type", "worker"), "task_index": task.get("index", 0)})
+                                  {"task_type": task.type, "task_index": task.index})
     record: dict = {"type": "epoch" if step is None and epoch is not None else "step", "time": time.time()}
     if epoch is not None:
         record["epoch"] = int(epoch)

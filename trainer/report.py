@@ -20,7 +20,6 @@ running mean as ``loss_avg`` and no ``loss``.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import queue
@@ -32,6 +31,7 @@ import tensorflow as tf
 
 from agent.protocol import METRICS, RUN_DIR_VARIABLE
 from trainer.metrics import SCRIPT_WORKLOAD, MetricsWriter, report  # noqa: F401  (report: the loops' one call)
+from trainer.config import ClusterConfig, TaskId, tf_config_as_given
 from trainer.plan import KERAS3, TF_KERAS, strategy_name
 
 log = logging.getLogger("trainer.report")
@@ -41,17 +41,6 @@ log = logging.getLogger("trainer.report")
 STEP_LOSS_KEY = "tfcc_step_loss"
 STEP_EXAMPLES_KEY = "tfcc_step_examples"
 _INTERNAL_KEYS = (STEP_LOSS_KEY, STEP_EXAMPLES_KEY)
-
-
-def _task_from_tf_config() -> tuple[str, int, int]:
-    try:
-        cfg = json.loads(os.environ.get("TF_CONFIG") or "{}")
-        task = cfg.get("task", {})
-        cluster = cfg.get("cluster", {})
-        workers = len(cluster.get("chief", [])) + len(cluster.get("worker", []))
-        return task.get("type", "worker"), int(task.get("index", 0)), max(1, workers)
-    except (ValueError, TypeError, AttributeError):
-        return "worker", 0, 1
 
 
 def _to_float(value):
@@ -229,10 +218,10 @@ def batch_plan(strategy, global_batch: int | None) -> dict:
     on its own; under parameter-server training a step is one worker's batch."""
     name = strategy_name(strategy)
     replicas = max(1, int(getattr(strategy, "num_replicas_in_sync", 1) or 1))
-    _, _, workers = _task_from_tf_config()
+    config = tf_config_as_given()
+    workers = config.num_workers
     if name == "parameter_server":
-        cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
-        workers, per_worker_replicas, step_replicas = max(1, len(cluster.get("worker", []))), replicas, replicas
+        workers, per_worker_replicas, step_replicas = max(1, len(config.cluster.get("worker", []))), replicas, replicas
     elif name == "multi_worker_mirrored":
         per_worker_replicas, step_replicas = max(1, replicas // workers), replicas
     else:
@@ -260,10 +249,10 @@ class _Reporting:
         # removing tfcc's own output in on_epoch_end reaches every callback (and, under
         # ParameterServerStrategy, tf-keras allows batch hooks only to such callbacks).
         self._supports_tf_logs = True
-        t_type, t_index, workers = _task_from_tf_config()
-        self.task_type = task_type or t_type
-        self.task_index = t_index if task_index is None else task_index
-        self.num_workers = num_workers or workers
+        config = tf_config_as_given()
+        self.task_type = task_type or config.task.type
+        self.task_index = config.task.index if task_index is None else task_index
+        self.num_workers = num_workers or config.num_workers
         self.report_steps = report_steps
         if isinstance(path_or_writer, MetricsWriter):
             self.writer, self._own_writer = path_or_writer, False
@@ -309,8 +298,8 @@ class _Reporting:
         if not self.lifecycle or self.writer.said("started"):
             return
         params = self.params or {}
-        self.writer.event_once("started", source=SCRIPT_WORKLOAD, keras=keras_of(self.model), is_chief=self.task_type in (
-            "chief",) or (self.task_type == "worker" and self.task_index == 0 and not _has_chief()),
+        me = ClusterConfig(tf_config_as_given().cluster, TaskId(self.task_type, self.task_index))
+        self.writer.event_once("started", source=SCRIPT_WORKLOAD, keras=keras_of(self.model), is_chief=me.is_chief,
             epochs=params.get("epochs"), steps_per_epoch=params.get("steps"), exact_step_loss=self.exact_loss,
             tensorflow=tf.__version__, **batch_plan(self.model.distribute_strategy, global_batch))
 
@@ -389,13 +378,6 @@ class _Reporting:
         if self.lifecycle:
             # The writer stays open for the next fit(); it is drained at exit.
             self.writer.event("train_end", train_time=time.perf_counter() - self._t_train)
-
-
-def _has_chief() -> bool:
-    try:
-        return bool(json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {}).get("chief"))
-    except (ValueError, AttributeError):
-        return False
 
 
 class MetricsReporter(_Reporting, tf.keras.callbacks.Callback):

@@ -283,12 +283,9 @@ class SetupForm(QWidget):
     def _refresh_keras_hint(self) -> None:
         """What ``auto`` gives a script on these tasks, beside it: e.g. "auto (tf-keras: 2 training tasks)"."""
         c = self.cluster
-        training = sum(t.role in ("chief", "worker") for t in c.tasks)
-        why = ("parameter-server training" if c.parameter_server
-               else f"{training} training task{'s' if training != 1 else ''}")
         gets = cl.TF_KERAS if c.needs_tf_keras else "the script's own Keras"
         auto = KERAS_FLAVOURS[0]  # resolved by the cluster (Cluster.script_keras)
-        self.keras.setItemText(self.keras.findData(auto), f"{auto} ({gets}: {why})")
+        self.keras.setItemText(self.keras.findData(auto), f"{auto} ({gets}: {c.training_kind})")
 
     def _refresh_batch_line(self) -> None:
         self.user_file.setEnabled(self.workload.currentText() in ("file", SCRIPT))
