@@ -445,7 +445,7 @@ class RunSession:
             elif name == "cluster_formed":
                 self._formed(task)
             elif name in ("serving", "evaluating"):  # a server of parameter-server training, or its evaluator: up
-                self._serving(task)
+                self._up(task)
             elif name == "backing_up" and task.name in self._pace:
                 self._pace[task.name].saving = True  # a save of a big model can take long: no stall
             elif name == "started" and self.started_record is None:
@@ -480,9 +480,7 @@ class RunSession:
 
     def _formed(self, task: TaskState) -> None:
         """``task``'s cluster has formed: it trains."""
-        task.cluster_formed = True
-        task.phase = TRAINING
-        self._state(task, "running")
+        self._up(task)
         if task.name in self._captured:  # its stall clock starts at its first timed step
             self._pace.pop(task.name, None)
             return
@@ -491,9 +489,9 @@ class RunSession:
         self._pace[task.name] = Pace(first=max(self.watchdog, self.stall_floor))
         self._pace[task.name].last_at = time.monotonic()
 
-    def _serving(self, task: TaskState) -> None:
-        """``task`` serves (a worker or ps of parameter-server training: the coordinator drives it; an
-        evaluator): it is up."""
+    def _up(self, task: TaskState) -> None:
+        """``task`` is up: its cluster formed, or it serves (a worker or ps of parameter-server training,
+        which the coordinator drives; an evaluator)."""
         task.cluster_formed = True
         task.phase = TRAINING
         self._state(task, "running")
@@ -509,7 +507,7 @@ class RunSession:
                     self._formed(each)
             return
         if TF_SERVING.search(seen) and self.run.cluster.parameter_server and not self._coordinates(task):
-            self._serving(task)
+            self._up(task)
             return
         waiting = None
         for waiting in TF_WAITING.finditer(seen):
