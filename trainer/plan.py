@@ -74,6 +74,28 @@ def strategy_name(strategy) -> str:
     return name
 
 
+def observed_batch_plan(strategy: str, replicas: int, cluster: dict, global_batch: int | None) -> dict:
+    """The batch plan a script's run shows (the fields of the trainer's ``started`` event), from its
+    strategy, its replicas in sync and the batch one step took: under MultiWorkerMirrored the workers
+    are TF_CONFIG's chief and workers; Mirrored and the default strategy train each task on its own;
+    under parameter-server training a step is one worker's batch, split over that worker's replicas."""
+    if strategy == "parameter_server":
+        workers, per_worker = max(1, len(cluster.get("worker", []))), replicas
+    elif strategy == "multi_worker_mirrored":
+        workers = max(1, len(cluster.get("chief", [])) + len(cluster.get("worker", [])))
+        per_worker = max(1, replicas // workers)
+    else:
+        workers, per_worker = 1, replicas
+    plan = {"strategy": strategy, "num_workers": workers, "replicas_per_worker": per_worker, "num_replicas": replicas}
+    if global_batch:
+        per_replica = global_batch // replicas
+        plan.update(global_batch=int(global_batch), per_replica_batch=per_replica,
+                    per_worker_batch=per_replica * per_worker)
+        if strategy == "parameter_server":
+            plan["asynchronous"] = True
+    return plan
+
+
 def strategy_for(requested: str, num_workers: int, local_devices: int) -> str:
     """The strategy a task runs: "auto" picks by the chief/worker tasks and the task's devices."""
     if requested != "auto":

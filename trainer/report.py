@@ -32,7 +32,7 @@ import tensorflow as tf
 from agent.protocol import METRICS, RUN_DIR_VARIABLE
 from trainer.metrics import SCRIPT_WORKLOAD, MetricsWriter, report  # noqa: F401  (report: the loops' one call)
 from trainer.config import ClusterConfig, TaskId, tf_config_as_given
-from trainer.plan import KERAS3, TF_KERAS, strategy_name
+from trainer.plan import KERAS3, TF_KERAS, observed_batch_plan, strategy_name
 
 log = logging.getLogger("trainer.report")
 
@@ -213,28 +213,9 @@ class _ClusterReduction:
 
 
 def batch_plan(strategy, global_batch: int | None) -> dict:
-    """The batch split a run of ``fit`` trains with, as the trainer's ``started`` event says it: under
-    MultiWorkerMirrored the workers are TF_CONFIG's; Mirrored and the default strategy train each task
-    on its own; under parameter-server training a step is one worker's batch."""
-    name = strategy_name(strategy)
+    """The batch split a script's ``fit`` trains with (trainer.plan.observed_batch_plan)."""
     replicas = max(1, int(getattr(strategy, "num_replicas_in_sync", 1) or 1))
-    config = tf_config_as_given()
-    workers = config.num_workers
-    if name == "parameter_server":
-        workers, per_worker_replicas, step_replicas = max(1, len(config.cluster.get("worker", []))), replicas, replicas
-    elif name == "multi_worker_mirrored":
-        per_worker_replicas, step_replicas = max(1, replicas // workers), replicas
-    else:
-        workers, per_worker_replicas, step_replicas = 1, replicas, replicas
-    plan = {"strategy": name, "num_workers": workers, "replicas_per_worker": per_worker_replicas,
-            "num_replicas": replicas}
-    if global_batch:
-        per_replica = global_batch // step_replicas
-        plan.update(global_batch=int(global_batch), per_replica_batch=per_replica,
-                    per_worker_batch=per_replica * per_worker_replicas)
-        if name == "parameter_server":
-            plan["asynchronous"] = True
-    return plan
+    return observed_batch_plan(strategy_name(strategy), replicas, tf_config_as_given().cluster, global_batch)
 
 
 class _Reporting:

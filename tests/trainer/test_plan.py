@@ -5,7 +5,7 @@ import math
 import pytest
 
 from trainer.config import ClusterConfig, make_tf_config, parse_tf_config
-from trainer.plan import (ConfigError, GlobalSplit, check_autoshard, choose_strategy, plan_batches,
+from trainer.plan import (ConfigError, GlobalSplit, check_autoshard, choose_strategy, observed_batch_plan, plan_batches,
                           replicas_per_worker, strategy_for)
 
 
@@ -100,3 +100,17 @@ def test_a_global_batch_splits_over_the_replicas_or_names_the_nearest_that_do():
     assert (GlobalSplit(128, 4).even, GlobalSplit(128, 4).per_replica) == (True, 32)
     assert not GlobalSplit(130, 4).even and GlobalSplit(130, 4).nearest_even == (128, 132)
     assert GlobalSplit(3, 4).nearest_even == (4,)
+
+
+@pytest.mark.parametrize("strategy, replicas, cluster, batch, expected", [
+    ("multi_worker_mirrored", 2, {"worker": ["a:1", "b:1"]}, 64, (2, 1, 32, 32)),
+    ("multi_worker_mirrored", 4, {"chief": ["a:1"], "worker": ["b:1"]}, 64, (2, 2, 16, 32)),
+    ("mirrored", 2, {"worker": ["a:1", "b:1"]}, 64, (1, 2, 32, 64)),  # each task trains on its own
+    ("parameter_server", 1, {"chief": ["a:1"], "worker": ["b:1", "c:1"], "ps": ["d:1"]}, 64, (2, 1, 64, 64)),
+])
+def test_a_scripts_observed_batch_plan(strategy, replicas, cluster, batch, expected):
+    plan = observed_batch_plan(strategy, replicas, cluster, batch)
+    assert (plan["num_workers"], plan["replicas_per_worker"], plan["per_replica_batch"],
+            plan["per_worker_batch"]) == expected
+    assert plan["global_batch"] == batch and plan.get("asynchronous", False) == (strategy == "parameter_server")
+    assert "global_batch" not in observed_batch_plan(strategy, replicas, cluster, None)
