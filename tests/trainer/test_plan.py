@@ -5,7 +5,8 @@ import math
 import pytest
 
 from trainer.config import ClusterConfig, make_tf_config, parse_tf_config
-from trainer.plan import (ConfigError, GlobalSplit, check_autoshard, choose_strategy, observed_batch_plan, plan_batches,
+from trainer.plan import (ConfigError, GlobalSplit, check_autoshard, choose_strategy, observed_batch_plan,
+                          plan_batches,
                           replicas_per_worker, strategy_for)
 
 
