@@ -196,6 +196,7 @@ class _SummaryFollower:
         self.logdirs: list[str] = []
         self.prefixes: dict[str, str] = {}  # logdir -> what its tags are prefixed with
         self.offsets: dict[str, int] = {}
+        self.pending: dict[str, dict] = {}  # event file -> its newest step's row, which may grow yet
         self.writers: weakref.WeakSet = weakref.WeakSet()
         self._lock = threading.Lock()
         self._reading = threading.Lock()  # the follower's thread and the script's end read in turn
@@ -244,13 +245,16 @@ class _SummaryFollower:
                 writer.flush()
             except Exception:
                 pass
-        self.read()
+        self.read(whole=True)
 
-    def read(self) -> None:
+    def read(self, whole: bool = False) -> None:
+        """What the event files gained. A step's scalars are events of their own, and a read may end
+        between two of them: the newest step of a file waits for a newer one, or for ``whole`` (its
+        writer flushed or closed, the script's end), so each step is one record."""
         with self._reading:
-            self._read_all()
+            self._read_all(whole)
 
-    def _read_all(self) -> None:
+    def _read_all(self, whole: bool) -> None:
         with self._lock:
             logdirs = list(self.logdirs)
         for logdir in logdirs:
@@ -259,9 +263,9 @@ class _SummaryFollower:
             except OSError:
                 continue
             for name in names:
-                self._read_file(os.path.join(logdir, name), self.prefixes.get(logdir, ""))
+                self._read_file(os.path.join(logdir, name), self.prefixes.get(logdir, ""), whole)
 
-    def _read_file(self, path: str, prefix: str) -> None:
+    def _read_file(self, path: str, prefix: str, whole: bool) -> None:
         offset = self.offsets.get(path, 0)
         try:
             with open(path, "rb") as f:
@@ -271,11 +275,9 @@ class _SummaryFollower:
             return
         records, used = _tfrecords(data)
         self.offsets[path] = offset + used
-        if not records:
-            return
-        from tensorflow.core.util import event_pb2  # the script imported TensorFlow: it made the writer
-
-        by_step: dict[int, dict] = {}
+        by_step: dict[int, dict] = self.pending.pop(path, {})  # the newest step of the last read
+        if records:
+            from tensorflow.core.util import event_pb2  # the script imported TensorFlow: it made the writer
         for raw in records:
             event = event_pb2.Event.FromString(raw)
             if not event.HasField("summary"):
@@ -286,8 +288,11 @@ class _SummaryFollower:
                     continue
                 row = by_step.setdefault(int(event.step), {"time": event.wall_time})
                 row[prefix + value.tag] = number
-        for step, row in sorted(by_step.items()):
-            self.capture.write({"type": "step", "global_step": step, CAPTURED: FROM_SUMMARY, **row})
+        steps = sorted(by_step)
+        if steps and not whole:
+            self.pending[path] = {steps[-1]: by_step[steps.pop()]}
+        for step in steps:
+            self.capture.write({"type": "step", "global_step": step, CAPTURED: FROM_SUMMARY, **by_step[step]})
 
 
 def _written_here(name: str) -> bool:
@@ -570,7 +575,7 @@ class Capture:
 
     def _flushed(self) -> None:
         try:
-            self.summaries.read()
+            self.summaries.read(whole=True)
         except Exception:
             self.failed("reading summaries")
 

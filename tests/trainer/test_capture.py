@@ -262,3 +262,33 @@ test.close()
     summaries = [r for r in records if r.get("captured") == "summary"]
     assert sorted((r["global_step"], k, v) for r in summaries for k, v in r.items() if "loss" in k) == [
         (1, "loss", 1.0), (1, "test/loss", 2.0), (2, "loss", 0.5), (2, "test/loss", 1.0)]
+
+
+@pytest.mark.slow
+def test_a_summary_step_read_in_two_parts_is_one_record(tmp_path):
+    """A step's scalars are events of their own, and a read may end between them: the newest step waits
+    for a newer one (or the writer's flush) and each step comes out once, whole."""
+    from tensorflow.core.util import event_pb2
+
+    from trainer.capture import _SummaryFollower
+
+    def frame(step: int, tag: str, value: float) -> bytes:
+        event = event_pb2.Event(step=step, wall_time=1.0)
+        event.summary.value.add(tag=tag, simple_value=value)
+        data = event.SerializeToString()
+        return struct.pack("<Q", len(data)) + b"\0" * 4 + data + b"\0" * 4
+
+    written = []
+    follower = _SummaryFollower(type("Capture", (), {"write": lambda self, r: written.append(r)})())
+    follower.logdirs.append(str(tmp_path))
+    path = tmp_path / f"events.out.tfevents.1.host.{os.getpid()}.0.v2"
+    path.write_bytes(frame(1, "loss", 0.5))
+    follower.read()
+    assert written == []  # step 1 may have more to come
+    with open(path, "ab") as f:
+        f.write(frame(1, "accuracy", 0.25) + frame(2, "loss", 0.25))
+    follower.read()
+    assert [(r["global_step"], r.get("loss"), r.get("accuracy")) for r in written] == [(1, 0.5, 0.25)]
+    follower.read(whole=True)
+    assert [(r["global_step"], r.get("loss"), r.get("accuracy")) for r in written] == [(1, 0.5, 0.25),
+                                                                                      (2, 0.25, None)]
