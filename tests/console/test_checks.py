@@ -13,6 +13,7 @@ import pytest
 from console import checks
 from console import cluster as cl
 from console.remote.link import CONNECT_TIMEOUT
+from tests.helpers import testhosts
 
 PROBE = {"python": "3.11.7", "python_executable": "/usr/bin/python3", "tensorflow": "2.21.0",
          "tf_keras": "2.21.0", "gpus": [], "time": 0.0}
@@ -200,7 +201,7 @@ def test_all_pass_on_healthy_hosts(pinned):
 
 def test_firewall_fails_exactly_that_cell(pinned):
     h0, h1 = pinned.hosts
-    if subprocess.run(["which", "nft"], capture_output=True).returncode != 0:
+    if testhosts.tool("nft") is None:
         if os.environ.get("CI") == "true":
             pytest.fail("CI must run the firewall test: install nftables (scripts/test does)")
         pytest.skip("nft is not installed (apt-get install nftables)")

@@ -25,21 +25,33 @@ from pathlib import Path
 BRIDGE = "tfccbr0"
 SUBNET = "10.213.0"
 SSHD = "/usr/sbin/sshd"
+# Root's tools (ip, nft) live in the sbin folders, which a plain user's PATH (and CI's) may lack.
+SBIN_PATH = os.pathsep.join([os.environ.get("PATH", os.defpath), "/usr/local/sbin", "/usr/sbin", "/sbin"])
+
+
+def tool(name: str) -> str | None:
+    """Where root's tool ``name`` is, the sbin folders included; None if it is not installed."""
+    return shutil.which(name, path=SBIN_PATH)
+
+
+def run_tool(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """``argv`` with the sbin folders on its PATH (``ip netns exec`` looks its command up there)."""
+    return subprocess.run(argv, env={**os.environ, "PATH": SBIN_PATH}, **kwargs)
 
 
 def missing_requirements() -> str | None:
     if os.geteuid() != 0:
         return "test hosts need root (ip netns)"
-    for tool in ("ip", "ssh-keygen"):
-        if shutil.which(tool) is None:
-            return f"test hosts need {tool} (apt-get install iproute2 openssh-server)"
+    for name in ("ip", "ssh-keygen"):
+        if tool(name) is None:
+            return f"test hosts need {name} (apt-get install iproute2 openssh-server)"
     if not os.path.exists(SSHD):
         return "test hosts need sshd (apt-get install openssh-server)"
     return None
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+    return run_tool(["ip", *args], capture_output=True, text=True, check=check)
 
 
 @dataclass
@@ -59,7 +71,7 @@ class TestHost:
         return f"{self.address} {kind} {data}"
 
     def exec(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run(["ip", "netns", "exec", self.name, *argv], capture_output=True, text=True, check=check)
+        return run_tool(["ip", "netns", "exec", self.name, *argv], capture_output=True, text=True, check=check)
 
 
 class TestHosts:
@@ -126,6 +138,7 @@ class TestHosts:
             empty.touch()
             argv = ["sh", "-c", f'mount --bind "{empty}" "{bashrc}" && exec "$@"', "sh", *argv]
         host.sshd = subprocess.Popen(["ip", "netns", "exec", host.name, *argv],
+                                     env={**os.environ, "PATH": SBIN_PATH},
                                      stdout=subprocess.DEVNULL, stderr=open(host.folder / "sshd.log", "ab"))
 
     def cut_sessions(self, host: TestHost) -> None:
