@@ -6,6 +6,8 @@ imported by the console and the trainer too, so each word is written here once.
 
 from __future__ import annotations
 
+import re
+
 PROTOCOL_VERSION = 4  # 2: metrics follow messages carry the file's own lines ("lines"), not records
 # 3: the "system" op streams a host's CPU, memory and GPU load and its tasks' processes
 # 4: "missing_blobs" says which files of a script's workdir a host lacks; "start" takes "workdir"
@@ -102,7 +104,18 @@ ERROR_CODES = (BAD_REQUEST, UNKNOWN_OP, PROTOCOL_MISMATCH, BAD_NAME, BAD_ARGUMEN
                NO_SUCH_TASK, MISSING_BLOB, AGENT_BUG)
 
 
-# --------------------------------------------------------------------------- task names and addresses
+# --------------------------------------------------------------------------- names and addresses
+
+# A run id or a task name names a folder on every host: letters, digits, '.', '_' and '-' only.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def name_problem(kind: str, value) -> str | None:
+    """Why ``value`` cannot name a run or a task (a folder on every host), or None."""
+    if not isinstance(value, str) or not _NAME.match(value):
+        return (f"{kind} {value!r} is not a valid name: use letters, digits, '.', '_' and '-', "
+                "starting with a letter or digit (at most 128)")
+    return None
 
 
 def task_name(role: str, index: int) -> str:

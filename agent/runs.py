@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -24,7 +23,6 @@ from pathlib import Path
 from agent import protocol, workdir
 from agent.protocol import STREAMS
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 class AgentError(Exception):
@@ -47,16 +45,8 @@ def home() -> Path:
     return Path(os.environ.get(protocol.HOME_VARIABLE) or Path.home() / ".tfcc")
 
 
-def name_problem(kind: str, value) -> str | None:
-    """Why ``value`` cannot name a run or a task (a folder on every host), or None."""
-    if not isinstance(value, str) or not _NAME.match(value):
-        return (f"{kind} {value!r} is not a valid name: use letters, digits, '.', '_' and '-', "
-                "starting with a letter or digit (at most 128)")
-    return None
-
-
 def _check_name(kind: str, value) -> str:
-    problem = name_problem(kind, value)
+    problem = protocol.name_problem(kind, value)
     if problem:
         raise AgentError(problem, protocol.BAD_NAME)
     return value

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 
-from agent import __version__, protocol, runs, workdir
+from agent import __version__, ports, probe, protocol, runs, system, workdir
 from agent.protocol import PROTOCOL_VERSION
 from agent.runs import AgentError
 from agent.watch import FolderWatch
@@ -33,9 +33,7 @@ STREAMING = (protocol.FOLLOW, protocol.SYSTEM)  # ops that answer until their en
 
 class Server:
     def __init__(self, inp, out):
-        from agent.ports import Listeners
-
-        self.listeners = Listeners()
+        self.listeners = ports.Listeners()
         self._in = inp
         self._out = out
         self._lock = threading.Lock()
@@ -161,14 +159,10 @@ class Server:
 
     def op_probe(self, req):
         """Python, TensorFlow and tf-keras versions, CPUs, memory, free disk, GPUs, the code's hash."""
-        from agent import probe
-
         return probe.probe(runs.home(), with_tensorflow=bool(req.get("tensorflow")))
 
     def op_check_ports(self, req):
         """Can each port be bound here, and if not, which process holds it."""
-        from agent import ports
-
         return {"ports": [ports.check_free(int(p)) for p in req.get("ports", [])]}
 
     def op_listen(self, req):
@@ -183,8 +177,6 @@ class Server:
 
     def op_connect(self, req):
         """Try a TCP connection to each target ({host, port}) at once, each within ``connect_timeout`` s."""
-        from agent import ports
-
         return {"results": ports.connect_all(req.get("targets", []), float(req.get("connect_timeout", 3.0)))}
 
     def op_ports(self, req):
@@ -276,8 +268,6 @@ class Server:
     def op_system(self, req):
         """Sample this host's CPUs, memory and GPUs and the run's tasks here about every ``interval``
         seconds (default 1), until every task of the run on this host has ended."""
-        from agent import system
-
         rid, run_id = req.get("id"), req.get("run_id")
         try:
             interval = float(req.get("interval", 1.0))

@@ -247,7 +247,7 @@ class Sampler:
             out_tasks[name] = {"pid": task.get("pid"), "cpu_percent": percent, "rss_bytes": rss,
                                "gpus": task.get("gpus")}
         self._groups = seen
-        record = {"type": "system", "time": time.time(), "cpus": self.cpus, "cpu_percent": cpu_percent,
+        record = {"type": protocol.SYSTEM_MESSAGE, "time": time.time(), "cpus": self.cpus, "cpu_percent": cpu_percent,
                   **memory(), "gpus": self.gpus(), "tasks": out_tasks}
         if self.gpus.note and self.gpus.path:
             record["gpu_note"] = self.gpus.note  # nvidia-smi is there but failed: say why, once a sample

@@ -69,7 +69,7 @@ def main() -> None:
     configure_process()  # as the window does
 
     from console.gui.dashboard import Dashboard
-    from console.metrics_store import MetricsStore
+    from console.store.metrics import MetricsStore
     from tests.helpers.synthetic import feed
 
     store = MetricsStore()

@@ -35,11 +35,11 @@ from agent import runs  # noqa: E402
 from agent.protocol import POLL_ONLY_VARIABLE  # noqa: E402
 from console import cluster as cl  # noqa: E402
 from console.errors import TfccError  # noqa: E402
-from console.metrics_store import MetricsStore  # noqa: E402
+from console.store.metrics import MetricsStore  # noqa: E402
 from console.remote.channel import AgentClient  # noqa: E402
 from console.remote.local import local_agent  # noqa: E402
-from console.runner import Run  # noqa: E402
-from console.session import RunSession  # noqa: E402
+from console.run.runner import Run  # noqa: E402
+from console.run.session import RunSession  # noqa: E402
 
 TF_ENV = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "2"}
 

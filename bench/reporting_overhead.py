@@ -34,7 +34,7 @@ def worker(rounds: int, steps: int) -> None:
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     import tensorflow as tf
 
-    from trainer.config import parse_tf_config
+    from trainer.tf_config import parse_tf_config
     from trainer.report import MetricsReporter
     from trainer.workloads import synthetic
 

@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from console import cluster as cl  # noqa: E402
-from console.runner import Run  # noqa: E402
-from console.session import RunSession  # noqa: E402
+from console.run.runner import Run  # noqa: E402
+from console.run.session import RunSession  # noqa: E402
 from trainer.metrics import read_records  # noqa: E402
 
 

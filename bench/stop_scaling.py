@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from console import cluster as cl  # noqa: E402
-from console.runner import Run  # noqa: E402
-from console.runs import new_run_id  # noqa: E402
+from console.run.runner import Run  # noqa: E402
+from console.store.manifests import new_run_id  # noqa: E402
 from tests.helpers.testhosts import TestHosts, missing_requirements  # noqa: E402
 
 SIZES = (1, 4)

@@ -30,13 +30,18 @@ import threading
 import time
 import traceback
 
-from agent.protocol import FINISHED, TRAINING
+from agent.protocol import FINISHED, LOGS, TRAINING
+from console import catalog, checks, export
 from console import cluster as cl
 from console import text
-from console.errors import TfccError, describe, log_to_file, log_to_terminal
-from console.runner import WATCHDOG_SECONDS, Run
-from console.runs import RunError, check_run_id, new_run_id
-from console.session import SUPERVISION, RunSession, SessionEvent
+from console.errors import RunError, TfccError, describe, log_to_file, log_to_terminal
+from console.run.runner import Run
+from console.run.session import RunSession
+from console.run.supervisor import WATCHDOG_SECONDS
+from console.states import RunState, SessionEvent, SessionKind
+from console.store.manifests import check_run_id, new_run_id
+from console.tensorboard import TensorBoard, check_installed, fetch_logs
+from trainer.records import Event, RecordType
 
 
 def strict_json(value) -> str:
@@ -82,42 +87,40 @@ class Printer:
     def on_event(self, event: SessionEvent) -> None:
         task = event.task
         if self.as_json:
-            if event.kind == "records":
+            if event.kind == SessionKind.RECORDS:
                 for record in event.records:
                     self.emit(strict_json({"task": task.name, "host": task.host, **record}))
-            elif event.kind in ("task_ended", "connection"):
+            elif event.kind in (SessionKind.TASK_ENDED, SessionKind.CONNECTION):
                 message = event.message
                 self.emit(strict_json({"task": task.name, "host": task.host, "type": message["type"],
                                        **{k: v for k, v in message.items() if k not in ("id", "type")}}))
-            elif event.kind in ("watchdog", *SUPERVISION):
+            elif event.kind in (SessionKind.WATCHDOG, *SessionKind.SUPERVISION):
                 self.emit(strict_json({**event.message, "type": event.kind, "message": event.text}))
-            elif event.kind == "system":  # a host's load (docs/metrics.md); the terminal's lines leave it out
-                self.emit(strict_json({"type": "system", "host": event.host,
+            elif event.kind == SessionKind.SYSTEM:  # a host's load (docs/metrics.md); the terminal's lines leave it out
+                self.emit(strict_json({"type": RecordType.SYSTEM, "host": event.host,
                                        **{k: v for k, v in event.message.items() if k != "type"}}))
             return
-        if event.kind == "records":
+        if event.kind == SessionKind.RECORDS:
             for record in event.records:
                 try:
                     self._record(task.name, record)
                 except (KeyError, TypeError, ValueError):  # a record of the right type with wrong fields
                     self.emit(f"{task.name}: {text.unreadable_text({'raw': strict_json(record)})}")
-        elif event.kind in ("task_ended", "connection"):
+        elif event.kind in (SessionKind.TASK_ENDED, SessionKind.CONNECTION):
             self.emit(f"{task.name}: {event.text}")
-        elif event.kind in ("watchdog", *SUPERVISION):
+        elif event.kind in (SessionKind.WATCHDOG, *SessionKind.SUPERVISION):
             self.emit(f"tfcc: {event.text}")
 
     def _record(self, name: str, r: dict) -> None:
         kind = r.get("type")
-        if kind == "unreadable":
-            self.emit(f"{name}: {text.unreadable_text(r)}")
-        elif kind == "step":
+        if kind == RecordType.STEP:
             self.last_step[name] = r
-        elif kind == "epoch":
-            self.emit(f"{name}: {text.epoch_text(r)}")
-        elif kind == "event":
-            if r.get("event") == "started":
+        elif kind in (RecordType.EPOCH, RecordType.UNREADABLE):
+            self.emit(f"{name}: {text.record_text(r)}")
+        elif kind == RecordType.EVENT:
+            if r.get("event") == Event.STARTED:
                 self.steps_per_epoch[name] = r.get("steps_per_epoch", "?")
-            if r.get("event") not in text.QUIET_EVENTS:
+            if r.get("event") not in Event.QUIET:
                 self.emit(f"{name}: {text.event_text(r)}")
 
     def status_line(self, run: Run) -> None:
@@ -224,8 +227,6 @@ def _gib(n) -> str:
 
 
 def cmd_check(ns) -> int:
-    from console import checks
-
     cluster = cl.load(ns.cluster) if ns.cluster else cl.default()
     report = checks.check(cluster, deadline=ns.deadline, ask_host_key=make_asker(ns.accept_new_host_keys))
     if ns.json:
@@ -270,7 +271,7 @@ def cmd_logs(ns) -> int:
     for task in run.tasks:
         if ns.task and task.name != ns.task:
             continue
-        logs = run.links[task.host].connect().call("logs", run_id=run.run_id, task=task.name,
+        logs = run.links[task.host].connect().call(LOGS, run_id=run.run_id, task=task.name,
                                                    max_bytes=ns.bytes)["logs"]
         for stream, content in logs.items():
             print(f"==> {task.name} on {task.host}: {stream} <==")
@@ -286,9 +287,7 @@ def cmd_runs(ns) -> int:
     """Every run of this console: state, cluster, start, duration, final metrics (from its manifest and
     history); the hosts of a run not known to have ended are asked how its tasks are, each run within
     ``--timeout`` seconds. A damaged manifest or a host that does not answer is a note on its run."""
-    from console.history import duration_text, overview, start_text
-
-    infos = overview(make_asker(False), timeout=ns.timeout)
+    infos = catalog.overview(make_asker(False), timeout=ns.timeout)
     if ns.json:
         print(strict_json([info.as_dict() for info in infos]))
         return 0
@@ -301,9 +300,9 @@ def cmd_runs(ns) -> int:
     for info in infos:
         metrics = "  ".join(f"{text.metric_text(info.metrics[m]) if m in info.metrics else '-':>12}"
                             for m in RUN_METRICS)
-        print(f"{info.run_id:<{width}}  {info.state:<8}  {start_text(info.start):<16}  "
-              f"{duration_text(info.duration):>8}  {metrics}  {info.cluster_text or '-'}", flush=True)
-        if info.phases is not None and info.state not in ("finished",):
+        print(f"{info.run_id:<{width}}  {info.state:<8}  {text.start_text(info.start):<16}  "
+              f"{text.duration_text(info.duration):>8}  {metrics}  {info.cluster_text or '-'}", flush=True)
+        if info.phases is not None and info.state != RunState.FINISHED:
             print(f"{'':<{width}}  tasks now: " + ", ".join(f"{t} {p}" for t, p in info.phases.items()))
         if info.note:
             print(f"{'':<{width}}  note: {info.note}")
@@ -312,11 +311,9 @@ def cmd_runs(ns) -> int:
 
 def cmd_delete(ns) -> int:
     """Delete a run's folders on its hosts and this console's manifest and history of it, after a yes."""
-    from console.history import delete_run, run_info
-
     run_id = check_run_id(ns.run)
     if not ns.yes:
-        info = run_info(run_id)
+        info = catalog.run_info(run_id)
         where = ", ".join(info.hosts) or "its hosts"
         if not sys.stdin.isatty():
             raise RunError(f"deleting run {run_id} needs a yes", f"add --yes to delete it (its folders on {where} "
@@ -329,15 +326,13 @@ def cmd_delete(ns) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             print(f"tfcc: run {run_id} kept", file=sys.stderr)
             return 1
-    for line in delete_run(run_id, make_asker(ns.accept_new_host_keys)):
+    for line in catalog.delete_run(run_id, make_asker(ns.accept_new_host_keys)):
         print(line)
     return 0
 
 
 def cmd_tensorboard(ns) -> int:
     """Copy the chief's TensorBoard logs of a run here and serve them on 127.0.0.1 until Ctrl-C."""
-    from console.tensorboard import TensorBoard, check_installed, fetch_logs
-
     check_installed()
     logdir = fetch_logs(check_run_id(ns.run), make_asker(ns.accept_new_host_keys))
     server = TensorBoard(logdir, ns.port)
@@ -356,8 +351,6 @@ def cmd_tensorboard(ns) -> int:
 
 def cmd_export(ns) -> int:
     """Write the cluster as launch scripts, a Slurm batch script or a TFJob manifest (docs/graduation.md)."""
-    from console import export
-
     if ns.format not in export.FORMATS:  # before the cluster file: the first mistake on the line is named
         raise export.ExportError(f"unknown export format {ns.format!r}", f"use one of {', '.join(export.FORMATS)}")
     cluster = cl.load(ns.cluster) if ns.cluster else cl.default()

@@ -21,17 +21,16 @@ import tomli_w
 from console import PROJECT_ROOT
 from console.errors import TfccError
 from console.files import write_atomically
-from trainer.config import (AUTOSHARD_POLICIES, COMMUNICATIONS, LR_RULES, MAX_BATCH, MAX_EPOCHS, STRATEGIES, WORKLOADS,
-                            count_problem, learning_rate_problem, make_tf_config)
+from trainer.config import COMMUNICATIONS, MAX_EPOCHS, WORKLOADS
 # Which Keras a user's script gets (KERAS_FLAVOURS): auto gives tf-keras where Keras 3 cannot run fit
 # (MultiWorkerMirrored with more than one training task, or ParameterServer), else what it gets standalone.
-from trainer.plan import (DEFAULT_BACKUP_SECONDS, KERAS3, KERAS_FLAVOURS, TF_KERAS,  # noqa: F401 (a vocabulary)
-                          backup_seconds_problem, parameter_server_problem)
+from trainer.plan import (AUTOSHARD_POLICIES, DEFAULT_BACKUP_SECONDS, KERAS3, KERAS_FLAVOURS,  # noqa: F401 (a vocabulary)
+                          LR_RULES, MAX_BATCH, STRATEGIES, TF_KERAS, backup_seconds_problem, count_problem,
+                          learning_rate_problem, parameter_server_problem)
+from trainer.tf_config import CHIEF, EVALUATOR, PS, ROLES, TRAINING_ROLES, WORKER, make_tf_config
 
 MAX_RESTARTS = 100
 DEFAULT_CLUSTER = PROJECT_ROOT / "resources" / "default_cluster.toml"
-ROLES = ("chief", "worker", "ps", "evaluator")
-EVALUATOR = "evaluator"  # a sidecar: outside the training cluster, it reads the chief's checkpoints
 EVAL_CHECKPOINTS = "../chief-0/checkpoints"  # from the evaluator's run folder (and the chief's), on the chief's host
 MAX_FILE_BYTES = 1 << 20  # a cluster file is a few KB; a bigger one is the wrong file
 # A host name (RFC 1123 labels; also ~/.ssh/config aliases) — anything else that is not an IP literal is a typo.
@@ -70,7 +69,7 @@ class Host:
 @dataclass
 class Task:
     host: str
-    role: str = "worker"
+    role: str = WORKER
     port: int | str = "auto"   # the task's TensorFlow port, or "auto"
     gpus: list[int] = field(default_factory=list)
 
@@ -156,20 +155,20 @@ class Cluster:
     @property
     def parameter_server(self) -> bool:
         """Whether this is parameter-server training (asked for, or ps tasks with ``auto``)."""
-        return self.training.strategy == "parameter_server" or any(t.role == "ps" for t in self.tasks)
+        return self.training.strategy == "parameter_server" or any(t.role == PS for t in self.tasks)
 
     @property
     def needs_tf_keras(self) -> bool:
         """Whether Keras 3 cannot run ``fit`` on this cluster (TF 2.21): more than one training task
         (MultiWorkerMirrored), or parameter-server training. tfcc's trainer always uses tf-keras."""
-        return self.parameter_server or sum(t.role in ("chief", "worker") for t in self.tasks) > 1
+        return self.parameter_server or sum(t.role in TRAINING_ROLES for t in self.tasks) > 1
 
     @property
     def training_kind(self) -> str:
         """What decides a script's Keras, in words: "parameter-server training", "2 training tasks"."""
         if self.parameter_server:
             return "parameter-server training"
-        count = sum(t.role in ("chief", "worker") for t in self.tasks)
+        count = sum(t.role in TRAINING_ROLES for t in self.tasks)
         return f"{count} training task{'s' if count != 1 else ''}"
 
     @property
@@ -371,7 +370,7 @@ def validate(cluster: Cluster) -> None:
                     f"tasks[{i}] and tasks[{seen[key]}] both use {key}; give each task on a host its own port"
                 )
             seen[key] = i
-    chiefs = [i for i, t in enumerate(cluster.tasks) if t.role == "chief"]
+    chiefs = [i for i, t in enumerate(cluster.tasks) if t.role == CHIEF]
     if len(chiefs) > 1:
         raise ClusterFileError(
             f"tasks[{chiefs[0]}] and tasks[{chiefs[1]}] are both chief; a cluster has at most one chief "
@@ -389,7 +388,7 @@ def validate(cluster: Cluster) -> None:
     _choice("training.workload", t.workload, WORKLOADS)
     _choice("training.strategy", t.strategy, STRATEGIES)
     roles = {role: [t.host for t in cluster.tasks if t.role == role] for role in ROLES}
-    if t.strategy == "parameter_server" or roles["ps"]:
+    if t.strategy == "parameter_server" or roles[PS]:
         if t.strategy not in ("auto", "parameter_server"):
             raise ClusterFileError(f"the cluster has ps tasks, which training.strategy {t.strategy!r} has no use "
                                    "for; set strategy = \"parameter_server\" (or \"auto\"), or remove the ps tasks")
@@ -397,7 +396,7 @@ def validate(cluster: Cluster) -> None:
         if problem:
             raise ClusterFileError(problem.replace("role \"chief\"", "role = \"chief\" in [[tasks]]"))
         gpus = {name: len(task.gpus) for name, task in zip(cluster.task_names(), cluster.tasks)
-                if task.role == "worker"}
+                if task.role == WORKER}
         if len(set(gpus.values())) > 1:
             listing = ", ".join(f"{name} {n}" for name, n in gpus.items())
             raise ClusterFileError(f"the workers of parameter-server training list different numbers of GPUs "
@@ -441,10 +440,10 @@ def _evaluator_rules(cluster: Cluster, roles: dict[str, list[str]]) -> None:
     if len(evaluators) > 1:
         raise ClusterFileError(f"tasks[{evaluators[0]}] and tasks[{evaluators[1]}] are both evaluators; a run has "
                                "at most one evaluator (make the others workers, or remove them)")
-    if not roles["ps"]:
+    if not roles[PS]:
         raise ClusterFileError(f"tasks[{evaluators[0]}] is an evaluator, which evaluates the checkpoints of "
                                "parameter-server training; add a ps task and a chief, or remove the evaluator")
-    if cluster.tasks[evaluators[0]].host not in roles["chief"]:
+    if cluster.tasks[evaluators[0]].host not in roles[CHIEF]:
         raise ClusterFileError(
             f"tasks[{evaluators[0]}] (the evaluator) runs on host {cluster.tasks[evaluators[0]].host!r}, but it reads "
             f"the checkpoints the chief writes in its run folder on host {roles['chief'][0]!r}; put the evaluator "

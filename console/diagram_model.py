@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from agent.protocol import format_address, parse_address, parse_task_name, task_name
 from console import cluster as cl
 from trainer.plan import GlobalSplit, replicas_per_worker, strategy_for
+from trainer.tf_config import PS, TRAINING_ROLES, WORKER, chief_name
 
 
 @dataclass
@@ -96,8 +97,8 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
     t = cluster.training
     pss = cluster.parameter_server
     # The replicas' holders: under parameter-server training the workers (the chief coordinates).
-    workers = [n for n in names if parse_task_name(n)[0] in (("worker",) if pss else ("chief", "worker"))]
-    chief = next((n for n in (task_name("chief", 0), task_name("worker", 0)) if n in names), None)
+    workers = [n for n in names if parse_task_name(n)[0] in ((WORKER,) if pss else TRAINING_ROLES)]
+    chief = chief_name(names)
     ports = []
     for name, task in zip(names, cluster.tasks):
         ports.append(parse_address(addresses[name])[1] if name in addresses else task.port)
@@ -111,7 +112,7 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
             count = _count(started.get("replicas_per_worker")) or 1
         else:
             count = replicas_per_worker(strategy, gpus, 1)
-        if pss and task.role != "worker" or not task.in_cluster:
+        if pss and task.role != WORKER or not task.in_cluster:
             devices = []  # the coordinator, the ps and an evaluator hold no replica of training
         elif gpus and strategy in ("mirrored", "multi_worker_mirrored", "parameter_server"):
             ids = task.gpus or list(range(gpus))
@@ -123,7 +124,7 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
         host = cluster.host(task.host)
         address = format_address(host.tf_host, ports[i]) if task.in_cluster else ""  # an evaluator serves nothing
         held = []
-        if started is not None and task.role == "ps":
+        if started is not None and task.role == PS:
             index = parse_task_name(name)[1]
             held = [v for v in started.get("variables") or [] if v.get("ps") == index]
         boxes[task.host].tasks.append(TaskBox(name, task.role, task.host, address, name == chief, devices,

@@ -24,6 +24,8 @@ import yaml
 
 from console import cluster as cl
 from console.errors import TfccError
+from console.run.launch import GPUS, LEGACY_KERAS, check_user_file, gpu_environment, trainer_args
+from trainer.tf_config import CHIEF, EVALUATOR, PS, ROLES, WORKER
 
 FORMATS = ("scripts", "slurm", "tfjob")
 FORMAT_LABELS = {"scripts": "launch scripts (one per host)", "slurm": "Slurm batch script (sbatch)",
@@ -37,8 +39,8 @@ SLURM_SERVER_WAIT = 60      # slurm, parameter servers: srun ends the servers th
 TFJOB_ROOT = "/opt/tfcc"    # tfjob: where the image holds tfcc's agent/ and trainer/ (and user/)
 TFJOB_RUNS = "/tfcc-runs"   # tfjob: the volume that holds every task's run folder
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"  # the operator's label on each pod
-TFJOB_TYPES = {"chief": "Chief", "ps": "PS", "worker": "Worker", "evaluator": "Evaluator"}
-SLURM_JOBS = ("chief", "ps", "worker")  # trainer.slurm's roles, ranks in this (name) order
+TFJOB_TYPES = {CHIEF: "Chief", PS: "PS", WORKER: "Worker", EVALUATOR: "Evaluator"}
+SLURM_JOBS = (CHIEF, PS, WORKER)  # trainer.slurm's roles, ranks in this (name) order
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # Slurm's --time: minutes, minutes:seconds, hours:minutes:seconds, days-hours[:minutes[:seconds]], or no limit.
@@ -180,7 +182,7 @@ def _used_hosts(cluster: cl.Cluster) -> list[cl.Host]:
 def _describe(cluster: cl.Cluster) -> str:
     """``2 workers on 1 host (local), training digits for 5 epochs``."""
     counts = _roles(cluster)
-    parts = [f"{n} {role}{'s' if n > 1 else ''}" for role in ("chief", "worker", "ps", "evaluator")
+    parts = [f"{n} {role}{'s' if n > 1 else ''}" for role in ROLES
              if (n := counts.get(role))]
     roles = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
     hosts = _used_hosts(cluster)
@@ -201,8 +203,6 @@ def _user_file(cluster: cl.Cluster) -> tuple[str, str] | None:
     what, path = ("script", t.script) if t.script else ("model_file", t.model_file)
     if not path:
         return None
-    from console.runner import check_user_file
-
     try:
         local = check_user_file(path, what)
         return f"user/{local.name}", local.read_text(encoding="utf-8")
@@ -222,16 +222,6 @@ def _gpu_counts(cluster: cl.Cluster, roles=None) -> dict[str, int]:
 
 def _uneven(counts: dict[str, int]) -> str:
     return ", ".join(f"{name} {n}" for name, n in counts.items())
-
-
-def _trainer_args(cluster: cl.Cluster, model_file) -> list:
-    """``trainer_args()`` with the model file where the export puts it, and the evaluator's folder."""
-    args: list = list(cluster.training.trainer_args())
-    if cluster.training.model_file:
-        args[args.index("--model-file") + 1] = model_file
-    if cluster.evaluated:  # the chief writes checkpoints where the evaluator reads them (as tfcc runs them)
-        args += ["--eval-checkpoints", cl.EVAL_CHECKPOINTS]
-    return args
 
 
 # --------------------------------------------------------------------------- scripts
@@ -416,13 +406,12 @@ def _launch_script(cluster: cl.Cluster, host: cl.Host, ports: list[int], names: 
             argv = [_Raw('"$PYTHON"'), _Raw(f'"$here/user/{Path(t.script).name}"'), *t.args]
         else:
             model = _Raw(f'"$here/user/{Path(t.model_file).name}"') if t.model_file else None
-            argv = [_Raw('"$PYTHON"'), "-m", "trainer", "--run-dir", folder, *_trainer_args(cluster, model)]
+            argv = [_Raw('"$PYTHON"'), "-m", "trainer", "--run-dir", folder, *trainer_args(cluster, model)]
         env = [f"  export TF_CONFIG={shlex.quote(configs[i])}",
                f'  export TFCC_RUN_DIR="$RUNS/{name}" TFCC_TASK={name}']
-        if task.gpus:
-            env.append(f"  export CUDA_VISIBLE_DEVICES={','.join(map(str, task.gpus))}")
-        elif task.role == "ps":
-            env.append("  export CUDA_VISIBLE_DEVICES=  # a ps holds variables on its CPU: no GPU memory taken")
+        for key, value in gpu_environment(task).items():
+            env.append(f"  export {key}={value}" + ("" if value else "  # a ps holds variables on its CPU: no GPU "
+                                                                      "memory taken"))
         where = f"{host.tf_host}:{ports[i]}" if ports[i] else "no port: it reads the chief's checkpoints"
         out.append(f"\n# {name} ({where})\n"
                    f'mkdir -p "$RUNS/{name}" || exit 2\n'
@@ -433,11 +422,11 @@ def _launch_script(cluster: cl.Cluster, host: cl.Host, ports: list[int], names: 
                    "    </dev/null >>stdout.log 2>>stderr.log\n"
                    ") &\n"
                    f'pids+=("$!") names+=({name})\n'
-                   + ('chief_pid=$!\n' if task.role == "chief" and cluster.parameter_server else "")
+                   + ('chief_pid=$!\n' if task.role == CHIEF and cluster.parameter_server else "")
                    + f'echo "$me: {name} started (pid $!); its output: $RUNS/{name}/"\n')
-    serving = cluster.parameter_server and any(cluster.tasks[i].role == "chief" for i in mine)
+    serving = cluster.parameter_server and any(cluster.tasks[i].role == CHIEF for i in mine)
     if serving:
-        servers = [k for k, i in enumerate(mine) if cluster.tasks[i].role in ("ps", "worker")]
+        servers = [k for k, i in enumerate(mine) if cluster.tasks[i].role in (PS, WORKER)]
         out.append("servers=(" + " ".join(f'"${{pids[{k}]}}"' for k in servers) + ")"
                    "  # ended when the chief finishes\n")
     out.append("\n" + _LAUNCH_WAIT.format(grace=STOP_GRACE, server_setup=_SERVER_SETUP if serving else "",
@@ -585,7 +574,7 @@ def _slurm(cluster: cl.Cluster, options: Options) -> Export:
     else:
         model = _Raw(f'"$here/user/{Path(t.model_file).name}"') if t.model_file else None
         command = [_Raw('"$PYTHON"'), "-m", "trainer", "--slurm-jobs", jobs, "--port-base", str(options.port_base),
-                   *_trainer_args(cluster, model)]
+                   *trainer_args(cluster, model)]
         run_dir = ' --run-dir "$d"'
     # The wrapper names each task's run folder as tfcc does, from its rank: the roles take
     # consecutive ranks in name order (chief, ps, worker).
@@ -690,7 +679,7 @@ done
     if cluster.parameter_server:
         notes.append(f"parameter-server training: the workers and ps serve until stopped, so srun ends them "
                      f"{SLURM_SERVER_WAIT} s after the chief (the first task to end) finished (--wait)")
-    if any(task.role == "ps" for task in cluster.tasks) and per_task:
+    if any(task.role == PS for task in cluster.tasks) and per_task:
         notes.append("the ps task gets GPUs too under Slurm (one command for all tasks); tfcc gives it none")
     notes.append(f"the tasks' ports are {options.port_base} and up on each node (--port-base): Slurm picks the "
                  "nodes, so the cluster file's hosts and ports do not carry over")
@@ -730,7 +719,7 @@ def _tfjob(cluster: cl.Cluster, options: Options) -> Export:
         command = ["python3", f"{TFJOB_ROOT}/user/{Path(t.script).name}", *map(escape, t.args)]
     else:
         model = f"{TFJOB_ROOT}/user/{Path(t.model_file).name}" if t.model_file else None
-        command = ["python3", "-m", "trainer", "--run-dir", run_dir, *map(escape, _trainer_args(cluster, model))]
+        command = ["python3", "-m", "trainer", "--run-dir", run_dir, *map(escape, trainer_args(cluster, model))]
     if cluster.evaluated:  # the operator lists the evaluator in every TF_CONFIG's cluster: drop it first
         command = ["python3", "-c", _DROP_EVALUATOR, *command]
     if cluster.evaluated:
@@ -743,17 +732,17 @@ def _tfjob(cluster: cl.Cluster, options: Options) -> Export:
                      "the container (it resumes from its backups) but not the pod; mount a shared volume there "
                      "to keep the outputs")
     specs = {}
-    for role in ("chief", "ps", "worker", "evaluator"):
+    for role in (CHIEF, PS, WORKER, EVALUATOR):
         if not counts.get(role):
             continue
-        env = [{"name": "TF_USE_LEGACY_KERAS", "value": "1"},
+        env = [{"name": LEGACY_KERAS, "value": "1"},
                {"name": "PYTHONPATH", "value": TFJOB_ROOT},
                {"name": "TFCC_REPLICA_INDEX",
                 "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{REPLICA_INDEX_LABEL}']"}}},
                {"name": "TFCC_TASK", "value": f"{role}-$(TFCC_REPLICA_INDEX)"},
                {"name": "TFCC_RUN_DIR", "value": run_dir}]
-        if role == "ps":  # it holds variables on its CPU: TensorFlow would take every GPU's memory
-            env.append({"name": "CUDA_VISIBLE_DEVICES", "value": ""})
+        if role == PS:  # it holds variables on its CPU: TensorFlow would take every GPU's memory
+            env.append({"name": GPUS, "value": ""})
         container = {"name": "tensorflow", "image": image, "command": command, "env": env,
                      "ports": [{"name": "tfjob-port", "containerPort": TFJOB_PORT}],
                      "volumeMounts": [{"name": "tfcc-runs", "mountPath": TFJOB_RUNS}]}
@@ -766,7 +755,7 @@ def _tfjob(cluster: cl.Cluster, options: Options) -> Export:
         specs[TFJOB_TYPES[role]] = {"replicas": counts[role], "restartPolicy": "OnFailure",
                                     "template": {"spec": {"containers": [container], "volumes": [volume]}}}
     run_policy = {"backoffLimit": t.max_restarts}
-    if "evaluator" in counts:
+    if EVALUATOR in counts:
         # The operator deletes running pods when the chief succeeds (cleanPodPolicy Running): the
         # evaluator would not evaluate the last checkpoint. It ends by itself once it has.
         run_policy["cleanPodPolicy"] = "None"

@@ -23,8 +23,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from agent.protocol import STATUS
 from console.errors import TfccError
-from console.history import cache_dir
+from console.run.runner import Run
+from console.store.cache import cache_dir
+from trainer.tf_config import chief_name
 
 log = logging.getLogger("console.tensorboard")
 
@@ -38,17 +41,15 @@ class TensorBoardError(TfccError):
 
 def chief_of(task_names: list[str]) -> str:
     """The task that writes the run's TensorBoard logs: ``chief-0``, else ``worker-0``."""
-    for name in ("chief-0", "worker-0"):
-        if name in task_names:
-            return name
+    name = chief_name(task_names)
+    if name is not None:
+        return name
     raise TensorBoardError(f"the run has no chief-0 or worker-0 (its tasks: {', '.join(task_names)}), so no "
                            "TensorBoard logs", "TensorBoard logs come from a run of tfcc's trainer")
 
 
 def fetch_logs(run_id: str, ask_host_key=None) -> Path:
     """Copy the chief's TensorBoard folder of ``run_id`` here; the local folder (blocking)."""
-    from console.runner import Run
-
     run = Run.load(run_id, ask_host_key)
     try:
         chief = chief_of([t.name for t in run.tasks])
@@ -56,7 +57,7 @@ def fetch_logs(run_id: str, ask_host_key=None) -> Path:
         link = run.links[task.host]
         target = cache_dir(run_id) / LOG_FOLDER
         try:
-            run_dir = link.connect().call("status", run_id=run_id, task=chief)["run_dir"]
+            run_dir = link.connect().call(STATUS, run_id=run_id, task=chief)["run_dir"]
             remote = f"{run_dir}/{LOG_FOLDER}"
             files = link.transport.files()
             try:

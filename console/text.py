@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import math
 import re
+import time
 
-
-def metric_value(value) -> float:
-    """A record's metric as a float: NaN for a missing, non-finite or non-numeric one (a gap in a plot)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return math.nan
-    return float(value)
+from console.states import RECONNECTING, Mark
+from trainer.records import Event, RecordType
+from trainer.records import number as metric_value  # a record's metric as a float: NaN for none
 
 
 def metric_text(value, digits: int = 4) -> str:
@@ -36,42 +34,37 @@ def epoch_text(r: dict) -> str:
     return f"epoch {count(r.get('epoch'))} done  loss {metric_text(r.get('loss'))}{val}"
 
 
-# In the --json stream, not in the lines people read: bookkeeping, or said once for the run by the
-# session (``resumed``: every task resumes at the same step).
-QUIET_EVENTS = ("backing_up", "backed_up", "resumed")
-
-
 def event_text(r: dict) -> str:
     """An event record of the trainer (docs/metrics.md)."""
     name = r.get("event")
-    if name == "launched":
+    if name == Event.LAUNCHED:
         return f"launched (pid {r.get('pid')}), waiting for the cluster"
-    if name == "cluster_formed":
+    if name == Event.CLUSTER_FORMED:
         return f"cluster formed: {r.get('strategy')}, {r.get('num_replicas')} replicas"
-    if name == "started" and r.get("asynchronous"):
+    if name == Event.STARTED and r.get("asynchronous"):
         workers, replicas = r.get("num_workers"), r.get("replicas_per_worker")
         return (f"training started (parameter servers: {r.get('num_ps')}): each step one worker's batch of "
                 f"{r.get('global_batch')} = {replicas} replica{'s' * (replicas != 1)} × {r.get('per_replica_batch')}, "
                 f"{workers} worker{'s' * (workers != 1)} taking steps independently")
-    if name == "started":
+    if name == Event.STARTED:
         workers, replicas = r.get("num_workers"), r.get("replicas_per_worker")
         return (f"training started: global batch {r.get('global_batch')} = {workers} worker{'s' * (workers != 1)} × "
                 f"{replicas} replica{'s' * (replicas != 1)} × {r.get('per_replica_batch')}")
-    if name == "saving":
+    if name == Event.SAVING:
         return "training done; saving the model" + (f" to {r['path']}" if r.get("path") else " (its part of it)")
-    if name == "saved":
+    if name == Event.SAVED:
         return f"model saved in {metric_text(r.get('seconds'), 1)} s"
-    if name == "finished":
+    if name == Event.FINISHED:
         return "finished" + (f", model saved to {r['model']}" if r.get("model") else "")
-    if name == "failed":
+    if name == Event.FAILED:
         return f"FAILED: {r.get('error') or 'no reason given'}"
-    if name == "resumed":
+    if name == Event.RESUMED:
         return resumed_text(r)
-    if name == "serving":
+    if name == Event.SERVING:
         return f"serving ({r.get('role', '?')}): the coordinator drives it"
-    if name == "evaluating":
+    if name == Event.EVALUATING:
         return f"evaluating the chief's checkpoints as they come ({r.get('validation_examples')} validation examples)"
-    if name == "evaluated":
+    if name == Event.EVALUATED:
         metrics = "  ".join(f"{k} {metric_text(v)}" for k, v in (r.get("metrics") or {}).items())
         return f"evaluated the checkpoint of epoch {count(r.get('epoch'))}  {metrics}".rstrip()
     return str(name)
@@ -107,14 +100,14 @@ def outcome_text(phase: str, exit: dict | None = None, error: str | None = None)
 
 def connection_text(host: str, message: dict) -> str:
     """A ``reconnecting`` or ``reconnected`` message of a task's follow."""
-    if message["type"] == "reconnecting" and message.get("first"):
+    if message["type"] == RECONNECTING and message.get("first"):
         return f"cannot reach host {host} ({message['error']}); trying again (the task may still run there)"
-    if message["type"] == "reconnecting":
+    if message["type"] == RECONNECTING:
         return f"lost the connection to host {host} ({message['error']}); reconnecting (the task goes on there)"
     return f"reconnected to host {host} after {message['after']:.0f} s; following on from where it stopped"
 
 
-STATE_BADGES = {"stalled": "STALLED", "failed": "FAILED", "restarting": "restarting"}  # a task's state, as a badge
+STATE_BADGES = {Mark.STALLED: "STALLED", Mark.FAILED: "FAILED", Mark.RESTARTING: "restarting"}  # a Mark, as a badge
 
 
 def state_text(state: str, words: str = "", width: int = 70) -> str:
@@ -148,3 +141,60 @@ def variables_text(variables: list[dict]) -> str:
     """What a parameter server holds: ``holds 8 variables, 592 KB``."""
     total = sum(v.get("bytes") or 0 for v in variables)
     return f"holds {len(variables)} variable{'s' * (len(variables) != 1)}, {size_text(total)}"
+
+
+def record_text(r: dict) -> str:
+    """A task's record as a line of the events list: an epoch, an event, or a line that was no record."""
+    kind = r.get("type")
+    if kind == RecordType.EPOCH:
+        return epoch_text(r)
+    if kind == RecordType.UNREADABLE:
+        return unreadable_text(r)
+    return event_text(r)
+
+
+def event_line(e: dict) -> str:
+    """An item of a metrics store's events: the console's own words, or its record worded."""
+    return e["text"] if "text" in e else record_text(e.get("record") or {})
+
+
+def after_training_text(r: dict) -> str:
+    """What a task does after its last epoch, from its newest event (the progress line says it)."""
+    name = r.get("event")
+    if name == Event.SAVING:
+        return "saving the model…"
+    if name == Event.SAVED:
+        return f"model saved in {metric_text(r.get('seconds'), 1)} s; ending…"
+    return "finished"
+
+
+def marker_text(marker) -> str:
+    """A marker on the plots' time axis (console.store.metrics.Marker), as its tooltip says it."""
+    if marker.kind == marker.RESTART:
+        return f"attempt {marker.attempt} took up training at step {int(marker.step)}"
+    if marker.kind == marker.STALL:
+        return f"{marker.task} stalled: {marker.words}"
+    return (f"{marker.task}: {marker.metric} is {metric_text(marker.value)} at step "
+            f"{count(metric_value(marker.step) - 1)}")
+
+
+def marker_label(marker) -> str:
+    """A marker's short label on the plot: ``attempt 2``, ``stall``, ``NaN``."""
+    if marker.kind == marker.RESTART:
+        return f"attempt {marker.attempt}"
+    return {marker.STALL: "stall", marker.NAN: "NaN"}.get(marker.kind, marker.kind)
+
+
+def duration_text(seconds) -> str:
+    """``1:02:03``; ``-`` for no duration."""
+    if not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
+        return "-"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def start_text(when) -> str:
+    """``2026-11-24 10:10`` in local time; ``-`` for no time."""
+    if not isinstance(when, (int, float)) or not math.isfinite(when):
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(when))

@@ -29,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from trainer.metrics import MetricsWriter
+from trainer.records import Event
 
 log = logging.getLogger("trainer.backup")
 
@@ -144,9 +145,9 @@ class TaskBackups(tf.keras.callbacks.Callback):
             self.checkpoint.restore(_path(self.folder, step)).assert_existing_objects_matched()
             self.restored = (int(self._saved_epoch.numpy()), int(self._saved_step.numpy()))
             self._global_step = step
-            self.writer.event("resumed", epoch=self.restored[0], step=self.restored[1], global_step=step)
+            self.writer.event(Event.RESUMED, epoch=self.restored[0], step=self.restored[1], global_step=step)
         elif mine:
-            self.writer.event("resumed", epoch=0, step=-1, global_step=0,
+            self.writer.event(Event.RESUMED, epoch=0, step=-1, global_step=0,
                               note="the tasks' backups have no step in common: training starts over")
         model._training_state = self
 
@@ -209,11 +210,11 @@ class TaskBackups(tf.keras.callbacks.Callback):
 
     def save(self, batch: int) -> None:
         t0 = time.perf_counter()
-        self.writer.event("backing_up", global_step=self._global_step)  # the console waits longer meanwhile
+        self.writer.event(Event.BACKING_UP, global_step=self._global_step)  # the console waits longer meanwhile
         self._saved_epoch.assign(self._epoch)
         self._saved_step.assign(batch)
         self.manager.save(checkpoint_number=self._global_step)
-        self.writer.event("backed_up", epoch=self._epoch, step=batch, global_step=self._global_step,
+        self.writer.event(Event.BACKED_UP, epoch=self._epoch, step=batch, global_step=self._global_step,
                           seconds=time.perf_counter() - t0)
 
     def on_train_end(self, logs=None):

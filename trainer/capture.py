@@ -32,7 +32,6 @@ import importlib.abc
 import importlib.util
 import inspect
 import logging
-import math
 import os
 import re
 import runpy
@@ -48,10 +47,11 @@ if __name__ == "__main__" and __package__ in (None, ""):  # started by its path:
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from agent.protocol import METRICS, RUN_DIR_VARIABLE  # noqa: E402
-from trainer.metrics import (CAPTURED, FROM_PRINT, FROM_SCHEDULE, FROM_SUMMARY, SCRIPT_WORKLOAD,  # noqa: E402
-                             MetricsWriter)
-from trainer.config import ClusterConfig, tf_config_as_given  # noqa: E402
+from trainer.metrics import MetricsWriter  # noqa: E402
 from trainer.plan import strategy_name  # noqa: E402
+from trainer.records import (CAPTURED, FROM_PRINT, FROM_SCHEDULE, FROM_SUMMARY, SCRIPT_WORKLOAD, Event,  # noqa: E402
+                             RecordType)
+from trainer.tf_config import ClusterConfig, tf_config_as_given  # noqa: E402
 
 log = logging.getLogger("trainer.capture")
 
@@ -292,7 +292,7 @@ class _SummaryFollower:
         if steps and not whole:
             self.pending[path] = {steps[-1]: by_step[steps.pop()]}
         for step in steps:
-            self.capture.write({"type": "step", "global_step": step, CAPTURED: FROM_SUMMARY, **by_step[step]})
+            self.capture.write({"type": RecordType.STEP, "global_step": step, CAPTURED: FROM_SUMMARY, **by_step[step]})
 
 
 def _written_here(name: str) -> bool:
@@ -368,7 +368,7 @@ class _ScheduledSteps:
             done = count - self._mark[0]
             took = (now - self._mark[1]) / max(1, done)
             self._mark = (count, now)
-            self.capture.write({"type": "step", "global_step": count, "steps": done, "step_time": took,
+            self.capture.write({"type": RecordType.STEP, "global_step": count, "steps": done, "step_time": took,
                                 "time": time.time(), CAPTURED: FROM_SCHEDULE})
 
 
@@ -410,20 +410,20 @@ class Capture:
             address = self.config.address
         except IndexError:
             address = None  # a task index the cluster lacks: the script will say so
-        self.writer.event("launched", pid=os.getpid(), address=address, cluster=self.cluster,
+        self.writer.event(Event.LAUNCHED, pid=os.getpid(), address=address, cluster=self.cluster,
                           is_chief=self.config.is_chief, workload=SCRIPT_WORKLOAD, script=script, capture=True,
                           python=sys.version.split()[0])
         if self.config.num_workers <= 1 and not self.cluster.get("ps"):
             # No peer to wait for: a single task's cluster has formed (its strategy is local).
-            self.writer.event_once("cluster_formed", strategy="local", num_replicas=None)
+            self.writer.event_once(Event.CLUSTER_FORMED, strategy="local", num_replicas=None)
 
     def formed(self, strategy) -> None:
-        self.writer.event_once("cluster_formed", strategy=strategy_name(strategy),
+        self.writer.event_once(Event.CLUSTER_FORMED, strategy=strategy_name(strategy),
                                num_replicas=getattr(strategy, "num_replicas_in_sync", None))
 
     def serving(self) -> None:
         """A worker or ps of parameter-server training serves: SIGTERM (the run is over) ends it cleanly."""
-        self.writer.event_once("serving", role=self.config.task.type, strategy="parameter_server")
+        self.writer.event_once(Event.SERVING, role=self.config.task.type, strategy="parameter_server")
 
     def join(self, server) -> None:
         """``Server.join()``: serve until SIGTERM (TensorFlow's own join would need a SIGKILL), then end."""
@@ -435,7 +435,7 @@ class Capture:
             return
         while not done.wait(1.0):
             pass
-        self.writer.event("finished", metrics={}, train_time=None, model=None, role=self.config.task.type)
+        self.writer.event(Event.FINISHED, metrics={}, train_time=None, model=None, role=self.config.task.type)
         self.writer.close()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -496,12 +496,12 @@ class Capture:
         record = {CAPTURED: FROM_PRINT, **values}
         step = self._optimizer_step()
         if "epoch" in values and "step" not in values:
-            record["type"] = "epoch"
+            record["type"] = RecordType.EPOCH
             if step is not None:
                 record["global_step"] = step
         else:
             self._printed += 1
-            record["type"] = "step"
+            record["type"] = RecordType.STEP
             record["global_step"] = step if step is not None else values.get("step", self._printed)
         self.write(record)
 

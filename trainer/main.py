@@ -21,9 +21,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from agent.protocol import METRICS, RUN_DIR_VARIABLE  # noqa: E402
 from trainer import slurm, workloads  # noqa: E402  (import no TensorFlow)
-from trainer.config import ClusterConfig, ConfigError, parse_options, parse_tf_config  # noqa: E402
+from trainer.config import parse_options  # noqa: E402
 from trainer.metrics import MetricsWriter  # noqa: E402
 from trainer.plan import check_autoshard, choose_strategy  # noqa: E402
+from trainer.records import Event  # noqa: E402
+from trainer.tf_config import ClusterConfig, ConfigError, parse_tf_config  # noqa: E402
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster = parse_tf_config(os.environ.get("TF_CONFIG"))
         writer.set_base(task_type=cluster.task.type, task_index=cluster.task.index)
         writer.event(
-            "launched",
+            Event.LAUNCHED,
             pid=os.getpid(),
             address=cluster.address,
             cluster=cluster.cluster,
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         _fail(writer, str(exc), None)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        writer.event("failed", error="interrupted", time=time.time())
+        writer.event(Event.FAILED, error="interrupted", time=time.time())
         return 130
     finally:
         writer.close()
@@ -98,5 +100,5 @@ def _fail(writer: MetricsWriter, message: str, exc: BaseException | None) -> Non
     if exc is not None:
         fields["traceback"] = "".join(traceback.format_exception(exc))
         traceback.print_exception(exc, file=sys.stderr)
-    writer.event("failed", **fields)
+    writer.event(Event.FAILED, **fields)
     _say(message)

@@ -19,18 +19,12 @@ import time
 from pathlib import Path
 
 from agent.protocol import ATTEMPT_VARIABLE, METRICS, RUN_DIR_VARIABLE
-from trainer.config import tf_config_as_given
+from trainer.records import RecordType
+from trainer.tf_config import tf_config_as_given
 
 log = logging.getLogger("trainer.metrics")
 
 _STOP = object()
-
-# A user's script run by tfcc's capture (trainer/capture.py) says so in its launched event's workload,
-# and its records that come from no reporter say where they come from in ``captured``.
-SCRIPT_WORKLOAD = "script"
-CAPTURED = "captured"
-FROM_SUMMARY, FROM_PRINT, FROM_SCHEDULE = "summary", "print", "schedule"
-
 
 def _clean(value):
     """JSON has no NaN or infinity: write null (a diverged loss stays visible as null)."""
@@ -106,7 +100,7 @@ class MetricsWriter:
         self._queue.put({**self._base, **record})
 
     def event(self, name: str, **fields) -> None:
-        self.write({"type": "event", "event": name, "time": time.time(), **fields})
+        self.write({"type": RecordType.EVENT, "event": name, "time": time.time(), **fields})
 
     def _run(self) -> None:
         stop = False
@@ -177,10 +171,11 @@ def report(step: int | None = None, *, epoch: int | None = None, **values) -> No
     task = tf_config_as_given().task
     writer = MetricsWriter.shared(Path(os.environ.get(RUN_DIR_VARIABLE, ".")) / METRICS,
                                   {"task_type": task.type, "task_index": task.index})
-    record: dict = {"type": "epoch" if step is None and epoch is not None else "step", "time": time.time()}
+    kind = RecordType.EPOCH if step is None and epoch is not None else RecordType.STEP
+    record: dict = {"type": kind, "time": time.time()}
     if epoch is not None:
         record["epoch"] = int(epoch)
-    if record["type"] == "step":
+    if record["type"] == RecordType.STEP:
         _reported["steps"] += 1
         record["global_step"] = int(step) if step is not None else _reported["steps"]
     for name, value in values.items():

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from trainer.config import ClusterConfig
+from trainer.tf_config import CHIEF, EVALUATOR, PS, TRAINING_ROLES, WORKER, ClusterConfig, ConfigError
 
 # The Keras a script trains with: tf-keras (Keras 2, TF_USE_LEGACY_KERAS=1) or Keras 3; tfcc's trainer
 # always uses tf-keras. A script's cluster file says auto, or one of them (console.cluster).
@@ -26,10 +24,6 @@ LR_RULES = ("linear", "sqrt", "none")
 # beyond them a value is a typo, not a plan (a batch of a billion).
 MAX_BATCH = 1 << 20           # examples per replica, and in a global batch
 MAX_LEARNING_RATE = 10.0
-
-
-class ConfigError(Exception):
-    """Bad input: the message says what is wrong and what to change."""
 
 
 def learning_rate_problem(value: float) -> str | None:
@@ -80,9 +74,9 @@ def observed_batch_plan(strategy: str, replicas: int, cluster: dict, global_batc
     are TF_CONFIG's chief and workers; Mirrored and the default strategy train each task on its own;
     under parameter-server training a step is one worker's batch, split over that worker's replicas."""
     if strategy == "parameter_server":
-        workers, per_worker = max(1, len(cluster.get("worker", []))), replicas
+        workers, per_worker = max(1, len(cluster.get(WORKER, []))), replicas
     elif strategy == "multi_worker_mirrored":
-        workers = max(1, len(cluster.get("chief", [])) + len(cluster.get("worker", [])))
+        workers = max(1, sum(len(cluster.get(role, [])) for role in TRAINING_ROLES))
         per_worker = max(1, replicas // workers)
     else:
         workers, per_worker = 1, replicas
@@ -107,7 +101,7 @@ def strategy_for(requested: str, num_workers: int, local_devices: int) -> str:
 
 def parameter_server_problem(cluster: dict[str, list[str]]) -> str | None:
     """Why ``cluster`` (TF_CONFIG's roles -> addresses) cannot train with ParameterServerStrategy, or None."""
-    chiefs, workers, ps = (len(cluster.get(role, [])) for role in ("chief", "worker", "ps"))
+    chiefs, workers, ps = (len(cluster.get(role, [])) for role in (CHIEF, WORKER, PS))
     if chiefs != 1:
         return (f"parameter-server training needs exactly one chief task (the coordinator); the cluster has "
                 f"{chiefs}: make one task role \"chief\"")
@@ -120,20 +114,20 @@ def parameter_server_problem(cluster: dict[str, list[str]]) -> str | None:
 
 def choose_strategy(requested: str, cluster: ClusterConfig, local_devices: int) -> str:
     """The strategy this task runs, from the request, the cluster and the local devices; or why it cannot."""
-    if "evaluator" in cluster.cluster:
+    if EVALUATOR in cluster.cluster:
         raise ConfigError("TF_CONFIG lists an evaluator in its cluster, which the coordinator would wait for; "
                           "leave it out of \"cluster\" (the evaluator's own TF_CONFIG names it in \"task\")")
-    if cluster.task.type == "evaluator":
+    if cluster.task.type == EVALUATOR:
         problem = parameter_server_problem(cluster.cluster)
         if problem:
             raise ConfigError(f"an evaluator evaluates the checkpoints of parameter-server training, and {problem}")
         return "evaluator"
-    if requested == "parameter_server" or (requested == "auto" and "ps" in cluster.cluster):
+    if requested == "parameter_server" or (requested == "auto" and PS in cluster.cluster):
         problem = parameter_server_problem(cluster.cluster)
         if problem:
             raise ConfigError(problem)
         return "parameter_server"
-    if "ps" in cluster.cluster:
+    if PS in cluster.cluster:
         raise ConfigError(f"--strategy {requested} has no use for the cluster's ps tasks; use --strategy "
                           "parameter_server (or auto), or remove the ps tasks")
     if requested in ("mirrored", "default") and cluster.num_workers > 1:

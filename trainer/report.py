@@ -30,9 +30,10 @@ from pathlib import Path
 import tensorflow as tf
 
 from agent.protocol import METRICS, RUN_DIR_VARIABLE
-from trainer.metrics import SCRIPT_WORKLOAD, MetricsWriter, report  # noqa: F401  (report: the loops' one call)
-from trainer.config import ClusterConfig, TaskId, tf_config_as_given
+from trainer.metrics import MetricsWriter, report  # noqa: F401  (report: the loops' one call)
 from trainer.plan import KERAS3, TF_KERAS, observed_batch_plan, strategy_name
+from trainer.records import SCRIPT_WORKLOAD, Event, RecordType
+from trainer.tf_config import ClusterConfig, TaskId, tf_config_as_given
 
 log = logging.getLogger("trainer.report")
 
@@ -269,18 +270,18 @@ class _Reporting:
                                                     started=self._started if self.lifecycle else None)
             self._coordinated.set_params(self.params)
         if self.lifecycle:
-            self.writer.event_once("cluster_formed", strategy=strategy_name(strategy),
+            self.writer.event_once(Event.CLUSTER_FORMED, strategy=strategy_name(strategy),
                                    num_replicas=strategy.num_replicas_in_sync)
         if self.lifecycle:
-            self.writer.event("train_begin", exact_step_loss=self.exact_loss)
+            self.writer.event(Event.TRAIN_BEGIN, exact_step_loss=self.exact_loss)
 
     def _started(self, global_batch) -> None:
         """The ``started`` event, once the first step has shown the batch ``fit`` trains with."""
-        if not self.lifecycle or self.writer.said("started"):
+        if not self.lifecycle or self.writer.said(Event.STARTED):
             return
         params = self.params or {}
         me = ClusterConfig(tf_config_as_given().cluster, TaskId(self.task_type, self.task_index))
-        self.writer.event_once("started", source=SCRIPT_WORKLOAD, keras=keras_of(self.model), is_chief=me.is_chief,
+        self.writer.event_once(Event.STARTED, source=SCRIPT_WORKLOAD, keras=keras_of(self.model), is_chief=me.is_chief,
             epochs=params.get("epochs"), steps_per_epoch=params.get("steps"), exact_step_loss=self.exact_loss,
             tensorflow=tf.__version__, **batch_plan(self.model.distribute_strategy, global_batch))
 
@@ -317,7 +318,7 @@ class _Reporting:
         if not self.report_steps:
             return
         record = {
-            "type": "step",
+            "type": RecordType.STEP,
             "epoch": self._epoch,
             "step": batch,
             "global_step": self._global_step,
@@ -345,7 +346,7 @@ class _Reporting:
         logs = logs if logs is not None else {}
         for key in _INTERNAL_KEYS:  # keep them out of History, TensorBoard and later callbacks
             logs.pop(key, None)
-        record = {"type": "epoch", "epoch": epoch, "epoch_time": time.perf_counter() - self._t_epoch,
+        record = {"type": RecordType.EPOCH, "epoch": epoch, "epoch_time": time.perf_counter() - self._t_epoch,
                   "time": time.time()}
         for key, value in logs.items():
             number = _to_float(value)
@@ -358,7 +359,7 @@ class _Reporting:
             self._coordinated.close()
         if self.lifecycle:
             # The writer stays open for the next fit(); it is drained at exit.
-            self.writer.event("train_end", train_time=time.perf_counter() - self._t_train)
+            self.writer.event(Event.TRAIN_END, train_time=time.perf_counter() - self._t_train)
 
 
 class MetricsReporter(_Reporting, tf.keras.callbacks.Callback):
@@ -452,7 +453,7 @@ class CoordinatorReporter(tf.keras.callbacks.Callback):
                 mark_step, mark_time = batch + 1, now
                 loss, examples = (_to_float(values.pop(key, None)) for key in _INTERNAL_KEYS)
                 size = int(examples) if examples else self.batch
-                record = {"type": "step", "epoch": epoch, "step": batch,
+                record = {"type": RecordType.STEP, "epoch": epoch, "step": batch,
                           "global_step": epoch * steps + batch + 1 if steps else batch + 1,
                           "step_time": took, "time": time.time(), "steps": done}
                 if size:
@@ -476,7 +477,7 @@ class CoordinatorReporter(tf.keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         self._queue.join()  # the epoch's step records first (their steps are done: fit waited for them)
         values = dict(logs.fetch() if hasattr(logs, "fetch") else (logs or {}))
-        record = {"type": "epoch", "epoch": epoch, "epoch_time": time.perf_counter() - self._t_epoch,
+        record = {"type": RecordType.EPOCH, "epoch": epoch, "epoch_time": time.perf_counter() - self._t_epoch,
                   "time": time.time()}
         for key, value in values.items():
             if key not in _INTERNAL_KEYS:

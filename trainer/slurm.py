@@ -51,11 +51,10 @@ import re
 import sys
 from collections.abc import Mapping
 
-from trainer.config import SLURM_PORT_BASE as PORT_BASE
-from trainer.config import make_tf_config
-from trainer.plan import ConfigError
+from trainer.tf_config import CHIEF, PS, WORKER, ConfigError, make_tf_config
 
-JOB_ROLES = ("chief", "ps", "worker")  # an evaluator is no part of the training cluster (see _check_jobs)
+PORT_BASE = 8888  # TensorFlow's SlurmClusterResolver's: task k of a node listens on 8888 + k
+JOB_ROLES = (CHIEF, PS, WORKER)  # an evaluator is no part of the training cluster (see _check_jobs)
 MAX_HOSTS = 65536  # a list that expands to more is a typo (node[1-1000000]), not a step
 VARIABLES = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE")
 NODE_NAME = "SLURMD_NODENAME"  # the node this task runs on, set by slurmd
@@ -180,10 +179,10 @@ def _check_jobs(jobs: Mapping[str, int], shown: str) -> dict[str, int]:
         clean[role] = count
     if not clean:
         raise SlurmError("the jobs are empty; write them like chief:1,worker:3")
-    if clean.get("chief", 0) > 1:
+    if clean.get(CHIEF, 0) > 1:
         raise SlurmError(f"jobs {shown!r} give the chief {clean['chief']} tasks; a cluster has one chief "
                          "(make the others workers)")
-    if not clean.get("chief") and not clean.get("worker"):
+    if not clean.get(CHIEF) and not clean.get(WORKER):
         raise SlurmError(f"jobs {shown!r} have no chief or worker; add worker:N")
     return clean
 
@@ -251,7 +250,7 @@ def slurm_cluster(env: Mapping[str, str], jobs: Mapping[str, int] | None = None,
     if rank >= num_tasks:
         raise SlurmError(f"SLURM_PROCID is {rank} but the step has {num_tasks} tasks (ranks 0 to {num_tasks - 1})")
     if jobs is None:
-        jobs = {"worker": num_tasks}
+        jobs = {WORKER: num_tasks}
     jobs = _check_jobs(jobs, format_jobs(jobs))
     if sum(jobs.values()) != num_tasks:
         raise SlurmError(f"the jobs {format_jobs(jobs)} count {sum(jobs.values())} tasks but the Slurm step has "

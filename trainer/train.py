@@ -20,10 +20,12 @@ import tensorflow as tf
 
 from trainer import workloads
 from trainer.backup import TaskBackups
-from trainer.config import ClusterConfig, ConfigError, Options
+from trainer.config import Options
 from trainer.metrics import MetricsWriter
 from trainer.plan import check_autoshard, choose_strategy, plan_batches, replicas_per_worker
+from trainer.records import Event, RecordType
 from trainer.report import CoordinatorReporter, MetricsReporter, instrument_step_loss
+from trainer.tf_config import ClusterConfig, ConfigError
 
 log = logging.getLogger("trainer.train")
 # Keras warns that on_train_batch_end is "slow" when the step's own work shows up
@@ -165,7 +167,7 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
     if cluster.is_distributed:
         check_port_free(cluster)
     strategy = create_strategy(strategy_name, opts)  # MWMS: waits here until every task has joined
-    writer.event("cluster_formed", strategy=strategy_name, num_replicas=strategy.num_replicas_in_sync)
+    writer.event(Event.CLUSTER_FORMED, strategy=strategy_name, num_replicas=strategy.num_replicas_in_sync)
     if workload is None:
         workload = workloads.load(opts)  # user code may run TensorFlow ops: only now
     plan = _plan(opts, cluster, workload, strategy_name, gpus, strategy.num_replicas_in_sync)
@@ -188,8 +190,7 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
     if workload.extra_callbacks is not None:
         callbacks += list(workload.extra_callbacks(run_dir, cluster.task) or [])
 
-    writer.event(
-        "started",
+    writer.event(Event.STARTED,
         strategy=strategy_name,
         communication=opts.communication if strategy_name == "multi_worker_mirrored" else None,
         autoshard=opts.autoshard,
@@ -228,8 +229,7 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
             tmp.mkdir(parents=True, exist_ok=True)
             save_model(model, tmp / MODEL_NAME, writer, kept=False)
             shutil.rmtree(tmp, ignore_errors=True)
-    writer.event(
-        "finished",
+    writer.event(Event.FINISHED,
         metrics=final,
         train_time=train_time,
         model=str(model_path) if model_path else None,
@@ -240,10 +240,10 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
 def save_model(model, path: Path, writer: MetricsWriter, kept: bool = True) -> None:
     """Save the trained model, said before and after (``saving``, ``saved`` with the seconds it
     took): after the last epoch the console shows what the task does instead of a full bar."""
-    writer.event("saving", path=str(path) if kept else None)
+    writer.event(Event.SAVING, path=str(path) if kept else None)
     t0 = time.perf_counter()
     model.save(path)
-    writer.event("saved", path=str(path) if kept else None, seconds=round(time.perf_counter() - t0, 3))
+    writer.event(Event.SAVED, path=str(path) if kept else None, seconds=round(time.perf_counter() - t0, 3))
 
 
 # --------------------------------------------------------------------------- ParameterServerStrategy
@@ -288,7 +288,7 @@ class Liveness:
         cpu, wall = self._cpu_seconds(), time.monotonic()
         percent = 100.0 * (cpu - self._cpu) / max(wall - self._wall, 1e-9)
         self._cpu, self._wall = cpu, wall
-        self.writer.write({"type": "alive", "role": self.role, "cpu_percent": round(percent, 1),
+        self.writer.write({"type": RecordType.ALIVE, "role": self.role, "cpu_percent": round(percent, 1),
                            "rss_bytes": self._rss_bytes(), "time": time.time()})
 
 
@@ -304,10 +304,10 @@ def serve(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     tf.distribute.Server(tf.train.ClusterSpec(cluster.cluster), job_name=cluster.task.type,
                          task_index=cluster.task.index, protocol="grpc", config=config, start=True)
-    writer.event("serving", role=cluster.task.type, strategy="parameter_server",
+    writer.event(Event.SERVING, role=cluster.task.type, strategy="parameter_server",
                  inter_op_threads=config.inter_op_parallelism_threads)
     Liveness(writer, cluster.task.type).until(done)
-    writer.event("finished", metrics={}, train_time=None, model=None, role=cluster.task.type)
+    writer.event(Event.FINISHED, metrics={}, train_time=None, model=None, role=cluster.task.type)
     return {}
 
 
@@ -323,7 +323,7 @@ def coordinate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> 
     strategy = tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
     if strategy.num_replicas_in_sync > 1:  # each worker's GPUs: one step's batch is split over them
         plan = asynchronous_plan(opts, cluster, workload, strategy.num_replicas_in_sync)
-    writer.event("cluster_formed", strategy="parameter_server", num_replicas=strategy.num_replicas_in_sync)
+    writer.event(Event.CLUSTER_FORMED, strategy="parameter_server", num_replicas=strategy.num_replicas_in_sync)
     tf.keras.utils.set_random_seed(opts.seed)
     with strategy.scope():
         model = compiled_model(workload, plan)
@@ -357,7 +357,7 @@ def coordinate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> 
         (opts.eval_checkpoints / EVALUATION_DONE).unlink(missing_ok=True)
         callbacks.append(tf.keras.callbacks.ModelCheckpoint(str(opts.eval_checkpoints / "ckpt-{epoch}"),
                                                             save_weights_only=True))
-    writer.event("started", strategy="parameter_server", communication=None, autoshard=None,
+    writer.event(Event.STARTED, strategy="parameter_server", communication=None, autoshard=None,
                  workload=workload.name, epochs=opts.epochs, is_chief=True, chief=str(cluster.chief),
                  exact_step_loss=False, tensorflow=tf.__version__, num_ps=len(cluster.cluster["ps"]),
                  variables=placed, **plan.as_dict())
@@ -377,7 +377,7 @@ def coordinate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> 
     if opts.save:
         model_path = run_dir / MODEL_NAME
         save_model(model, model_path, writer)
-    writer.event("finished", metrics=final, train_time=train_time, model=str(model_path) if model_path else None)
+    writer.event(Event.FINISHED, metrics=final, train_time=train_time, model=str(model_path) if model_path else None)
     return final
 
 
@@ -421,7 +421,7 @@ class EvaluationReporter(tf.keras.callbacks.Callback):
 
     def on_test_end(self, logs=None):
         metrics = {f"val_{k}": float(v) for k, v in (logs or {}).items()}
-        self.writer.event("evaluated", epoch=None if self._epoch is None else self._epoch - 1,
+        self.writer.event(Event.EVALUATED, epoch=None if self._epoch is None else self._epoch - 1,
                           global_step=None if self._epoch is None else self._epoch * self.steps_per_epoch,
                           metrics=metrics)
 
@@ -440,14 +440,14 @@ def evaluate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> di
     model = compiled_model(workload, plan)
     count = sum(1 for _ in workload.val_dataset())
     data = workload.val_dataset().batch(plan.global_batch)
-    writer.event("evaluating", checkpoints=str(opts.eval_checkpoints), epochs=opts.epochs,
+    writer.event(Event.EVALUATING, checkpoints=str(opts.eval_checkpoints), epochs=opts.epochs,
                  validation_examples=count)
     reporter = EvaluationReporter(writer, opts.eval_checkpoints, plan.steps_per_epoch)
     sidecar = _Sidecar(model, data, str(opts.eval_checkpoints), steps=max(1, math.ceil(count / plan.global_batch)),
                        max_evaluations=opts.epochs, callbacks=[reporter])
     reporter.sidecar = sidecar
     sidecar.start()
-    writer.event("finished", metrics={}, train_time=None, model=None, role="evaluator")
+    writer.event(Event.FINISHED, metrics={}, train_time=None, model=None, role="evaluator")
     return {}
 
 
@@ -476,11 +476,11 @@ class BackedUp(tf.keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         if self._first and epoch > 0:
             steps = self.params.get("steps", 0)
-            self.writer.event("resumed", epoch=epoch - 1, step=steps - 1, global_step=epoch * steps)
+            self.writer.event(Event.RESUMED, epoch=epoch - 1, step=steps - 1, global_step=epoch * steps)
         self._first = False
 
     def on_epoch_end(self, epoch, logs=None):
-        self.writer.event("backed_up", epoch=epoch, step=self.params.get("steps", 1) - 1,
+        self.writer.event(Event.BACKED_UP, epoch=epoch, step=self.params.get("steps", 1) - 1,
                           global_step=(epoch + 1) * self.params.get("steps", 0))
 
 

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from trainer.config import ConfigError, Options
+from trainer.config import Options
+from trainer.tf_config import ConfigError
 
 DIGITS_VAL_FRACTION = 0.2
 DIGITS_SPLIT_SEED = 0

@@ -24,11 +24,12 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QGridLayout, QHBoxLayout, Q
                                QVBoxLayout, QWidget)
 
 from agent.protocol import ERROR, FAILED, LOST, WAITING
-from console.text import alive_text, metric_text, state_text
-from console.session import SUPERVISION_ALARMS
 from console.gui.colors import worker_color
-from console.metrics_store import (DEFAULT_PLOTS, EPOCH, HOST, SYSTEM, X_AXES, MetricsStore, is_cluster_wide,
-                                   plot_label, plot_of)
+from console.states import RECONNECTING, SessionKind
+from console.store.metric_ids import DEFAULT_PLOTS, EPOCH, HOST, SYSTEM, X_AXES, is_cluster_wide, plot_label, plot_of
+from console.store.metrics import Marker, MetricsStore
+from console.text import (after_training_text, alive_text, event_line, marker_label, marker_text, metric_text,
+                          state_text)
 
 REFRESH_MS = 33          # at most 30 redraws a second
 MAX_POINTS = 600         # per curve and redraw: 300 min/max pairs, one per 2-3 pixels of a plot
@@ -45,8 +46,10 @@ TRAINING_ROLES = ("worker", "chief")
 FRAME_BUDGET = 0.015  # seconds of reducing new rows per frame and group of plots; the rest next frame
 PER_WORKER_AT_START = ("step_time",)  # every training task reports it: its curves are made at Start
 HOST_COLORS = ("#333333", "#8C564B", "#7F7F7F", "#17BECF")
-MARKER_PENS = {"restart": ("#b00020", Qt.DashLine), "stall": ("#E69F00", Qt.DashLine), "nan": ("#b00020", Qt.DotLine)}
-MARKER_WORDS = {"restart": "attempt", "stall": "stall", "nan": "NaN"}
+MARKER_PENS = {Marker.RESTART: ("#b00020", Qt.DashLine), Marker.STALL: ("#E69F00", Qt.DashLine),
+               Marker.NAN: ("#b00020", Qt.DotLine)}
+# Events the events list shows in red: a task's bad end, a lost host, what supervision wants looked at.
+ALARMS = (FAILED, ERROR, LOST, SessionKind.WATCHDOG, RECONNECTING, *SessionKind.ALARMS)
 
 
 EMPTY = np.empty(0)
@@ -744,7 +747,7 @@ class Dashboard(QWidget):
     @property
     def restart_lines(self) -> list[list]:
         """Per restart: its marker line in each plot."""
-        return [lines for marker, lines in self.marker_lines if marker.kind == "restart"]
+        return [lines for marker, lines in self.marker_lines if marker.kind == Marker.RESTART]
 
     def _place_markers(self) -> None:
         """A line across every plot at each restart, stall and first non-finite value (labelled once)."""
@@ -759,11 +762,11 @@ class Dashboard(QWidget):
                 x = self._marker_x(marker, plot_id)
                 if not math.isfinite(x):
                     continue
-                word = MARKER_WORDS[marker.kind] + (f" {marker.text.split()[1]}" if marker.kind == "restart" else "")
+                word = marker_label(marker)
                 line = pg.InfiniteLine(pos=x, angle=90, pen=pg.mkPen(colour, width=1, style=style),
                                        label=word if i == 0 else None,
                                        labelOpts={"position": 0.9, "color": colour, "anchors": [(0, 0), (0, 0)]})
-                line.setToolTip(marker.text)
+                line.setToolTip(marker_text(marker))
                 plot = self.plots[plot_id]
                 plot.addItem(line, ignoreBounds=True)
                 lines.append((plot, line))
@@ -838,10 +841,10 @@ class Dashboard(QWidget):
             elif prog is not None and prog.steps_per_epoch:
                 bar.set_progress(prog.fraction,
                                  f"epoch {prog.epoch + 1}/{prog.epochs}  step {prog.step + 1}/{prog.steps_per_epoch}"
-                                 f"  {prog.fraction * 100:.0f}%  " + (prog.doing or _fmt_eta(prog.eta())))
+                                 f"  {prog.fraction * 100:.0f}%  " + (after_training_text(prog.after) if prog.after else _fmt_eta(prog.eta())))
         slow = set(store.stragglers())
         states = store.states_snapshot()
-        diverged = {m.task: m.text for m in store.markers_snapshot() if m.kind == "nan"}
+        diverged = {m.task: marker_text(m) for m in store.markers_snapshot() if m.kind == Marker.NAN}
         for task, label in self.straggler_labels.items():
             state, why = states.get(task, ("", ""))
             if state:
@@ -856,8 +859,8 @@ class Dashboard(QWidget):
         events = store.events_snapshot()
         for e in events[self._seen_events:]:
             when = dt.datetime.fromtimestamp(e["time"] or time.time()).strftime("%H:%M:%S")
-            item = QListWidgetItem(f"{when}  {e['task']}: {e['text']}")
-            if e["event"] in (FAILED, ERROR, LOST, "watchdog", "reconnecting", *SUPERVISION_ALARMS):
+            item = QListWidgetItem(f"{when}  {e['task']}: {event_line(e)}")
+            if e["event"] in ALARMS:
                 item.setForeground(Qt.red)
             self.events.addItem(item)
         if len(events) > self._seen_events:

@@ -15,13 +15,16 @@ import time
 
 from PySide6.QtCore import QObject, Signal
 
+from agent.protocol import ERROR, FINISHED
 from console import checks
 from console import cluster as cl
-from console.metrics_store import MetricsStore
-from agent.protocol import ENDED, FINISHED
-from console.runner import WATCHDOG_SECONDS, Run
-from console.runs import new_run_id
-from console.session import OFFER, RESTART, SUPERVISION, RunSession, SessionEvent
+from console.run.runner import Run
+from console.run.session import RunSession
+from console.run.supervisor import OFFER, RESTART, WATCHDOG_SECONDS
+from console.states import SessionEvent, SessionKind
+from console.store.cache import CONSOLE_TASK
+from console.store.manifests import new_run_id
+from console.store.metrics import MetricsStore
 
 log = logging.getLogger("console.gui")
 
@@ -107,7 +110,7 @@ class CheckJob(QObject):
 
 
 class RunBridge(QObject):
-    """The window's view of one run: start or attach, then the core ``console.session.RunSession``
+    """The window's view of one run: start or attach, then the core ``console.run.session.RunSession``
     follows it (decoding, phases, the store, the watchdog) and this bridge turns its events into
     Qt signals (emitted on the session's thread; Qt queues them to the UI thread)."""
 
@@ -119,7 +122,7 @@ class RunBridge(QObject):
     log_received = Signal(str, str, str)  # task, stream, text
     task_ended = Signal(str, str)         # task, how it ended in words (console.text)
     watchdog_fired = Signal(str)
-    supervised = Signal(str, str)         # a supervision event's kind (console.session.SUPERVISION), its words
+    supervised = Signal(str, str)         # a supervision event's kind (SessionKind.SUPERVISION), its words
     states_changed = Signal()             # what supervision says of the tasks changed (the store has it)
     stopped = Signal()
     ended = Signal()                      # every task has ended
@@ -140,7 +143,7 @@ class RunBridge(QObject):
     def active(self) -> bool:
         """A task still runs, or the supervisor is restarting them (Stop stays possible)."""
         core = self.core
-        return core is not None and (core.restarting or any(t.phase not in ENDED for t in core.run.tasks))
+        return core is not None and (core.restarting or any(not t.ended for t in core.run.tasks))
 
     @property
     def resumable(self) -> bool:
@@ -195,19 +198,19 @@ class RunBridge(QObject):
         def on_event(event: SessionEvent) -> None:
             if core is not self.core:  # a run this window no longer follows
                 return
-            if event.kind == "training_started":
+            if event.kind == SessionKind.TRAINING_STARTED:
                 self.training_started.emit(event.records[0])
-            elif event.kind == "log":
+            elif event.kind == SessionKind.LOG:
                 self.log_received.emit(event.task.name, event.stream, event.text)
-            elif event.kind == "task_ended":
+            elif event.kind == SessionKind.TASK_ENDED:
                 self.task_ended.emit(event.task.name, event.text)
-            elif event.kind == "watchdog":
+            elif event.kind == SessionKind.WATCHDOG:
                 self.watchdog_fired.emit(event.text)
-            elif event.kind in SUPERVISION:
+            elif event.kind in SessionKind.SUPERVISION:
                 self.supervised.emit(event.kind, event.text)
-            elif event.kind == "state":
+            elif event.kind == SessionKind.STATE:
                 self.states_changed.emit()
-            elif event.kind == "ended":
+            elif event.kind == SessionKind.ENDED:
                 self.ended.emit()
 
         core.subscribe(on_event)
@@ -222,7 +225,7 @@ class RunBridge(QObject):
             core.stop()
         except Exception as exc:
             log.exception("stop failed")
-            self.store.note("console", "error", f"stopping failed: {exc}")
+            self.store.note(CONSOLE_TASK, ERROR, f"stopping failed: {exc}")
         self.stopped.emit()
 
     def detach(self) -> None:

@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMainWindow, QMessageBox, QProgressBar, QSplitter, QStyle, QTabWidget
 
-from agent.protocol import FINISHED
+from agent.protocol import FAILED, FINISHED
 from console import cluster as cl
 from console.gui.check_view import CheckView
 from console.gui.dashboard import Dashboard
@@ -19,9 +19,10 @@ from console.gui.dialogs import FingerprintDialog
 from console.gui.file_actions import FileActions
 from console.gui.jobs import CheckJob, HostKeyAsker, RunBridge, Threads
 from console.gui.runs_panel import RunsPanel
-from console.runs import running_runs
 from console.gui.setup_form import SetupForm
 from console.profiles import Profiles
+from console.catalog import running_runs
+from console.store.cache import CONSOLE_TASK
 
 
 class MainWindow(QMainWindow):
@@ -219,7 +220,7 @@ class MainWindow(QMainWindow):
     def _on_session_start_failed(self, message: str) -> None:
         self.progress.hide()
         self.statusBar().showMessage(message)
-        self.session.store.note("console", "failed", message)
+        self.session.store.note(CONSOLE_TASK, FAILED, message)
         self._update_actions()
 
     def _on_session_training_started(self, r: dict) -> None:

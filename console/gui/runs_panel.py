@@ -1,7 +1,7 @@
 """The Runs panel: every run this console started, with state, cluster, start, duration and final metrics;
 Open, Compare, Delete…, Open TensorBoard, Refresh.
 
-The list, a run's history (``console.history``), a deletion and TensorBoard (``console.tensorboard``)
+The list, a run's history, a deletion (``console.catalog``) and TensorBoard (``console.tensorboard``)
 are worked out on threads (``jobs.Threads``) and come back as signals. Opening a run goes through the
 window (``open_requested``: it may be following a live run, and asks first); it then calls ``load``.
 """
@@ -16,9 +16,11 @@ from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QHeaderView, QLab
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from console import text
+from console.catalog import RunInfo, delete_run, load_store, overview
 from console.errors import describe
 from console.gui.jobs import Threads
-from console.history import RUN_RUNNING, RunInfo, delete_run, duration_text, load_store, overview, start_text
+from console.run.runner import Run
+from console.states import RunState
 from console.tensorboard import Servers
 
 log = logging.getLogger("console.gui")
@@ -123,8 +125,8 @@ class RunsPanel(QWidget):
         for info in reversed(infos):  # the newest first
             row = self.table.rowCount()
             self.table.insertRow(row)
-            cells = [info.run_id, info.state, info.cluster_text or "-", start_text(info.start),
-                     duration_text(info.duration)]
+            cells = [info.run_id, info.state, info.cluster_text or "-", text.start_text(info.start),
+                     text.duration_text(info.duration)]
             cells += [text.metric_text(info.metrics[m]) if m in info.metrics else "-"
                       for m in METRIC_COLUMNS.values()]
             for column, value in enumerate(cells):
@@ -163,7 +165,7 @@ class RunsPanel(QWidget):
         for button in (self.open_button, self.compare_button, self.delete_button, self.tensorboard_button):
             button.setEnabled(chosen is not None)
         running = chosen is not None and self.infos.get(chosen) is not None and \
-            self.infos[chosen].state == RUN_RUNNING
+            self.infos[chosen].state == RunState.RUNNING
         self.delete_button.setEnabled(chosen is not None and not running)
         self.compare_button.setText("Uncompare" if chosen is not None and chosen == self.compared else "Compare")
 
@@ -179,13 +181,11 @@ class RunsPanel(QWidget):
         still going as a Run to follow live (``running_found``)."""
         info = self.infos.get(run_id)
         self.reported.emit(f"Loading run {run_id}…")
-        self.threads.start("runs-open", self._load, run_id, info is not None and info.state == RUN_RUNNING)
+        self.threads.start("runs-open", self._load, run_id, info is not None and info.state == RunState.RUNNING)
 
     def _load(self, run_id: str, running: bool) -> None:
         try:
             if running:
-                from console.runner import Run
-
                 self.running_found.emit(Run.load(run_id, self.ask_host_key))
                 return
             store, order = load_store(run_id, self.ask_host_key)

@@ -18,8 +18,9 @@ from console.checks import Report
 from console.gui.check_view import cell, host_marks
 from console.gui.dialogs import HostDialog, ImportDialog
 from console.diagram_model import picture
-from trainer.config import AUTOSHARD_POLICIES, COMMUNICATIONS, LR_RULES, STRATEGIES
-from trainer.plan import MAX_BACKUP_SECONDS
+from trainer.config import COMMUNICATIONS
+from trainer.plan import AUTOSHARD_POLICIES, LR_RULES, MAX_BACKUP_SECONDS, STRATEGIES
+from trainer.tf_config import CHIEF, WORKER, chief_name
 
 SCRIPT = "script"  # the workload that runs a user's own script: the trainer's settings do not reach it
 WORKLOADS = ("digits", "synthetic", "file", SCRIPT)
@@ -318,7 +319,7 @@ class SetupForm(QWidget):
                 self.hosts_table.setItem(row, column, item)
         names = c.task_names()
         self.tasks_table.setRowCount(len(c.tasks))
-        chief = "chief-0" if "chief-0" in names else "worker-0"
+        chief = chief_name(names)
         for row, (name, task) in enumerate(zip(names, c.tasks)):
             row_cells = (cell(("\u265b " if name == chief else "") + name), cell(task.host), cell(task.role),
                          cell(str(task.port)), cell(",".join(map(str, task.gpus)) or "all"))
@@ -358,10 +359,10 @@ class SetupForm(QWidget):
             first = next((i for i, t in enumerate(self.cluster.tasks) if t.host == old.name), len(self.cluster.tasks))
             kept = [t for t in self.cluster.tasks if t.host != old.name]
             self.cluster.tasks = kept[:first] + tasks + kept[first:]
-        if any(t.role == "chief" for t in tasks):  # at most one chief
+        if any(t.role == CHIEF for t in tasks):  # at most one chief
             for t in self.cluster.tasks:
-                if t.role == "chief" and t not in tasks:
-                    t.role = "worker"
+                if t.role == CHIEF and t not in tasks:
+                    t.role = WORKER
         self._on_hosts_edited()
 
     def _on_add_host_clicked(self) -> None:

@@ -19,7 +19,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Callable
 
-from agent.protocol import PROTOCOL_VERSION
+from agent.protocol import FOLLOW, PROTOCOL_VERSION, SYSTEM
 from console.errors import TfccError
 
 log = logging.getLogger("console.remote")
@@ -207,12 +207,12 @@ class AgentClient:
 
     def follow(self, run_id: str, task: str, on_message: Callable[[dict], None],
                offsets: dict | None = None, poll: float = 0.2) -> Follow:
-        return self._stream(on_message, op="follow", run_id=run_id, task=task, offsets=offsets or {}, poll=poll)
+        return self._stream(on_message, op=FOLLOW, run_id=run_id, task=task, offsets=offsets or {}, poll=poll)
 
     def system(self, run_id: str, on_message: Callable[[dict], None], interval: float = 1.0) -> Follow:
         """The host's load and the run's tasks on it, one ``system`` message about every ``interval`` s,
         until the run's tasks on this host have ended (docs/metrics.md, "system")."""
-        return self._stream(on_message, op="system", run_id=run_id, interval=interval)
+        return self._stream(on_message, op=SYSTEM, run_id=run_id, interval=interval)
 
     def _stream(self, on_message: Callable[[dict], None], **request) -> Follow:
         rid = next(self._ids)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from console import PROJECT_ROOT
 from console.remote.channel import Channel, tail
+from console.remote.transport import same_file
 
 
 
@@ -83,8 +84,6 @@ class LocalFiles:
     def get_tree(self, remote: str, local: Path) -> int:
         """Copy the folder ``remote`` into ``local`` as ``SFTPFiles.get_tree`` does (folders and regular
         files, links not followed, unchanged files not copied again); FileNotFoundError when it is not there."""
-        from console.remote.ssh import same_file
-
         local.mkdir(parents=True, exist_ok=True)
         copied = 0
         with os.scandir(remote) as entries:

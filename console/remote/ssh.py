@@ -25,8 +25,9 @@ from typing import Callable
 
 import paramiko
 
-from console.remote.channel import Channel
 from console.errors import TfccError
+from console.remote.channel import Channel
+from console.remote.transport import same_file
 
 
 CONNECT_TIMEOUT = 10.0
@@ -449,12 +450,3 @@ class SFTPFiles:
 
     def close(self) -> None:
         self.sftp.close()
-
-
-def same_file(path: Path, size, mtime) -> bool:
-    """Whether ``path`` is a regular file of ``size`` bytes last changed at ``mtime`` (whole seconds)."""
-    try:
-        here = path.lstat()
-    except FileNotFoundError:
-        return False
-    return stat.S_ISREG(here.st_mode) and here.st_size == size and int(here.st_mtime) == int(mtime or 0)

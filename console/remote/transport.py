@@ -7,6 +7,7 @@ through this interface alone.
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Protocol
 
@@ -40,3 +41,12 @@ class Transport(Protocol):
     def open_agent(self, dist: str, python: str) -> Channel: ...
 
     def close(self) -> None: ...
+
+
+def same_file(path: Path, size, mtime) -> bool:
+    """Whether ``path`` is a regular file of ``size`` bytes last changed at ``mtime`` (whole seconds)."""
+    try:
+        here = path.lstat()
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(here.st_mode) and here.st_size == size and int(here.st_mtime) == int(mtime or 0)

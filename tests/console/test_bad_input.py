@@ -25,7 +25,7 @@ import pytest
 from console import cluster as cl
 from tests.disk import snapshot
 from tests.helpers.cli import tfcc
-from trainer.config import make_tf_config
+from trainer.tf_config import make_tf_config
 
 TFCC = Path(sys.executable).with_name("tfcc")
 STATE = "console-home"        # TFCC_CONSOLE_HOME

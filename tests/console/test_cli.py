@@ -16,8 +16,8 @@ import pytest
 
 from agent import runs
 from console.cli import Printer, main
-from console.runner import TaskState
-from console.session import SessionEvent
+from console.states import TaskState
+from console.states import SessionEvent
 from trainer.metrics import read_records
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -436,8 +436,8 @@ def test_system_records_are_printed_as_json_lines_only():
 
 def test_runs_shows_state_cluster_start_duration_and_final_metrics(homes, capsys):
     from console.cluster import Cluster, Host, Task, Training
-    from console.runner import Run
-    from console.runs import Manifest, write_manifest
+    from console.run.runner import Run
+    from console.store.manifests import Manifest, write_manifest
     from tests.helpers.scripted import finished_run, scripted_cluster
 
     finished_run(homes, "done-1", epochs=2, steps=10)
@@ -475,9 +475,9 @@ def test_runs_shows_state_cluster_start_duration_and_final_metrics(homes, capsys
 
 
 def test_delete_asks_first_and_removes_the_runs_folders_and_history(homes, capsys, monkeypatch):
-    from console.history import cache_dir
-    from console.runner import Run
-    from console.runs import manifest_path
+    from console.store.cache import cache_dir
+    from console.run.runner import Run
+    from console.store.manifests import manifest_path
     from tests.helpers.scripted import finished_run, scripted_cluster
 
     finished_run(homes, "old", epochs=1, steps=5)

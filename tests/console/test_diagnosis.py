@@ -19,8 +19,9 @@ import pytest
 
 from console import cluster as cl
 from console import diagnosis
-from console.runner import Run
-from console.session import SUPERVISION, RunSession
+from console.run.runner import Run
+from console.run.session import RunSession
+from console.states import SessionKind
 from console.diagnosis import Diagnosis, diagnose
 
 SITE = "/home/ml/.venv/lib/python3.11/site-packages"
@@ -471,7 +472,7 @@ def supervised_run(cluster: cl.Cluster, name: str) -> list[tuple[str, str]]:
     run.start()
     session = RunSession(run)
     said = []
-    session.subscribe(lambda e: said.append((e.kind, e.text)) if e.kind in SUPERVISION else None)
+    session.subscribe(lambda e: said.append((e.kind, e.text)) if e.kind in SessionKind.SUPERVISION else None)
     session.follow()
     try:
         assert session.wait(300), said

@@ -12,10 +12,10 @@ import pytest
 
 from console import cluster as cl
 from console import tensorboard as tb
-from console.history import cache_dir
+from console.store.cache import cache_dir
 from console.remote.ssh import SSHConnection
-from console.runner import Run
-from console.runs import Manifest, write_manifest
+from console.run.runner import Run
+from console.store.manifests import Manifest, write_manifest
 from tests.helpers.scripted import finished_run, scripted_cluster
 from tests.helpers.waiting import wait_until
 

@@ -33,9 +33,9 @@ def test_connection_words():
 
 def test_backups_are_bookkeeping_not_lines_to_read(capsys):
     from console.cli import Printer
-    from console.metrics_store import MetricsStore
-    from console.runner import TaskState
-    from console.session import SessionEvent
+    from console.store.metrics import MetricsStore
+    from console.states import TaskState
+    from console.states import SessionEvent
 
     record = {"type": "event", "event": "backed_up", "epoch": 0}
     store = MetricsStore()

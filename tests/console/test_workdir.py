@@ -11,8 +11,8 @@ import pytest
 from agent import runs
 from console import cluster as cl
 from console.remote.link import HostLink
-from console.runner import Run
-from console.runs import RunError
+from console.run.runner import Run
+from console.errors import RunError
 from console.workdir import collect, excluded_module
 from tests.helpers.cli import tfcc
 from tests.helpers.waiting import wait_until

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.runs import free_ports
-from trainer.config import make_tf_config
+from trainer.tf_config import make_tf_config
 
 
 @dataclass

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from console import cluster as cl
-from console.metrics_store import MetricsStore
-from console.runner import Run
-from console.session import RunSession
+from console.store.metrics import MetricsStore
+from console.run.runner import Run
+from console.run.session import RunSession
 
 SCRIPT = """import json, os, pathlib, signal, sys, time
 path = pathlib.Path(os.environ["TFCC_RUN_DIR"]) / "metrics.jsonl"

@@ -12,7 +12,7 @@ import random
 import threading
 import time
 
-from console.metrics_store import MetricsStore
+from console.store.metrics import MetricsStore
 
 
 def step_record(worker: int, global_step: int, steps_per_epoch: int, rng: random.Random) -> dict:

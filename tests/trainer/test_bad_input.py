@@ -19,7 +19,7 @@ import pytest
 
 import trainer
 from trainer import main as trainer_main
-from trainer.config import make_tf_config
+from trainer.tf_config import make_tf_config
 from trainer.metrics import read_records
 
 from .conftest import THREADS

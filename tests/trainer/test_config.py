@@ -6,7 +6,9 @@ import sys
 
 import pytest
 
-from trainer.config import ConfigError, TaskId, make_tf_config, parse_options, parse_tf_config
+from trainer.config import parse_options
+
+from trainer.tf_config import ConfigError, TaskId, make_tf_config, parse_tf_config
 
 TWO = {"worker": ["a:1000", "b:1000"]}
 

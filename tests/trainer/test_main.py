@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.config import make_tf_config
+from trainer.tf_config import make_tf_config
 from trainer.metrics import read_records
 
 from .conftest import DATA, THREADS

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from trainer.config import ClusterConfig, make_tf_config, parse_tf_config
+from trainer.tf_config import ClusterConfig, make_tf_config, parse_tf_config
 from trainer.plan import (ConfigError, GlobalSplit, check_autoshard, choose_strategy, observed_batch_plan,
                           plan_batches,
                           replicas_per_worker, strategy_for)

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from trainer.config import ConfigError, TaskId, parse_options, parse_tf_config
+from trainer.config import parse_options
+
+from trainer.tf_config import ConfigError, TaskId, parse_tf_config
 from trainer.metrics import read_records
 from trainer.slurm import (SlurmError, expand_hostlist, expand_tasks_per_node, parse_jobs, slurm_cluster,
                            tf_config_from_slurm)

@@ -6,7 +6,7 @@ import traceback
 
 import pytest
 
-from trainer.config import ConfigError
+from trainer.tf_config import ConfigError
 from trainer.workloads import ORIGIN_VARIABLE, check_model_file, from_file
 
 BROKEN = '''import tensorflow as tf

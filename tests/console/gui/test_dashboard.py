@@ -16,8 +16,9 @@ from PySide6.QtWidgets import QApplication
 
 from console.gui.colors import worker_color
 from console.gui.dashboard import MAX_POINTS, Dashboard
-from console.metrics_store import X_AXES, MetricsStore
-from console.session import SUSPENDED
+from console.store.metric_ids import X_AXES
+from console.store.metrics import MetricsStore
+from console.run.supervisor import SUSPENDED
 from tests.helpers.synthetic import feed, started_record, step_record
 from tests.console.gui.conftest import save_shot
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from console import cluster as cl
 from console.gui.jobs import RunBridge, Threads
-from console.runner import Run
-from console.session import SessionEvent
+from console.run.runner import Run
+from console.states import SessionEvent
 
 
 def test_the_bridge_signals_the_followed_runs_events_and_drops_a_detached_ones(qtbot, tmp_path, monkeypatch):

@@ -11,7 +11,8 @@ from PySide6.QtWidgets import QDialogButtonBox
 from console import cluster as cl
 from console.gui.main_window import MainWindow
 from console.profiles import Profiles
-from console.runner import Run
+from console.run.runner import Run
+from console.text import event_line
 from tests.console.gui.conftest import save_shot
 
 pytestmark = pytest.mark.slow
@@ -178,7 +179,7 @@ def test_a_run_that_failed_while_the_window_was_closed_is_offered_and_resumed(qt
     assert window.session.run.run_id == "away" and window.session.run.tasks[0].attempt == 0  # not restarted
     qtbot.waitUntil(lambda: "(Resume starts every task again from their backups)"
                     in window.statusBar().currentMessage(), timeout=30_000)  # once every task's end is in
-    said = [e["text"] for e in window.session.store.events_snapshot() if e["event"] == "offered"]
+    said = [event_line(e) for e in window.session.store.events_snapshot() if e["event"] == "offered"]
     assert said == ["run away failed while no console followed it; Resume starts every task again from their "
                     "backups"]
     qtbot.waitUntil(lambda: window.dashboard.straggler_labels["worker-1"].text()
@@ -229,7 +230,7 @@ def test_a_parameter_server_cluster_from_the_window(qtbot, gui_homes, shots):
     assert len(window.diagram.exchanges) == 2 * 3  # each worker with the ps: pull variables, push gradients
     evaluator = next(t for h in window.diagram.hosts for t in h.tasks if t.name == "evaluator-0")
     assert evaluator.address == "" and evaluator.devices == []  # apart from training
-    said = [e["text"] for e in store.events_snapshot() if e["task"] == "evaluator-0"]
+    said = [event_line(e) for e in store.events_snapshot() if e["task"] == "evaluator-0"]
     assert any(t.startswith("evaluated the checkpoint of epoch 8  val_loss") for t in said), said
     save_shot(window, shots, "window-parameter-server-diagram")
     window.files.dirty = False

@@ -9,9 +9,12 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QMessageBox
 
-from console import history
+from console import catalog
+
+from console.store import cache
 from console.gui.main_window import MainWindow
 from console.profiles import Profiles
+from console.store import manifests
 from tests.console.gui.conftest import save_shot
 from tests.helpers.scripted import finished_run, scripted_cluster
 
@@ -42,7 +45,7 @@ def overlaid_points(window, metric: str = "loss") -> list[int]:
 def test_two_finished_runs_are_listed_opened_and_overlaid(qtbot, gui_homes, monkeypatch, shots):
     finished_run(gui_homes, "run-a", epochs=2, steps=30)
     finished_run(gui_homes, "run-b", epochs=1, steps=20, seed=3.0)
-    monkeypatch.setattr(history, "_replay", lambda *a, **k: pytest.fail("the cache is whole: no host is asked"))
+    monkeypatch.setattr(catalog, "_replay", lambda *a, **k: pytest.fail("the cache is whole: no host is asked"))
     window = open_window(qtbot, gui_homes)
     rows = show_runs(qtbot, window, 2)
     assert [r[0] for r in rows] == ["run-b", "run-a"]  # the newest first
@@ -87,7 +90,7 @@ def test_a_run_reopened_after_a_console_restart_shows_its_whole_history(qtbot, g
     assert live.points("worker-0", "loss") == 120
     window.close()  # the console quits; a new one starts
 
-    monkeypatch.setattr(history, "_replay", lambda *a, **k: pytest.fail("the cache is whole: no host is asked"))
+    monkeypatch.setattr(catalog, "_replay", lambda *a, **k: pytest.fail("the cache is whole: no host is asked"))
     again = open_window(qtbot, gui_homes)
     assert again.session.run is None
     rows = show_runs(qtbot, again, 1)
@@ -113,14 +116,14 @@ def test_delete_asks_first_and_removes_only_after_yes(qtbot, gui_homes, dialogs)
     click(qtbot, window.runs_panel.delete_button)
     assert "Delete run doomed?" in dialogs.asked[-1][1][2] and "here" in dialogs.asked[-1][1][2]
     assert (gui_homes / "local-home" / "runs" / "doomed").is_dir()
-    assert history.manifest_path("doomed").exists()
+    assert manifests.manifest_path("doomed").exists()
     assert [r[0] for r in window.runs_panel.rows()] == ["kept", "doomed"]
 
     dialogs.answer("QMessageBox.question", QMessageBox.Yes)
     click(qtbot, window.runs_panel.delete_button)
     qtbot.waitUntil(lambda: [r[0] for r in window.runs_panel.rows()] == ["kept"], timeout=30_000)
     assert not (gui_homes / "local-home" / "runs" / "doomed").exists()
-    assert not history.manifest_path("doomed").exists() and not history.cache_dir("doomed").exists()
+    assert not manifests.manifest_path("doomed").exists() and not cache.cache_dir("doomed").exists()
     assert (gui_homes / "local-home" / "runs" / "kept").is_dir()
 
 
@@ -147,15 +150,15 @@ def test_a_live_run_is_not_replaced_without_asking(qtbot, gui_homes, dialogs):
         live_id = [i for i in window.runs_panel.infos if i != "old"][0]
         assert (gui_homes / "local-home" / "runs" / live_id / "worker-0" / "trained").exists()
     finally:
-        from console.runner import Run
+        from console.run.runner import Run
 
-        run = Run.load([i for i in history.overview(ask=False) if i.run_id != "old"][0].run_id)
+        run = Run.load([i for i in catalog.overview(ask=False) if i.run_id != "old"][0].run_id)
         run.stop(grace=0.5)
         run.detach()
 
 
 def test_opening_a_run_still_going_follows_it_live(qtbot, gui_homes):
-    from console.runner import Run
+    from console.run.runner import Run
 
     going = Run(scripted_cluster(gui_homes, forever=True, tasks=1), "going")
     going.start()  # started by another console: this window does not follow it
@@ -191,7 +194,7 @@ def test_open_tensorboard_shows_it_in_the_browser_and_the_window_stops_it(qtbot,
     click(qtbot, window.runs_panel.tensorboard_button)
     qtbot.waitUntil(lambda: bool(opened), timeout=120_000)
     assert opened[0].startswith("http://127.0.0.1:")
-    assert (history.cache_dir("boarded") / "tensorboard" / "train").is_dir()
+    assert (cache.cache_dir("boarded") / "tensorboard" / "train").is_dir()
     server = window.runs_panel.tensorboards._servers["boarded"]
     process = server.process
     assert process.poll() is None

@@ -11,13 +11,14 @@ from PySide6.QtWidgets import QGraphicsSimpleTextItem
 from console import cluster as cl
 from console.gui.main_window import MainWindow
 from console.profiles import Profiles
+from console.run.supervisor import waiting_report
 from tests.console.gui.conftest import save_shot
 from tests.console.gui.test_main_window import curve_points
 
 pytestmark = pytest.mark.slow
 
 SCRIPTS = cl.PROJECT_ROOT / "tests" / "data" / "scripts"
-WATCHDOG_WORDS = "for the cluster to form"  # the startup watchdog's report (Run.waiting_report)
+WATCHDOG_WORDS = "for the cluster to form"  # the startup watchdog's report (console.run.supervisor.waiting_report)
 
 
 def scene_texts(window) -> list[str]:
@@ -100,7 +101,7 @@ def test_a_two_file_mwms_fit_script_through_the_window(qtbot, gui_homes, shots):
     assert not [e for e in events if e["event"] in ("watchdog", "stalled", "alert", "failure")], events
     assert not [e for e in events if WATCHDOG_WORDS in str(e.get("text", ""))], events
     assert {"launched", "cluster_formed", "started", "train_end"} <= {e["event"] for e in events}
-    assert all(t.cluster_formed for t in run.tasks) and run.waiting_report(after=0) is None  # however short
+    assert all(t.cluster_formed for t in run.tasks) and waiting_report(run, after=0) is None  # however short
 
     save_shot(window, shots, "script_dashboard")
     window.tabs.setCurrentWidget(diagram)

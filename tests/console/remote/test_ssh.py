@@ -15,8 +15,9 @@ import pytest
 from console import cluster as cl
 from console.cli import main
 from console.remote.link import HostError, HostLink
-from console.runner import Run
-from console.session import SUPERVISION, RunSession
+from console.run.runner import Run
+from console.run.session import RunSession
+from console.states import SessionKind
 from tests.console.remote.test_link import crashing_python
 from console.remote.ssh import Jump, SSHConnection, SSHError, fingerprint, parse_proxy_jump
 from trainer.metrics import read_records
@@ -298,7 +299,7 @@ def test_a_worker_killed_on_its_ssh_host_is_restarted_with_the_group(ssh_hosts, 
                 backups.update((e.task.name, r["global_step"]) for r in e.records if r.get("event") == "backed_up")
                 if any(r.get("type") == "step" and r.get("attempt") == 2 for r in e.records):
                     again.setdefault(e.task.name, time.monotonic())  # training again on that host
-            elif e.kind in SUPERVISION:
+            elif e.kind in SessionKind.SUPERVISION:
                 said.append((e.kind, e.text))
                 when.setdefault(e.kind, time.monotonic())
             cond.notify_all()

@@ -1,4 +1,4 @@
-"""The runs this console started: their ids, their manifests in its state folder (Qt-free).
+"""The runs this console started: their ids and their manifests in its state folder (Qt-free).
 
 A run id names one run everywhere: a folder on every host and ``<state>/runs/<id>.json``
 here, which keeps the cluster and each task's TF_CONFIG so that a run can be followed,
@@ -8,19 +8,15 @@ stopped and resumed by a later console.
 from __future__ import annotations
 
 import json
-import logging
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.protocol import ENDED, FAILED, FINISHED, LOST
-from agent.runs import name_problem
+from agent.protocol import name_problem
 from console import cluster as cl
-from console.errors import RunError, TfccError, state_dir  # noqa: F401  (RunError: runs say it)
+from console.errors import RunError, state_dir
 from console.files import write_atomically
-
-log = logging.getLogger("console.runs")
 
 
 def new_run_id() -> str:
@@ -92,41 +88,3 @@ def read_manifest(run_id: str) -> Manifest:
     except (ValueError, KeyError, TypeError, cl.ClusterFileError) as exc:
         raise RunError(f"{damaged[0]} ({type(exc).__name__}: {str(exc)[:200]})", damaged[1]) from None
     return Manifest(run_id, cluster, [(t["name"], t["host"]) for t in tasks], [t["tf_config"] for t in tasks])
-
-
-def running_runs(cluster: cl.Cluster, ask_host_key=None, limit: int = 20, failed_too: bool = False) -> list:
-    """The runs this console started on ``cluster``'s hosts that still have a task going (newest
-    first; blocking: it asks each host); with ``failed_too``, also the newest of them when it
-    failed while no one stopped it (a window offers its restart)."""
-    from console.runner import Run  # runner builds on this module
-
-    found = []
-    seen = False  # the newest run on these hosts has been looked at
-    offered = None
-    addresses = {(h.name, h.address, h.local) for h in cluster.hosts}
-    for run_id in list(reversed(known_runs()))[:limit]:
-        try:
-            run = Run.load(run_id, ask_host_key)
-        except TfccError:
-            continue
-        if not {(h.name, h.address, h.local) for h in run.cluster.hosts} <= addresses:
-            run.detach()
-            continue
-        newest = not seen
-        seen = True
-        try:
-            status = run.status()
-        except Exception as exc:  # a host that cannot say: that run is not offered, the others still are
-            log.info("run %s: no status (%s)", run_id, exc)
-            run.detach()
-            continue
-        phases = [s["phase"] for s in status]
-        failed = (failed_too and newest and FINISHED not in phases and any(p in (FAILED, LOST) for p in phases)
-                  and not any(s.get("stopped") for s in status))
-        if any(p not in ENDED for p in phases):
-            found.append(run)
-        elif failed:
-            offered = run  # after the runs still going: following one of them comes first
-        else:
-            run.detach()
-    return found + ([offered] if offered is not None else [])

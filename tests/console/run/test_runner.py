@@ -11,8 +11,9 @@ import time
 import pytest
 
 from console import cluster as cl
-from console.runner import Run
-from console.runs import RunError, read_manifest
+from console.run.runner import Run
+from console.errors import RunError
+from console.store.manifests import read_manifest
 from tests.helpers.waiting import wait_until
 
 

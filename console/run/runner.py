@@ -1,11 +1,11 @@
 """A run on a cluster's hosts: start and stop every task, all hosts at once, and follow each
-(Qt-free core; ``console.session`` makes sense of what is followed).
+(Qt-free; ``console.run.session`` makes sense of what is followed).
 
 One agent channel per host; every task of the run is followed from byte offsets, so a
 dropped channel is reopened and followed on from where it stopped: nothing is lost and
 nothing is delivered twice. While a host's tasks are followed, its agent can also stream
 the host's load (``sample_system``: CPU, memory, GPUs, each task's processes). The run's
-manifest (``console.runs``) lets a later console attach to it, stop it or resume it.
+manifest (console.store.manifests) lets a later console attach to it, stop it or resume it.
 """
 
 from __future__ import annotations
@@ -15,70 +15,24 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from agent.protocol import (ENDED, FINISHED, METRICS, NO_SUCH_TASK, NOT_STARTED, RUNNING, STARTING, STREAMS,
-                            SYSTEM_MESSAGE, parse_address, parse_task_name)
+from agent.protocol import (CHECK_PORTS, FINISHED, METRICS, NO_SUCH_TASK, NOT_STARTED, PORTS, RUNNING,
+                            START, STATUS, STOP, SYSTEM_MESSAGE, parse_address, parse_task_name)
 from console import cluster as cl
 from console import text
-from console.errors import TfccError
+from console.errors import RunError, TfccError
 from console.remote.channel import AgentRequestError
 from console.remote.deploy import make_bundle
 from console.remote.link import HostLink
 from console.remote.ssh import SSHError
-from console.runs import Manifest, RunError, check_run_id, manifest_path, read_manifest, write_manifest
+from console.run.launch import check_user_file, task_command
+from console.states import FOLLOW_ERROR, RECONNECTED, RECONNECTING, TaskState
+from console.store.manifests import Manifest, check_run_id, manifest_path, read_manifest, write_manifest
 from console.workdir import Workdir, collect as collect_workdir, excluded_module, human_bytes
-from trainer.workloads import ORIGIN_VARIABLE as MODEL_FILE_ORIGIN
 
-log = logging.getLogger("console.runner")
-
-
-WATCHDOG_SECONDS = 120.0  # how long a cluster may take to form before tfcc says who it waits for
-
-
-def check_user_file(path: str, what: str) -> Path:
-    """A user's model file or script, checked here so that its errors name the user's own file."""
-    from trainer.config import ConfigError
-    from trainer.workloads import check_model_file
-
-    local = Path(path).expanduser()
-    where = f"training.{what} {path!r}" + (f" ({local.resolve()})" if not local.is_absolute() else "")
-    if not local.exists():
-        raise RunError(f"{where} does not exist", "check the path (a relative one starts at the folder tfcc runs in)")
-    if not local.is_file():
-        raise RunError(f"{where} is not a regular file", "give the path of a .py file")
-    if what == "model_file":
-        try:
-            check_model_file(local)
-        except ConfigError as exc:
-            raise RunError(str(exc)) from None
-    else:
-        try:
-            source = local.read_bytes()
-            compile(source, str(local), "exec", dont_inherit=True)
-        except OSError as exc:
-            raise RunError(f"{where} cannot be read ({exc.strerror})", "check its permissions") from None
-        except (SyntaxError, ValueError) as exc:
-            line = f" at line {exc.lineno}" if getattr(exc, "lineno", None) else ""
-            raise RunError(f"script {str(local)!r} has a syntax error{line}: {getattr(exc, 'msg', exc)}",
-                           "fix the script") from None
-    return local
-
-
-@dataclass
-class TaskState:
-    name: str
-    host: str
-    address: str = ""
-    offsets: dict = field(default_factory=lambda: {name: 0 for name in STREAMS})
-    records: int = 0
-    launched_at: float | None = None
-    cluster_formed: bool = False
-    phase: str = STARTING
-    exit: dict | None = None
-    attempt: int = 0                # which launch of the run its process is (the agent counts them)
+log = logging.getLogger("console.run.runner")
 
 
 class Run:
@@ -194,7 +148,7 @@ class Run:
         def pick(name: str, link: HostLink) -> None:
             auto = [i for i, t in enumerate(self.cluster.tasks) if t.host == name and t.port == "auto"]
             if auto:
-                free = link.connect().call("ports", count=len(auto))["ports"]
+                free = link.connect().call(PORTS, count=len(auto))["ports"]
                 for i, port in zip(auto, free):
                     ports[i] = port
 
@@ -213,7 +167,7 @@ class Run:
 
         def check(name: str, link: HostLink) -> None:
             mine = [i for i, t in enumerate(self.tasks) if t.host == name and ports[i] is not None]
-            answers = link.connect().call("check_ports", ports=[ports[i] for i in mine])["ports"]
+            answers = link.connect().call(CHECK_PORTS, ports=[ports[i] for i in mine])["ports"]
             taken.update((i, a) for i, a in zip(mine, answers) if not a["free"])
 
         at_once(list(self.links.items()), check)
@@ -232,15 +186,7 @@ class Run:
 
     def _stop_tasks(self, tasks: list["TaskState"]) -> bool:
         """Stop ``tasks`` now (a start that failed halfway); whether that worked for each."""
-        def stop(task: TaskState) -> bool:
-            try:
-                self.links[task.host].connect().call("stop", timeout=30, run_id=self.run_id, task=task.name, grace=2)
-                return True
-            except TfccError as exc:
-                log.warning("could not stop %s of run %s: %s", task.name, self.run_id, exc)
-                return False
-
-        return all(at_once([(t,) for t in tasks], stop))
+        return not self.stop_each(grace=2, only=tasks)
 
     def relaunch(self, tasks: list["TaskState"]) -> None:
         """Start ``tasks`` again in their run folders with the TF_CONFIG they had (the others go on:
@@ -256,28 +202,10 @@ class Run:
 
         def start(i: int, task: TaskState, spec: cl.Task) -> None:
             link = self.links[task.host]
-            host = link.host
             task.address = task_address(task.name, configs[i])
-            if training.script:
-                # The script runs in the task's own copy of its workdir (agent.workdir), through the
-                # capture (trainer.capture: the script unchanged, its metrics seen from the outside).
-                capture = [f"{link.dist}/trainer/capture.py"] if training.capture else []
-                argv = [host.interpreter, *capture, "{work_dir}/" + workdir.script, *training.args]
-            else:
-                args = training.trainer_args()
-                if training.model_file:
-                    args[args.index("--model-file") + 1] = f"{link.dist}/user/{Path(training.model_file).name}"
-                if self.cluster.evaluated:  # the chief writes checkpoints where the evaluator reads them
-                    args += ["--eval-checkpoints", cl.EVAL_CHECKPOINTS]
-                argv = [host.interpreter, "-m", "trainer", "--run-dir", "{run_dir}", *args]
-            env = {"TF_USE_LEGACY_KERAS": "1"} if not training.script else script_environment(self.cluster)
-            if training.model_file and not training.script:
-                env[MODEL_FILE_ORIGIN] = str(Path(training.model_file).expanduser().resolve())
-            if spec.gpus:
-                env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpus))
-            elif spec.role == "ps":  # it holds variables on its CPU: TensorFlow would take every GPU's memory
-                env["CUDA_VISIBLE_DEVICES"] = ""
-            reply = link.connect().call("start", run_id=self.run_id, task=task.name, tf_config=configs[i],
+            argv, env = task_command(self.cluster, spec, link.host.interpreter, link.dist,
+                                     workdir.script if workdir is not None else None)
+            reply = link.connect().call(START, run_id=self.run_id, task=task.name, tf_config=configs[i],
                                         argv=argv, env=env, python_path=[link.dist], fresh=not resume, **shipped)
             task.attempt = reply.get("attempt", 1)
             started.append(task)
@@ -310,7 +238,7 @@ class Run:
         for task in self.tasks:  # a task that never started (its start failed halfway) has no folder yet
             try:
                 phases[task.name] = self.links[task.host].connect().call(
-                    "status", run_id=self.run_id, task=task.name)["phase"]
+                    STATUS, run_id=self.run_id, task=task.name)["phase"]
             except AgentRequestError as exc:
                 if exc.code != NO_SUCH_TASK:
                     raise
@@ -364,7 +292,7 @@ class Run:
                 client = link.connect()
                 handle = client.follow(self.run_id, task.name, deliver, offsets=dict(task.offsets), poll=poll)
                 if outage is not None:
-                    on_message(task, {"type": "reconnected", "host": task.host,
+                    on_message(task, {"type": RECONNECTED, "host": task.host,
                                       "after": round(time.monotonic() - outage, 1)})
                     outage = None
                 while not handle.done.wait(0.5):
@@ -374,12 +302,12 @@ class Run:
                 if handle.end is not None:
                     return
                 if handle.error and handle.error != "channel closed":
-                    on_message(task, {"type": "error", "error": handle.error})
+                    on_message(task, {"type": FOLLOW_ERROR, "error": handle.error})
                     return
                 error = "the connection closed"
             except SSHError as exc:
                 if not exc.retry:
-                    on_message(task, {"type": "error", "error": str(exc)})
+                    on_message(task, {"type": FOLLOW_ERROR, "error": str(exc)})
                     return
                 error = str(exc)
             except (TfccError, OSError, TimeoutError) as exc:
@@ -391,7 +319,7 @@ class Run:
             link.close(client)
             if outage is None:
                 outage = time.monotonic()
-                on_message(task, {"type": "reconnecting", "host": task.host, "error": error,
+                on_message(task, {"type": RECONNECTING, "host": task.host, "error": error,
                                   "first": not backoff["heard"]})
             self._stop.wait(backoff["delay"])
             backoff["delay"] = min(backoff["delay"] * 2, 5.0)
@@ -479,64 +407,39 @@ class Run:
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return not any(t.is_alive() for t in self._threads)
 
-    def waiting_report(self, after: float, stragglers: str = "") -> str | None:
-        """The startup watchdog: who waits for whom, once the cluster has not formed after ``after`` s.
-
-        TensorFlow's own wait is silent for up to an hour. ``stragglers``: the tasks TensorFlow itself
-        said it still waits for (its coordination service's log), when it said so.
-        """
-        waiting = [t for t in self.tasks if t.launched_at is not None and not t.cluster_formed
-                   and t.phase not in ENDED]
-        if not waiting or any(t.cluster_formed or t.phase == FINISHED for t in self.tasks):
-            return None  # a task that trained to its end had its cluster
-        waited = time.time() - min(t.launched_at for t in waiting)
-        if waited < after:
-            return None
-        missing = [t for t in self.tasks if t.launched_at is None or t.phase in ENDED]
-        names = ", ".join(t.name for t in waiting)
-        if missing:
-            who = "; ".join(
-                f"{t.name} at {t.address} on host {t.host} "
-                + (f"ended ({t.phase})" if t.phase in ENDED else "has not started")
-                for t in missing)
-            return (f"{names} waited {waited:.0f} s for the cluster to form: {who}. "
-                    f"See tfcc logs {self.run_id} {missing[0].name}; restart the run when it is fixed")
-        if stragglers:
-            return (f"{names} waited {waited:.0f} s for the cluster to form: TensorFlow still waits for "
-                    f"{stragglers} although every task started: a port may be blocked between hosts "
-                    "(tfcc check tests every pair)")
-        if not any(t.records for t in self.tasks):
-            # A script that reports nothing (its capture off) and whose TensorFlow said nothing of its
-            # cluster: nothing tells a healthy one from one that waits. Say nothing rather than cry wolf.
-            return None
-        return (f"{names} waited {waited:.0f} s for the cluster to form although every task started: a port may be "
-                "blocked between hosts (tfcc check tests every pair)")
-
     # ----------------------------------------------------------------- control
 
-    def stop(self, grace: float = 10.0) -> list[dict]:
-        """Stop every task, all hosts at once (SIGTERM, then SIGKILL after ``grace``); their answers in order."""
-        return at_once([(t,) for t in self.tasks], lambda task: self.links[task.host].connect().call(
-            "stop", timeout=grace + 30, run_id=self.run_id, task=task.name, grace=grace))
-
-    def stop_each(self, grace: float = 10.0, only: list["TaskState"] | None = None, done: bool = False) -> list[str]:
-        """Stop every task (or ``only`` these), all hosts at once, whatever fails; the hosts where a stop
-        had no answer. ``done``: the stop is their normal end (they end ``finished``)."""
-        def stop(task: TaskState) -> str | None:
+    def _send_stop(self, tasks: list[TaskState], grace: float, done: bool = False) -> list[dict | TfccError]:
+        """The one stop: ``tasks``, all hosts at once (SIGTERM, then SIGKILL after ``grace``), whatever fails;
+        each one's answer, or the error that kept it from answering. ``done``: the stop is their normal end
+        (they end ``finished``)."""
+        def stop(task: TaskState) -> dict | TfccError:
             try:
-                self.links[task.host].connect().call("stop", timeout=grace + 30, run_id=self.run_id,
-                                                     task=task.name, grace=grace, done=done)
-                return None
+                return self.links[task.host].connect().call(STOP, timeout=grace + 30, run_id=self.run_id,
+                                                            task=task.name, grace=grace, done=done)
             except TfccError as exc:
                 log.warning("could not stop %s of run %s: %s", task.name, self.run_id, exc)
-                return task.host
+                return exc
 
-        return [host for host in at_once([(t,) for t in (self.tasks if only is None else only)], stop)
-                if host is not None]
+        return at_once([(t,) for t in tasks], stop)
+
+    def stop(self, grace: float = 10.0) -> list[dict]:
+        """Stop every task; their answers in order, or the first error once every host had its go."""
+        answers = self._send_stop(self.tasks, grace)
+        for answer in answers:
+            if isinstance(answer, TfccError):
+                raise answer
+        return answers
+
+    def stop_each(self, grace: float = 10.0, only: list[TaskState] | None = None, done: bool = False) -> list[str]:
+        """Stop every task (or ``only`` these), whatever fails; the hosts where a stop had no answer."""
+        tasks = self.tasks if only is None else only
+        return [task.host for task, answer in zip(tasks, self._send_stop(tasks, grace, done))
+                if isinstance(answer, TfccError)]
 
     def status(self) -> list[dict]:
         return at_once([(t,) for t in self.tasks], lambda task: self.links[task.host].connect().call(
-            "status", run_id=self.run_id, task=task.name))
+            STATUS, run_id=self.run_id, task=task.name))
 
     def detach(self) -> None:
         self._stop.set()
@@ -547,14 +450,6 @@ class Run:
             samplers = list(self._samplers.values())
         for thread in samplers:
             thread.join(timeout=5)
-
-
-def script_environment(cluster: cl.Cluster) -> dict[str, str]:
-    """What a user's script's environment gets from tfcc: the Keras it runs with (``tf-keras`` sets
-    TF_USE_LEGACY_KERAS=1 before TensorFlow loads, ``keras3`` clears it; else the host's own)."""
-    flavour = cluster.script_keras
-    return {"TF_USE_LEGACY_KERAS": "1"} if flavour == cl.TF_KERAS else {"TF_USE_LEGACY_KERAS": "0"} \
-        if flavour == cl.KERAS3 else {}
 
 
 def task_address(name: str, tf_config: str) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from console.session import Pace
-from console.supervision import Failure, HostStreaks, backoff, judge
+from console.run.supervisor import Pace
+from console.run.supervisor import Failure, HostStreaks, backoff, judge
 
 
 @pytest.mark.parametrize(

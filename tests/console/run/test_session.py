@@ -12,9 +12,13 @@ import time
 import pytest
 
 from console import cluster as cl
-from console.metrics_store import MetricsStore
-from console.runner import Run
-from console.session import OFFER, RESTART, SUPERVISION, RunSession, decode_line
+from console.store.metrics import MetricsStore
+from console.run.runner import Run
+from console.run.session import RunSession
+from console.run.supervisor import OFFER, RESTART, waiting_report
+from console.states import SessionKind
+from console.text import event_line
+from trainer.records import decode_line
 from tests.helpers.scripted import follow_to_end
 from tests.helpers.waiting import wait_until
 from trainer.metrics import read_records
@@ -41,8 +45,8 @@ def test_watchdog_names_the_missing_task_and_its_address(homes, monkeypatch):
     try:
         assert wait_until(lambda: run.tasks[0].launched_at is not None and run.tasks[1].phase != "starting"
                           and run.tasks[1].exit is not None, 60)
-        assert run.waiting_report(after=3600) is None  # not yet: the threshold has not passed
-        report = run.waiting_report(after=0)
+        assert waiting_report(run, after=3600) is None  # not yet: the threshold has not passed
+        report = waiting_report(run, after=0)
         assert report.startswith("worker-0 waited ")
         assert f"worker-1 at {run.tasks[1].address} on host here ended (failed)" in report
         assert "tfcc logs wd worker-1" in report
@@ -65,7 +69,7 @@ def test_watchdog_is_quiet_for_a_script_that_reports_nothing_and_says_nothing(ho
     session.follow()
     try:
         assert wait_until(lambda: all(t.launched_at is not None for t in run.tasks), 30)
-        assert run.waiting_report(after=0) is None
+        assert waiting_report(run, after=0) is None
     finally:
         run.stop(grace=0.5)
         session.detach()
@@ -94,13 +98,13 @@ def test_watchdog_reads_tensorflows_own_log_of_a_scripts_cluster(homes):
     session = RunSession(run)
     session.follow()
     try:
-        assert wait_until(lambda: session._stragglers == "worker-1", 30), session._stragglers
-        report = run.waiting_report(0, session._stragglers)
+        assert wait_until(lambda: session.supervisor.stragglers == "worker-1", 30), session.supervisor.stragglers
+        report = waiting_report(run, 0, session.supervisor.stragglers)
         assert report.endswith("TensorFlow still waits for worker-1 although every task started: a port may be "
                                "blocked between hosts (tfcc check tests every pair)")
         session._read_tensorflow_signs(run.tasks[0], FORMED_LOG)
         assert all(t.cluster_formed and t.phase == "training" for t in run.tasks)
-        assert run.waiting_report(after=0, stragglers=session._stragglers) is None
+        assert waiting_report(run, after=0, stragglers=session.supervisor.stragglers) is None
     finally:
         run.stop(grace=0.5)
         session.detach()
@@ -124,7 +128,7 @@ def test_a_healthy_script_with_capture_off_is_known_formed_from_tensorflows_log(
     session.follow()
     try:
         assert wait_until(lambda: all(t.cluster_formed for t in run.tasks), 120)
-        assert run.waiting_report(after=0, stragglers=session._stragglers) is None
+        assert waiting_report(run, after=0, stragglers=session.supervisor.stragglers) is None
         assert not any(t.records for t in run.tasks)
     finally:
         run.stop(grace=0.5)
@@ -227,7 +231,7 @@ def test_a_lost_connection_and_its_return_are_events_of_the_run(homes):
     session._handle(task, {"type": "reconnected", "host": "gpu-b", "after": 8.4})
     expected = ["lost the connection to host gpu-b (connection refused); reconnecting (the task goes on there)",
                 "reconnected to host gpu-b after 8 s; following on from where it stopped"]
-    assert [(e["task"], e["event"], e["text"]) for e in session.store.events] == [
+    assert [(e["task"], e["event"], event_line(e)) for e in session.store.events] == [
         ("worker-0", "reconnecting", expected[0]), ("worker-0", "reconnected", expected[1])]
     assert [(e.kind, e.text) for e in events] == [("connection", expected[0]), ("connection", expected[1])]
 
@@ -241,7 +245,7 @@ def test_a_launch_time_that_is_not_a_number_is_ignored_not_fatal(homes):
     session._handle(task, {"type": "metrics", "offset": 10,
                            "lines": ['{"type": "event", "event": "launched", "time": "2024-01-01T00:00:00"}']})
     assert task.launched_at is None and task.phase == "waiting for the cluster"
-    assert session.run.waiting_report(after=0) is None
+    assert waiting_report(session.run, after=0) is None
 
 
 # --------------------------------------------------------------------------- supervision
@@ -250,7 +254,7 @@ def test_a_launch_time_that_is_not_a_number_is_ignored_not_fatal(homes):
 def supervised(run: Run) -> tuple[RunSession, list]:
     session = RunSession(run, MetricsStore())
     events = []
-    session.subscribe(lambda e: events.append((e.kind, e.text)) if e.kind in SUPERVISION else None)
+    session.subscribe(lambda e: events.append((e.kind, e.text)) if e.kind in SessionKind.SUPERVISION else None)
     return session, events
 
 
@@ -416,7 +420,7 @@ def test_after_the_last_epoch_no_stall_is_seen(homes):
     (it once restarted a run that was only saving)."""
     cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here")])
     session, events = supervised(Run(cluster, "saving"))
-    session.stall_floor = 0.0
+    session.supervisor.stall_floor = 0.0
     task = session.run.tasks[0]
     lines = ['{"type": "event", "event": "cluster_formed"}',
              '{"type": "event", "event": "started", "epochs": 2, "steps_per_epoch": 2}',
@@ -424,11 +428,11 @@ def test_after_the_last_epoch_no_stall_is_seen(homes):
              '{"type": "epoch", "epoch": 1, "loss": 0.5}']
     session._handle(task, {"type": "metrics", "offset": 100, "lines": lines})
     assert task.phase == "training"
-    session._pace[task.name].last_at -= 1000  # a long save
-    session._check_stalls()
-    assert events == [] and session._failed == []
-    session._pace[task.name].finished = False  # the same silence within training is a stall
-    session._check_stalls()
+    session.supervisor._pace[task.name].last_at -= 1000  # a long save
+    session.supervisor._check_stalls()
+    assert events == [] and session.supervisor._failed == []
+    session.supervisor._pace[task.name].finished = False  # the same silence within training is a stall
+    session.supervisor._check_stalls()
     assert [k for k, _ in events] == ["stalled"]
 
 
@@ -500,7 +504,7 @@ def test_a_failure_from_before_a_session_attached_is_offered_or_restarted(homes,
     later = Run.load("away")
     session = RunSession(later, MetricsStore(), found_failures=found_failures)
     events = []
-    session.subscribe(lambda e: events.append((e.kind, e.text)) if e.kind in SUPERVISION else None)
+    session.subscribe(lambda e: events.append((e.kind, e.text)) if e.kind in SessionKind.SUPERVISION else None)
     follow_to_end(session, 60)
     kinds = [k for k, _ in events]
     if found_failures == RESTART:
@@ -559,25 +563,25 @@ def test_a_stop_during_the_pause_before_a_restart_wins(homes):
 def test_a_stall_is_said_once_and_a_save_or_the_first_step_is_waited_for_longer(homes):
     cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here")], cl.Training(max_restarts=0))
     session, events = supervised(Run(cluster, "slow"))
-    session.stall_floor, session.watchdog = 1.0, 100.0
+    session.supervisor.stall_floor, session.supervisor.watchdog = 1.0, 100.0
     task = session.run.tasks[0]
     session._handle(task, {"type": "metrics", "offset": 1, "lines": [
         '{"type": "event", "event": "cluster_formed"}',
         '{"type": "event", "event": "started", "epochs": 2, "steps_per_epoch": 50}']})
-    pace = session._pace[task.name]
+    pace = session.supervisor._pace[task.name]
     pace.last_at -= 50   # building the model, agreeing on the backup: no step yet, well within the watchdog
-    session._check_stalls()
+    session.supervisor._check_stalls()
     assert events == []
     session._handle(task, {"type": "metrics", "offset": 2, "lines": [
         '{"type": "step", "epoch": 0, "step": 3, "loss": 0.5, "step_time": 0.01}',
         '{"type": "event", "event": "backing_up", "global_step": 4}']})
     pace.last_at -= 5    # a save takes 5 s: more than the floor, less than ten times it
-    session._check_stalls()
+    session.supervisor._check_stalls()
     assert events == []
     pace.last_at -= 10
-    session._check_stalls()
-    session._check_stalls()
-    assert [k for k, _ in events] == ["stalled"] and session._failed == [task]  # said once
+    session.supervisor._check_stalls()
+    session.supervisor._check_stalls()
+    assert [k for k, _ in events] == ["stalled"] and session.supervisor._failed == [task]  # said once
 
 
 def parameter_server_run_killed(homes, name: str, victim: str, after_epochs: int) -> tuple[Run, list]:

@@ -9,8 +9,14 @@ import random
 import numpy as np
 import pytest
 
-from console.metrics_store import MetricsStore, Table, is_cluster_wide, plot_of
+from console.store.metric_ids import is_cluster_wide, plot_of
+
+from console.store.metrics import MetricsStore
+
+from console.store.table import Table
 from console.text import event_text
+from console.store import snapshot
+from console.text import after_training_text, event_line, marker_text
 from tests.helpers.synthetic import feed, started_record, step_record
 
 
@@ -144,7 +150,7 @@ def test_progress_eta_stragglers_and_events():
     assert store.stragglers() == ["worker-1"]  # the synthetic worker 1 is 1.6x slower
     events = store.events_snapshot()
     assert [e["event"] for e in events] == ["started"] * 3
-    assert events[0]["text"].endswith("global batch 48 = 3 workers × 1 replica × 16")
+    assert event_line(events[0]).endswith("global batch 48 = 3 workers × 1 replica × 16")
     assert event_text({"event": "failed", "error": "boom; do X"}) == "FAILED: boom; do X"
 
 
@@ -181,16 +187,16 @@ def test_a_diverged_loss_is_a_gap_and_reads_nan_never_an_error():
     assert np.isnan(store.series("worker-0", "examples_per_sec")[1][4])
     markers = store.markers_snapshot()
     assert [(m.kind, m.task, m.step) for m in markers] == [("nan", "worker-0", 3.0)]  # the first only
-    assert markers[0].text == "worker-0: loss is nan at step 3"
-    assert store.events[-1]["text"] == "epoch 1 done  loss nan  val_accuracy nan"
+    assert marker_text(markers[0]) == "worker-0: loss is nan at step 3"
+    assert event_line(store.events[-1]) == "epoch 1 done  loss nan  val_accuracy nan"
 
 
 def test_a_damaged_metrics_line_is_an_event_not_a_loss():
     store = MetricsStore()
     store.ingest("worker-0", [{"type": "unreadable", "raw": '{"type": "step", "loss": 0.'}])
-    assert store.events[-1] == {"time": None, "task": "worker-0", "event": "unreadable",
-                                "text": "a line of its metrics file is not a record, skipped: "
-                                        "'{\"type\": \"step\", \"loss\": 0.'"}
+    event = store.events[-1]
+    assert (event["time"], event["task"], event["event"]) == (None, "worker-0", "unreadable")
+    assert event_line(event) == "a line of its metrics file is not a record, skipped: '{\"type\": \"step\", \"loss\": 0.'"
 
 
 def test_a_resumed_attempt_goes_on_from_its_backup_and_the_redone_steps_leave_the_curves():
@@ -224,17 +230,23 @@ def test_supervision_states_of_tasks():
     assert [(m.kind, m.task) for m in store.markers] == [("stall", "worker-1")]  # a marker per stall, not per word
 
 
+def doing(store) -> str:
+    """What the progress line says worker-0 does after its last epoch."""
+    after = store.progress["worker-0"].after
+    return after_training_text(after) if after else ""
+
+
 def test_after_the_last_epoch_the_progress_says_what_the_task_does():
     store = MetricsStore()
     store.ingest("worker-0", [started_record(0, 1, 10, 10)])
     store.ingest("worker-0", [step_record(0, k, 10, random.Random(k)) for k in range(1, 11)])
-    assert store.progress["worker-0"].doing == ""
+    assert doing(store) == ""
     store.ingest("worker-0", [{"type": "event", "event": "saving", "path": "/r/model.keras", "time": 1.0}])
-    assert store.progress["worker-0"].doing == "saving the model…"
-    assert store.events[-1]["text"] == "training done; saving the model to /r/model.keras"
+    assert doing(store) == "saving the model…"
+    assert event_line(store.events[-1]) == "training done; saving the model to /r/model.keras"
     store.ingest("worker-0", [{"type": "event", "event": "saved", "seconds": 0.42, "time": 2.0}])
-    assert store.progress["worker-0"].doing == "model saved in 0.4 s; ending…"
-    assert store.events[-1]["text"] == "model saved in 0.4 s"
+    assert doing(store) == "model saved in 0.4 s; ending…"
+    assert event_line(store.events[-1]) == "model saved in 0.4 s"
 
 
 def test_relative_time_counts_from_the_earliest_record_whatever_came_first():
@@ -266,9 +278,9 @@ def _everything(store: MetricsStore) -> MetricsStore:
 
 def test_a_snapshot_gives_the_whole_store_back_without_a_record_decoded(tmp_path):
     store = _everything(MetricsStore())
-    store.save(tmp_path / "snap", {"offsets": {"worker-0": 1234}})
+    store.save(tmp_path / "snap", offsets={"worker-0": 1234})
     again = MetricsStore()
-    assert again.restore(tmp_path / "snap") == {"offsets": {"worker-0": 1234}}
+    assert again.restore(tmp_path / "snap").offsets == {"worker-0": 1234}
     assert again.metrics() == store.metrics() and again.workers == store.workers and again.hosts == store.hosts
     for metric in store.metrics():
         for owner in store.owners(metric):
@@ -300,9 +312,9 @@ def test_a_damaged_or_missing_snapshot_is_an_error_and_adds_nothing(tmp_path):
     with pytest.raises(ValueError):
         MetricsStore().restore(tmp_path / "nothing-here")
     (tmp_path / "snap" / "store.json").write_text("{not json")
-    assert MetricsStore.snapshot_in(tmp_path / "snap") is None
+    assert snapshot.read(tmp_path / "snap") is None
     with pytest.raises(ValueError, match="empty store"):
-        _everything(MetricsStore()).restore(tmp_path / "snap", {"format": 1, "tables": []})
+        _everything(MetricsStore()).restore(tmp_path / "snap", snapshot.Snapshot())
 
 
 def test_steps_are_kept_exactly_past_what_four_bytes_hold():

@@ -9,12 +9,20 @@ import shutil
 import pytest
 
 from console import cluster as cl
-from console import history
-from console.history import History, HistoryError, cache_dir, load_store, overview
-from console.metrics_store import MetricsStore
-from console.runner import Run
-from console.runs import Manifest, RunError, manifest_path, write_manifest
-from console.session import RunSession, SessionEvent
+from console import catalog
+from console.store import cache
+from console.catalog import HistoryError, load_store, overview
+from console.store.cache import History, cache_dir
+from console.store.metrics import MetricsStore
+from console.run.runner import Run
+from console.errors import RunError
+from console.store.manifests import Manifest, manifest_path, write_manifest
+from console.run.session import RunSession
+from console.run.supervisor import Supervisor
+from console.states import SessionEvent
+from console.store import snapshot
+from trainer.records import Batch
+from console.text import event_line
 from tests.helpers.scripted import finished_run, follow_to_end, scripted_cluster
 
 
@@ -50,7 +58,7 @@ def test_a_session_keeps_what_it_received_and_a_restarted_console_loads_it_whole
         ("worker-0", "finished"), ("worker-1", "finished")}
 
     # The console restarts: no session, a new store. Its hosts are not asked: the cache is whole.
-    monkeypatch.setattr(history, "_replay", lambda *a, **k: pytest.fail("the hosts were asked"))
+    monkeypatch.setattr(catalog, "_replay", lambda *a, **k: pytest.fail("the hosts were asked"))
     store, order = load_store("kept")
     assert order == ["worker-0", "worker-1"]
     for task in order:
@@ -105,7 +113,7 @@ def test_a_run_followed_only_in_part_is_replayed_from_its_hosts_and_the_cache_co
     store, order = load_store("part")
     assert [steps_in(store, t) for t in order] == [50, 50]
     assert (folder / "worker-0.jsonl").read_bytes() == data  # the replay filled in what was missing
-    assert history.whole(json.loads((folder / "summary.json").read_text()), order)
+    assert cache.whole(json.loads((folder / "summary.json").read_text()), order)
 
 
 def test_without_any_cache_the_history_comes_from_the_hosts(homes):
@@ -123,19 +131,19 @@ def test_a_damaged_cache_is_read_as_far_as_it_is_good_with_a_note(homes, monkeyp
     step_lines = [i for i, line in enumerate(lines) if b'"type": "step"' in line]
     lines[step_lines[5]] = b'{"type": "step", "epo\x00\xff garbage\n'
     (folder / "worker-0.jsonl").write_bytes(b"".join(lines) + b'{"type": "step", "cut by a cr')
-    replay = history._replay
-    monkeypatch.setattr(history, "_replay", lambda *a, **k: pytest.fail("the hosts were asked"))
+    replay = catalog._replay
+    monkeypatch.setattr(catalog, "_replay", lambda *a, **k: pytest.fail("the hosts were asked"))
 
     store, order = load_store("damaged")
     assert steps_in(store, "worker-0") == 29 and steps_in(store, "worker-1") == 30
-    notes = [e["text"] for e in store.events_snapshot() if e["event"] == "history"]
+    notes = [event_line(e) for e in store.events_snapshot() if e["event"] == "history"]
     assert notes == [f"worker-0.jsonl of this run's history here has 1 line(s) that are not records (the first "
                      f"is line {step_lines[5] + 1}): shown as unreadable, as they came and its last line was cut "
                      "short (a crash while it was written) and is skipped; the rest is shown"]
     assert any(e["event"] == "unreadable" and e["task"] == "worker-0" for e in store.events_snapshot())
 
     # Opened again, the damaged task is replayed from its host, and its cache written anew.
-    monkeypatch.setattr(history, "_replay", replay)
+    monkeypatch.setattr(catalog, "_replay", replay)
     store, order = load_store("damaged")
     assert [steps_in(store, t) for t in order] == [30, 30]
     assert (folder / "worker-0.jsonl").read_bytes() == host_lines(homes, "damaged", "worker-0")
@@ -144,7 +152,7 @@ def test_a_damaged_cache_is_read_as_far_as_it_is_good_with_a_note(homes, monkeyp
     (folder / "summary.json").write_text('{"state": "fini')
     store, order = load_store("damaged")
     assert [steps_in(store, t) for t in order] == [30, 30]
-    assert any(e["text"].startswith("the history summary of run damaged") and "is damaged" in e["text"]
+    assert any(event_line(e).startswith("the history summary of run damaged") and "is damaged" in event_line(e)
                for e in store.events_snapshot())
     assert (folder / "worker-0.jsonl").read_bytes() == host_lines(homes, "damaged", "worker-0")
     assert json.loads((folder / "summary.json").read_text())["state"] == "finished"
@@ -162,7 +170,7 @@ def test_hosts_that_cannot_be_asked_leave_the_cache_with_a_note(homes):
         for i in range(7)))
     store, order = load_store("far", timeout=30)
     assert order == ["worker-0"] and steps_in(store, "worker-0") == 7
-    notes = [e["text"] for e in store.events_snapshot() if e["event"] == "history"]
+    notes = [event_line(e) for e in store.events_snapshot() if e["event"] == "history"]
     assert notes and notes[0].startswith("only what this console received of run far is shown: its hosts could "
                                          "not be asked")
     shutil.rmtree(folder)
@@ -203,7 +211,7 @@ def test_system_records_are_kept_per_host_and_given_back(homes):
         def ingest_system(self, host, r):
             got.append((host, r))
 
-    history.fill_from_cache("sys", Store(), ["worker-0", "worker-1"])
+    cache.fill_from_cache("sys", Store(), ["worker-0", "worker-1"])
     assert got == [("here", record)]
 
 
@@ -241,12 +249,12 @@ def test_deleting_a_run_removes_its_folders_and_its_history_and_refuses_a_runnin
     try:
         with pytest.raises(RunError, match=r"run busy still runs \(worker-0\); nothing was deleted; stop it first "
                                            r"\(tfcc stop busy\)"):
-            history.delete_run("busy")
+            catalog.delete_run("busy")
         assert (homes / "host-home" / "runs" / "busy").is_dir() and manifest_path("busy").exists()
     finally:
         going.stop(grace=0.5)
         going.detach()
-    said = history.delete_run("old")
+    said = catalog.delete_run("old")
     assert said[0] == "here: deleted worker-0, worker-1"
     assert not (homes / "host-home" / "runs" / "old").exists()
     assert not manifest_path("old").exists() and not cache_dir("old").exists()
@@ -272,7 +280,7 @@ def test_a_digits_run_reopened_after_a_restart_has_its_whole_history(homes, monk
     written = {t: read_records(homes / "host-home" / "runs" / "digits" / t / "metrics.jsonl")
                for t in ("worker-0", "worker-1")}
 
-    monkeypatch.setattr(history, "_replay", lambda *a, **k: pytest.fail("the cache is whole: no host is asked"))
+    monkeypatch.setattr(catalog, "_replay", lambda *a, **k: pytest.fail("the cache is whole: no host is asked"))
     store, order = load_store("digits")
     for task, records in written.items():
         steps = sum(r["type"] == "step" for r in records)
@@ -305,7 +313,7 @@ def test_over_ssh_a_runs_history_is_replayed_its_logs_fetched_and_it_is_deleted(
     run.start()
     session = RunSession(run, MetricsStore())
     follow_to_end(session, 60)
-    assert history.run_info("over-ssh").state == "finished"
+    assert catalog.run_info("over-ssh").state == "finished"
     shutil.rmtree(cache_dir("over-ssh"))
 
     store, order = load_store("over-ssh")
@@ -314,7 +322,7 @@ def test_over_ssh_a_runs_history_is_replayed_its_logs_fetched_and_it_is_deleted(
     assert (logs / "train" / "events.out.tfevents.0.here").read_bytes() == b"not a real event file"
     folders = [h.tfcc_home / "runs" / "over-ssh" for h in ssh_hosts.hosts]
     assert all(f.is_dir() for f in folders)
-    said = history.delete_run("over-ssh")
+    said = catalog.delete_run("over-ssh")
     assert sorted(said[:2]) == sorted(f"{h.name}: deleted worker-{i}" for i, h in enumerate(ssh_hosts.hosts))
     assert not any(f.exists() for f in folders) and not cache_dir("over-ssh").exists()
 
@@ -335,7 +343,7 @@ def test_a_reattach_takes_the_run_up_from_the_snapshot_and_reads_on_from_where_i
         assert wait_until(lambda: [steps_in(first, t) for t in ("worker-0", "worker-1")] == [60, 60], 60)
         session.detach()
         assert session.wait(10)
-        assert MetricsStore.snapshot_in(cache_dir("taken-up") / history.STORE) is not None
+        assert snapshot.read(cache_dir("taken-up") / cache.STORE) is not None
 
         before = {t: len(host_lines(homes, "taken-up", t)) for t in ("worker-0", "worker-1")}
         # While no console follows, the task writes on (as a trainer would).
@@ -372,18 +380,18 @@ def test_a_reattach_takes_the_run_up_from_the_snapshot_and_reads_on_from_where_i
 
 def test_a_finished_run_reopens_from_its_snapshot_without_a_line_decoded(homes, monkeypatch):
     _, live = finished_run(homes, "snapped", epochs=2, steps=30)
-    read_lines = history.read_lines
+    read_lines = cache.read_lines
 
     def no_metrics_lines(path, notes, *args, metrics=False, **kw):
         assert not metrics, f"the cache's metrics lines were decoded ({path.name})"
         return read_lines(path, notes, *args, **kw)
 
-    monkeypatch.setattr(history, "read_lines", no_metrics_lines)
-    monkeypatch.setattr(history, "_replay", lambda *a, **k: pytest.fail("the hosts were asked"))
+    monkeypatch.setattr(cache, "read_lines", no_metrics_lines)
+    monkeypatch.setattr(catalog, "_replay", lambda *a, **k: pytest.fail("the hosts were asked"))
     store, order = load_store("snapped")
     assert [steps_in(store, t) for t in order] == [60, 60]
     assert store.epochs == live.epochs  # and the events: the records' from the snapshot, the console's notes
-    key = lambda e: (e["task"], e["event"], e["text"])  # noqa: E731  from console.jsonl
+    key = lambda e: (e["task"], e["event"], event_line(e))  # noqa: E731  from console.jsonl
     assert sorted(map(key, store.events_snapshot())) == sorted(map(key, live.events_snapshot()))
 
 
@@ -395,12 +403,23 @@ def test_a_cache_written_on_after_the_snapshot_is_read_from_its_lines(homes):
     assert [steps_in(store, t) for t in order] == [21, 20]
 
 
-def test_a_snapshot_that_cannot_be_taken_up_whole_leaves_the_session_reading_from_the_first_records(homes):
+@pytest.mark.parametrize("how", ["a snapshot of the wrong shape", "supervision fails on what it kept"])
+def test_a_snapshot_that_cannot_be_taken_up_whole_leaves_the_session_reading_from_the_first_records(
+        homes, monkeypatch, how):
     finished_run(homes, "half-taken", epochs=1, steps=20)
-    state_path = cache_dir("half-taken") / history.STORE / "store.json"
-    state = json.loads(state_path.read_text())
-    state["extra"]["kept"] = ["not", "a", "dict"]  # the store restores; what supervision needs does not
-    state_path.write_text(json.dumps(state))
+    if how == "a snapshot of the wrong shape":  # refused whole (console.store.snapshot)
+        state_path = cache_dir("half-taken") / cache.STORE / "store.json"
+        state = json.loads(state_path.read_text())
+        state["kept"] = ["not", "a", "dict"]
+        state_path.write_text(json.dumps(state))
+    else:  # the store restores; what supervision needs does not (the first of it, once): the session rolls back
+        launched = Supervisor.launched
+
+        def broken(*args):
+            monkeypatch.setattr(Supervisor, "launched", launched)
+            raise ValueError("a kept record supervision cannot take")
+
+        monkeypatch.setattr(Supervisor, "launched", broken)
     store = MetricsStore()
     session = RunSession(Run.load("half-taken"), store)
     follow_to_end(session, 30)
@@ -417,7 +436,7 @@ def test_supervision_keeps_the_records_it_needs_in_their_order(homes):
                *({"type": "step", "global_step": g} for g in (1, 2, 3)),
                {"type": "event", "event": "backing_up"}, {"type": "alive", "n": 1}, {"type": "alive", "n": 2},
                {"type": "event", "event": "launched", "attempt": 2}, {"type": "step", "global_step": 4}]
-    session._records(task, records)
+    session._records(task, Batch(records))
     assert [(r["type"], r.get("event") or r.get("global_step") or r.get("n")) for r in session._kept[task.name]] == [
         ("event", "launched"), ("event", "cluster_formed"), ("step", 3), ("event", "backing_up"), ("alive", 2),
         ("event", "launched"), ("step", 4)]

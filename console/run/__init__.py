@@ -1,0 +1,4 @@
+"""One live run (Qt-free): ``launch`` says how a task is started, ``runner`` starts, stops and follows the
+tasks on their hosts, ``supervisor`` watches them and restarts the run when it can, and ``session`` makes
+sense of what is followed once, for every front end.
+"""

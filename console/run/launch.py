@@ -1,0 +1,96 @@
+"""What a task is started with: its command line and environment, for tfcc's trainer or a user's script, as the
+runner starts it on a host and the exports write it down (Qt-free; nothing here reaches a host).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from console import cluster as cl
+from console.errors import RunError
+from trainer.tf_config import ConfigError, PS
+from trainer.workloads import ORIGIN_VARIABLE as MODEL_FILE_ORIGIN
+from trainer.workloads import check_model_file
+
+LEGACY_KERAS = "TF_USE_LEGACY_KERAS"   # "1" before TensorFlow loads: tf.keras is tf-keras (Keras 2)
+GPUS = "CUDA_VISIBLE_DEVICES"
+
+
+def check_user_file(path: str, what: str) -> Path:
+    """A user's model file or script (``what``: ``model_file`` or ``script``), checked here so that its
+    errors name the user's own file."""
+    local = Path(path).expanduser()
+    where = f"training.{what} {path!r}" + (f" ({local.resolve()})" if not local.is_absolute() else "")
+    if not local.exists():
+        raise RunError(f"{where} does not exist", "check the path (a relative one starts at the folder tfcc runs in)")
+    if not local.is_file():
+        raise RunError(f"{where} is not a regular file", "give the path of a .py file")
+    if what == "model_file":
+        try:
+            check_model_file(local)
+        except ConfigError as exc:
+            raise RunError(str(exc)) from None
+    else:
+        try:
+            source = local.read_bytes()
+            compile(source, str(local), "exec", dont_inherit=True)
+        except OSError as exc:
+            raise RunError(f"{where} cannot be read ({exc.strerror})", "check its permissions") from None
+        except (SyntaxError, ValueError) as exc:
+            line = f" at line {exc.lineno}" if getattr(exc, "lineno", None) else ""
+            raise RunError(f"script {str(local)!r} has a syntax error{line}: {getattr(exc, 'msg', exc)}",
+                           "fix the script") from None
+    return local
+
+
+def trainer_args(cluster: cl.Cluster, model_file: str | None = None) -> list[str]:
+    """The trainer's options for every task of ``cluster``: the training settings, the model file where the
+    task finds it (``model_file``), and the evaluator's checkpoint folder when the run has one."""
+    args = list(cluster.training.trainer_args())
+    if cluster.training.model_file:
+        args[args.index("--model-file") + 1] = model_file
+    if cluster.evaluated:  # the chief writes checkpoints where the evaluator reads them
+        args += ["--eval-checkpoints", cl.EVAL_CHECKPOINTS]
+    return args
+
+
+def keras_environment(cluster: cl.Cluster) -> dict[str, str]:
+    """The Keras a task runs with: tfcc's trainer always tf-keras; a user's script what its cluster file says
+    (``tf-keras`` sets TF_USE_LEGACY_KERAS=1 before TensorFlow loads, ``keras3`` clears it; else the host's
+    own)."""
+    if not cluster.training.script:
+        return {LEGACY_KERAS: "1"}
+    flavour = cluster.script_keras
+    return {LEGACY_KERAS: "1"} if flavour == cl.TF_KERAS else {LEGACY_KERAS: "0"} if flavour == cl.KERAS3 else {}
+
+
+def gpu_environment(task: cl.Task) -> dict[str, str]:
+    """The GPUs a task sees: those it lists; none for a ps (it holds variables on its CPU: TensorFlow would
+    take every GPU's memory); else every GPU of its host (nothing set)."""
+    if task.gpus:
+        return {GPUS: ",".join(map(str, task.gpus))}
+    if task.role == PS:
+        return {GPUS: ""}
+    return {}
+
+
+def task_command(cluster: cl.Cluster, task: cl.Task, interpreter: str, dist: str,
+                 script: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """A task's argv and environment on a host whose deployed code is in ``dist``: the trainer (its run folder
+    ``{run_dir}``, the model file uploaded beside the code), or a user's ``script`` (its path in the task's own
+    copy of its workdir, ``{work_dir}``; through the capture unless it is turned off). The agent fills in the
+    braces."""
+    training = cluster.training
+    if training.script:
+        # The script runs in the task's own copy of its workdir (agent.workdir), through the capture
+        # (trainer.capture: the script unchanged, its metrics seen from the outside).
+        capture = [f"{dist}/trainer/capture.py"] if training.capture else []
+        argv = [interpreter, *capture, "{work_dir}/" + script, *training.args]
+    else:
+        model = f"{dist}/user/{Path(training.model_file).name}" if training.model_file else None
+        argv = [interpreter, "-m", "trainer", "--run-dir", "{run_dir}", *trainer_args(cluster, model)]
+    env = keras_environment(cluster)
+    if training.model_file and not training.script:
+        env[MODEL_FILE_ORIGIN] = str(Path(training.model_file).expanduser().resolve())
+    env.update(gpu_environment(task))
+    return argv, env

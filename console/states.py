@@ -1,0 +1,181 @@
+"""How a run's tasks and the run itself are: the one door a task's phase changes through, its transition
+table, what supervision marks on a task, a run's states, and what a run session tells its listeners (Qt-free).
+
+A task's phase (``agent.protocol``'s words) changes only in ``TaskState.change`` (an edge of ``TRANSITIONS``)
+or ``TaskState.relaunch`` (the only way back from an ended phase); every change is told to the task's
+``on_change``. Nothing else assigns a phase.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from agent.protocol import (ENDED, ERROR, FAILED, FINISHED, LOST, RUNNING, STARTING, STREAMS, TRAINING,
+                            WAITING)
+
+# --------------------------------------------------------------------------- a task's phase
+
+TRANSITIONS: dict[str, frozenset] = {
+    # STARTING -> RUNNING: its agent follows it; -> WAITING: its launched record; -> TRAINING: its cluster
+    # formed (an earlier attempt's record, read after a relaunch); -> an end: it ended before anything came.
+    STARTING: frozenset({RUNNING, WAITING, TRAINING, *ENDED}),
+    # RUNNING -> WAITING: the trainer launched; -> TRAINING: a script's capture saw training at once.
+    RUNNING: frozenset({WAITING, TRAINING, *ENDED}),
+    WAITING: frozenset({TRAINING, *ENDED}),
+    # TRAINING -> WAITING: a later attempt's launch, read in a run's history from its first record.
+    TRAINING: frozenset({WAITING, *ENDED}),
+    # An ended task changes no more: only TaskState.relaunch takes it back to STARTING.
+    FINISHED: frozenset(), FAILED: frozenset(), LOST: frozenset(), ERROR: frozenset(),
+}
+
+
+class PhaseError(RuntimeError):
+    """A phase change that is no edge of TRANSITIONS: a bug, never a host's doing."""
+
+
+class TaskState:
+    """One task of a run as the console knows it: where it is read up to, and its phase."""
+
+    def __init__(self, name: str, host: str, address: str = "", phase: str = STARTING):
+        if phase not in TRANSITIONS:
+            raise PhaseError(f"{name}: {phase!r} is no phase")
+        self.name = name
+        self.host = host
+        self.address = address
+        self.offsets: dict[str, int] = {stream: 0 for stream in STREAMS}
+        self.records = 0                      # records received of it
+        self.launched_at: float | None = None
+        self.cluster_formed = False
+        self.exit: dict | None = None         # its agent's exit record once it ended
+        self.attempt = 0                      # which launch of the run its process is (the agent counts them)
+        self._phase = phase
+        # Told of every change: (task, old phase, new phase). The run session says it to its listeners.
+        self.on_change: Callable[[TaskState, str, str], None] | None = None
+
+    def __repr__(self) -> str:
+        return f"TaskState({self.name!r}, {self.host!r}, phase={self._phase!r})"
+
+    @property
+    def phase(self) -> str:
+        return self._phase
+
+    @property
+    def ended(self) -> bool:
+        return self._phase in ENDED
+
+    def change(self, phase: str) -> bool:
+        """Move to ``phase`` along an edge of TRANSITIONS; whether it changed (the same phase is no change)."""
+        old = self._phase
+        if phase == old:
+            return False
+        if phase not in TRANSITIONS[old]:
+            raise PhaseError(f"{self.name}: no way from {old!r} to {phase!r}")
+        self._phase = phase
+        if self.on_change is not None:
+            self.on_change(self, old, phase)
+        return True
+
+    def relaunch(self) -> None:
+        """The task starts again (a restart, or a parameter-server worker taken back): a new launch."""
+        old = self._phase
+        self._phase, self.exit, self.launched_at, self.cluster_formed = STARTING, None, None, False
+        if old != STARTING and self.on_change is not None:
+            self.on_change(self, old, STARTING)
+
+
+# --------------------------------------------------------------------------- what a task's follow says
+# Besides its agent's messages (agent.protocol: following, metrics, log, end), a follow says:
+
+RECONNECTING = "reconnecting"  # its host could not be reached, or the connection dropped: it tries again
+RECONNECTED = "reconnected"    # reached again: it reads on from where it stopped
+FOLLOW_ERROR = "error"         # it cannot follow the task any more (a refused host key, the agent's refusal)
+
+
+# --------------------------------------------------------------------------- what supervision marks on a task
+
+
+class Mark:
+    """What supervision says of a task now (a badge in the window, a ``state`` session event)."""
+
+    RUNNING = "running"
+    STALLED = "stalled"
+    FAILED = "failed"
+    RESTARTING = "restarting"
+    ALL = (RUNNING, STALLED, FAILED, RESTARTING)
+
+
+# --------------------------------------------------------------------------- a run's state
+
+
+class RunState:
+    """A run's state as ``tfcc runs`` and the Runs panel show it."""
+
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    UNKNOWN = "unknown"
+    ENDED = (FINISHED, FAILED, STOPPED)
+    ALL = (RUNNING, FINISHED, FAILED, STOPPED, UNKNOWN)
+
+
+def run_state(phases: list[str], stopped: list[bool]) -> str:
+    """A run's state from its tasks' phases (and whether a stop someone asked for ended each)."""
+    if not phases or any(p not in ENDED for p in phases):
+        return RunState.RUNNING
+    if all(p == FINISHED for p in phases):
+        return RunState.FINISHED
+    if any(stopped):
+        return RunState.STOPPED
+    return RunState.FAILED
+
+
+# --------------------------------------------------------------------------- what a session tells
+
+
+class SessionKind:
+    """A ``SessionEvent``'s kind."""
+
+    RECORDS = "records"                    # a batch of a task's decoded records (``records``, ``batch``)
+    TRAINING_STARTED = "training_started"  # the run's first ``started`` event (in ``records``)
+    LOG = "log"                            # a task's output (``stream``, ``text``)
+    CONNECTION = "connection"              # a task's follow lost or regained its host (``message``, ``text``)
+    PHASE = "phase"                        # a task's phase changed (``message``: ``from``, ``to``)
+    TASK_ENDED = "task_ended"              # a task's process ended (``message``: its agent's end, ``text``)
+    WATCHDOG = "watchdog"                  # the cluster has not formed in time: who waits for whom (``text``)
+    STATE = "state"                        # what supervision marks on a task now (``message["state"]``, a Mark)
+    SYSTEM = "system"                      # a host's load (``host``, ``message``: its agent's system record)
+    ENDED = "ended"                        # every task ended and all they sent was handled
+    # Supervision's (``text``; ``message`` has the ``attempt``): ``resumed`` says where an attempt took up
+    # training; ``offered`` that a run failed while no console followed it, and how to restart it.
+    ALERT = "alert"
+    STALLED = "stalled"
+    FAILURE = "failure"
+    HOST_FAILING = "host_failing"
+    RESTARTING = "restarting"
+    RESTARTED = "restarted"
+    RESUMED = "resumed"
+    OFFERED = "offered"
+    GAVE_UP = "gave_up"
+    SUPERVISION = (ALERT, STALLED, FAILURE, HOST_FAILING, RESTARTING, RESTARTED, RESUMED, OFFERED, GAVE_UP)
+    ALARMS = (ALERT, STALLED, FAILURE, HOST_FAILING, OFFERED, GAVE_UP)  # to look at
+    # The console's own notes of a run, kept in its history beside what the tasks sent.
+    NOTED = (*SUPERVISION, WATCHDOG)
+
+
+@dataclass
+class SessionEvent:
+    """What a run session tells its listeners; ``kind`` is one of SessionKind's."""
+
+    kind: str
+    task: TaskState | None = None
+    records: list = field(default_factory=list)
+    stream: str = ""
+    text: str = ""
+    message: dict = field(default_factory=dict)
+    host: str = ""
+    batch: object = None  # with RECORDS: the records sorted by type once (trainer.records.Batch)
+
+
+Listener = Callable[[SessionEvent], None]

@@ -1,0 +1,143 @@
+"""The metrics file's vocabulary: record types, event names, the fields that are no metric, a line read.
+
+Standard library only (Python 3.9+): the trainer and the capture around a user's script write these
+records on the hosts, the console reads them; docs/metrics.md says what each one holds. A record is a
+JSON object on a line with a string ``type``; ``decode_line`` is the one reading of such a line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+
+class RecordType:
+    """A record's ``type``."""
+
+    STEP = "step"              # one training step of one worker (or a captured step: ``captured``)
+    EPOCH = "epoch"            # an epoch's end: its training and validation metrics
+    EVENT = "event"            # a moment of the task's life (``event``: one of Event's names)
+    ALIVE = "alive"            # a parameter-server worker or ps says it serves, with its CPU and memory
+    SYSTEM = "system"          # a host's load (the agent's system op, added by the console; not in the file)
+    UNREADABLE = "unreadable"  # what ``decode_line`` makes of a line that is no record: it keeps the line
+    METRICS = (STEP, EPOCH)    # the records that carry training metrics
+    ALL = (STEP, EPOCH, EVENT, ALIVE, SYSTEM, UNREADABLE)
+
+
+class Event:
+    """An ``event`` record's ``event``, in the order a task meets them."""
+
+    LAUNCHED = "launched"              # the process started and its TF_CONFIG is valid
+    CLUSTER_FORMED = "cluster_formed"  # the strategy exists: every task of the cluster joined
+    SERVING = "serving"                # a parameter-server worker or ps serves (the coordinator drives it)
+    EVALUATING = "evaluating"          # the evaluator waits for the chief's checkpoints
+    STARTED = "started"                # training starts: the strategy and the batch plan
+    RESUMED = "resumed"                # an attempt took up its backup (or found none and starts over)
+    TRAIN_BEGIN = "train_begin"        # a user's script's fit begins (the capture)
+    BACKING_UP = "backing_up"          # a backup is being written
+    BACKED_UP = "backed_up"            # a backup is on disk
+    TRAIN_END = "train_end"            # a user's script's fit ended (the capture)
+    EVALUATED = "evaluated"            # the evaluator evaluated an epoch's checkpoint
+    SAVING = "saving"                  # training is done; the model is being saved
+    SAVED = "saved"                    # the model is saved
+    FINISHED = "finished"              # training and saving are done
+    FAILED = "failed"                  # the task stops on an error (``error`` says what to do)
+    ALL = (LAUNCHED, CLUSTER_FORMED, SERVING, EVALUATING, STARTED, RESUMED, TRAIN_BEGIN, BACKING_UP, BACKED_UP,
+           TRAIN_END, EVALUATED, SAVING, SAVED, FINISHED, FAILED)
+    UP = (SERVING, EVALUATING)         # a task that takes no part in synchronous training is up
+    QUIET = (BACKING_UP, BACKED_UP, RESUMED)  # bookkeeping, or said once for the run: not in the lines people read
+    AFTER_TRAINING = (SAVING, SAVED, FINISHED)  # what a task does after its last epoch
+
+
+# A user's script run by tfcc's capture (trainer/capture.py) says so in its launched event's workload, and its
+# records that come from no reporter say where they come from in ``captured``.
+SCRIPT_WORKLOAD = "script"
+CAPTURED = "captured"
+FROM_SUMMARY, FROM_PRINT, FROM_SCHEDULE = "summary", "print", "schedule"
+
+# Fields of a step or epoch record that say where and when it is, not how training goes: every other
+# numeric field is a metric.
+PLACE_FIELDS = frozenset({"type", "task_type", "task_index", "time", "epoch", "step", "global_step", "attempt",
+                          "steps", "event", CAPTURED})
+
+
+def decode_line(line: str) -> dict:
+    """One line of a metrics file as a record: a JSON object with a string ``type``, else an
+    ``unreadable`` record that keeps the line (a damaged file loses nothing it has)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        record = None
+    if isinstance(record, dict) and isinstance(record.get("type"), str):
+        return record
+    return {"type": RecordType.UNREADABLE, "raw": line}
+
+
+def number(value) -> float:
+    """A record's field as a float: NaN for a missing, non-finite or non-numeric one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    return float(value)
+
+
+def metrics_of(record: dict) -> dict:
+    """The metrics of an epoch record (its fields but the place ones and its duration), or a ``finished``
+    or ``evaluated`` event's ``metrics``."""
+    if record.get("type") == RecordType.EVENT:
+        metrics = record.get("metrics")
+        return dict(metrics) if isinstance(metrics, dict) else {}
+    return {k: v for k, v in record.items() if k not in PLACE_FIELDS and k != "epoch_time"}
+
+
+class Batch:
+    """A task's records as they came, sorted by type once: what the console's store, cache and supervision
+    each read of them, without going through the records again."""
+
+    __slots__ = ("records", "steps", "others", "resumes", "started", "launched_at", "last_metrics")
+
+    def __init__(self, records: list):
+        self.records = records
+        self.steps: list[dict] = []
+        self.others: list[dict] = []     # every record but the steps, in order
+        self.resumes: list[int] = []     # where in ``records`` the resumed events are (an attempt's cut)
+        self.started: dict | None = None  # the first started event
+        self.launched_at: float | None = None  # the earliest launch's time
+        self.last_metrics: dict | None = None  # the last record with a task's final metrics (epoch, finished)
+        for i, r in enumerate(records):
+            kind = r.get("type")
+            if kind == RecordType.STEP:
+                self.steps.append(r)
+                continue
+            self.others.append(r)
+            if kind == RecordType.EPOCH:
+                self.last_metrics = r
+            elif kind == RecordType.EVENT:
+                name = r.get("event")
+                if name == Event.RESUMED:
+                    self.resumes.append(i)
+                elif name == Event.STARTED and self.started is None:
+                    self.started = r
+                elif name == Event.LAUNCHED:
+                    when = number(r.get("time"))
+                    if math.isfinite(when) and (self.launched_at is None or when < self.launched_at):
+                        self.launched_at = when
+                elif name in (Event.FINISHED, Event.EVALUATED) and isinstance(r.get("metrics"), dict):
+                    self.last_metrics = r
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __iter__(self):
+        return iter(self.records)
+
+    def split_at_resumes(self) -> list[Batch]:
+        """The batch cut after each resumed event: each attempt's steps after its own cut."""
+        if not self.resumes or self.resumes == [len(self.records) - 1]:
+            return [self]
+        parts, start = [], 0
+        for i in self.resumes:
+            parts.append(Batch(self.records[start:i + 1]))
+            start = i + 1
+        if start < len(self.records):
+            parts.append(Batch(self.records[start:]))
+        return parts
