@@ -25,6 +25,7 @@ from console.remote.deploy import make_bundle
 from console.remote.link import HostLink
 from console.script_source import keras_use
 from trainer.plan import GlobalSplit, replicas_per_worker, strategy_for
+from trainer.tf_config import CHIEF, WORKER
 
 log = logging.getLogger("console.checks")
 LISTEN_SECONDS = 60.0
@@ -164,7 +165,7 @@ def script_problems(cluster: cl.Cluster) -> list[Problem]:
 def _holds_replicas(cluster: cl.Cluster, task: cl.Task) -> bool:
     """A task with model replicas: a worker, or the chief of synchronous training (a coordinator holds
     none, a ps holds variables, an evaluator is no part of training)."""
-    return task.role == "worker" or (task.role == "chief" and not cluster.parameter_server)
+    return task.role == WORKER or (task.role == CHIEF and not cluster.parameter_server)
 
 
 def _global_batch_rule(cluster: cl.Cluster, gpus_per_worker: dict[str, int]) -> list[Problem]:

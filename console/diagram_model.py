@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from agent.protocol import format_address, parse_address, parse_task_name, task_name
+from agent.protocol import format_address, parse_address, parse_task_name
 from console import cluster as cl
 from trainer.plan import GlobalSplit, replicas_per_worker, strategy_for
 from trainer.tf_config import PS, TRAINING_ROLES, WORKER, chief_name

@@ -1,5 +1,7 @@
-"""What a user's script says of itself, read without running it (Qt-free): which Keras it imports and
-whether it trains with ``fit``. ``tfcc check`` asks it before a launch (console.checks)."""
+"""What a user's script says of itself, read without running it (Qt-free).
+
+Which Keras it imports and whether it trains with ``fit``; ``tfcc check`` asks it before a launch
+(console.checks)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""How a run's tasks and the run itself are: the one door a task's phase changes through, its transition
-table, what supervision marks on a task, a run's states, and what a run session tells its listeners (Qt-free).
+"""How a run and its tasks are: task phases and their one door, marks, run states, session events (Qt-free).
+
+The one door a task's phase changes through and its transition table, what supervision marks on a task, a
+run's states, and what a run session tells its listeners.
 
 A task's phase (``agent.protocol``'s words) changes only in ``TaskState.change`` (an edge of ``TRANSITIONS``)
 or ``TaskState.relaunch`` (the only way back from an ended phase); every change is told to the task's

@@ -1,5 +1,7 @@
-"""``python trainer/capture.py SCRIPT [ARGS...]``: run a user's script unchanged, as ``python SCRIPT
-ARGS`` would, and capture what it trains from the outside (docs/your-script.md).
+"""``python trainer/capture.py SCRIPT [ARGS...]``: run a user's script unchanged and capture its training.
+
+It runs as ``python SCRIPT ARGS`` would, and what it trains is captured from the outside
+(docs/your-script.md).
 
 The script runs as ``__main__`` with its own ``sys.argv`` and its folder first on ``sys.path``
 (as ``coverage run`` and ``python -m cProfile`` run one). Nothing is imported before the script

@@ -1,4 +1,4 @@
-"""TF_CONFIG: the roles, a task's id, the cluster one task sees, and reading and writing TF_CONFIG (no TensorFlow).
+"""TF_CONFIG: the roles, a task's id, the cluster one task sees, reading and writing it (no TensorFlow).
 
 Standard library only (Python 3.9+): the trainer, the capture around a user's script, the Slurm mode and the
 console all read TF_CONFIG through this module, and the chief rule (``chief`` if the cluster has one, else

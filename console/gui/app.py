@@ -222,5 +222,5 @@ def main(cluster_path: str | None = None) -> int:
     window.show()
     gc.freeze()  # what start-up made lives as long as the window: later collections skip it
     if cluster_path is None and window.files.path is None:
-        window.look_for_runs()  # open_profile looks by itself
+        window.run_control.look_for_runs(window.cluster)  # opening a profile looks by itself
     return app.exec()

@@ -1,5 +1,6 @@
-"""The live dashboard: every metric of a run, per worker or once for the cluster, the system lane,
-progress, alerts, events and logs.
+"""The live dashboard: every metric of a run, per worker or once for the cluster, and the system lane.
+
+Each task's progress row (``progress_view``) is above the plots, the events and logs (``events_view``) beside.
 
 Curves are redrawn from the ``MetricsStore`` by a timer (at most 30 Hz) and only when the
 store changed, never once per sample; each curve gets at most ``MAX_POINTS`` points (a
@@ -12,28 +13,25 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import time
 from contextlib import contextmanager
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont, QPainter
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QGridLayout, QHBoxLayout, QLabel, QListWidget,
-                               QListWidgetItem, QPlainTextEdit, QSizePolicy, QSlider, QSplitter, QTabWidget,
-                               QVBoxLayout, QWidget)
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QSizePolicy,
+                               QSlider, QSplitter, QVBoxLayout, QWidget)
 
-from agent.protocol import ERROR, FAILED, LOST, WAITING
 from console.gui.colors import worker_color
-from console.states import RECONNECTING, SessionKind
+from console.gui.events_view import EventsView
+from console.gui.progress_view import ProgressView
 from console.store.metric_ids import DEFAULT_PLOTS, EPOCH, HOST, SYSTEM, X_AXES, is_cluster_wide, plot_label, plot_of
 from console.store.metrics import Marker, MetricsStore
-from console.text import (after_training_text, alive_text, event_line, marker_label, marker_text, metric_text,
-                          state_text)
+from console.text import marker_label, marker_text, metric_text
+from trainer.tf_config import TRAINING_ROLES
 
 REFRESH_MS = 33          # at most 30 redraws a second
 MAX_POINTS = 600         # per curve and redraw: 300 min/max pairs, one per 2-3 pixels of a plot
-LOG_LINES = 2000         # per worker's log tail
 NEW_WORKERS_PER_FRAME = 4  # rows, curves and legend entries added per redraw
 MIN_X_SPAN = 100           # steps a view shows at least (fewer view moves early in a run)
 SLOW_REFRESH_MS = 250      # progress lines, ETA, straggler marks, the metric list and the events list
@@ -42,15 +40,11 @@ READOUT_CURVES = 8         # curves named in the hover read-out (the rest are co
 CLUSTER_PEN = "#222222"    # a cluster-wide curve (the same number on every worker: drawn once)
 EPOCH_COLOR = "#0072B2"    # training values per epoch
 VALIDATION_COLOR = "#D55E00"  # validation values per epoch
-TRAINING_ROLES = ("worker", "chief")
 FRAME_BUDGET = 0.015  # seconds of reducing new rows per frame and group of plots; the rest next frame
 PER_WORKER_AT_START = ("step_time",)  # every training task reports it: its curves are made at Start
 HOST_COLORS = ("#333333", "#8C564B", "#7F7F7F", "#17BECF")
 MARKER_PENS = {Marker.RESTART: ("#b00020", Qt.DashLine), Marker.STALL: ("#E69F00", Qt.DashLine),
                Marker.NAN: ("#b00020", Qt.DotLine)}
-# Events the events list shows in red: a task's bad end, a lost host, what supervision wants looked at.
-ALARMS = (FAILED, ERROR, LOST, SessionKind.WATCHDOG, RECONNECTING, *SessionKind.ALARMS)
-
 
 EMPTY = np.empty(0)
 
@@ -102,51 +96,6 @@ def _bounds(x: np.ndarray, y: np.ndarray):
     return float(x[0]), float(x[-1]), float(y[finite].min()), float(y[finite].max()), False
 
 
-class ProgressLine(QWidget):
-    """An epoch progress bar with its text, repainted with the frame (QProgressBar repaints
-    synchronously on every setValue: 1 ms each, 32 workers a third of a frame)."""
-
-    def __init__(self, colour: QColor, parent=None):
-        super().__init__(parent)
-        self.colour = colour
-        self._value = 0.0
-        self._text = WAITING
-        self.setMinimumHeight(18)
-        self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
-
-    def value(self) -> float:
-        return self._value
-
-    def text(self) -> str:
-        return self._text
-
-    def set_progress(self, value: float, text: str) -> None:
-        if value != self._value or text != self._text:
-            self._value, self._text = value, text
-            self.update()
-
-    def paintEvent(self, event):  # noqa: N802 (Qt's name)
-        p = QPainter(self)
-        r = self.rect().adjusted(0, 1, -1, -2)
-        p.setPen(QColor("#999"))
-        p.setBrush(QColor("#f4f4f4"))
-        p.drawRect(r)
-        filled = QColor(self.colour)
-        filled.setAlpha(90)
-        p.fillRect(r.adjusted(1, 1, -r.width() + int(r.width() * self._value), 0), filled)
-        p.setPen(QColor("#222"))
-        p.drawText(r, Qt.AlignCenter, self._text)
-        p.end()
-
-
-def _fmt_eta(seconds: float | None) -> str:
-    if seconds is None:
-        return "ETA …"
-    seconds = int(seconds)
-    return f"ETA {seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 \
-        else f"ETA {seconds // 60}:{seconds % 60:02d}"
-
-
 class Dashboard(QWidget):
     view_changed = Signal(dict)  # the person changed a reading aid: view()
 
@@ -169,7 +118,6 @@ class Dashboard(QWidget):
         self._views: dict[str, tuple] = {}    # per plot: the view range last set while following
         self.following: dict[str, bool] = {}  # per plot: does the view follow the data (no zoom/pan by hand)
         self._seen_version = -1               # the store's version drawn: -1, the first tick draws
-        self._seen_events = 0
         self._layout_plots: list[str] = []    # the plots in the layout now, in order
         self.marker_lines: list[tuple] = []   # (marker, [(plot, line)]) for each marker drawn
         self._markers_placed = -1
@@ -216,22 +164,9 @@ class Dashboard(QWidget):
         self._legend_names: set = set()
         self.plot_area.scene().sigMouseMoved.connect(self._on_scene_mouse_moved)
 
-        self.progress_box = QWidget()
-        self.progress_grid = QGridLayout(self.progress_box)
-        self.progress_grid.setContentsMargins(4, 4, 4, 4)
-        self.progress_bars: dict[str, ProgressLine] = {}
+        self.progress_view = ProgressView()  # a row per task: progress, badges
         self._slow_version = -1
-        self.straggler_labels: dict[str, QLabel] = {}  # per worker: its supervision state, or "straggler"
-        self._name_labels: dict[str, QLabel] = {}
-
-        self.events = QListWidget()
-        self.events.setWordWrap(True)
-        self.logs = QTabWidget()
-        self.log_views: dict[str, QPlainTextEdit] = {}
-        side = QTabWidget()
-        side.addTab(self.events, "Events")
-        side.addTab(self.logs, "Logs")
-        self.side_tabs = side
+        self.events_view = EventsView()      # the events and each task's log tail
 
         plots_row = QSplitter(Qt.Horizontal)
         plots_row.addWidget(self.metric_list)
@@ -241,12 +176,12 @@ class Dashboard(QWidget):
         left = QWidget()
         left_layout = QVBoxLayout(left)
         left_layout.setContentsMargins(0, 0, 0, 0)
-        left_layout.addWidget(self.progress_box)
+        left_layout.addWidget(self.progress_view)
         left_layout.addLayout(controls)
         left_layout.addWidget(plots_row, 1)
         split = QSplitter(Qt.Horizontal)
         split.addWidget(left)
-        split.addWidget(side)
+        split.addWidget(self.events_view)
         split.setSizes([860, 320])
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -283,33 +218,22 @@ class Dashboard(QWidget):
     def _set_store(self, store: MetricsStore, order: list[str]) -> None:
         self.store = store
         self.order = list(order)
-        rows = list(self.progress_bars)
+        rows = self.progress_view.rows()
         if rows and rows == self.order[:len(rows)]:
             # The same tasks (a reattach, or a run of the same cluster): their rows, curves and legend
             # stay, emptied; making them again for 128 workers stalled the window for a third of a second.
-            for task in rows:
-                self.progress_bars[task].set_progress(0.0, "")
-                self.straggler_labels[task].setText("")
-                self.straggler_labels[task].setToolTip("")
+            self.progress_view.empty()
             for curve in [*self.curves.values(), *self.smooth_curves.values()]:
                 curve.clear_points()
         else:
             for key in list(self.curves) + list(self.smooth_curves):
                 self._remove_curve(key)
-            for widget in [*self._name_labels.values(), *self.progress_bars.values(), *self.straggler_labels.values()]:
-                self.progress_grid.removeWidget(widget)
-                widget.deleteLater()
-            self.progress_bars.clear()
-            self.straggler_labels.clear()
-            self._name_labels.clear()
+            self.progress_view.clear()
             self.legend.clear()
             self._legend_names.clear()
         self._clear_markers()
-        self.events.clear()
-        self.logs.clear()
-        self.log_views.clear()
+        self.events_view.clear_run()
         self._seen_version = self._slow_version = -1
-        self._seen_events = 0
         self._views.clear()
         self._drawn.clear()
         for task in self.order:  # known workers get their rows and step time curves now, not while data flows
@@ -348,12 +272,6 @@ class Dashboard(QWidget):
             self.x_box.setCurrentIndex(X_AXES.index(view["x"]))
         self._relayout()
         self._redraw_all()
-
-    def append_log(self, task: str, stream: str, text: str) -> None:
-        lines = text.splitlines()
-        if lines:  # one append per message: a chatty task costs one layout, not one per line
-            self._log_view(task).appendPlainText(
-                "\n".join(lines) if stream == "stdout" else "\n".join(f"[{stream}] {line}" for line in lines))
 
     # ------------------------------------------------------------ the reading aids
 
@@ -579,31 +497,8 @@ class Dashboard(QWidget):
             self.order.append(task)
         return self.order.index(task)
 
-    def _log_view(self, task: str) -> QPlainTextEdit:
-        view = self.log_views.get(task)
-        if view is None:
-            view = QPlainTextEdit()
-            view.setReadOnly(True)
-            view.setMaximumBlockCount(LOG_LINES)
-            view.setFont(QFont("monospace", 8))
-            self.log_views[task] = view
-            self.logs.addTab(view, task)
-        return view
-
     def _worker_row(self, task: str) -> None:
-        if task in self.progress_bars:
-            return
-        row = len(self.progress_bars)
-        name = QLabel(f"<b style='color:{worker_color(self._color_index(task)).name()}'>■</b> {task}")
-        bar = ProgressLine(worker_color(self._color_index(task)))
-        slow = QLabel("")
-        slow.setStyleSheet("color: #b00020; font-weight: bold")
-        self.progress_grid.addWidget(name, row, 0)
-        self.progress_grid.addWidget(bar, row, 1)
-        self.progress_grid.addWidget(slow, row, 2)
-        self.progress_bars[task] = bar
-        self.straggler_labels[task] = slow
-        self._name_labels[task] = name
+        self.progress_view.add_row(task, worker_color(self._color_index(task)))
 
     # ------------------------------------------------------------ drawing
 
@@ -619,7 +514,7 @@ class Dashboard(QWidget):
         workers = list(store.workers)
         new = 0
         for task in [t for t in self.order if t in workers] + [t for t in workers if t not in self.order]:
-            if task not in self.progress_bars:
+            if task not in self.progress_view.bars:
                 if new == NEW_WORKERS_PER_FRAME:  # the rest next frame: adding widgets is slow
                     self._seen_version = -1
                     continue
@@ -649,7 +544,7 @@ class Dashboard(QWidget):
             for (owner, metric), (x, y, smooth) in changed.items():
                 if not len(x):
                     continue
-                if owner not in self.progress_bars and not owner.startswith(HOST) and curve_for == self._curve_for:
+                if owner not in self.progress_view.bars and not owner.startswith(HOST) and curve_for == self._curve_for:
                     if owner in store.workers:  # a worker still waiting for its row: next frame
                         drawn.pop((owner, metric), None)
                         self._seen_version = -1
@@ -833,39 +728,8 @@ class Dashboard(QWidget):
         self._slow_version = store.version
         self._sync_metric_list()
         self._relayout()
-        alive = store.alive_snapshot()
-        for task, bar in self.progress_bars.items():
-            prog = store.progress.get(task)
-            if task in alive and not (prog is not None and prog.steps_per_epoch):  # a server: no steps of its own
-                bar.set_progress(0.0, alive_text(alive[task]))
-            elif prog is not None and prog.steps_per_epoch:
-                bar.set_progress(prog.fraction,
-                                 f"epoch {prog.epoch + 1}/{prog.epochs}  step {prog.step + 1}/{prog.steps_per_epoch}"
-                                 f"  {prog.fraction * 100:.0f}%  " + (after_training_text(prog.after) if prog.after else _fmt_eta(prog.eta())))
-        slow = set(store.stragglers())
-        states = store.states_snapshot()
-        diverged = {m.task: marker_text(m) for m in store.markers_snapshot() if m.kind == Marker.NAN}
-        for task, label in self.straggler_labels.items():
-            state, why = states.get(task, ("", ""))
-            if state:
-                words = state_text(state, why)
-            elif task in diverged:
-                words, why = "loss not finite", diverged[task]
-            else:
-                words = "straggler: step time well above the others'" if task in slow else ""
-            if label.text() != words:
-                label.setText(words)
-                label.setToolTip(why)
-        events = store.events_snapshot()
-        for e in events[self._seen_events:]:
-            when = dt.datetime.fromtimestamp(e["time"] or time.time()).strftime("%H:%M:%S")
-            item = QListWidgetItem(f"{when}  {e['task']}: {event_line(e)}")
-            if e["event"] in ALARMS:
-                item.setForeground(Qt.red)
-            self.events.addItem(item)
-        if len(events) > self._seen_events:
-            self.events.scrollToBottom()
-        self._seen_events = len(events)
+        self.progress_view.show_store(store)
+        self.events_view.show_store(store)
 
     def showEvent(self, event):  # noqa: N802 (Qt's name): curves were not fed while hidden
         self._seen_version = self._slow_version = -1

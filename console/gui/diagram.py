@@ -13,6 +13,7 @@ from console import cluster as cl
 from console.gui.colors import worker_color
 from console.text import size_text, state_text, variables_text
 from console.diagram_model import BatchSplit, HostBox, picture
+from trainer.tf_config import CHIEF, EVALUATOR, PS, TRAINING_ROLES, WORKER
 
 TASK_W, TASK_H, PAD = 190, 96, 12
 CROWN = "\u265b"  # ♛
@@ -32,9 +33,9 @@ class _TaskItem(QGraphicsRectItem):
 
 
 # What a task does, by role, under parameter-server training (True) or synchronous training (False).
-ROLE_WORDS = {("chief", True): "chief: coordinates, runs fit", ("ps", True): "ps: holds the variables",
-              ("worker", True): "worker: takes steps", ("evaluator", True): "evaluator: reads the chief's",
-              ("evaluator", False): "evaluator: reads the chief's"}
+ROLE_WORDS = {(CHIEF, True): "chief: coordinates, runs fit", (PS, True): "ps: holds the variables",
+              (WORKER, True): "worker: takes steps", (EVALUATOR, True): "evaluator: reads the chief's",
+              (EVALUATOR, False): "evaluator: reads the chief's"}
 MIN_SCALE = 0.7  # the diagram is drawn no smaller than this to fit its view
 EXCHANGE = "pull variables, push gradients"  # what a worker and a ps of parameter-server training trade
 STATE_COLOURS = {"failed": "#b00020", "stalled": "#c25e00", "restarting": "#1f5fbf"}
@@ -147,7 +148,7 @@ class ClusterDiagram(QWidget):
         return item
 
     def _draw_batch(self, split: BatchSplit, names: list[str]) -> float:
-        roles = ("worker",) if split.asynchronous else ("chief", "worker")  # the replicas' holders
+        roles = (WORKER,) if split.asynchronous else TRAINING_ROLES  # the replicas' holders
         workers = [n for n in names if n.split("-")[0] in roles]
         width = max(TASK_W * 2 + PAD, len(workers) * max(1, split.replicas_per_worker) * 56.0)
         self.batch_label = self._text(split.label, 0, 0, 12, True)

@@ -11,6 +11,15 @@ from PySide6.QtWidgets import (QCheckBox, QDialog, QDialogButtonBox, QFileDialog
 
 from console import cluster as cl
 from console.remote.ssh import ssh_config_path
+from trainer.tf_config import CHIEF, EVALUATOR, PS, WORKER
+
+
+def form_of(*rows: tuple) -> QFormLayout:
+    """A form of (label, field) rows; a field is a widget or a layout."""
+    form = QFormLayout()
+    for label, field in rows:
+        form.addRow(label, field)
+    return form
 
 
 def parse_port(text: str):
@@ -68,10 +77,10 @@ class HostDialog(QDialog):
         self.python.setPlaceholderText("python3 (this console's Python on this machine)")
         self.workers = QSpinBox()
         self.workers.setRange(0, 64)
-        self.workers.setValue(sum(t.role not in ("ps", cl.EVALUATOR) for t in tasks))
+        self.workers.setValue(sum(t.role not in (PS, EVALUATOR) for t in tasks))
         self.ps = QSpinBox()
         self.ps.setRange(0, 16)
-        self.ps.setValue(sum(t.role == "ps" for t in tasks))
+        self.ps.setValue(sum(t.role == PS for t in tasks))
         self.ps.setToolTip("Parameter servers hold the variables of parameter-server training (with a chief "
                            "and workers); 0 for synchronous training")
         self.evaluator = QCheckBox("an evaluator here (parameter-server training; on the chief's host)")
@@ -82,24 +91,15 @@ class HostDialog(QDialog):
         self.gpus = QLineEdit(",".join(map(str, tasks[0].gpus)) if tasks else "")
         self.gpus.setPlaceholderText("all it has (or e.g. 0,1)")
         self.chief = QCheckBox("its first task is the chief (else worker 0 is)")
-        self.chief.setChecked(bool(tasks) and tasks[0].role == "chief")
+        self.chief.setChecked(bool(tasks) and tasks[0].role == CHIEF)
         self.error = QLabel()
         self.error.setStyleSheet("color: #b00020")
         self.error.setWordWrap(True)
-        form = QFormLayout()
-        form.addRow("Name", self.name)
-        form.addRow("", self.local)
-        form.addRow("Address", self.address)
-        form.addRow("SSH user", self.user)
-        form.addRow("SSH port", self.ssh_port)
-        form.addRow("SSH key", key_row)
-        form.addRow("Python", self.python)
-        form.addRow("Workers on this host", self.workers)
-        form.addRow("Parameter servers", self.ps)
-        form.addRow("Task port", self.task_port)
-        form.addRow("GPUs per task", self.gpus)
-        form.addRow("", self.chief)
-        form.addRow("", self.evaluator)
+        form = form_of(("Name", self.name), ("", self.local), ("Address", self.address), ("SSH user", self.user),
+                       ("SSH port", self.ssh_port), ("SSH key", key_row), ("Python", self.python),
+                       ("Workers on this host", self.workers), ("Parameter servers", self.ps),
+                       ("Task port", self.task_port), ("GPUs per task", self.gpus), ("", self.chief),
+                       ("", self.evaluator))
         self.buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
@@ -169,10 +169,10 @@ class HostDialog(QDialog):
         out = []
         for i in range(self.workers.value()):
             task_port = port if port == "auto" else port + i
-            out.append(cl.Task(host=name, role="chief" if i == 0 and self.chief.isChecked() else "worker",
+            out.append(cl.Task(host=name, role=CHIEF if i == 0 and self.chief.isChecked() else WORKER,
                                port=task_port, gpus=list(gpus)))
         for j in range(self.ps.value()):  # a ps holds variables: no GPUs of its own
-            out.append(cl.Task(host=name, role="ps", port=port if port == "auto" else port + self.workers.value() + j))
+            out.append(cl.Task(host=name, role=PS, port=port if port == "auto" else port + self.workers.value() + j))
         if self.evaluator.isChecked():  # serves nothing: its port is never used
             out.append(cl.Task(host=name, role=cl.EVALUATOR))
         return out

@@ -6,12 +6,13 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout,
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFileDialog,
                                QHBoxLayout, QLabel, QLineEdit, QListWidget, QPlainTextEdit, QPushButton,
                                QSpinBox, QSplitter, QVBoxLayout, QWidget)
 
 from console import cluster as cl
 from console import export
+from console.gui.dialogs import form_of
 
 
 class ExportDialog(QDialog):
@@ -47,16 +48,10 @@ class ExportDialog(QDialog):
         where.addWidget(self.folder, 1)
         where.addWidget(browse)
 
-        form = QFormLayout()
-        form.addRow("Format", self.format)
         self._rows = {"image": self.image, "time_limit": self.time_limit, "port_base": self.port_base,
                       "name": self.name}
-        form.addRow("Image", self.image)
-        form.addRow("Time limit", self.time_limit)
-        form.addRow("Port base", self.port_base)
-        form.addRow("Name", self.name)
-        form.addRow("Folder", where)
-        form.addRow("", self.force)
+        form = form_of(("Format", self.format), ("Image", self.image), ("Time limit", self.time_limit),
+                       ("Port base", self.port_base), ("Name", self.name), ("Folder", where), ("", self.force))
         self._form = form
 
         self.files = QListWidget()

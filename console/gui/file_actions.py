@@ -1,5 +1,7 @@
-"""The file actions: New, Open, Open Recent, Save, Save As of the cluster file, unsaved changes, CSV and PNG
-exports, and the cluster's export to launch scripts, Slurm or Kubeflow."""
+"""The file actions: the cluster file's New, Open, Save, unsaved changes, and the exports.
+
+New, Open, Open Recent, Save and Save As of the cluster file; CSV and PNG exports of a run; the cluster's
+export to launch scripts, Slurm or Kubeflow."""
 
 from __future__ import annotations
 

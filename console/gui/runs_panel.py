@@ -1,5 +1,6 @@
-"""The Runs panel: every run this console started, with state, cluster, start, duration and final metrics;
-Open, Compare, Delete…, Open TensorBoard, Refresh.
+"""The Runs panel: every run this console started, and what can be done with one.
+
+Each run's state, cluster, start, duration and final metrics; Open, Compare, Delete…, Open TensorBoard, Refresh.
 
 The list, a run's history, a deletion (``console.catalog``) and TensorBoard (``console.tensorboard``)
 are worked out on threads (``jobs.Threads``) and come back as signals. Opening a run goes through the

@@ -1,5 +1,6 @@
-"""The setup form: the hosts and their tasks, and the training settings (with the global batch line; a script's
-own rows instead when a script runs)."""
+"""The setup form: the hosts and their tasks, and the training settings.
+
+The settings come with the global batch line; a script's own rows stand instead when a script runs."""
 
 from __future__ import annotations
 

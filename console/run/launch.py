@@ -1,5 +1,6 @@
-"""What a task is started with: its command line and environment, for tfcc's trainer or a user's script, as the
-runner starts it on a host and the exports write it down (Qt-free; nothing here reaches a host).
+"""What a task is started with: its command line and environment (Qt-free; nothing here reaches a host).
+
+For tfcc's trainer or a user's script, as the runner starts it on a host and the exports write it down.
 """
 
 from __future__ import annotations

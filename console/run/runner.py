@@ -1,5 +1,6 @@
-"""A run on a cluster's hosts: start and stop every task, all hosts at once, and follow each
-(Qt-free; ``console.run.session`` makes sense of what is followed).
+"""A run on a cluster's hosts: start and stop every task, all hosts at once, and follow each (Qt-free).
+
+``console.run.session`` makes sense of what is followed.
 
 One agent channel per host; every task of the run is followed from byte offsets, so a
 dropped channel is reopened and followed on from where it stopped: nothing is lost and

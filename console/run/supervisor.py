@@ -1,5 +1,4 @@
-"""Supervision of one run, once for every front end: the watchdogs, the diagnosis of a failure, and restarts
-(Qt-free).
+"""Supervision of one run, once for every front end: watchdogs, judging a failure, restarts (Qt-free).
 
 MultiWorkerMirroredStrategy cannot recover in-process: when one task dies the others fail too, and only a
 restart of the whole group with the same TF_CONFIG resumes training (from the backups each task writes).

@@ -1,6 +1,8 @@
-"""Metric ids: what the dashboard draws, named once: a step field by its name, ``epoch:<field>`` for epoch and
-validation values, ``sys:<name>`` for the system lane; which plot each belongs to, its label, and which are
-the same on every worker (drawn once for the cluster).
+"""Metric ids: what the dashboard draws, each named once, with its plot and its label.
+
+A step field by its name, ``epoch:<field>`` for epoch and validation values, ``sys:<name>`` for the system
+lane; which plot each belongs to, its label, and which are the same on every worker (drawn once for the
+cluster).
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""The store's tables: rows of one source's values on the step axis, kept bounded, reduced for drawing and
-smoothed (numpy; no record, no host, no file).
+"""The store's tables: one source's rows, bounded, reduced for drawing and smoothed (numpy only).
 
 A ``Table`` holds (global step, time, one float32 column per field) rows, the newest ``capacity`` of them.
 ``reduced`` gives at most ``max_points`` of a column by a min/max ("peak") reduction that keeps spikes, and

@@ -15,6 +15,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication
 
 from console.gui.colors import worker_color
+from agent.protocol import STDERR, STDOUT
 from console.gui.dashboard import MAX_POINTS, Dashboard
 from console.store.metric_ids import X_AXES
 from console.store.metrics import MetricsStore
@@ -72,9 +73,9 @@ def test_sixteen_workers_streaming_keep_the_event_loop_responsive(qtbot, shots):
     x, _ = board.curves[("worker-0", "loss")].getData()
     assert list(x[:3]) == [1.0, 2.0, 3.0] and len(x) == 40
     assert board.curves[("worker-5", "step_time")].opts["pen"].color() == worker_color(5)
-    assert "worker-1" in [t for t, label in board.straggler_labels.items() if label.text()]
-    assert [t for t, label in board.straggler_labels.items() if label.text()] == ["worker-1"]
-    assert board.progress_bars["worker-0"].text().startswith("epoch 1/1  step 40/1000")
+    assert "worker-1" in [t for t, label in board.progress_view.badges.items() if label.text()]
+    assert [t for t, label in board.progress_view.badges.items() if label.text()] == ["worker-1"]
+    assert board.progress_view.bars["worker-0"].text().startswith("epoch 1/1  step 40/1000")
     save_shot(board, shots, "dashboard-16-workers")
 
 
@@ -100,11 +101,11 @@ def test_long_series_are_reduced_for_drawing_but_kept_whole(qtbot, tmp_path):
 def test_log_tails_per_worker(qtbot):
     board = Dashboard(MetricsStore())
     qtbot.addWidget(board)
-    board.append_log("worker-1", "stdout", "epoch 1\nepoch 2\n")
-    board.append_log("worker-1", "stderr", "W0000 warning\n")
-    board.append_log("worker-0", "stdout", "hello\n")
-    assert [board.logs.tabText(i) for i in range(board.logs.count())] == ["worker-1", "worker-0"]
-    assert board.log_views["worker-1"].toPlainText() == "epoch 1\nepoch 2\n[stderr] W0000 warning"
+    board.events_view.append_log("worker-1", STDOUT, "epoch 1\nepoch 2\n")  # the agent names a stream by its file
+    board.events_view.append_log("worker-1", STDERR, "W0000 warning\n")
+    board.events_view.append_log("worker-0", STDOUT, "hello\n")
+    assert [board.events_view.logs.tabText(i) for i in range(board.events_view.logs.count())] == ["worker-1", "worker-0"]
+    assert board.events_view.log_views["worker-1"].toPlainText() == "epoch 1\nepoch 2\n[stderr] W0000 warning"
 
 
 def test_the_first_frame_draws_what_the_store_has_before_any_show(qtbot):
@@ -115,7 +116,7 @@ def test_the_first_frame_draws_what_the_store_has_before_any_show(qtbot):
     qtbot.addWidget(board)
     board.timer.timeout.emit()
     assert board.redraws == 1 and board._seen_version == store.version
-    assert sorted(board.progress_bars) == ["worker-0", "worker-1"]
+    assert sorted(board.progress_view.bars) == ["worker-0", "worker-1"]
     board.timer.timeout.emit()  # nothing new: no frame
     assert board.redraws == 1
     board.show()  # hidden, it draws no curve; shown, all of them at once
@@ -144,8 +145,8 @@ def test_a_diverged_loss_draws_as_a_gap(qtbot):
     assert marker.kind == "nan" and {line.value() for _, line in lines} == {4.0}
     assert [plot for plot, _ in lines] == [board.plots[p] for p in board._layout_plots]
     board.slow_timer.timeout.emit()
-    assert board.straggler_labels["worker-0"].text() == "loss not finite"
-    assert board.straggler_labels["worker-0"].toolTip() == "worker-0: loss is nan at step 4"
+    assert board.progress_view.badges["worker-0"].text() == "loss not finite"
+    assert board.progress_view.badges["worker-0"].toolTip() == "worker-0: loss is nan at step 4"
 
 
 def test_a_restart_is_a_marker_on_every_plot_and_each_task_shows_its_state(qtbot, shots):
@@ -167,9 +168,9 @@ def test_a_restart_is_a_marker_on_every_plot_and_each_task_shows_its_state(qtbot
     board.timer.timeout.emit()
     board.slow_timer.timeout.emit()
     assert board.restart_lines == []
-    assert board.straggler_labels["worker-1"].text() == "STALLED: is stopped and answers no peer"
-    assert "its last step was epoch 1 step 8" in board.straggler_labels["worker-1"].toolTip()
-    assert board.straggler_labels["worker-0"].text() == "restarting: restart 1: from the newest common backup"
+    assert board.progress_view.badges["worker-1"].text() == "STALLED: is stopped and answers no peer"
+    assert "its last step was epoch 1 step 8" in board.progress_view.badges["worker-1"].toolTip()
+    assert board.progress_view.badges["worker-0"].text() == "restarting: restart 1: from the newest common backup"
     for task in ("worker-0", "worker-1"):
         store.set_state(task, "running")
         store.ingest(task, [{"type": "event", "event": "resumed", "global_step": 5, "attempt": 2}]
@@ -182,7 +183,7 @@ def test_a_restart_is_a_marker_on_every_plot_and_each_task_shows_its_state(qtbot
     assert [plot for plot, _ in board.restart_lines[0]] == shown
     x, _ = board.curves[("worker-0", "loss")].getData()
     assert list(x) == list(range(1, 10))  # 6-8 of attempt 1 were redone: drawn once, attempt 2's
-    assert board.straggler_labels["worker-1"].text() == ""
+    assert board.progress_view.badges["worker-1"].text() == ""
     save_shot(board, shots, "dashboard-restart-marker")
 
 
@@ -393,12 +394,12 @@ def test_a_new_store_of_the_same_tasks_keeps_rows_and_legend_and_draws_only_its_
     board.set_store(store, ["worker-0", "worker-1"])
     board.timer.timeout.emit()
     board.slow_timer.timeout.emit()
-    bars, legend = dict(board.progress_bars), _legend(board)
+    bars, legend = dict(board.progress_view.bars), _legend(board)
     assert bars["worker-0"].value() > 0 and legend == ["worker-0", "worker-1", "cluster"]
 
     again = MetricsStore()
     board.set_store(again, ["worker-0", "worker-1"])
-    assert board.progress_bars == bars and _legend(board) == legend
+    assert board.progress_view.bars == bars and _legend(board) == legend
     assert bars["worker-0"].value() == 0 and all(c.getData()[0] is None or len(c.getData()[0]) == 0 for c in board.curves.values())
     feed(again, workers=2, steps=3, rate=1000.0, burst=3).join()
     board.timer.timeout.emit()
@@ -407,6 +408,6 @@ def test_a_new_store_of_the_same_tasks_keeps_rows_and_legend_and_draws_only_its_
 
     other = MetricsStore()  # another cluster: its own rows, no name of the last one left in the grid
     board.set_store(other, ["chief-0", "worker-0"])
-    qtbot.waitUntil(lambda: board.progress_grid.count() == 6, timeout=2000)  # name, bar, state per task
-    assert sorted(board.progress_bars) == ["chief-0", "worker-0"]
+    qtbot.waitUntil(lambda: board.progress_view.grid.count() == 6, timeout=2000)  # name, bar, state per task
+    assert sorted(board.progress_view.bars) == ["chief-0", "worker-0"]
     assert not any("worker-1" in name for name in _legend(board))

@@ -70,15 +70,15 @@ def test_add_two_hosts_check_start_watch_and_stop(qtbot, gui_homes, shots):
             curve_points(window, w, "step_time") > 0 for w in ("worker-0", "worker-1"))
 
     qtbot.waitUntil(both_workers_plotted, timeout=180_000)
-    qtbot.waitUntil(lambda: window.started_event is not None, timeout=30_000)
-    started = window.started_event
+    qtbot.waitUntil(lambda: window.run_control.started_event is not None, timeout=30_000)
+    started = window.run_control.started_event
     assert window.diagram.chief == "worker-0"
     assert window.diagram.split.from_run
     expected = (f"global {started['global_batch']} = {started['num_workers']} workers × "
                 f"{started['replicas_per_worker']} replica × {started['per_replica_batch']}")
     assert window.diagram.batch_label.text() == expected == "global 32 = 2 workers × 1 replica × 16"
     assert [t.name for h in window.diagram.hosts for t in h.tasks if t.is_chief] == ["worker-0"]
-    qtbot.waitUntil(lambda: window.dashboard.progress_bars["worker-1"].value() > 0, timeout=60_000)
+    qtbot.waitUntil(lambda: window.dashboard.progress_view.bars["worker-1"].value() > 0, timeout=60_000)
     save_shot(window, shots, "dashboard-running")
     window.tabs.setCurrentWidget(window.diagram)
     window.diagram._on_task_clicked("worker-1")
@@ -112,7 +112,7 @@ def test_add_two_hosts_check_start_watch_and_stop(qtbot, gui_homes, shots):
                     timeout=60_000)
     x, _ = again.session.store.series("worker-0", "loss")
     assert x[0] == 1.0, "the reattached run shows its whole history, from the first step"
-    qtbot.waitUntil(lambda: again.started_event is not None, timeout=30_000)
+    qtbot.waitUntil(lambda: again.run_control.started_event is not None, timeout=30_000)
     assert again.diagram.split.from_run and again.diagram.chief == "worker-0"
     with qtbot.waitSignal(again.session.ended, timeout=90_000):
         again.act_stop.trigger()
@@ -141,12 +141,12 @@ def test_start_on_the_embedded_default_trains_digits_on_two_local_workers(qtbot,
     qtbot.waitUntil(lambda: curve_points(window, "worker-0", "epoch:val_accuracy") == window.cluster.training.epochs,
                     timeout=10_000)
     x, y = board.curves[("worker-0", "epoch:val_accuracy")].getData()
-    steps = window.started_event["steps_per_epoch"]
+    steps = window.run_control.started_event["steps_per_epoch"]
     assert list(x) == [steps * (e + 1) for e in range(window.cluster.training.epochs)]
     assert y[-1] == pytest.approx(epochs[-1]["val_accuracy"], abs=1e-6)
     assert ("worker-1", "epoch:val_accuracy") not in board.curves, "a cluster-wide number is drawn once"
     assert "accuracy" in board._layout_plots and "loss" in board._layout_plots
-    assert window.started_event["num_workers"] == 2 and window.diagram.chief == "worker-0"
+    assert window.run_control.started_event["num_workers"] == 2 and window.diagram.chief == "worker-0"
     window.close()
 
 
@@ -182,7 +182,7 @@ def test_a_run_that_failed_while_the_window_was_closed_is_offered_and_resumed(qt
     said = [event_line(e) for e in window.session.store.events_snapshot() if e["event"] == "offered"]
     assert said == ["run away failed while no console followed it; Resume starts every task again from their "
                     "backups"]
-    qtbot.waitUntil(lambda: window.dashboard.straggler_labels["worker-1"].text()
+    qtbot.waitUntil(lambda: window.dashboard.progress_view.badges["worker-1"].text()
                     == "FAILED: the task was killed by SIGKILL", timeout=5000)
     assert window.diagram.states["worker-0"][0] == "failed"
     window.tabs.setCurrentWidget(window.diagram)
@@ -220,7 +220,7 @@ def test_a_parameter_server_cluster_from_the_window(qtbot, gui_homes, shots):
     assert curve_points(window, "chief-0", "epoch:val_accuracy") == 8
     final = [e for e in store.epochs if e["task"] == "chief-0"][-1]
     assert final["val_accuracy"] >= 0.90
-    qtbot.waitUntil(lambda: window.dashboard.progress_bars["ps-0"].text().startswith("serving (ps): CPU"),
+    qtbot.waitUntil(lambda: window.dashboard.progress_view.bars["ps-0"].text().startswith("serving (ps): CPU"),
                     timeout=5000)
     save_shot(window, shots, "window-parameter-server-dashboard")
     window.tabs.setCurrentWidget(window.diagram)

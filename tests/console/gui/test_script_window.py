@@ -88,7 +88,7 @@ def test_a_two_file_mwms_fit_script_through_the_window(qtbot, gui_homes, shots):
     assert "loss" in board._layout_plots and "accuracy" in board._layout_plots
 
     # The diagram: the script's real split, from its captured started event.
-    started = window.started_event
+    started = window.run_control.started_event
     assert started["source"] == "script" and started["per_worker_batch"] == 32
     diagram = window.diagram
     assert diagram.split.from_run and diagram.split.known

@@ -1,0 +1,231 @@
+"""Following a run in the window: start, stop, resume, detach, reattach, and what its session says.
+
+A run found on the profile's hosts or opened from the Runs panel is followed here too; what the run's session
+says is shown in the Dashboard and the diagram, and in words through ``reported``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Callable
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QMessageBox, QTabWidget, QWidget
+
+from agent.protocol import FAILED, FINISHED
+from console import cluster as cl
+from console.catalog import running_runs
+from console.gui.dashboard import Dashboard
+from console.gui.diagram import ClusterDiagram
+from console.gui.jobs import RunBridge, Threads
+from console.gui.runs_panel import RunsPanel
+from console.states import SessionKind
+from console.store.cache import CONSOLE_TASK
+
+# Supervision's events after which what can be done with the run changes.
+CHANGES_ACTIONS = (SessionKind.OFFERED, SessionKind.GAVE_UP, SessionKind.RESTARTING, SessionKind.RESTARTED)
+
+
+class RunControl(QObject):
+    """The run this window follows (``session``) and the parts that show it.
+
+    ``reported`` carries what happened in words (the status bar), ``progressed`` a deploy's progress (value,
+    maximum, format) and ``progress_ended`` its end; ``actions_changed`` says the run's state moved (what can
+    be done with it).
+    """
+
+    reported = Signal(str)
+    progressed = Signal(int, int, str)
+    progress_ended = Signal()
+    actions_changed = Signal()
+    _runs_found = Signal(list)  # runs still going on this profile's hosts (from a thread)
+
+    def __init__(self, threads: Threads, ask_host_key, dashboard: Dashboard, diagram: ClusterDiagram,
+                 runs_panel: RunsPanel, tabs: QTabWidget, gpus_by_host: Callable[[], dict], parent: QWidget):
+        super().__init__(parent)
+        self.threads = threads
+        self.asker = ask_host_key
+        self.session = RunBridge(threads, ask_host_key, self)
+        self.dashboard, self.diagram, self.runs_panel, self.tabs = dashboard, diagram, runs_panel, tabs
+        self.gpus_by_host = gpus_by_host
+        self.started_event: dict | None = None  # the run's "started" record, once it came
+        for event in ("run_started", "start_failed", "deploy_progressed", "training_started", "log_received",
+                      "task_ended", "watchdog_fired", "supervised", "states_changed", "stopped",
+                      "ended"):  # _on_session_<event>
+            getattr(self.session, event).connect(getattr(self, f"_on_session_{event}"))
+        for event in ("open_requested", "history_loaded", "comparison_loaded", "running_found"):
+            getattr(runs_panel, event).connect(getattr(self, f"_on_runs_panel_{event}"))
+        self._runs_found.connect(self._on_self_runs_found)
+
+    @property
+    def running(self) -> bool:
+        return self.session.run is not None and self.session.active
+
+    @property
+    def resumable(self) -> bool:
+        return self.session.run is not None and not self.running and self.session.resumable
+
+    # ------------------------------------------------------------ what the person asks
+
+    def start(self, cluster: cl.Cluster) -> None:
+        self.started_event = None
+        self.session.start(cluster)
+        self._show(self.session.store, cluster.task_names())
+        self.progressed.emit(0, 0, "deploying")
+        self.reported.emit("Deploying and starting…")
+        self.actions_changed.emit()
+
+    def stop(self) -> None:
+        self.reported.emit("Stopping every task (SIGTERM, then SIGKILL after 10 s)…")
+        self.session.stop()
+
+    def resume(self) -> None:
+        run = self.session.run
+        if run is None:
+            return
+        self.started_event = None
+        self.session.resume()
+        self.dashboard.set_store(self.session.store, run.cluster.task_names())
+        self.diagram.set_states({})
+        self.reported.emit(f"Resuming run {run.run_id} from its backups…")
+        self.actions_changed.emit()
+
+    def detach(self) -> None:
+        run = self.session.run
+        self.session.detach()
+        if run is not None:
+            self.reported.emit(f"Detached; run {run.run_id} goes on (open this profile to see it again)")
+        self.started_event = None
+        self.actions_changed.emit()
+
+    def look_for_runs(self, cluster: cl.Cluster) -> None:
+        """In the background: runs still going on ``cluster``'s hosts come back with their history."""
+        cluster = copy.deepcopy(cluster)
+        self.threads.start("reattach", lambda: self._runs_found.emit(running_runs(cluster, self.asker,
+                                                                                  failed_too=True)))
+
+    def _on_self_runs_found(self, runs: list) -> None:
+        if not runs:
+            return
+        if self.session.active:  # already following a run that goes on: leave it be
+            for run in runs:
+                self.threads.start("drop", run.detach)
+            return
+        newest, others = runs[0], runs[1:]
+        for run in others:
+            self.threads.start("drop", run.detach)
+        self.started_event = None
+        self.session.attach(newest)
+        self.dashboard.set_store(self.session.store, newest.cluster.task_names())
+        self.reported.emit(f"Reattached to run {newest.run_id}")
+        self.actions_changed.emit()
+
+    def _show(self, store, order: list[str]) -> None:
+        """``store`` in the Dashboard, brought forward."""
+        self.dashboard.set_store(store, order)
+        self.tabs.setCurrentWidget(self.dashboard)
+
+    # ------------------------------------------------------------ what the session says
+
+    def _on_session_deploy_progressed(self, host: str, sent: int, total: int) -> None:
+        self.progressed.emit(sent, max(1, total), f"deploying to {host}: %p%")
+
+    def _on_session_run_started(self, run_id: str) -> None:
+        self.progress_ended.emit()
+        self.reported.emit(f"Run {run_id}: tasks started; waiting for the cluster to form")
+        self.actions_changed.emit()
+
+    def _on_session_start_failed(self, message: str) -> None:
+        self.progress_ended.emit()
+        self.reported.emit(message)
+        self.session.store.note(CONSOLE_TASK, FAILED, message)
+        self.actions_changed.emit()
+
+    def _on_session_training_started(self, r: dict) -> None:
+        self.started_event = r
+        run = self.session.run
+        addresses = {t.name: t.address for t in run.tasks if t.address} if run else {}
+        if run is not None:
+            self.diagram.set_cluster(copy.deepcopy(run.cluster), self.gpus_by_host())
+        self.diagram.set_run(r, addresses)
+        said = [r["strategy"]] if r.get("strategy") else []
+        said += [f"global batch {r['global_batch']}"] if r.get("global_batch") else []  # a loop's has none
+        self.reported.emit("Training: " + ", ".join(said) if said else "Training started")
+
+    def _on_session_log_received(self, task: str, stream: str, text: str) -> None:
+        self.dashboard.events_view.append_log(task, stream, text)
+
+    def _on_session_task_ended(self, task: str, words: str) -> None:
+        self.reported.emit(f"{task}: {words}")
+        self.actions_changed.emit()
+
+    def _on_session_watchdog_fired(self, message: str) -> None:
+        self.reported.emit(message)
+
+    def _on_session_supervised(self, kind: str, words: str) -> None:
+        """Supervision said something: the status bar says it."""
+        self.reported.emit(words)
+        if kind in CHANGES_ACTIONS:
+            self.actions_changed.emit()
+
+    def _on_session_states_changed(self) -> None:
+        self.diagram.set_states(self.session.store.states_snapshot())
+
+    def _on_session_stopped(self) -> None:
+        self.reported.emit("Run stopped")
+        self.actions_changed.emit()
+
+    def _on_session_ended(self) -> None:
+        run = self.session.run
+        if run is not None:
+            failed = [t.name for t in run.tasks if t.phase != FINISHED]
+            self.reported.emit(f"Run {run.run_id} ended" + (
+                f"; not finished: {', '.join(failed)} (Resume starts every task again from their backups)"
+                if failed else ": every task finished"))
+        if self.runs_panel.isVisible():  # its state there is the run's now
+            self.runs_panel.refresh()
+        self.actions_changed.emit()
+
+    # ------------------------------------------------------------ the Runs panel
+
+    def _on_runs_panel_open_requested(self, run_id: str) -> None:
+        """Show a run in the Dashboard: the one followed now as it is; another after asking, when a run is
+        followed (it goes on: Detach), its whole history loaded on a thread."""
+        run = self.session.run
+        if run is not None and run.run_id == run_id:
+            self._show(self.session.store, run.cluster.task_names())
+            return
+        if run is not None and self.session.active:
+            answer = QMessageBox.question(
+                self.parent(), "A run is followed",
+                f"Run {run.run_id} is still going and this window follows it. Detach from it (it goes on; "
+                f"opening this profile again follows it) and show run {run_id}?",
+                QMessageBox.Yes | QMessageBox.No, QMessageBox.No)
+            if answer != QMessageBox.Yes:
+                return
+            self.detach()
+        self.runs_panel.load(run_id)
+
+    def _on_runs_panel_history_loaded(self, run_id: str, store, order: list) -> None:
+        if self.session.active:  # a run started meanwhile: it keeps the Dashboard
+            self.reported.emit(f"Run {run_id} not shown: a run is followed now (Detach first)")
+            return
+        self.session.detach()  # an ended run's session: Resume and Detach are about it no more
+        self.started_event = None
+        self._show(store, order)
+        self.reported.emit(f"Run {run_id}: its whole history")
+        self.actions_changed.emit()
+
+    def _on_runs_panel_comparison_loaded(self, run_id: str, store) -> None:
+        self.dashboard.set_overlay(run_id, store)
+        self.runs_panel.set_compared(run_id if store is not None else None)
+        if store is not None:
+            self.tabs.setCurrentWidget(self.dashboard)
+        self.reported.emit(f"Compared with run {run_id} (dashed)" if store is not None else "No run compared")
+
+    def _on_runs_panel_running_found(self, run) -> None:
+        if self.session.active:  # a run started meanwhile: leave it be
+            self.threads.start("drop", run.detach)
+            return
+        self._on_self_runs_found([run])
+        self.tabs.setCurrentWidget(self.dashboard)
