@@ -7,7 +7,7 @@ while the dashboard is shown (offscreen) and redraws on its timer:
    (500 steps per message, as fast as it comes);
 2. the session ends (a detach) and keeps its snapshot of the store; a reattach fills a new
    store from it on a thread, as the next session does before it reads on from the hosts
-   (console/history.py);
+   (console/store/cache.py);
 3. live: ``--live-workers`` workers at ``--live-rate`` steps/s each, on top of that history.
 
 Prints the event loop's longest stall (a 5 ms QTimer probe; goal <= 50 ms live, <= 100 ms
