@@ -50,7 +50,7 @@ def main() -> None:
     window.act_start.trigger()
     store = lambda: window.session.store  # noqa: E731
     wait(lambda: store().progress.get("worker-1") and store().progress["worker-1"].epoch >= 2, 300, "epoch 3")
-    wait(lambda: window.started_event is not None, 30, "the started event")
+    wait(lambda: window.run_control.started_event is not None, 30, "the started event")
     wait(lambda: store().points("worker-1", "sys:cpu_cores") >= 5, 30, "the system lane")
     end = time.monotonic() + 0.5
     while time.monotonic() < end:  # a few redraws

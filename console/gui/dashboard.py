@@ -498,7 +498,8 @@ class Dashboard(QWidget):
         return self.order.index(task)
 
     def _worker_row(self, task: str) -> None:
-        self.progress_view.add_row(task, worker_color(self._color_index(task)))
+        if task not in self.progress_view.bars:
+            self.progress_view.add_row(task, worker_color(self._color_index(task)))
 
     # ------------------------------------------------------------ drawing
 

@@ -322,7 +322,8 @@ class RunSession:
                 when = number(r.get("time"))
                 task.launched_at = when if math.isfinite(when) else task.launched_at
                 task.cluster_formed = False
-                task.change(WAITING)
+                if self._moves(task):
+                    task.change(WAITING)
             elif name == Event.CLUSTER_FORMED:
                 self._formed(task)
             elif name in Event.UP:  # a server of parameter-server training, or its evaluator: up
@@ -347,15 +348,26 @@ class RunSession:
 
     def _formed(self, task: TaskState) -> None:
         """``task``'s cluster has formed: it trains."""
-        self._up(task)
-        self.supervisor.formed(task)
+        if self._up(task):
+            self.supervisor.formed(task)
 
-    def _up(self, task: TaskState) -> None:
+    def _up(self, task: TaskState) -> bool:
         """``task`` is up: its cluster formed, or it serves (a worker or ps of parameter-server training,
-        which the coordinator drives; an evaluator)."""
+        which the coordinator drives; an evaluator). Whether it moved (an ended launch does not)."""
+        if not self._moves(task):
+            return False
         task.cluster_formed = True
         task.change(TRAINING)
         self._mark(task, Mark.RUNNING)
+        return True
+
+    def _moves(self, task: TaskState) -> bool:
+        """Whether ``task``'s records may still move its phase: not once its launch has ended (a record
+        after its end, which no agent sends, is kept all the same; it moves nothing, clears no badge)."""
+        if task.ended:
+            log.warning("%s: a record after its end (%s) moves it no more", task.name, task.phase)
+            return False
+        return True
 
     def _read_tensorflow_signs(self, task: TaskState, text_: str) -> None:
         """What TensorFlow's own log says of a script's cluster: formed (its leader's barrier passed: every

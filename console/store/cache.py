@@ -53,8 +53,11 @@ CONSOLE = "console.jsonl"
 # The console's own lines in console.jsonl: a note it said of the run, or a task's supervision state.
 NOTE, STATE = "note", "state"
 CONSOLE_TASK = "console"  # the task a note of the console itself (not of one task) is under
-# Supervision's events after which the run's state is worked out again (the first only when it changed).
+# Supervision's events after which the run's state is worked out again; the summary is written after each
+# but a restarting (then only when something changed).
 CHANGES_STATE = (SessionKind.RESTARTING, SessionKind.RESTARTED, SessionKind.GAVE_UP, SessionKind.OFFERED)
+WRITES_SUMMARY = (SessionKind.TASK_ENDED, SessionKind.ENDED, SessionKind.RESTARTED, SessionKind.GAVE_UP,
+                  SessionKind.OFFERED)
 
 
 # How long a session waits for the cache of its run while another keeps it: the session before
@@ -190,8 +193,7 @@ class History:
                 self._system(event)
             if note is not None:
                 self._append(CONSOLE, json.dumps(note, allow_nan=False, default=str) + "\n")
-            if kind in (SessionKind.TASK_ENDED, SessionKind.ENDED, *CHANGES_STATE[1:]) or (
-                    kind == SessionKind.RESTARTING and self._changed):
+            if kind in WRITES_SUMMARY or (kind == SessionKind.RESTARTING and self._changed):
                 self._write_summary()
 
     def restore_store(self, store) -> snapshots.Snapshot | None:

@@ -39,7 +39,7 @@ TRAP = '[training]\nmodel_file = "missing-model.py"\n'
 TRAP_WORDS = "training.model_file 'missing-model.py'"
 # What following a run on the local host may write: the deployed code and the agent's stderr file.
 AGENT_FILES = (HOST_HOME, f"{HOST_HOME}/dist", f"{HOST_HOME}/dist/*", f"{HOST_HOME}/agent-*.err")
-# What following run r1 keeps in the console's state folder: its history (console.history), nothing else.
+# What following run r1 keeps in the console's state folder: its history (console.store.cache), nothing else.
 HISTORY_FILES = (f"{STATE}/runs", f"{STATE}/runs/r1", f"{STATE}/runs/r1/*")
 
 

@@ -318,9 +318,9 @@ def test_the_status_line_survives_records_with_odd_fields():
 
 def test_verbose_prints_what_tfcc_does_and_only_then(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TFCC_CONSOLE_HOME", str(tmp_path))
-    monkeypatch.setattr("console.cli.cmd_runs", lambda ns: logging.getLogger("console.runner").info("working") or 0)
+    monkeypatch.setattr("console.cli.cmd_runs", lambda ns: logging.getLogger("console.run.runner").info("working") or 0)
     assert main(["--verbose", "runs"]) == 0
-    assert capsys.readouterr().err == "tfcc: console.runner: working\n"
+    assert capsys.readouterr().err == "tfcc: console.run.runner: working\n"
     assert main(["runs"]) == 0
     assert capsys.readouterr().err == ""
 

@@ -1,7 +1,7 @@
 """Start trainer tasks directly as local child processes, without the agent.
 
 For the trainer's tests and benchmarks, which need real multi-worker runs and
-nothing else; ``tfcc`` itself starts tasks through the agent (console.runner).
+nothing else; ``tfcc`` itself starts tasks through the agent (console.run.runner).
 Each task gets its own run folder ``<run_root>/<task_type>-<index>`` and a
 ``TF_CONFIG`` naming every task on localhost.
 """

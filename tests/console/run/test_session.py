@@ -706,3 +706,20 @@ def test_sampling_goes_on_after_a_restart(homes):
     finally:
         session.detach()
         run.stop(grace=0)
+
+
+def test_records_after_a_tasks_end_are_kept_and_move_it_no_more(homes):
+    """No agent sends a record after a task's end; if one came, its data is kept, its phase and badge stay."""
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here")])
+    session = RunSession(Run(cluster, "late"), MetricsStore())
+    task = session.run.tasks[0]
+    session._handle(task, {"type": "metrics", "offset": 10, "lines": [
+        '{"type": "event", "event": "launched"}', '{"type": "event", "event": "cluster_formed"}']})
+    session._handle(task, {"type": "end", "phase": "failed", "exit": {"returncode": 1}})
+    assert task.phase == "failed" and session.store.states_snapshot()["worker-0"] == ("failed", "exit code 1")
+    session._handle(task, {"type": "metrics", "offset": 20, "lines": [
+        '{"type": "event", "event": "launched"}', '{"type": "event", "event": "cluster_formed"}',
+        '{"type": "step", "global_step": 1, "loss": 0.5}']})
+    assert task.phase == "failed" and session.store.states_snapshot()["worker-0"] == ("failed", "exit code 1")
+    assert session.store.points("worker-0") == 1 and task.records == 5
+

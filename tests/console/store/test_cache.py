@@ -94,7 +94,7 @@ def test_a_line_that_is_not_utf8_is_kept_once_through_a_replay(homes, caplog):
         follow_to_end(session, 30)
     cached = (cache_dir("raw") / "worker-0.jsonl").read_text(encoding="utf-8").splitlines()
     assert len(cached) == 6 and cached[0] == "\ufffd\ufffd garbage"
-    assert not [r for r in caplog.records if r.name == "console.history" and r.levelname == "WARNING"]
+    assert not [r for r in caplog.records if r.name == "console.store.cache" and r.levelname == "WARNING"]
     store, _ = load_store("raw")
     assert steps_in(store, "worker-0") == 5
 
