@@ -18,6 +18,7 @@ from pathlib import Path
 
 import tomli_w
 
+from agent.protocol import name_problem
 from console import PROJECT_ROOT
 from console.errors import TfccError
 from console.files import write_atomically
@@ -201,6 +202,23 @@ def address_problem(address: str) -> str | None:
             "with no spaces, ports or other characters")
 
 
+def host_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a host (it names files and folders, and stands in exported scripts), or None."""
+    if not name:
+        return "a host needs a name"
+    return name_problem("host name", name)
+
+
+def safe_host_name(wanted: str, taken: set[str]) -> str:
+    """A host name for ``wanted`` (an ~/.ssh/config alias, say) that ``host_name_problem`` accepts and ``taken``
+    does not hold: what is outside the alphabet becomes '-', and a number is added where needed."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", wanted).lstrip("._-")[:120] or "host"
+    unique, n = name, 2
+    while unique in taken:
+        unique, n = f"{name}-{n}", n + 1
+    return unique
+
+
 def _is_loopback(address: str) -> bool:
     address = address.strip("[]")
     if address in ("localhost", "localhost.localdomain", "ip6-localhost"):
@@ -340,8 +358,9 @@ def validate(cluster: Cluster) -> None:
         raise ClusterFileError("the cluster has no tasks; add a [[tasks]] table with a host and a role")
     names = set()
     for i, host in enumerate(cluster.hosts):
-        if not host.name:
-            raise ClusterFileError(f"hosts[{i}].name is empty; give every host a name")
+        problem = host_name_problem(host.name)
+        if problem:
+            raise ClusterFileError(f"hosts[{i}].name: {problem}")
         if host.name in names:
             raise ClusterFileError(f"hosts[{i}].name {host.name!r} is used twice; host names must be unique")
         names.add(host.name)

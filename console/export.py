@@ -115,6 +115,9 @@ def write(export: Export, folder: str | Path, force: bool = False) -> list[Path]
             shown = ", ".join(held[:3]) + (", …" if len(held) > 3 else "")
             raise FolderNotEmpty(f"folder {str(folder)!r} is not empty (it holds {shown})",
                               "choose a new or empty folder, or add --force to replace the exported files in it")
+    for name in export.files:
+        if Path(name).is_absolute() or ".." in Path(name).parts:  # an export writes inside its folder, only
+            raise ExportError(f"the export names a file outside its folder ({name!r})", "rename what names it")
     for name in export.files:  # a file of the export where the folder has a folder: refuse before writing
         target = folder / name
         if target.is_dir():
@@ -152,6 +155,12 @@ def _write_file(path: Path, text: str, executable: bool) -> None:
 
 class _Raw(str):
     """A shell word written as is (it expands a variable); every other word is quoted."""
+
+
+def _beside(rel: str) -> _Raw:
+    """``rel``, a path in the folder the script is in (``$here``), as one shell word whatever its name holds."""
+    quoted = shlex.quote(rel)
+    return _Raw(f'"$here/{rel}"' if quoted == rel else '"$here"/' + quoted)
 
 
 def _words(argv, indent: str = "    ", width: int = 100) -> str:
@@ -268,7 +277,7 @@ _LAUNCH_HEAD = """\
 # same folders resumes from the tasks' last backups. Ctrl-C stops this host's tasks.
 # When a task fails, this script stops the others here and exits 1; it exits 0 when all finished.
 set -u
-me={me}
+me={me_word}
 here=$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)
 PYTHON=${{PYTHON:-{python}}}
 export TFCC_ROOT=${{TFCC_ROOT:-$here}}  # a folder that holds tfcc's agent/ and trainer/
@@ -391,7 +400,7 @@ def _launch_script(cluster: cl.Cluster, host: cl.Host, ports: list[int], names: 
     listing = "".join(f"\n#   {names[i]:<12} " + (f"{host.tf_host}:{ports[i]}" if ports[i] else "(evaluates the "
                                                      "chief's checkpoints)") for i in mine)
     python = host.interpreter
-    out = [_LAUNCH_HEAD.format(me=me, host=host.name, made="exported by tfcc export scripts",
+    out = [_LAUNCH_HEAD.format(me=me, me_word=shlex.quote(me), host=host.name, made="exported by tfcc export scripts",
                                summary=_describe(cluster), listing=listing, python=shlex.quote(python))]
     if t.model_file:
         out.append(f"export TFCC_MODEL_FILE_ORIGIN={shlex.quote(str(Path(t.model_file).expanduser().resolve()))}"
@@ -403,9 +412,9 @@ def _launch_script(cluster: cl.Cluster, host: cl.Host, ports: list[int], names: 
         task, name = cluster.tasks[i], names[i]
         folder = _Raw(f'"$RUNS/{name}"')
         if t.script:
-            argv = [_Raw('"$PYTHON"'), _Raw(f'"$here/user/{Path(t.script).name}"'), *t.args]
+            argv = [_Raw('"$PYTHON"'), _beside(f"user/{Path(t.script).name}"), *t.args]
         else:
-            model = _Raw(f'"$here/user/{Path(t.model_file).name}"') if t.model_file else None
+            model = _beside(f"user/{Path(t.model_file).name}") if t.model_file else None
             argv = [_Raw('"$PYTHON"'), "-m", "trainer", "--run-dir", folder, *trainer_args(cluster, model)]
         env = [f"  export TF_CONFIG={shlex.quote(configs[i])}",
                f'  export TFCC_RUN_DIR="$RUNS/{name}" TFCC_TASK={name}']
@@ -569,10 +578,10 @@ def _slurm(cluster: cl.Cluster, options: Options) -> Export:
             + (f" --wait={SLURM_SERVER_WAIT}" if cluster.parameter_server else ""))
     if t.script:
         command = [_Raw('"$PYTHON"'), "-m", "trainer.slurm", "--jobs", jobs, "--port-base", str(options.port_base),
-                   "--", _Raw(f'"$here/user/{Path(t.script).name}"'), *t.args]
+                   "--", _beside(f"user/{Path(t.script).name}"), *t.args]
         run_dir = ""
     else:
-        model = _Raw(f'"$here/user/{Path(t.model_file).name}"') if t.model_file else None
+        model = _beside(f"user/{Path(t.model_file).name}") if t.model_file else None
         command = [_Raw('"$PYTHON"'), "-m", "trainer", "--slurm-jobs", jobs, "--port-base", str(options.port_base),
                    *trainer_args(cluster, model)]
         run_dir = ' --run-dir "$d"'
@@ -716,9 +725,9 @@ def _tfjob(cluster: cl.Cluster, options: Options) -> Export:
 
     run_dir = f"{TFJOB_RUNS}/$(TFCC_TASK)"
     if t.script:
-        command = ["python3", f"{TFJOB_ROOT}/user/{Path(t.script).name}", *map(escape, t.args)]
+        command = ["python3", escape(f"{TFJOB_ROOT}/user/{Path(t.script).name}"), *map(escape, t.args)]
     else:
-        model = f"{TFJOB_ROOT}/user/{Path(t.model_file).name}" if t.model_file else None
+        model = escape(f"{TFJOB_ROOT}/user/{Path(t.model_file).name}") if t.model_file else None
         command = ["python3", "-m", "trainer", "--run-dir", run_dir, *map(escape, trainer_args(cluster, model))]
     if cluster.evaluated:  # the operator lists the evaluator in every TF_CONFIG's cluster: drop it first
         command = ["python3", "-c", _DROP_EVALUATOR, *command]

@@ -118,12 +118,11 @@ class HostDialog(QDialog):
     def problems(self) -> list[str]:
         out = []
         name = self.name.text().strip()
-        if not name:
-            out.append("Name: give the host a name.")
+        problem = cl.host_name_problem(name)
+        if problem:
+            out.append(f"Name: {problem}.")
         elif name in self.taken:
             out.append(f"Name: {name!r} is already a host of this cluster; pick another.")
-        elif any(c.isspace() for c in name):
-            out.append("Name: no spaces, please.")
         local = self.local.isChecked()
         if not local and not self.address.text().strip():
             out.append("Address: type the host's name or IP (or tick 'this machine').")
@@ -200,6 +199,7 @@ class ImportDialog(QDialog):
     def __init__(self, taken_names: set[str], parent: QWidget | None = None):
         super().__init__(parent)
         self.setWindowTitle("Import hosts from ~/.ssh/config")
+        self.taken = set(taken_names)
         self.list = QListWidget()
         entries = ssh_config_hosts()
         for entry in entries:
@@ -209,9 +209,11 @@ class ImportDialog(QDialog):
             item.setFlags(item.flags() | Qt.ItemIsUserCheckable)
             taken = entry["alias"] in taken_names
             item.setCheckState(Qt.Unchecked)
-            if taken:
+            why = ("already in the cluster" if taken else
+                   "its name cannot be an address (use its HostName)" if cl.address_problem(entry["alias"]) else "")
+            if why:
                 item.setFlags(item.flags() & ~Qt.ItemIsEnabled)
-                item.setText(text + "  — already in the cluster")
+                item.setText(f"{text}  — {why}")
             self.list.addItem(item)
         note = QLabel(f"Hosts in {ssh_config_path()}:" if entries
                       else f"No hosts found in {ssh_config_path()}. Add hosts by hand instead.")
@@ -224,12 +226,18 @@ class ImportDialog(QDialog):
         layout.addWidget(buttons)
 
     def chosen(self) -> list[cl.Host]:
+        """The hosts picked: each under its alias, or a name made safe from it (the alias stays its address, so
+        SSH applies what ~/.ssh/config says of it)."""
         out = []
+        taken = set(self.taken)
         for i in range(self.list.count()):
             item = self.list.item(i)
-            if item.checkState() == Qt.Checked:
+            if item.checkState() == Qt.Checked and item.flags() & Qt.ItemIsEnabled:
                 alias = item.data(Qt.UserRole)
-                out.append(cl.Host(name=alias, address=alias))
+                name = alias if not cl.host_name_problem(alias) and alias not in taken else \
+                    cl.safe_host_name(alias, taken)
+                taken.add(name)
+                out.append(cl.Host(name=name, address=alias))
         return out
 
 

@@ -434,6 +434,62 @@ def consecutive_free_ports(count: int) -> int:
     pytest.fail("no consecutive free ports")
 
 
+HOSTILE = 'it\'s $(touch pwned) `touch pwned2` "x" ;touch pwned3.py'  # a file name: all of it is the name
+
+
+def test_a_hostile_script_name_and_args_stay_data_in_every_export(tmp_path):
+    """A script whose file name holds quotes and shell syntax, with such args: the launch script and the Slurm
+    batch script, run as a person runs them (bash, with a stand-in srun), start it by its name and give it its
+    args word for word; nothing in them runs. The TFJob's command escapes Kubernetes' $( too."""
+    script = tmp_path / HOSTILE
+    script.write_text("print('hello')\n")
+    args = ["$(touch pwned4)", "`touch pwned5`", "it's", "a b"]
+    text = f"""
+[training]
+script = {json.dumps(str(script))}
+args = {json.dumps(args)}
+
+[[hosts]]
+name = "here"
+local = true
+
+[[tasks]]
+host = "here"
+port = 7001
+"""
+    env = task_env(PYTHON=str(recorder(tmp_path)))
+    out = tmp_path / "scripts"
+    export.write(export.render("scripts", cluster_of(text)), out)
+    done = run_script(["bash", "launch-here.sh"], out, env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert recorded(out / "runs", "worker-0")["argv"] == [str(out / "user" / HOSTILE), *args]
+
+    slurm = tmp_path / "slurm"
+    export.write(export.render("slurm", cluster_of(text)), slurm)
+    bin_dir = tmp_path / "srun-bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(FAKE_SRUN)
+    (bin_dir / "srun").chmod(0o755)
+    done = run_script(["bash", "tfcc.sbatch"], slurm, {**env, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+                                                      "SLURM_NTASKS": "1", "SLURM_JOB_ID": "7",
+                                                      "SLURM_SUBMIT_DIR": str(slurm)}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert recorded(slurm / "runs" / "7", "worker-0")["argv"][-5:] == [str(slurm / "user" / HOSTILE), *args]
+
+    manifest = manifest_of(export.render("tfjob", cluster_of(text)))
+    command = container_of(manifest["spec"]["tfReplicaSpecs"]["Worker"])["command"]
+    assert command == ["python3", f"{export.TFJOB_ROOT}/user/{HOSTILE}".replace("$(", "$$("), "$$(touch pwned4)",
+                       "`touch pwned5`", "it's", "a b"]
+    assert not list(tmp_path.rglob("pwned*")) and not list(Path.cwd().glob("pwned*"))
+
+
+def test_exports_write_inside_their_folder_only(tmp_path):
+    outside = export.Export({"../escaped.sh": "echo no\n", "ok.sh": "echo yes\n"}, [])
+    with pytest.raises(export.ExportError, match="outside its folder"):
+        export.write(outside, tmp_path / "out")
+    assert not (tmp_path / "escaped.sh").exists() and not (tmp_path / "out" / "ok.sh").exists()
+
+
 FAKE_SRUN = """#!/usr/bin/env bash
 # srun for a test: every rank of a one-node step on this machine, with Slurm's variables.
 while [[ "$1" == --* ]]; do shift; done
@@ -691,6 +747,11 @@ BAD_INPUT = {
                    ("time limit 'soon'", "write it like 1:00:00")),
     "slurm-name": (["export", "slurm", "{c}", "-o", "{out}", "--name", "../x"], ("the name '../x'",)),
     "output-is-a-file": (["export", "scripts", "{c}", "-o", "{c}"], ("is a file, not a folder",)),
+    "hostile-host-name": (["export", "scripts", "{hostile}", "-o", "{out}"],
+                          ("hosts[0].name: host name 'gpu1$(touch PWNED)' is not a valid name",
+                           "use letters, digits, '.', '_' and '-'")),
+    "host-name-with-a-path": (["export", "scripts", "{path}", "-o", "{out}"],
+                              ("hosts[0].name: host name 'a/../../x' is not a valid name",)),
 }
 
 
@@ -699,8 +760,12 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(homes, capsys, argv, wo
     good = cluster_file(homes, TWO_LOCAL_WORKERS.format(epochs=1, p0=7101, p1=7102))
     (homes / "ps.toml").write_text(PS_FULL)
     (homes / "bad.toml").write_text("[[hosts]\n")
+    for name, host in (("hostile", "gpu1$(touch PWNED)"), ("path", "a/../../x")):
+        (homes / f"{name}.toml").write_text(f'[[hosts]]\nname = {json.dumps(host)}\nlocal = true\n'
+                                            f'[[tasks]]\nhost = {json.dumps(host)}\n')
     names = {"c": good, "ps": str(homes / "ps.toml"), "bad": str(homes / "bad.toml"),
-             "missing": str(homes / "nope.toml"), "out": str(homes / "out")}
+             "missing": str(homes / "nope.toml"), "out": str(homes / "out"), "hostile": str(homes / "hostile.toml"),
+             "path": str(homes / "path.toml")}
     before = snapshot(homes)
     assert_refused(*tfcc([a.format(**names) for a in argv], capsys), words)
     assert snapshot(homes) == before

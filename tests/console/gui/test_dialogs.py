@@ -23,9 +23,11 @@ def ok_enabled(d: HostDialog) -> bool:
 @pytest.mark.parametrize(
     "fill, message",
     [
-        ({}, "Name: give the host a name."),
+        ({}, "Name: a host needs a name."),
         ({"name": "gpu1"}, "Name: 'gpu1' is already a host of this cluster; pick another."),
-        ({"name": "my host"}, "Name: no spaces, please."),
+        ({"name": "my host"}, "Name: host name 'my host' is not a valid name: use letters, digits, '.', '_' and '-'"),
+        ({"name": "gpu1$(touch x)"}, "Name: host name 'gpu1$(touch x)' is not a valid name"),
+        ({"name": "a/../b"}, "Name: host name 'a/../b' is not a valid name"),
         ({"name": "b"}, "Address: type the host's name or IP (or tick 'this machine')."),
         ({"name": "b", "address": "10.0.0.2", "key": "/no/such/key"}, "SSH key: /no/such/key does not exist."),
         ({"name": "b", "address": "10.0.0.2", "task_port": "99999"},
@@ -33,7 +35,8 @@ def ok_enabled(d: HostDialog) -> bool:
         ({"name": "b", "address": "10.0.0.2", "gpus": "0,x"}, "GPUs '0,x': list GPU indices like 0,1"),
         ({"name": "b", "address": "10.0.0.2", "gpus": "1,1"}, "GPUs '1,1': indices must be different"),
     ],
-    ids=["no-name", "taken-name", "space", "no-address", "missing-key", "port", "gpus-word", "gpus-twice"],
+    ids=["no-name", "taken-name", "space", "shell", "path", "no-address", "missing-key", "port", "gpus-word",
+         "gpus-twice"],
 )
 def test_bad_fields_say_what_to_do_and_block_ok(qtbot, fill, message):
     d = dialog(qtbot, taken={"gpu1"})
@@ -81,6 +84,25 @@ def test_import_lists_concrete_hosts_of_the_ssh_config(qtbot, tmp_path, monkeypa
     from PySide6.QtCore import Qt
     d.list.item(0).setCheckState(Qt.Checked)
     assert d.chosen() == [cl.Host(name="gpu-a", address="gpu-a")]
+
+
+def test_an_alias_that_cannot_name_a_host_is_imported_under_a_safe_name_and_kept_for_ssh(qtbot, tmp_path,
+                                                                                          monkeypatch):
+    config = tmp_path / "ssh_config"
+    config.write_text("Host _gpu\n  HostName 10.1.0.6\nHost .box\n  HostName 10.1.0.7\nHost gpu\n  HostName 10.1.0.8\n"
+                      "Host odd+one\n  HostName 10.1.0.9\n")
+    monkeypatch.setenv("TFCC_SSH_CONFIG", str(config))
+    d = ImportDialog({"gpu"})
+    qtbot.addWidget(d)
+    items = {d.list.item(i).data(Qt.UserRole): d.list.item(i) for i in range(d.list.count())}
+    for alias in ("odd+one", ".box"):
+        assert items[alias].text().endswith("its name cannot be an address (use its HostName)")
+        assert not items[alias].flags() & Qt.ItemIsEnabled
+    for alias in ("_gpu", ".box"):
+        items[alias].setCheckState(Qt.Checked)
+    chosen = d.chosen()  # not one that cannot be had
+    assert chosen == [cl.Host(name="gpu-2", address="_gpu")]
+    assert all(cl.host_name_problem(h.name) is None for h in chosen)
 
 
 def test_fingerprint_dialog_shows_the_key_and_refuses_by_default(qtbot):
