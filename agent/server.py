@@ -297,6 +297,9 @@ HANDLERS = {op: getattr(Server, f"op_{op}") for op in protocol.OPS}
 
 
 def main() -> int:
+    # Run folders 0700 and their files 0600, the tasks' too (they inherit it): another user of this host
+    # reads nothing of a run (its TF_CONFIG names the ports), whatever the login's umask.
+    os.umask(0o077)
     Server(sys.stdin.buffer, sys.stdout.buffer).serve()
     # The console sends the agent's stderr to a file it reads when the agent dies; a clean end leaves none.
     stderr_file = os.environ.get(protocol.AGENT_STDERR_VARIABLE)

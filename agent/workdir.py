@@ -174,8 +174,7 @@ def materialise(home: Path, folder: Path, entries: list) -> bool:
                 os.makedirs(tmp / parent, exist_ok=True)
                 made.add(parent)
             _copy(blobs / sha, tmp / rel, rel, sha, executable)
-        os.chmod(tmp, 0o755)
-        os.rename(tmp, work_dir(folder))
+        os.rename(tmp, work_dir(folder))  # as private as the run folder it is in
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -192,7 +191,7 @@ def _copy(blob: Path, target: Path, rel: str, sha: str, executable: bool) -> Non
             for chunk in iter(lambda: inp.read(CHUNK), b""):
                 digest.update(chunk)
                 out.write(chunk)
-            os.fchmod(out.fileno(), 0o755 if executable else 0o644)
+            os.fchmod(out.fileno(), 0o700 if executable else 0o600)  # the owner's alone, as the run folder
     if digest.hexdigest() != sha:
         try:  # the next upload sends it anew
             os.unlink(blob)

@@ -262,6 +262,14 @@ def overview(ask_host_key=None, ask: bool = True, timeout: float = HOST_ASK_SECO
     return infos
 
 
+def check_known(run_id: str) -> None:
+    """A RunError when this console knows no run ``run_id`` (neither a manifest nor a history)."""
+    if not manifest_path(run_id).exists() and not cache_dir(run_id).exists():
+        known = known_runs()
+        raise RunError(f"no run {run_id!r} is known to this console",
+                       "tfcc runs lists them" + (f" (the newest is {known[-1]})" if known else ""))
+
+
 def delete_run(run_id: str, ask_host_key=None) -> list[str]:
     """Delete a run: its folders on its hosts (refused while a task runs: nothing is deleted then),
     then its manifest and history here. Blocking. The lines that say what was deleted."""

@@ -78,7 +78,7 @@ class Printer:
             if self.closed:
                 return
             try:
-                print(line, file=self.out or sys.stdout, flush=True)
+                print(text.printable(line), file=self.out or sys.stdout, flush=True)
             except BrokenPipeError:  # `tfcc attach RUN | head`: the reader has enough; say nothing more
                 self.closed = True
                 devnull = os.open(os.devnull, os.O_WRONLY)
@@ -274,6 +274,7 @@ def cmd_logs(ns) -> int:
         logs = run.links[task.host].connect().call(LOGS, run_id=run.run_id, task=task.name,
                                                    max_bytes=ns.bytes)["logs"]
         for stream, content in logs.items():
+            content = text.printable(content)  # what a task wrote: its escape sequences are shown, not run
             print(f"==> {task.name} on {task.host}: {stream} <==")
             print(content, end="" if content.endswith("\n") or not content else "\n")
     run.detach()
@@ -313,6 +314,7 @@ def cmd_delete(ns) -> int:
     """Delete a run's folders on its hosts and this console's manifest and history of it, after a yes."""
     run_id = check_run_id(ns.run)
     if not ns.yes:
+        catalog.check_known(run_id)  # an unknown run is said before any question
         info = catalog.run_info(run_id)
         where = ", ".join(info.hosts) or "its hosts"
         if not sys.stdin.isatty():
@@ -501,6 +503,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tfcc: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `tfcc runs | head`: the reader has had enough; nothing went wrong here
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit must not fail either
+        return 0
     except Exception as exc:
         if debug and not isinstance(exc, TfccError):
             traceback.print_exc()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -44,26 +45,55 @@ class RunError(TfccError):
 
 
 def state_dir() -> Path:
-    """The console's own folder: run manifests, profiles, the error log."""
-    return Path(os.environ.get("TFCC_CONSOLE_HOME") or platformdirs.user_state_dir("tfcc"))
+    """The console's own folder: run manifests, profiles, the error log (made readable by its owner only)."""
+    path = Path(os.environ.get("TFCC_CONSOLE_HOME") or platformdirs.user_state_dir("tfcc"))
+    if not path.is_dir():
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.mkdir(mode=0o700, exist_ok=True)
+        except OSError:
+            pass  # whoever writes there says what is wrong
+    return path
 
 
 def log_path() -> Path:
     return state_dir() / "tfcc.log"
 
 
+LOG_BYTES = 5 << 20  # tfcc.log is rotated at this size: tfcc.log.1 and tfcc.log.2 are kept, no more
+LOG_KEPT = 2
+_log_lock = threading.Lock()
+
+
+def append_to_log(text: str) -> Path:
+    """Append ``text`` to the log file (readable by its owner only), rotating it when it has grown past
+    ``LOG_BYTES``: a console that runs for months, or a host that fills the log, never fills the disk."""
+    path = log_path()
+    with _log_lock:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            if path.stat().st_size >= LOG_BYTES:
+                for n in range(LOG_KEPT, 1, -1):
+                    older = path.with_name(f"{path.name}.{n - 1}")
+                    if older.exists():
+                        os.replace(older, path.with_name(f"{path.name}.{n}"))
+                os.replace(path, path.with_name(f"{path.name}.1"))
+        except FileNotFoundError:
+            pass
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with open(fd, "a", encoding="utf-8", errors="replace") as f:
+            f.write(text)
+    return path
+
+
 def record(exc: BaseException) -> Path | None:
     """Append ``exc`` with its traceback to the log file; its path, or None if it cannot be written."""
-    path = log_path()
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}\n{text}")
+        return append_to_log(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}\n{text}")
     except OSError as write_error:
-        log.warning("cannot write %s (%s)", path, write_error)
+        log.warning("cannot write %s (%s)", log_path(), write_error)
         return None
-    return path
 
 
 def describe(exc: BaseException) -> str:
@@ -80,12 +110,8 @@ class LogFile(logging.Handler):
     move the folder): warnings and errors, with their tracebacks, never on the terminal."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        path = log_path()
         try:
-            text = self.format(record)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "a", encoding="utf-8") as f:
-                f.write(f"{text}\n")
+            append_to_log(f"{self.format(record)}\n")
         except Exception:  # a log that cannot be written must not become an error of its own
             self.handleError(record)
 

@@ -709,6 +709,7 @@ def _tfjob(cluster: cl.Cluster, options: Options) -> Export:
     image = options.image or IMAGE_PLACEHOLDER
     if any(c.isspace() for c in image):
         raise ExportError(f"the image {image!r} has a space", "give an image reference like registry/tfcc:2.21")
+    _user_file(cluster)  # checked as the other exports check it (the image must hold it: not written here)
     t = cluster.training
     notes = []
     if not options.image:

@@ -25,7 +25,10 @@ class Profiles:
         self.view: dict = {}  # the dashboard's reading aids (Dashboard.view()), as the person left them
         try:
             data = json.loads(self.path.read_text())
-            self.recent = [p for p in data.get("recent", []) if isinstance(p, str)]
+            if not isinstance(data, dict):
+                raise ValueError(f"it holds a {type(data).__name__}, not an object")
+            recent = data.get("recent")
+            self.recent = [p for p in recent if isinstance(p, str)] if isinstance(recent, list) else []
             self.last = data.get("last") if isinstance(data.get("last"), str) else None
             self.view = data.get("view") if isinstance(data.get("view"), dict) else {}
         except FileNotFoundError:
@@ -58,4 +61,4 @@ class Profiles:
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(self.path, json.dumps({"recent": self.recent, "last": self.last, "view": self.view},
-                                               indent=1))
+                                               indent=1), mode=0o600)

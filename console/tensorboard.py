@@ -25,6 +25,7 @@ from pathlib import Path
 
 from agent.protocol import STATUS
 from console.errors import TfccError
+from console.files import open_private
 from console.run.runner import Run
 from console.store.cache import cache_dir
 from trainer.tf_config import chief_name
@@ -133,7 +134,7 @@ class TensorBoard:
         argv = [sys.executable, "-m", "tensorboard.main", "--logdir", str(self.logdir), "--host", "127.0.0.1",
                 "--port", str(self.port)]
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        with open(self.log_path, "ab") as out:
+        with open_private(self.log_path, "ab") as out:
             self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                             env=env)
         process = self.process

@@ -185,6 +185,16 @@ def marker_label(marker) -> str:
     return {marker.STALL: "stall", marker.NAN: "NaN"}.get(marker.kind, marker.kind)
 
 
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` a host sent, as a terminal may show it: a carriage return ends a line (a progress bar's
+    updates), every other control character (an escape sequence, a bell) is shown as ``\\xNN``, never run."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def duration_text(seconds) -> str:
     """``1:02:03``; ``-`` for no duration."""
     if not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:

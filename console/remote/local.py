@@ -12,7 +12,8 @@ from pathlib import Path
 
 from console import PROJECT_ROOT
 from console.remote.channel import Channel, tail
-from console.remote.transport import same_file
+from console.remote.transport import (UnsafeHome, local_home_problem, makedirs_private, same_file,
+                                      unsafe_home_problem)
 
 
 
@@ -70,7 +71,8 @@ class LocalFiles:
         return os.path.exists(path)
 
     def makedirs(self, path: str) -> None:
-        os.makedirs(path, exist_ok=True)
+        for folder in makedirs_private(path):
+            os.makedirs(folder, mode=0o700, exist_ok=True)
 
     def put(self, local: Path, remote: str) -> None:
         shutil.copyfile(local, remote)
@@ -114,6 +116,9 @@ class LocalTransport:
         """Nothing to open."""
 
     def start_agent(self, dist_name: str, python: str) -> tuple[str, Channel | None]:
+        unsafe = local_home_problem(Path(self.home))
+        if unsafe is not None:
+            raise UnsafeHome(*unsafe_home_problem("this machine", *unsafe))
         dist = Path(self.home) / "dist" / dist_name
         return self.home, (self.open_agent(str(dist), python) if (dist / ".complete").exists() else None)
 

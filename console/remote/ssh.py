@@ -11,6 +11,7 @@ refused with both fingerprints. Unknown keys are never added without a yes.
 from __future__ import annotations
 
 import base64
+import fnmatch
 import getpass
 import hashlib
 import os
@@ -27,7 +28,8 @@ import paramiko
 
 from console.errors import TfccError
 from console.remote.channel import Channel
-from console.remote.transport import same_file
+from console.remote.transport import (UNSAFE_OWNER, UNSAFE_WRITABLE, UnsafeHome, same_file,
+                                      unsafe_home_problem)
 
 
 CONNECT_TIMEOUT = 10.0
@@ -105,28 +107,79 @@ def ssh_config_path() -> Path:
     return Path(os.environ.get("TFCC_SSH_CONFIG") or Path.home() / ".ssh" / "config")
 
 
-_known_hosts_cache: dict[Path, paramiko.HostKeys] = {}
+def system_known_hosts_paths() -> list[Path]:
+    """The system-wide known_hosts files OpenSSH reads beside the user's (``TFCC_SYSTEM_KNOWN_HOSTS``: others)."""
+    given = os.environ.get("TFCC_SYSTEM_KNOWN_HOSTS")
+    if given is not None:
+        return [Path(p) for p in given.split(os.pathsep) if p]
+    return [Path("/etc/ssh/ssh_known_hosts"), Path("/etc/ssh/ssh_known_hosts2")]
+
+
+@dataclass
+class KnownHosts:
+    """One known_hosts file: its keys, and the keys it revokes (``@revoked`` lines: never to be accepted)."""
+
+    keys: paramiko.HostKeys
+    revoked: list[tuple[list[str], str]]  # (host patterns, the key's base64)
+
+    def revokes(self, hostname: str, key: paramiko.PKey) -> bool:
+        names = {hostname, hostname.rsplit("]:", 1)[0].lstrip("[")}
+        return any(blob == key.get_base64() and any(fnmatch.fnmatchcase(n, pattern) for pattern in patterns
+                                                     if not pattern.startswith("!") for n in names)
+                   for patterns, blob in self.revoked)
+
+
+_known_hosts_cache: dict[Path, KnownHosts] = {}
 _known_hosts_lock = threading.Lock()
 
 
-def known_hosts(path: Path | None = None) -> paramiko.HostKeys:
-    """known_hosts, parsed once per process (a large file is slow to read)."""
+def _read_known_hosts(path: Path) -> KnownHosts:
+    """A known_hosts file as OpenSSH reads it; a line it cannot read is skipped (as OpenSSH does)."""
+    known = KnownHosts(paramiko.HostKeys(), [])
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return known
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("@"):  # a marker: @revoked keys are kept apart; @cert-authority is not supported
+            fields = line.split()
+            if fields[0] == "@revoked" and len(fields) >= 4:
+                known.revoked.append((fields[1].split(","), fields[3]))
+            continue
+        try:
+            entry = paramiko.hostkeys.HostKeyEntry.from_line(line, number)
+        except paramiko.SSHException:
+            continue
+        if entry is not None:
+            for name in entry.hostnames:
+                known.keys.add(name, entry.key.get_name(), entry.key)
+    return known
+
+
+def known_hosts(path: Path | None = None) -> KnownHosts:
+    """A known_hosts file, parsed once per process (a large file is slow to read)."""
     path = path or known_hosts_path()
     with _known_hosts_lock:
         if path not in _known_hosts_cache:
-            keys = paramiko.HostKeys()
-            if path.exists():
-                keys.load(str(path))
-            _known_hosts_cache[path] = keys
+            _known_hosts_cache[path] = _read_known_hosts(path)
         return _known_hosts_cache[path]
 
 
 def _remember(path: Path, hostname: str, key: paramiko.PKey) -> None:
     with _known_hosts_lock:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
-        _known_hosts_cache.setdefault(path, paramiko.HostKeys()).add(hostname, key.get_name(), key)
+        with open(path, "a+b") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell():
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":  # a last line without its newline would swallow this one
+                    f.write(b"\n")
+            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n".encode())
+        _known_hosts_cache.setdefault(path, KnownHosts(paramiko.HostKeys(), [])).keys.add(
+            hostname, key.get_name(), key)
 
 
 class _AskPolicy(paramiko.MissingHostKeyPolicy):
@@ -136,11 +189,21 @@ class _AskPolicy(paramiko.MissingHostKeyPolicy):
 
     def missing_host_key(self, client, hostname, key):
         fp = fingerprint(key)
+        revoked(self.path, hostname, key)  # a revoked key is refused, never asked about
         if self.ask is None or not self.ask(hostname, key.get_name(), fp):
             raise SSHError(
                 f"the host key of {hostname} is not known ({key.get_name()} {fp})",
                 f"accept it when asked, or add it to {self.path} after checking the fingerprint", retry=False)
         _remember(self.path, hostname, key)
+
+
+def revoked(path: Path, hostname: str, key: paramiko.PKey) -> None:
+    """Refuse ``key`` of ``hostname`` if the user's or the system's known_hosts revokes it (``@revoked``)."""
+    for each in [path, *system_known_hosts_paths()]:
+        if known_hosts(each).revokes(hostname, key):
+            raise SSHError(f"the host key of {hostname} ({key.get_name()} {fingerprint(key)}) is REVOKED in {each}: "
+                           "refusing to connect", f"if the host has a new key, ask its administrator and update "
+                           f"{each}", retry=False)
 
 
 @dataclass
@@ -222,7 +285,9 @@ class SSHConnection:
             t = self.target
             path = known_hosts_path()
             client = paramiko.SSHClient()
-            client.get_host_keys().update(known_hosts(path))
+            for system in reversed(system_known_hosts_paths()):  # the user's own keys win, as in OpenSSH
+                client.get_host_keys().update(known_hosts(system).keys)
+            client.get_host_keys().update(known_hosts(path).keys)
             client.set_missing_host_key_policy(_AskPolicy(self.ask, path))
             sock = self._jump_sock(generation)
             try:
@@ -251,6 +316,11 @@ class SSHConnection:
                 raise SSHError(f"cannot connect to {t.known_as} ({reason})",
                                "check that the host is up, that sshd runs there and that its address and "
                                "SSH port are right", timed_out=timed_out) from None
+            try:  # a known key that a known_hosts revokes: refused like a changed one
+                revoked(path, t.known_as, client.get_transport().get_remote_server_key())
+            except SSHError:
+                client.close()
+                raise
             client.get_transport().set_keepalive(5)
             with self._state:
                 if generation != self._generation:  # closed meanwhile: nobody wants this one
@@ -275,6 +345,11 @@ class SSHConnection:
         Returns (home, the agent's channel), or (home, None) when the code must be deployed first.
         """
         script = (f'h="${{TFCC_HOME:-$HOME/.tfcc}}"; d="$h/dist/{dist_name}"; printf "tfcc-home %s\\n" "$h"; '
+                  # A home (or dist/) that another user owns or may write in: its code is not run.
+                  'for x in "$h" "$h/dist"; do [ -e "$x" ] || continue; '
+                  f'if [ ! -O "$x" ]; then echo "tfcc-unsafe {UNSAFE_OWNER} $x"; exit 0; fi; '
+                  'if [ -n "$(find "$x" -prune \\( -perm -020 -o -perm -002 \\) 2>/dev/null)" ]; then '
+                  f'echo "tfcc-unsafe {UNSAFE_WRITABLE} $x"; exit 0; fi; done; '
                   f'if [ -f "$d/.complete" ]; then echo tfcc-agent; {_agent_command("$d", python)}; '
                   'fi; echo tfcc-deploy')
         chan, stdin, stdout = self._exec_streams(script)
@@ -289,6 +364,10 @@ class SSHConnection:
             _close_streams(chan, stdin, stdout)
             raise SSHError(f"{self.target.known_as}: cannot find the home folder for tfcc (the shell said "
                            f"{first[:200]!r}); check the login shell's start-up files")
+        if second.startswith(b"tfcc-unsafe "):
+            _close_streams(chan, stdin, stdout)
+            _, why, folder = (second.decode(errors="replace").rstrip("\n").split(" ", 2) + ["", ""])[:3]
+            raise UnsafeHome(*unsafe_home_problem(self.target.known_as, folder or home, why))
         if second.strip() != b"tfcc-agent":
             _close_streams(chan, stdin, stdout)
             return home, None
@@ -361,7 +440,7 @@ def _agent_command(dist: str, python: str) -> str:
     -S: the agent needs only the standard library; skipping site saves most of the start-up.
     The file is removed by the agent when it ends cleanly, and read by the console when it does not.
     """
-    return (f'cd {dist} && e="$(cd ../.. && pwd)/agent-$$.err" && echo "tfcc-stderr $e" && '
+    return (f'umask 077 && cd {dist} && e="$(cd ../.. && pwd)/agent-$$.err" && echo "tfcc-stderr $e" && '
             f'TFCC_AGENT_STDERR="$e" exec {shlex.quote(python)} -S -m agent 2>"$e"')
 
 
@@ -407,7 +486,7 @@ class SFTPFiles:
             parts.append(path)
             path = posixpath.dirname(path)
         for p in reversed(parts):
-            self.sftp.mkdir(p)
+            self.sftp.mkdir(p, mode=0o700)
 
     def put(self, local: Path, remote: str) -> None:
         self.sftp.put(str(local), remote)

@@ -7,10 +7,12 @@ through this interface alone.
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 from typing import Protocol
 
+from console.errors import TfccError
 from console.remote.channel import Channel
 
 
@@ -50,3 +52,45 @@ def same_file(path: Path, size, mtime) -> bool:
     except FileNotFoundError:
         return False
     return stat.S_ISREG(here.st_mode) and here.st_size == size and int(here.st_mtime) == int(mtime or 0)
+
+
+# Why a host's tfcc home must not be used: someone else could put code there that tfcc would run.
+UNSAFE_OWNER, UNSAFE_WRITABLE = "owner", "writable"
+
+
+class UnsafeHome(TfccError):
+    """A host's tfcc home that another user owns or may write in: tfcc runs no code from it."""
+
+    retry = False
+
+
+def unsafe_home_problem(host: str, folder: str, why: str) -> tuple[str, str]:
+    """The words (cause, fix) for a tfcc home (or its dist/) that another user owns or may write in."""
+    cause = (f"host {host}: {folder} belongs to another user" if why == UNSAFE_OWNER else
+             f"host {host}: {folder} is writable by other users")
+    return (cause + ": tfcc will not run code from it (another user could put code there)",
+            f"use a folder of your own that only you can write: chmod go-w {folder} (if it is yours), or set "
+            "TFCC_HOME on that host to another folder")
+
+
+def local_home_problem(home: Path) -> tuple[str, str] | None:
+    """(the folder, why) when this machine's tfcc home or its dist/ is another user's or writable by others."""
+    for folder in (home, home / "dist"):
+        try:
+            info = folder.stat()
+        except OSError:  # not there (or not a folder): the deploy that makes it says what is wrong
+            continue
+        if info.st_uid != os.getuid():
+            return str(folder), UNSAFE_OWNER
+        if info.st_mode & 0o022:
+            return str(folder), UNSAFE_WRITABLE
+    return None
+
+
+def makedirs_private(path: str) -> list[str]:
+    """The folders of ``path`` that are missing, top first (each is made readable by its owner only)."""
+    missing = []
+    while path and path != "/" and not os.path.exists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    return list(reversed(missing))

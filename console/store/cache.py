@@ -38,7 +38,7 @@ from pathlib import Path
 
 from agent.protocol import END, RUNNING
 from console.errors import RunError, TfccError, state_dir
-from console.files import write_atomically
+from console.files import open_private, write_atomically
 from console.states import RunState, SessionKind, run_state
 from console.store import snapshot as snapshots
 from console.store.manifests import check_run_id, manifest_path
@@ -291,7 +291,7 @@ class History:
         self._opened = True
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            self._lock_file = open(self.folder / ".writer", "a")
+            self._lock_file = open_private(self.folder / ".writer", "a")
             try:
                 _lock_within(self._lock_file, WRITER_WAIT_SECONDS)
             except BlockingIOError:  # another session (this console's or another's) keeps it: one writer
@@ -351,7 +351,7 @@ class History:
         if handle is None:
             fresh = task in self._rewrite
             self._rewrite.discard(task)
-            handle = self._files[name] = open(self.folder / name, "wb" if fresh else "ab")
+            handle = self._files[name] = open_private(self.folder / name, "wb" if fresh else "ab")
             if task is not None and task not in self._cached:  # not a task of the run's manifest
                 self._cached[task] = _whole_lines(self.folder / name)
         return handle
@@ -428,7 +428,7 @@ class History:
             for handle in self._files.values():  # the lines before the summary that counts them whole
                 handle.flush()
             self._summary["updated"] = time.time()
-            write_atomically(self.folder / SUMMARY, json.dumps(self._summary, indent=1, default=str))
+            write_atomically(self.folder / SUMMARY, json.dumps(self._summary, indent=1, default=str), mode=0o600)
             self._changed = False
         except (OSError, ValueError) as exc:
             self._give_up(exc)
@@ -563,7 +563,7 @@ def _mark_for_rewrite(run_id: str, tasks: list[str]) -> None:
         if isinstance(infos.get(task), dict):
             infos[task]["gap"] = True
     try:
-        write_atomically(cache_dir(run_id) / SUMMARY, json.dumps(summary, indent=1, default=str))
+        write_atomically(cache_dir(run_id) / SUMMARY, json.dumps(summary, indent=1, default=str), mode=0o600)
     except OSError as exc:
         log.warning("run %s: cannot mark its damaged history cache (%s)", run_id, exc)
 

@@ -59,7 +59,7 @@ def write_manifest(manifest: Manifest) -> None:
     data = {"run_id": manifest.run_id, "created": time.time(), "cluster": cl.dumps(manifest.cluster),
             "tasks": [{"name": name, "host": host, "tf_config": config}
                       for (name, host), config in zip(manifest.tasks, manifest.tf_configs)]}
-    write_atomically(path, json.dumps(data, indent=1))
+    write_atomically(path, json.dumps(data, indent=1), mode=0o600)
 
 
 def read_manifest(run_id: str) -> Manifest:

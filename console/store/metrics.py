@@ -29,6 +29,11 @@ from console.store.table import Table
 from trainer.records import PLACE_FIELDS, Batch, Event, RecordType, number
 
 
+def _cell(text: str) -> str:
+    """A host-given name as a CSV cell no spreadsheet runs: one that starts as a formula is quoted with '."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -561,9 +566,9 @@ class MetricsStore:
                 step_texts = ["" if kind == "sys" or not math.isfinite(x) else str(int(x)) for x in xs]
                 time_texts = [f"{t:.3f}" if math.isfinite(t) else "" for t in ts]
                 for column, values in cols.items():
-                    name = prefix + column
+                    name = _cell(prefix + column)
                     for i, v in enumerate(values):
-                        out.writerow([owner, kind, step_texts[i], time_texts[i], name,
+                        out.writerow([_cell(owner), kind, step_texts[i], time_texts[i], name,
                                       "" if np.isnan(v) else f"{v:.7g}"])
                         rows += 1
         return rows

@@ -17,7 +17,7 @@ from typing import Iterator
 
 import numpy as np
 
-from console.files import write_atomically
+from console.files import open_private, write_atomically
 
 STATE, ARRAYS = "store.json", "store.npz"
 
@@ -104,7 +104,7 @@ def write(folder, snapshot: Snapshot, tables: Iterator[dict[str, np.ndarray]]) -
             os.unlink(os.path.join(folder, stale))
     tmp = os.path.join(folder, f".store.{os.getpid()}.npz")
     try:
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as npz:
+        with open_private(tmp, "wb") as out, zipfile.ZipFile(out, "w", zipfile.ZIP_STORED, allowZip64=True) as npz:
             for i, arrays in enumerate(tables):
                 for name, array in arrays.items():
                     with npz.open(f"{i}.{name}.npy", "w", force_zip64=True) as member:
@@ -113,7 +113,7 @@ def write(folder, snapshot: Snapshot, tables: Iterator[dict[str, np.ndarray]]) -
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    write_atomically(os.path.join(folder, STATE), snapshot.to_json())
+    write_atomically(os.path.join(folder, STATE), snapshot.to_json(), mode=0o600)
 
 
 def table_arrays(folder, snapshot: Snapshot) -> Iterator[tuple[str, str, dict[str, np.ndarray]]]:

@@ -28,6 +28,7 @@ def ssh_env(tmp_path, monkeypatch):
     """No test reads the developer's ~/.ssh: known_hosts and ssh config are the test's own."""
     monkeypatch.setenv("TFCC_KNOWN_HOSTS", str(tmp_path / "known_hosts"))
     monkeypatch.setenv("TFCC_SSH_CONFIG", str(tmp_path / "ssh_config"))
+    monkeypatch.setenv("TFCC_SYSTEM_KNOWN_HOSTS", str(tmp_path / "ssh_known_hosts"))
     monkeypatch.setenv("TFCC_CONSOLE_HOME", str(tmp_path / "console-home"))
     monkeypatch.setenv("TFCC_HOME", str(tmp_path / "local-home"))
     return tmp_path

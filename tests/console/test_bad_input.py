@@ -288,6 +288,8 @@ COMMAND_LINES = {
                       ("argument --deadline: '1e300' is not a number of seconds from 1 to 3600",), True),
     "grace-negative": (None, ["stop", "r1", "--grace", "-1"],
                        ("argument --grace: '-1' is not a number of seconds from 0 to 3600",), True),
+    "delete-unknown-run": (None, ["delete", "nosuchrun"],
+                           ("no run 'nosuchrun' is known to this console", "tfcc runs lists them"), False),
     "bytes-negative": (None, ["logs", "r1", "--bytes", "-5"],
                        ("argument --bytes: '-5' is not a whole number from 1 to 1073741824",), True),
     "run-id-parent": (None, ["run", "{c}", "--run-id", "../x"], ("run id '../x'", *RUN_ID_WORDS), False),

@@ -509,3 +509,22 @@ def test_delete_asks_first_and_removes_the_runs_folders_and_history(homes, capsy
     finally:
         going.stop(grace=0.5)
         going.detach()
+
+
+def test_what_a_task_writes_reaches_the_terminal_as_text_never_as_escape_sequences(homes, capsys):
+    """A task (or a hostile host) that writes terminal escapes: ``tfcc logs`` and the run's lines show them,
+    they do not run (no colour, no title, no bell); a progress bar's carriage returns end lines."""
+    script = homes / "noisy.py"
+    script.write_text("import sys\n"
+                      "print('\\x1b]0;owned\\x07\\x1b[2Jcleared', flush=True)\n"
+                      "print('50%\\r100%', flush=True)\n"
+                      "sys.stderr.write('\\x1b[31mred\\x1b[0m\\n')\n")
+    path = homes / "noisy.toml"
+    path.write_text(f'[training]\nscript = {str(script)!r}\ncapture = false\n'
+                    '[[hosts]]\nname = "here"\nlocal = true\n[[tasks]]\nhost = "here"\n')
+    assert main(["run", str(path), "--run-id", "noisy"]) == 0
+    capsys.readouterr()
+    assert main(["logs", "noisy"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b]0;owned\\x07\\x1b[2Jcleared" in out and "50%\n100%" in out and "\\x1b[31mred\\x1b[0m" in out

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import stat
@@ -812,6 +813,17 @@ def test_write_refuses_a_folder_where_a_file_goes_and_writes_nothing(tmp_path):
 def test_a_users_missing_script_is_named(tmp_path):
     cluster = cluster_of('[training]\nscript = "/nowhere/train.py"\n[[hosts]]\nname = "h"\nlocal = true\n'
                          '[[tasks]]\nhost = "h"\n')
-    for fmt in ("scripts", "slurm"):
+    for fmt in ("scripts", "slurm", "tfjob"):  # tfjob once accepted it
         with pytest.raises(export.ExportError, match=re.escape("training.script '/nowhere/train.py' does not exist")):
             export.render(fmt, cluster)
+
+
+def test_an_export_into_a_pipe_that_closes_early_is_no_error(homes):
+    """`tfcc export … | head`: the reader had enough; no error, nothing in the log."""
+    tfcc = Path(sys.executable).with_name("tfcc")
+    done = subprocess.run(f"{shlex.quote(str(tfcc))} export scripts -o {shlex.quote(str(homes / 'out'))} | true",
+                          shell=True, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TFCC_CONSOLE_HOME": str(homes / "console")})
+    assert done.stderr == ""
+    log = homes / "console" / "tfcc.log"
+    assert not log.exists() or "Traceback" not in log.read_text()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from console.profiles import MAX_RECENT, Profiles
 
 
@@ -21,5 +23,15 @@ def test_an_unreadable_file_is_ignored_not_fatal(tmp_path):
     (tmp_path / "profiles.json").write_text("{not json")
     p = Profiles(tmp_path / "profiles.json")
     assert p.recent == [] and p.last is None
+    p.opened(tmp_path / "a.toml")
+    assert Profiles(tmp_path / "profiles.json").recent == [str(tmp_path / "a.toml")]
+
+
+@pytest.mark.parametrize("text", ["[]", "3", '"x"', '{"recent": "a.toml", "last": 7, "view": []}', "null"])
+def test_a_file_of_another_shape_is_ignored_not_fatal(tmp_path, text):
+    """profiles.json holding [] once stopped the window from starting."""
+    (tmp_path / "profiles.json").write_text(text)
+    p = Profiles(tmp_path / "profiles.json")
+    assert (p.recent, p.last, p.view) == ([], None, {})
     p.opened(tmp_path / "a.toml")
     assert Profiles(tmp_path / "profiles.json").recent == [str(tmp_path / "a.toml")]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 import threading
 import time
@@ -10,6 +12,7 @@ import pytest
 
 from console import cluster as cl
 from console.remote.link import HostError, HostLink
+from console.remote.transport import UnsafeHome
 
 
 @pytest.fixture
@@ -87,3 +90,45 @@ def test_a_home_that_cannot_be_written_says_so_not_that_python_is_wrong(homes, m
     assert str(err.value) == ("host here: cannot write tfcc's code to /etc/passwd/tfcc/dist (Not a directory); "
                               "check the free disk space and the permissions there (TFCC_HOME moves it)")
     assert link.dist is None  # nothing half deployed is taken for deployed next time
+
+
+@pytest.mark.parametrize("how", ["writable", "another's"])
+@pytest.mark.parametrize("where", ["home", "dist"])
+def test_a_home_another_user_owns_or_may_write_in_runs_no_code(homes, how, where):
+    """Like OpenSSH's StrictModes: a TFCC_HOME (or its dist/) that another user owns or may write in could hold
+    code planted there, which the agent would run: tfcc refuses it with one line that says what to do."""
+    home = homes / "host-home"
+    folder = home if where == "home" else home / "dist"
+    folder.mkdir(parents=True, mode=0o700)
+    if how == "writable":
+        folder.chmod(0o777)
+    elif os.geteuid() != 0:
+        pytest.skip("giving a folder to another user needs root")
+    else:
+        os.chown(folder, 65534, 65534)
+    link = HostLink(cl.Host(name="here", local=True))
+    with pytest.raises(UnsafeHome) as err:
+        link.connect()
+    said = str(err.value)
+    assert said.startswith(f"host this machine: {folder} " + ("is writable by other users" if how == "writable"
+                                                              else "belongs to another user"))
+    assert "tfcc will not run code from it" in said and f"chmod go-w {folder}" in said and "TFCC_HOME" in said
+    assert not (home / "dist").exists() or not any((home / "dist").iterdir())  # nothing deployed there
+
+
+def test_what_a_run_leaves_on_its_host_and_in_the_console_is_readable_by_its_owner_only(homes):
+    from tests.helpers.scripted import finished_run
+
+    old = os.umask(0o022)  # a login's usual umask: the folders and files are private all the same
+    try:
+        finished_run(homes, "private", epochs=1, steps=3)
+    finally:
+        os.umask(old)
+    for top in (homes / "host-home", homes / "console-home"):
+        assert stat.S_IMODE(top.stat().st_mode) == 0o700, top
+    host_side = homes / "host-home" / "runs"  # the run's folders and files: the owner's alone
+    for path in [host_side, *host_side.rglob("*")]:
+        assert stat.S_IMODE(path.lstat().st_mode) & 0o077 == 0, path
+    kept = [p for p in (homes / "console-home").rglob("*") if p.is_file()]  # in the console's private folder
+    assert kept and all(stat.S_IMODE(p.stat().st_mode) & 0o077 == 0 for p in kept), [
+        (p, oct(p.stat().st_mode)) for p in kept if p.stat().st_mode & 0o077]

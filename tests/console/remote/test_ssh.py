@@ -19,6 +19,7 @@ from console.run.runner import Run
 from console.run.session import RunSession
 from console.states import SessionKind
 from tests.console.remote.test_link import crashing_python
+from console.remote import ssh
 from console.remote.ssh import Jump, SSHConnection, SSHError, fingerprint, parse_proxy_jump
 from trainer.metrics import read_records
 
@@ -69,6 +70,43 @@ def test_changed_key_is_refused_with_both_fingerprints(ssh_hosts, ssh_env):
         assert "remove its line from" in message
     finally:
         ssh_hosts.known_hosts(ssh_env / "known_hosts")  # later tests pin the new key
+
+
+def key_line(host, name: str | None = None) -> str:
+    kind, data = Path(str(host.host_key) + ".pub").read_text().split()[:2]
+    return f"{name or host.address} {kind} {data}"
+
+
+def test_a_key_known_to_the_system_wide_known_hosts_is_trusted(ssh_hosts, ssh_env):
+    host = ssh_hosts.hosts[0]
+    (ssh_env / "ssh_known_hosts").write_text(key_line(host) + "\n")  # /etc/ssh/ssh_known_hosts for this test
+    conn = connect(ssh_hosts, host, ask=lambda *a: pytest.fail("a key the system knows needs no question"))
+    conn.close()
+    assert not (ssh_env / "known_hosts").exists()
+
+
+@pytest.mark.parametrize("where", ["known_hosts", "ssh_known_hosts"])
+def test_a_revoked_key_is_refused_known_or_not(ssh_hosts, ssh_env, where):
+    """OpenSSH's @revoked: the key must never be accepted, whichever file says so and however it is asked."""
+    host = ssh_hosts.hosts[1]
+    revoked = "@revoked " + key_line(host, "*") + "\n"
+    (ssh_env / where).write_text(revoked)
+    with pytest.raises(SSHError, match=f"the host key of {host.address} .* is REVOKED in .*{where}"):
+        connect(ssh_hosts, host, ask=lambda *a: pytest.fail("a revoked key is never asked about"))
+    (ssh_env / where).write_text(key_line(host) + "\n" + revoked)  # known too: refused all the same
+    for path in (ssh_env / "known_hosts", ssh_env / "ssh_known_hosts"):
+        ssh._known_hosts_cache.pop(path, None)
+    with pytest.raises(SSHError, match="is REVOKED"):
+        connect(ssh_hosts, host)
+
+
+def test_a_key_accepted_into_a_file_without_its_last_newline_is_kept_and_so_is_the_last_line(tmp_path):
+    path = tmp_path / "known_hosts"
+    path.write_text("10.9.9.9 ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQC7")  # no newline at its end
+    key = paramiko.ECDSAKey.generate()
+    ssh._remember(path, "10.0.0.1", key)
+    lines = path.read_text().splitlines()
+    assert lines == ["10.9.9.9 ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQC7", f"10.0.0.1 {key.get_name()} {key.get_base64()}"]
 
 
 def two_host_cluster(ssh_hosts, epochs: int) -> cl.Cluster:

@@ -171,6 +171,16 @@ def test_csv_export_has_every_point_of_every_series(tmp_path):
     assert ["host:localhost", "sys", "", "sys:cpu_cores", "1"] in [r[:3] + r[4:] for r in rows]
 
 
+def test_csv_export_never_writes_a_hosts_name_as_a_formula(tmp_path):
+    """A metric named by a host (a user's reporter, a hostile one) is data in a spreadsheet, never a formula."""
+    store = MetricsStore()
+    store.ingest("worker-0", [{"type": "step", "global_step": 1, "time": 1.0, "=cmd|' /C calc'!A0": 1.0,
+                               "+SUM(1)": 2.0, "-2+3": 3.0, "@x": 4.0, "loss": 0.5}])
+    store.write_csv(tmp_path / "m.csv")
+    metrics = {row[4] for row in csv.reader(open(tmp_path / "m.csv"))}
+    assert metrics == {"metric", "loss", "'=cmd|' /C calc'!A0", "'+SUM(1)", "'-2+3", "'@x"}
+
+
 def test_a_diverged_loss_is_a_gap_and_reads_nan_never_an_error():
     """The metrics file writes a non-finite loss as null (docs/metrics.md); a user's own reporter
     may write anything. The store keeps the step with a NaN (a gap in the plot) and its words say nan."""
