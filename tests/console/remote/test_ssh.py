@@ -20,6 +20,7 @@ from console.run.session import RunSession
 from console.states import SessionKind
 from tests.console.remote.test_link import crashing_python
 from console.remote import ssh
+from console.remote.transport import UnsafeHome
 from console.remote.ssh import Jump, SSHConnection, SSHError, fingerprint, parse_proxy_jump
 from trainer.metrics import read_records
 
@@ -411,3 +412,19 @@ def test_a_users_two_file_script_runs_unchanged_over_two_ssh_hosts(ssh_hosts, ss
         assert [r["global_step"] for r in steps] == list(range(1, 11))  # config.json: 10 steps an epoch
         assert all(isinstance(r["loss"], float) and r["step_time"] > 0 for r in steps)
         assert (host.tfcc_home / "runs" / "sshscript" / f"worker-{i}" / "work" / "mnist_setup.py").is_file()
+
+
+def test_over_ssh_a_home_others_may_write_in_runs_no_code(ssh_hosts, ssh_env):
+    ssh_hosts.known_hosts(ssh_env / "known_hosts")
+    host = ssh_hosts.hosts[0]
+    host.tfcc_home.mkdir(parents=True, exist_ok=True)
+    mode = host.tfcc_home.stat().st_mode
+    host.tfcc_home.chmod(0o777)
+    try:
+        link = HostLink(cl.Host(name=host.name, address=host.address, user="root", key=str(ssh_hosts.client_key),
+                                python=sys.executable))
+        with pytest.raises(UnsafeHome, match=f"host {host.address}: {host.tfcc_home} is writable by other users: "
+                                             "tfcc will not run code from it"):
+            link.connect()
+    finally:
+        host.tfcc_home.chmod(mode & 0o7777)
