@@ -197,6 +197,10 @@ def start(req: dict) -> dict:
         except FileNotFoundError:
             pass
     env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
+    secrets = req.get("secret_env") or {}
+    if not isinstance(secrets, dict) or not all(isinstance(k, str) and isinstance(v, str) and "\0" not in k + v
+                                                for k, v in secrets.items()):
+        raise AgentError("start: \"secret_env\" must map names to strings", protocol.BAD_ARGUMENT)
     tf_config = req.get("tf_config")
     if tf_config is not None:
         if not isinstance(tf_config, str):
@@ -220,10 +224,12 @@ def start(req: dict) -> dict:
         "python_path": req.get("python_path") or [],
         "created": time.time(),
         "attempt": attempt,
+        "secret_env": sorted(secrets),  # their names: the values are in the task's environment alone
     }
     write_json(folder / "spec.json", spec)
     agent_root = str(Path(__file__).resolve().parent.parent)
     child_env = dict(os.environ)
+    child_env.update(secrets)  # the supervisor hands its environment to the task: never a file, never argv
     child_env["PYTHONPATH"] = agent_root
     # The supervisor leads its own session (no terminal, no hang-up when the
     # SSH channel closes) and the task runs in its process group.

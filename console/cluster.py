@@ -89,6 +89,9 @@ class Training:
     keras: str = "auto"        # with script: which Keras it gets (KERAS_FLAVOURS)
     capture: bool = True       # with script: tfcc captures its metrics from the outside (fit, tf.summary, prints)
     args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # set in every task's environment (kept in the files)
+    secret_env: list[str] = field(default_factory=list)  # names read from the console's environment at each
+    # start and passed to the tasks' environment only: never written to a file, on either side
     epochs: int = 5
     per_replica_batch: int = 32
     global_batch: int = 0      # when set, split over the replicas (a multiple of them) instead of per_replica_batch
@@ -276,12 +279,39 @@ def _build(cls, data, where: str):
                 raise ClusterFileError(f"{where}.args must be a list of strings, like [\"--seed\", \"7\"]")
             if any("\0" in a for a in value):
                 raise ClusterFileError(f"{where}.args holds a NUL character; remove it")
+        elif name == "env":
+            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+                raise ClusterFileError(f"{where}.env must be a table of strings, like env = {{ HF_HOME = \"/data\" }}")
+            for key, text in value.items():
+                _env_name(f"{where}.env", key)
+                if "\0" in text:
+                    raise ClusterFileError(f"{where}.env.{key} holds a NUL character; remove it")
+        elif name == "secret_env":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ClusterFileError(f"{where}.secret_env must be a list of names, like secret_env = "
+                                       "[\"WANDB_API_KEY\"] (their values come from this console's environment)")
+            for key in value:
+                _env_name(f"{where}.secret_env", key)
         values[name] = value
     try:
         return cls(**values)
     except TypeError as exc:
         missing = str(exc).rsplit(":", 1)[-1].strip()
         raise ClusterFileError(f"{where} needs {missing}") from None
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# What tfcc sets itself in a task's environment: a cluster file's env cannot set these.
+RESERVED_ENV = ("TF_CONFIG", "PYTHONPATH", "CUDA_VISIBLE_DEVICES", "TF_USE_LEGACY_KERAS")
+
+
+def _env_name(where: str, name: str) -> None:
+    if not _ENV_NAME.match(name):
+        raise ClusterFileError(f"{where} names {name!r}; an environment variable's name is letters, digits and '_', "
+                               "not starting with a digit")
+    if name in RESERVED_ENV or name.startswith("TFCC_"):
+        raise ClusterFileError(f"{where} names {name}, which tfcc sets itself; leave it out (the cluster's "
+                               "settings say it: gpus, keras, the script's workdir)")
 
 
 def _choice(where: str, value: str, choices) -> None:
@@ -442,6 +472,12 @@ def validate(cluster: Cluster) -> None:
         raise ClusterFileError(f"training.backup_seconds is {t.backup_seconds}; {problem}")
     if t.model_file and t.script:
         raise ClusterFileError("training sets both model_file and script; keep one of them")
+    both = sorted(set(t.env) & set(t.secret_env))
+    if both:
+        raise ClusterFileError(f"training.env and training.secret_env both name {both[0]}; a secret's value comes "
+                               "from this console's environment only: remove it from env")
+    if len(set(t.secret_env)) != len(t.secret_env):
+        raise ClusterFileError("training.secret_env names a variable twice; name each once")
     _choice("training.keras", t.keras, KERAS_FLAVOURS)
     if t.workdir and not t.script:
         raise ClusterFileError("training.workdir is set but training.script is empty; the workdir is the folder "
@@ -475,7 +511,7 @@ def _evaluator_rules(cluster: Cluster, roles: dict[str, list[str]]) -> None:
 def dumps(cluster: Cluster) -> str:
     data = {
         "training": {k: v for k, v in asdict(cluster.training).items()
-                     if v not in ("", []) and not (k == "global_batch" and not v)
+                     if v not in ("", [], {}) and not (k == "global_batch" and not v)
                      and not (k == "keras" and v == "auto") and not (k == "capture" and v is True)
                      and not (k == "per_replica_batch" and cluster.training.global_batch)},
         "hosts": [{k: v for k, v in asdict(h).items() if v not in ("", [])} for h in cluster.hosts],

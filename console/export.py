@@ -157,6 +157,22 @@ class _Raw(str):
     """A shell word written as is (it expands a variable); every other word is quoted."""
 
 
+def _environment(cluster: cl.Cluster, me: str) -> str:
+    """Shell lines that give the tasks the cluster's env (its values, quoted) and secret_env (named only: the
+    values come from the environment the script runs in, checked first)."""
+    t = cluster.training
+    lines = [f"export {name}={shlex.quote(value)}\n" for name, value in t.env.items()]
+    if t.secret_env:
+        names = " ".join(t.secret_env)
+        lines.append(f"# Secrets (the cluster's secret_env): their values come from the environment this runs in;\n"
+                     f"# tfcc never writes them down.\n"
+                     f"for name in {names}; do\n"
+                     f'  if [ -z "${{!name+x}}" ]; then echo "{me}: $name is not set: export it, then run this '
+                     f'again" >&2; exit 2; fi\n'
+                     f"done\nexport {names}\n")
+    return "".join(lines)
+
+
 def _beside(rel: str) -> _Raw:
     """``rel``, a path in the folder the script is in (``$here``), as one shell word whatever its name holds."""
     quoted = shlex.quote(rel)
@@ -405,6 +421,7 @@ def _launch_script(cluster: cl.Cluster, host: cl.Host, ports: list[int], names: 
     if t.model_file:
         out.append(f"export TFCC_MODEL_FILE_ORIGIN={shlex.quote(str(Path(t.model_file).expanduser().resolve()))}"
                    "  # how errors name the model file\n")
+    out.append(_environment(cluster, "$me"))
     if not t.script:
         out.append(_IMPORT_CHECK)
     out.append("\npids=() names=()\n")
@@ -621,7 +638,7 @@ export TFCC_ROOT=${{TFCC_ROOT:-$here}}  # a folder that holds tfcc's agent/ and 
 export PYTHONPATH=$TFCC_ROOT${{PYTHONPATH:+:$PYTHONPATH}}
 export TF_USE_LEGACY_KERAS=1  # tf-keras (Keras 2): Keras 3's fit fails under MultiWorkerMirroredStrategy
 export TFCC_RUNS=${{TFCC_RUNS:-$here/runs/${{SLURM_JOB_ID:-local}}}}
-mkdir -p "$TFCC_RUNS" || exit 2
+{_environment(cluster, name)}mkdir -p "$TFCC_RUNS" || exit 2
 
 # What srun runs once per task: its run folder from its rank, its output in files there, its exit code noted.
 task_wrapper='
@@ -753,6 +770,9 @@ def _tfjob(cluster: cl.Cluster, options: Options) -> Export:
                {"name": "TFCC_RUN_DIR", "value": run_dir}]
         if role == PS:  # it holds variables on its CPU: TensorFlow would take every GPU's memory
             env.append({"name": GPUS, "value": ""})
+        env += [{"name": key, "value": escape(value)} for key, value in t.env.items()]
+        env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": f"{name}-secrets", "key": key}}}
+                for key in t.secret_env]
         container = {"name": "tensorflow", "image": image, "command": command, "env": env,
                      "ports": [{"name": "tfjob-port", "containerPort": TFJOB_PORT}],
                      "volumeMounts": [{"name": "tfcc-runs", "mountPath": TFJOB_RUNS}]}
@@ -764,6 +784,10 @@ def _tfjob(cluster: cl.Cluster, options: Options) -> Export:
                              f"every {TFJOB_TYPES[role]} replica the same, {max(gpus.values())}")
         specs[TFJOB_TYPES[role]] = {"replicas": counts[role], "restartPolicy": "OnFailure",
                                     "template": {"spec": {"containers": [container], "volumes": [volume]}}}
+    if t.secret_env:
+        notes.append(f"the tasks' secrets ({', '.join(t.secret_env)}) come from a Kubernetes secret named "
+                     f"{name}-secrets: create it before applying (kubectl create secret generic {name}-secrets "
+                     + " ".join(f"--from-literal={key}=..." for key in t.secret_env) + "); tfcc never writes them")
     run_policy = {"backoffLimit": t.max_restarts}
     if EVALUATOR in counts:
         # The operator deletes running pods when the chief succeeds (cleanPodPolicy Running): the

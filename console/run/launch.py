@@ -5,6 +5,7 @@ For tfcc's trainer or a user's script, as the runner starts it on a host and the
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from console import cluster as cl
@@ -75,6 +76,17 @@ def gpu_environment(task: cl.Task) -> dict[str, str]:
     return {}
 
 
+def secret_values(cluster: cl.Cluster, environ=None) -> dict[str, str]:
+    """The values of the cluster's ``secret_env``, from this console's environment (``environ``: os.environ)."""
+    environ = os.environ if environ is None else environ
+    missing = [name for name in cluster.training.secret_env if name not in environ]
+    if missing:
+        raise RunError(f"training.secret_env names {', '.join(missing)}, which this console's environment does not "
+                       "set", f"set {missing[0]} in the environment tfcc starts in (export {missing[0]}=...), then "
+                       "start again; tfcc passes its value to the tasks and never writes it down")
+    return {name: environ[name] for name in cluster.training.secret_env}
+
+
 def task_command(cluster: cl.Cluster, task: cl.Task, interpreter: str, dist: str,
                  script: str | None = None) -> tuple[list[str], dict[str, str]]:
     """A task's argv and environment on a host whose deployed code is in ``dist``: the trainer (its run folder
@@ -90,7 +102,7 @@ def task_command(cluster: cl.Cluster, task: cl.Task, interpreter: str, dist: str
     else:
         model = f"{dist}/user/{Path(training.model_file).name}" if training.model_file else None
         argv = [interpreter, "-m", "trainer", "--run-dir", "{run_dir}", *trainer_args(cluster, model)]
-    env = keras_environment(cluster)
+    env = {**training.env, **keras_environment(cluster)}
     if training.model_file and not training.script:
         env[MODEL_FILE_ORIGIN] = str(Path(training.model_file).expanduser().resolve())
     env.update(gpu_environment(task))

@@ -28,7 +28,7 @@ from console.remote.channel import AgentRequestError
 from console.remote.deploy import make_bundle
 from console.remote.link import HostLink
 from console.remote.ssh import SSHError
-from console.run.launch import check_user_file, task_command
+from console.run.launch import check_user_file, secret_values, task_command
 from console.states import FOLLOW_ERROR, RECONNECTED, RECONNECTING, TaskState
 from console.store.manifests import Manifest, check_run_id, manifest_path, read_manifest, write_manifest
 from console.workdir import Workdir, collect as collect_workdir, excluded_module, human_bytes
@@ -200,6 +200,8 @@ class Run:
         training = self.cluster.training
         workdir = (self.workdir or self._collect_workdir()) if training.script else None
         shipped = {"workdir": workdir.entries()} if workdir is not None else {}
+        if training.secret_env:  # read at each start: in memory only, to the tasks' environment over the channel
+            shipped["secret_env"] = secret_values(self.cluster)
 
         def start(i: int, task: TaskState, spec: cl.Task) -> None:
             link = self.links[task.host]

@@ -1,0 +1,111 @@
+"""What a task is started with: the cluster's env, and its secrets, which reach the task's environment alone."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from pathlib import Path
+
+import pytest
+
+from console import cluster as cl
+from console import export
+from console.run.launch import secret_values
+from console.run.runner import Run
+from console.run.session import RunSession
+from tests.helpers.cli import tfcc
+from tests.helpers.scripted import follow_to_end
+from tests.helpers.waiting import wait_until
+
+TASK = """import hashlib, os, pathlib, sys, time
+token = os.environ.get("MY_API_TOKEN", "")
+print("secret ok" if hashlib.sha256(token.encode()).hexdigest() == sys.argv[1] else "secret WRONG", flush=True)
+print("plain", os.environ.get("PLAIN_SETTING"), flush=True)
+deadline = time.time() + 60
+while not pathlib.Path(sys.argv[2]).exists() and time.time() < deadline:
+    time.sleep(0.05)
+"""
+
+
+@pytest.fixture
+def homes(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFCC_HOME", str(tmp_path / "host-home"))
+    monkeypatch.setenv("TFCC_CONSOLE_HOME", str(tmp_path / "console-home"))
+    return tmp_path
+
+
+def secret_cluster(homes: Path, token_hash: str) -> cl.Cluster:
+    script = homes / "project" / "task.py"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(TASK)
+    training = cl.Training(script=str(script), args=[token_hash, str(homes / "go")], capture=False,
+                           env={"PLAIN_SETTING": "visible"}, secret_env=["MY_API_TOKEN"])
+    return cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")], training)
+
+
+def every_file(root: Path):
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            yield path
+
+
+def test_a_secret_reaches_the_tasks_environment_and_no_file_no_command_line_no_export(homes, monkeypatch, capsys):
+    token = "tok-" + secrets.token_hex(16)
+    monkeypatch.setenv("MY_API_TOKEN", token)
+    cluster = secret_cluster(homes, hashlib.sha256(token.encode()).hexdigest())
+    path = homes / "secret.toml"
+    cl.save(cluster, path)
+    run = Run(cl.load(path), "secret-run")
+    run.start()
+    outputs = [homes / "host-home" / "runs" / "secret-run" / t / "stdout.log" for t in ("worker-0", "worker-1")]
+    assert wait_until(lambda: all(p.exists() and "plain visible" in p.read_text() for p in outputs), 30)
+    assert all("secret ok" in p.read_text() for p in outputs)
+    commands = [p.read_bytes() for p in Path("/proc").glob("[0-9]*/cmdline") if p.exists()]
+    assert not [c for c in commands if token.encode() in c]  # never on a command line (ps)
+    (homes / "go").touch()
+    follow_to_end(RunSession(run), 60)
+    assert [t.phase for t in run.tasks] == ["finished", "finished"]
+    assert tfcc(["runs", "--json"], capsys)[0] == 0
+    for fmt in ("scripts", "slurm", "tfjob"):
+        export.write(export.render(fmt, cl.load(path)), homes / "exports" / fmt)
+    written = list(every_file(homes))
+    assert len(written) > 20 and any(p.name == "spec.json" for p in written)
+    assert not [p for p in written if token.encode() in p.read_bytes()], "a file holds the secret"
+    spec = json.loads((homes / "host-home" / "runs" / "secret-run" / "worker-0" / "spec.json").read_text())
+    assert spec["secret_env"] == ["MY_API_TOKEN"] and spec["env"]["PLAIN_SETTING"] == "visible"
+    launch = (homes / "exports" / "scripts" / "launch-here.sh").read_text()
+    assert "export PLAIN_SETTING=visible" in launch and "export MY_API_TOKEN" in launch
+    assert 'MY_API_TOKEN' in (homes / "exports" / "slurm" / "tfcc.sbatch").read_text()
+
+
+def test_a_secret_the_console_lacks_is_one_line_and_nothing_starts(homes, monkeypatch, capsys):
+    monkeypatch.delenv("MY_API_TOKEN", raising=False)
+    path = homes / "secret.toml"
+    cl.save(secret_cluster(homes, "0" * 64), path)
+    code, out, err = tfcc(["run", str(path), "--run-id", "no-secret"], capsys)
+    assert code == 2 and err.strip() == (
+        "tfcc: error: training.secret_env names MY_API_TOKEN, which this console's environment does not set; "
+        "set MY_API_TOKEN in the environment tfcc starts in (export MY_API_TOKEN=...), then start again; tfcc "
+        "passes its value to the tasks and never writes it down")
+    assert not (homes / "host-home" / "runs" / "no-secret").exists()
+
+
+def test_secret_values_come_from_the_environment_given():
+    cluster = cl.Cluster([cl.Host(name="h", local=True)], [cl.Task(host="h")],
+                         cl.Training(secret_env=["A_KEY", "B_KEY"]))
+    assert secret_values(cluster, {"A_KEY": "1", "B_KEY": "", "OTHER": "x"}) == {"A_KEY": "1", "B_KEY": ""}
+
+
+@pytest.mark.parametrize("text, words", [
+    ('env = { "TF_CONFIG" = "x" }', "training.env names TF_CONFIG, which tfcc sets itself"),
+    ('env = { "TFCC_HOME" = "x" }', "training.env names TFCC_HOME, which tfcc sets itself"),
+    ('env = { "1BAD" = "x" }', "training.env names '1BAD'; an environment variable's name is letters"),
+    ('env = { A = 1 }', "training.env must be a table of strings"),
+    ('secret_env = "KEY"', "training.secret_env must be a list of names"),
+    ('secret_env = ["KEY", "KEY"]', "training.secret_env names a variable twice"),
+    ('env = { KEY = "x" }\nsecret_env = ["KEY"]', "training.env and training.secret_env both name KEY"),
+])
+def test_bad_env_settings_say_what_to_do(text, words):
+    with pytest.raises(cl.ClusterFileError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        cl.loads(f"[training]\n{text}\n[[hosts]]\nname = \"h\"\nlocal = true\n[[tasks]]\nhost = \"h\"\n")
