@@ -55,32 +55,56 @@ class Threads:
 class HostKeyAsker(QObject):
     """Asks the person about an unknown host key from an SSH thread, and waits for the answer.
 
-    ``asked`` reaches the UI thread, which shows the fingerprint and calls ``answer``.
-    A question nobody answers in ``timeout`` seconds is a no.
+    ``asked`` reaches the UI thread with the question's number, which shows the host and fingerprint and calls
+    ``answer`` with that number: an answer counts only for its own question. A question nobody answers in
+    ``timeout`` seconds is a no, and ``expired`` says so (the window closes its dialog).
     """
 
-    asked = Signal(str, str, str)  # host, key type, SHA256 fingerprint
+    asked = Signal(int, str, str, str)  # the question's number, host, key type, SHA256 fingerprint
+    expired = Signal(int)               # that question was given up on (a no): its dialog goes
 
     def __init__(self, timeout: float = 600.0, parent=None):
         super().__init__(parent)
         self.timeout = timeout
-        self._lock = threading.Lock()  # one question at a time
+        self._lock = threading.Lock()   # one question at a time
+        self._state = threading.Lock()  # guards the question asked now and its answer
+        self._number = 0
+        self._open: int | None = None   # the question waiting for its answer
         self._answered = threading.Event()
         self._answer = False
 
     def __call__(self, hostname: str, key_type: str, fingerprint: str) -> bool:
         with self._lock:
-            self._answered.clear()
-            self._answer = False
-            self.asked.emit(hostname, key_type, fingerprint)
-            if not self._answered.wait(self.timeout):
+            with self._state:
+                self._number += 1
+                number = self._open = self._number
+                self._answered.clear()
+                self._answer = False
+            self.asked.emit(number, hostname, key_type, fingerprint)
+            answered = self._answered.wait(self.timeout)
+            with self._state:
+                self._open = None
+                trust = answered and self._answer
+            if not answered:
                 log.warning("nobody answered about the host key of %s", hostname)
-                return False
-            return self._answer
+                self.expired.emit(number)
+            return trust
 
-    def answer(self, trust: bool) -> None:
-        self._answer = trust
-        self._answered.set()
+    def answer(self, number: int, trust: bool) -> None:
+        """The person's answer to question ``number``; one to a question no longer asked counts for nothing."""
+        with self._state:
+            if number != self._open:
+                log.info("an answer to host-key question %d, which is not the one asked: ignored", number)
+                return
+            self._answer = trust
+            self._answered.set()
+
+    def refuse_all(self) -> None:
+        """The window goes: whatever is asked now is a no."""
+        with self._state:
+            if self._open is not None:
+                self._answer = False
+                self._answered.set()
 
 
 class CheckJob(QObject):

@@ -31,7 +31,8 @@ class MainWindow(QMainWindow):
         self.profiles = profiles or Profiles()
         self.threads = Threads()
         self.asker = HostKeyAsker(parent=self)
-        self.fingerprint_dialog: FingerprintDialog | None = None
+        self.fingerprint_dialog: FingerprintDialog | None = None  # the newest
+        self.fingerprint_dialogs: dict[int, FingerprintDialog] = {}  # each question's dialog, until answered
         self.checker = CheckJob(self.threads, self.asker, self)
         self.cluster = cl.Cluster([], [])  # the one being edited: the setup form edits it in place
         self.checking = False
@@ -101,6 +102,7 @@ class MainWindow(QMainWindow):
         self.files.title_changed.connect(self.setWindowTitle)
         self.files.reported.connect(self.statusBar().showMessage)
         self.asker.asked.connect(self._on_asker_asked)
+        self.asker.expired.connect(self._on_asker_expired)
         self.checker.progressed.connect(self._on_checker_progressed)
         self.checker.finished.connect(self._on_checker_finished)
         self.checker.failed.connect(self._on_checker_failed)
@@ -210,17 +212,26 @@ class MainWindow(QMainWindow):
         self.act_resume.setEnabled(self.run_control.resumable)
         self.act_detach.setEnabled(self.session.run is not None)
 
-    def _on_asker_asked(self, host: str, key_type: str, fingerprint: str) -> None:
+    def _on_asker_asked(self, number: int, host: str, key_type: str, fingerprint: str) -> None:
+        """A host key to trust or not: its dialog answers that question, and no other."""
         dialog = FingerprintDialog(host, key_type, fingerprint, self)
-        dialog.finished.connect(lambda result: self.asker.answer(result == FingerprintDialog.Accepted))
-        self.fingerprint_dialog = dialog
+        dialog.finished.connect(lambda result: self.asker.answer(number, result == FingerprintDialog.Accepted))
+        self.fingerprint_dialogs[number] = self.fingerprint_dialog = dialog
+        dialog.finished.connect(lambda _: self.fingerprint_dialogs.pop(number, None))
         dialog.open()
+
+    def _on_asker_expired(self, number: int) -> None:
+        """Nobody answered in time (a no): the dialog goes, so that no later click answers another question."""
+        dialog = self.fingerprint_dialogs.pop(number, None)
+        if dialog is not None:
+            dialog.reject()
+            self.statusBar().showMessage(f"The host key of {dialog.host} was not trusted: nobody answered in time")
 
     def closeEvent(self, event):  # noqa: N802 (Qt's name)
         if not self.files.maybe_discard():
             event.ignore()
             return
-        self.asker.answer(False)
+        self.asker.refuse_all()
         if self._view_saver.isActive():  # a change not saved yet
             self._view_saver.stop()
             self._on_view_saver_timeout()

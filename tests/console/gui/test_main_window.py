@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 from PySide6.QtCore import Qt
@@ -235,3 +236,33 @@ def test_a_parameter_server_cluster_from_the_window(qtbot, gui_homes, shots):
     save_shot(window, shots, "window-parameter-server-diagram")
     window.files.dirty = False
     window.close()
+
+
+def test_a_host_key_answer_belongs_to_its_question_and_an_unanswered_one_is_closed(qtbot, gui_homes):
+    """A dialog left open past its time once answered the next host's question: Trust on host A's dialog
+    trusted host B's key, whose fingerprint was never shown. Each answer now counts for its own question."""
+    window = MainWindow(profiles=Profiles(gui_homes / "profiles.json"))
+    qtbot.addWidget(window)
+    results: dict[str, bool] = {}
+
+    def ask(host: str, fp: str) -> threading.Thread:
+        thread = threading.Thread(target=lambda: results.__setitem__(host, window.asker(host, "ssh-ed25519", fp)))
+        thread.start()
+        qtbot.waitUntil(lambda: window.fingerprint_dialog is not None and window.fingerprint_dialog.host == host,
+                        timeout=5000)
+        return thread
+
+    window.asker.timeout = 0.5
+    first = ask("host-a", "SHA256:aaaa")
+    stale = window.fingerprint_dialog
+    qtbot.waitUntil(lambda: not first.is_alive(), timeout=5000)  # nobody answered: a no
+    assert results["host-a"] is False
+    qtbot.waitUntil(lambda: not stale.isVisible(), timeout=5000)  # and its dialog went with it
+    window.asker.timeout = 30
+    second = ask("host-b", "SHA256:bbbb")
+    stale.accept()  # a late click on host A's dialog
+    assert second.is_alive() and "host-b" not in results  # answers nothing of host B's
+    window.fingerprint_dialog.accept()  # host B's own dialog, its fingerprint shown
+    qtbot.waitUntil(lambda: not second.is_alive(), timeout=5000)
+    assert results["host-b"] is True
+    window.files.dirty = False
