@@ -75,6 +75,7 @@ STREAMS = (METRICS, *LOG_STREAMS)
 
 BLOBS_DIR = "blobs"
 WORK_DIR = "work"
+BACKUP_DIR = "backup"  # a task's backups in its run folder (tfcc's trainer writes them; a resume needs them)
 
 # --------------------------------------------------------------------------- environment variables
 

@@ -197,6 +197,9 @@ def start(req: dict) -> dict:
         except FileNotFoundError:
             pass
     env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
+    console = req.get("console")
+    if console is not None and protocol.name_problem("console", console):
+        raise AgentError(protocol.name_problem("console", console), protocol.BAD_ARGUMENT)
     secrets = req.get("secret_env") or {}
     if not isinstance(secrets, dict) or not all(isinstance(k, str) and isinstance(v, str) and "\0" not in k + v
                                                 for k, v in secrets.items()):
@@ -225,6 +228,7 @@ def start(req: dict) -> dict:
         "created": time.time(),
         "attempt": attempt,
         "secret_env": sorted(secrets),  # their names: the values are in the task's environment alone
+        "console": console,  # which console started it: another one's delete leaves it alone
     }
     write_json(folder / "spec.json", spec)
     agent_root = str(Path(__file__).resolve().parent.parent)
@@ -278,9 +282,25 @@ def status(run_id: str, task: str) -> dict:
             sizes[name] = 0
     return {"run_id": run_id, "task": task, "run_dir": str(folder), "phase": phase,
             "pid": state.get("pid"), "started": state.get("started"), "exit": ended, "sizes": sizes,
-            "stopped": stopped, "stderr_from": state.get("stderr_from", 0),
+            "stopped": stopped, "stderr_from": state.get("stderr_from", 0), "backups": has_backups(folder),
             # SIGSTOP (a debugger, Ctrl-Z, a scheduler): alive, but it makes no step and answers no peer
             "suspended": proc_state(child) in ("T", "t") if child else False}
+
+
+def has_backups(folder: Path) -> bool:
+    """Whether the task left a backup to resume from (a TensorFlow checkpoint's index in its backup folder)."""
+    backups = folder / protocol.BACKUP_DIR
+    return backups.is_dir() and next(backups.rglob("*.index"), None) is not None
+
+
+def orphan(folder: Path) -> int | None:
+    """The pid of a task's process that outlived its supervisor (the agent lost track of it), or None."""
+    state = read_json(folder / "state.json") or {}
+    child = read_json(folder / "child.json") or {}
+    if not isinstance(state, dict) or not isinstance(child, dict) or \
+            is_same_process(state.get("pid"), state.get("start_time")):
+        return None
+    return child.get("pid") if is_same_process(child.get("pid"), child.get("start_time")) else None
 
 
 def stopped_by_request(folder: Path, ended) -> bool:
@@ -381,9 +401,11 @@ def _signal_pid(pid: int, sig) -> None:
 # --------------------------------------------------------------------------- remove
 
 
-def remove_run(run_id: str) -> dict:
+def remove_run(run_id: str, console: str | None = None) -> dict:
     """Delete ``<home>/runs/<run_id>`` (every task of the run on this host), refused while one of its
-    tasks still runs. Nothing outside that folder is touched: a symbolic link is removed, never followed."""
+    tasks still runs or a task's process outlived its supervisor, and (``console``: the console that asks)
+    when a task of it was started by another console. Nothing outside that folder is touched: a symbolic
+    link is removed, never followed."""
     run_id = _check_name("run id", run_id)
     root = home() / "runs"
     folder = root / run_id
@@ -399,6 +421,15 @@ def remove_run(run_id: str) -> dict:
                 and is_same_process(state.get("pid"), state.get("start_time"))):
             raise AgentError(f"task {task} of run {run_id} is still running on this host (pid {state['pid']}); "
                              f"stop it first (tfcc stop {run_id}), then delete the run", protocol.ALREADY_RUNNING)
+        left = orphan(folder / task)
+        if left is not None:
+            raise AgentError(f"task {task} of run {run_id} has a process that outlived its supervisor on this host "
+                             f"(pid {left}); end it (kill {left}), then delete the run", protocol.ALREADY_RUNNING)
+    others = [task for task in tasks if console is not None and
+              ((read_json(folder / task / "spec.json") or {}).get("console") or console) != console]
+    if others:
+        raise AgentError(f"task(s) {', '.join(others)} of run {run_id} on this host were started by another console; "
+                         "delete the run from that console (nothing was deleted)", protocol.BAD_ARGUMENT)
     if folder.resolve().parent != root.resolve():
         raise AgentError(f"run folder {folder} is not inside {root}; remove it by hand", protocol.BAD_NAME)
     # shutil.rmtree removes links inside the folder without following them (and refuses a link itself).

@@ -131,7 +131,7 @@ class Server:
 
     def op_remove(self, req):
         """Delete a run's folder on this host (every task of it here), refused while a task runs."""
-        return runs.remove_run(req.get("run_id"))
+        return runs.remove_run(req.get("run_id"), req.get("console"))
 
     def op_missing_blobs(self, req):
         """Which of ``sha256`` (a list of sha256 hex strings) have no blob in ``<home>/blobs`` yet."""

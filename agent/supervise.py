@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from agent.protocol import STDERR, STDOUT
-from agent.runs import read_json, write_json
+from agent.runs import proc_start_time, read_json, write_json
 
 
 def main(argv) -> int:
@@ -45,7 +45,7 @@ def main(argv) -> int:
             write_json(folder / "exit.json", {"returncode": 127, "ended": time.time(),
                                               "error": f"cannot start {spec['argv'][0]!r}: {exc.strerror}"})
             return 127
-        write_json(folder / "child.json", {"pid": child.pid})
+        write_json(folder / "child.json", {"pid": child.pid, "start_time": proc_start_time(child.pid)})
         while True:
             try:
                 returncode = child.wait()

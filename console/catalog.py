@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from agent.protocol import ENDED, FAILED, FINISHED, LOST, NO_SUCH_TASK, NOT_STARTED, RUNNING
+from agent.protocol import ENDED, FAILED, FINISHED, LOST, NO_SUCH_TASK, NOT_STARTED, REMOVE, RUNNING, STATUS
 from console import cluster as cl
 from console.errors import RunError, TfccError, state_dir
 from console.remote.channel import AgentRequestError
@@ -26,7 +26,7 @@ from console.run.session import OFFER, RunSession
 from console.states import RunState, SessionKind, run_state
 from console.store.cache import (CONSOLE_TASK, SUMMARY, cache_dir, fill_from_cache, read_summary, remove_cache, task_file,
                                  whole)
-from console.store.manifests import check_run_id, known_runs, manifest_path, read_manifest
+from console.store.manifests import check_run_id, console_id, known_runs, manifest_path, read_manifest
 from console.store.metrics import MetricsStore
 
 log = logging.getLogger("console.catalog")
@@ -205,7 +205,7 @@ def ask_hosts(infos: list[RunInfo], ask_host_key=None, timeout: float = HOST_ASK
         phases, stopped = {}, []
         try:
             for task in run.tasks:
-                status = run.links[task.host].connect().call("status", timeout=timeout, run_id=run.run_id,
+                status = run.links[task.host].connect().call(STATUS, timeout=timeout, run_id=run.run_id,
                                                              task=task.name)
                 phases[task.name] = status["phase"]
                 stopped.append(bool(status.get("stopped")))
@@ -285,7 +285,7 @@ def delete_run(run_id: str, ask_host_key=None) -> list[str]:
     try:
         def ask(task):
             try:
-                return run.links[task.host].connect().call("status", run_id=run_id, task=task.name)
+                return run.links[task.host].connect().call(STATUS, run_id=run_id, task=task.name)
             except AgentRequestError as exc:
                 if exc.code == NO_SUCH_TASK:
                     return {"phase": NOT_STARTED}
@@ -303,7 +303,7 @@ def delete_run(run_id: str, ask_host_key=None) -> list[str]:
 
         def remove(name, link):
             try:
-                answer = link.connect().call("remove", run_id=run_id)
+                answer = link.connect().call(REMOVE, run_id=run_id, console=console_id())
             except TfccError as exc:
                 return f"{name}: NOT deleted ({exc})"
             return f"{name}: deleted {', '.join(answer.get('tasks') or []) or 'nothing (no folder there)'}"

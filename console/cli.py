@@ -195,7 +195,7 @@ def cmd_run(ns) -> int:
     cluster = cl.load(ns.cluster) if ns.cluster else cl.default()
     run = Run(cluster, run_id, make_asker(ns.accept_new_host_keys))
     resume = ns.resume is not None
-    run.start(resume=resume)
+    run.start(resume=resume, explicit=resume)
     verb = "resumed" if resume else "started"
     print(f"tfcc: run {run.run_id} {verb}: {len(run.tasks)} tasks on {len(run.links)} host(s)", file=sys.stderr)
     return _follow(run, Printer(ns.json), ns.stop_on_exit, ns.watchdog)
@@ -203,7 +203,7 @@ def cmd_run(ns) -> int:
 
 def cmd_resume(ns) -> int:
     run = Run.load(check_run_id(ns.run), make_asker(ns.accept_new_host_keys))
-    run.start(resume=True)
+    run.start(resume=True, explicit=True)
     print(f"tfcc: run {run.run_id} resumed: {len(run.tasks)} tasks on {len(run.links)} host(s)", file=sys.stderr)
     return _follow(run, Printer(ns.json), ns.stop_on_exit, ns.watchdog)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from agent.protocol import BACKUP_DIR
 from trainer import workloads
 from trainer.backup import TaskBackups
 from trainer.config import Options
@@ -184,7 +185,7 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
                                num_workers=cluster.num_workers, report_steps=opts.report)
     callbacks = [
         reporter,  # first: it takes its own keys out of the logs before other callbacks see them
-        TaskBackups(run_dir / "backup", opts.backup_seconds, writer, multi_worker=cluster.num_workers > 1),
+        TaskBackups(run_dir / BACKUP_DIR, opts.backup_seconds, writer, multi_worker=cluster.num_workers > 1),
         tf.keras.callbacks.TensorBoard(str(tb_dir), update_freq="epoch", profile_batch=0, write_graph=False),
     ]
     if workload.extra_callbacks is not None:
@@ -349,7 +350,7 @@ def coordinate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> 
         CoordinatorReporter(writer, plan.global_batch, plan.num_workers) if opts.report
         else tf.keras.callbacks.Callback(),
         # Under ParameterServerStrategy tf-keras backs up per epoch only (the coordinator holds the state).
-        tf.keras.callbacks.BackupAndRestore(str(run_dir / "backup"), save_freq="epoch", delete_checkpoint=False),
+        tf.keras.callbacks.BackupAndRestore(str(run_dir / BACKUP_DIR), save_freq="epoch", delete_checkpoint=False),
         BackedUp(writer),
     ]
     if opts.eval_checkpoints is not None:  # the evaluator's: the model's weights each epoch, as it reads them

@@ -183,7 +183,7 @@ class RunBridge(QObject):
 
     def _start(self, core: RunSession, resume: bool = False) -> None:
         try:
-            core.run.start(on_progress=self.deploy_progressed.emit, resume=resume)
+            core.run.start(on_progress=self.deploy_progressed.emit, resume=resume, explicit=resume)
         except Exception as exc:
             log.exception("start failed")
             core.run.detach()

@@ -30,7 +30,8 @@ from console.remote.link import HostLink
 from console.remote.ssh import SSHError
 from console.run.launch import check_user_file, secret_values, task_command
 from console.states import FOLLOW_ERROR, RECONNECTED, RECONNECTING, TaskState
-from console.store.manifests import Manifest, check_run_id, manifest_path, read_manifest, write_manifest
+from console.store.manifests import (Manifest, check_run_id, console_id, manifest_path, read_manifest,
+                                     write_manifest)
 from console.workdir import Workdir, collect as collect_workdir, excluded_module, human_bytes
 
 log = logging.getLogger("console.run.runner")
@@ -71,12 +72,13 @@ class Run:
 
     # ----------------------------------------------------------------- start
 
-    def start(self, on_progress=None, resume: bool = False) -> None:
+    def start(self, on_progress=None, resume: bool = False, explicit: bool = False) -> None:
         """Deploy, pick ports, write TF_CONFIG and start every task (returns at once).
 
         A run id names one run: a new run refuses an id that exists. ``resume`` starts the
         tasks of an existing run again in their run folders, with the same TF_CONFIG (the
-        trainer's backups then resume training). ``on_progress(host, sent, total)``
+        trainer's backups then resume training); ``explicit``: a person asked for it (not a restart), and
+        there must be a backup to resume from. ``on_progress(host, sent, total)``
         follows each host's upload in bytes.
         """
         training = self.cluster.training
@@ -104,7 +106,7 @@ class Run:
 
         at_once(list(self.links.items()), connect)
         if resume:
-            self._check_stopped()
+            self._check_stopped(explicit)
             configs = self._with_free_ports(previous)
         else:
             configs = self._new_configs()
@@ -200,6 +202,7 @@ class Run:
         training = self.cluster.training
         workdir = (self.workdir or self._collect_workdir()) if training.script else None
         shipped = {"workdir": workdir.entries()} if workdir is not None else {}
+        console = console_id()
         if training.secret_env:  # read at each start: in memory only, to the tasks' environment over the channel
             shipped["secret_env"] = secret_values(self.cluster)
 
@@ -209,6 +212,7 @@ class Run:
             argv, env = task_command(self.cluster, spec, link.host.interpreter, link.dist,
                                      workdir.script if workdir is not None else None)
             reply = link.connect().call(START, run_id=self.run_id, task=task.name, tf_config=configs[i],
+                                        console=console,
                                         argv=argv, env=env, python_path=[link.dist], fresh=not resume, **shipped)
             task.attempt = reply.get("attempt", 1)
             started.append(task)
@@ -236,16 +240,20 @@ class Run:
                            "own cluster), or start a new run")
         return saved.tf_configs
 
-    def _check_stopped(self) -> None:
-        phases = {}
+    def _check_stopped(self, explicit: bool) -> None:
+        """A resume's checks, before anything starts: no task runs, not every one finished, no task's folder
+        vanished while others hold backups (the others would drop theirs), some folder is there, and (a person's
+        resume of tfcc's trainer, ``explicit``) some task has a backup to resume from."""
+        statuses: dict[str, dict | None] = {}
         for task in self.tasks:  # a task that never started (its start failed halfway) has no folder yet
             try:
-                phases[task.name] = self.links[task.host].connect().call(
-                    STATUS, run_id=self.run_id, task=task.name)["phase"]
+                statuses[task.name] = self.links[task.host].connect().call(STATUS, run_id=self.run_id,
+                                                                           task=task.name)
             except AgentRequestError as exc:
                 if exc.code != NO_SUCH_TASK:
                     raise
-                phases[task.name] = NOT_STARTED
+                statuses[task.name] = None
+        phases = {name: NOT_STARTED if s is None else s["phase"] for name, s in statuses.items()}
         if all(phase == FINISHED for phase in phases.values()):
             raise RunError(f"run {self.run_id} finished: every task ended well", "start a new run to train again")
         running = [task for task, phase in phases.items() if phase == RUNNING]
@@ -253,6 +261,19 @@ class Run:
             raise RunError(f"{', '.join(running)} of run {self.run_id} still running",
                            f"follow it with tfcc attach {self.run_id}, or stop it with tfcc stop {self.run_id} "
                            "before resuming")
+        missing = [t for t in self.tasks if statuses[t.name] is None]
+        backed_up = [name for name, s in statuses.items() if s is not None and s.get("backups")]
+        if missing and (backed_up or len(missing) == len(self.tasks)):
+            where = ", ".join(f"{t.name} on {t.host}" for t in missing)
+            raise RunError(f"run {self.run_id} has no run folder any more for {where}: "
+                           + ("a resume would start it from nothing, and the other tasks would drop their backups"
+                              if backed_up else "there is nothing to resume from"),
+                           "start a new run (tfcc run)" + (f"; the backups stay in the folders of "
+                                                           f"{', '.join(backed_up)}" if backed_up else ""))
+        if explicit and not backed_up and not missing and not self.cluster.training.script:
+            raise RunError(f"no task of run {self.run_id} has a backup yet (it trained less than its "
+                           f"backup_seconds, {self.cluster.training.backup_seconds:g} s): there is nothing to resume "
+                           "from", "start a new run (tfcc run)")
 
     # ----------------------------------------------------------------- follow
 

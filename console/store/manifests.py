@@ -34,6 +34,21 @@ def check_run_id(run_id) -> str:
     return run_id
 
 
+def console_id() -> str:
+    """This console's own name (made once, kept in its state folder): the hosts record which console
+    started each task, and a delete from another console leaves it alone."""
+    path = state_dir() / "console-id"
+    try:
+        known = path.read_text(encoding="utf-8").strip()
+        if not name_problem("console id", known):
+            return known
+    except OSError:
+        pass
+    made = "console-" + uuid.uuid4().hex
+    write_atomically(path, made + "\n", mode=0o600)
+    return made
+
+
 def manifest_path(run_id: str) -> Path:
     return state_dir() / "runs" / f"{check_run_id(run_id)}.json"
 
@@ -56,7 +71,8 @@ class Manifest:
 def write_manifest(manifest: Manifest) -> None:
     path = manifest_path(manifest.run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"run_id": manifest.run_id, "created": time.time(), "cluster": cl.dumps(manifest.cluster),
+    data = {"run_id": manifest.run_id, "created": time.time(), "console": console_id(),
+            "cluster": cl.dumps(manifest.cluster),
             "tasks": [{"name": name, "host": host, "tf_config": config}
                       for (name, host), config in zip(manifest.tasks, manifest.tf_configs)]}
     write_atomically(path, json.dumps(data, indent=1), mode=0o600)

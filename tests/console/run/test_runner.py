@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import socket
 import threading
 import time
@@ -151,3 +153,104 @@ def test_a_hosts_load_is_sampled_while_its_tasks_are_followed_and_again_after_a_
     finally:
         run.stop(grace=0)
         run.detach()
+
+
+def quick_run(homes, run_id: str, trainer: bool = False) -> Run:
+    """A finished run of two local tasks (a script that ends at once; ``trainer``: a cluster of tfcc's trainer
+    whose manifest says so, its tasks the same quick script)."""
+    script = homes / "quick.py"
+    script.write_text("pass\n")
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
+                         cl.Training(script=str(script)))
+    run = Run(cluster, run_id)
+    run.start()
+    assert wait_until(lambda: all(s["phase"] == "finished" for s in run.status()), 30)
+    if trainer:  # the same tasks, as the trainer's: a person's resume needs a backup then
+        run.cluster.training = cl.Training(workload="digits")
+    return run
+
+
+def fail(homes, run_id: str, task: str) -> None:
+    (homes / "host-home" / "runs" / run_id / task / "exit.json").write_text('{"returncode": 1}')
+
+
+def backed_up(homes, run_id: str, task: str) -> None:
+    folder = homes / "host-home" / "runs" / run_id / task / "backup"
+    folder.mkdir()
+    (folder / "backup-40.index").write_bytes(b"an index")
+
+
+def test_a_resume_over_a_vanished_run_folder_refuses_and_drops_nobodys_backups(homes):
+    """A task's folder deleted by hand (a wiped disk, a new host) while the other holds a backup: resuming
+    would start it from nothing and make the other drop its backups; nothing starts, the line says what to do."""
+    run = quick_run(homes, "vanished")
+    fail(homes, "vanished", "worker-0")
+    backed_up(homes, "vanished", "worker-0")
+    shutil.rmtree(homes / "host-home" / "runs" / "vanished" / "worker-1")
+    try:
+        with pytest.raises(RunError) as err:
+            run.start(resume=True, explicit=True)
+        assert str(err.value) == ("run vanished has no run folder any more for worker-1 on here: a resume would start "
+                                  "it from nothing, and the other tasks would drop their backups; start a new run "
+                                  "(tfcc run); the backups stay in the folders of worker-0")
+        assert (homes / "host-home" / "runs" / "vanished" / "worker-0" / "backup" / "backup-40.index").exists()
+        assert not (homes / "host-home" / "runs" / "vanished" / "worker-1").exists()  # nothing started
+        shutil.rmtree(homes / "host-home" / "runs" / "vanished")
+        with pytest.raises(RunError, match="run vanished has no run folder any more for worker-0 on here, worker-1 "
+                                           "on here: there is nothing to resume from; start a new run"):
+            run.start(resume=True, explicit=True)
+    finally:
+        run.detach()
+
+
+def test_a_persons_resume_of_a_trainer_run_without_a_backup_refuses_and_a_restart_goes_on(homes):
+    run = quick_run(homes, "unsaved", trainer=True)
+    fail(homes, "unsaved", "worker-1")
+    try:
+        with pytest.raises(RunError, match=r"no task of run unsaved has a backup yet \(it trained less than its "
+                                           r"backup_seconds, 30 s\): there is nothing to resume from; start a new run"):
+            run.start(resume=True, explicit=True)
+        assert [t.attempt for t in run.tasks] == [1, 1]  # nothing started
+    finally:
+        run.detach()
+
+
+def test_delete_leaves_another_consoles_tasks_and_a_process_without_its_supervisor(homes, monkeypatch):
+    from console import catalog
+
+    run = quick_run(homes, "theirs")
+    run.detach()
+    mine = homes / "console-home"
+    other = homes / "other-console"  # another console that learned of the run (its manifest copied there)
+    (other / "runs").mkdir(parents=True)
+    shutil.copy(mine / "runs" / "theirs.json", other / "runs" / "theirs.json")
+    monkeypatch.setenv("TFCC_CONSOLE_HOME", str(other))
+    with pytest.raises(RunError, match="task.s. worker-0, worker-1 of run theirs on this host were started by another "
+                                       "console; delete the run from that console .nothing was deleted."):
+        catalog.delete_run("theirs")
+    assert (homes / "host-home" / "runs" / "theirs" / "worker-0").is_dir()
+    monkeypatch.setenv("TFCC_CONSOLE_HOME", str(mine))
+
+    script = homes / "lingers.py"  # a trainer whose supervisor is killed: it runs on, unknown to the agent
+    script.write_text("import signal\nsignal.pause()\n")
+    lingering = Run(cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here")],
+                               cl.Training(script=str(script))), "orphaned")
+    lingering.start()
+    folder = homes / "host-home" / "runs" / "orphaned" / "worker-0"
+    try:
+        child = json.loads(wait_until_file(folder / "child.json"))["pid"]
+        supervisor = json.loads((folder / "state.json").read_text())["pid"]
+        os.kill(supervisor, signal.SIGKILL)
+        assert wait_until(lambda: lingering.status()[0]["phase"] == "lost", 30)
+        with pytest.raises(RunError, match=f"worker-0 of run orphaned has a process that outlived its supervisor on "
+                                           f"this host .pid {child}.; end it .kill {child}., then delete the run"):
+            catalog.delete_run("orphaned")
+        assert folder.is_dir()
+    finally:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except (ProcessLookupError, NameError):
+            pass
+        lingering.detach()
+    assert wait_until(lambda: catalog.delete_run("orphaned") is not None, 30)
+    assert not folder.exists()
