@@ -31,8 +31,9 @@ CONNECT = "connect"
 SYSTEM = "system"
 REMOVE = "remove"  # a run's folder on this host, once none of its tasks runs
 MISSING_BLOBS = "missing_blobs"  # which of these sha256s have no blob here yet (a script's workdir)
+PAUSE = "pause"  # a follow (by its request's id) sends nothing more until told to go on: the console is behind
 OPS = (HELLO, START, FOLLOW, STATUS, LIST, STOP, PORTS, LOGS, PROBE, CHECK_PORTS, LISTEN, RELEASE, CONNECT,
-       SYSTEM, REMOVE, MISSING_BLOBS)
+       SYSTEM, REMOVE, MISSING_BLOBS, PAUSE)
 
 # The messages a follow streams: {"id": N, "type": ...}.
 FOLLOWING = "following"  # the first: the offsets it reads from, and when the agent started the task
@@ -64,6 +65,7 @@ ENDED = (FINISHED, FAILED, LOST, ERROR)
 # Files in the task's run folder, followed from byte offsets.
 
 METRICS = "metrics.jsonl"
+MAX_LINE = 1 << 20       # a metrics line longer than this is skipped (its size said), and the follow goes on
 STDOUT = "stdout.log"
 STDERR = "stderr.log"
 LOG_STREAMS = (STDOUT, STDERR)
@@ -100,9 +102,10 @@ TASK_EXISTS = "task-exists"            # a fresh start of a task the run already
 ALREADY_RUNNING = "already-running"
 NO_SUCH_TASK = "no-such-task"
 MISSING_BLOB = "missing-blob"          # a start names a workdir file whose blob is not (whole) on the host
+FIREWALL = "firewall"                  # a start's firewall rules could not be set (agent/firewall.py)
 AGENT_BUG = "agent-bug"                # an unexpected exception in the agent
 ERROR_CODES = (BAD_REQUEST, UNKNOWN_OP, PROTOCOL_MISMATCH, BAD_NAME, BAD_ARGUMENT, TASK_EXISTS, ALREADY_RUNNING,
-               NO_SUCH_TASK, MISSING_BLOB, AGENT_BUG)
+               NO_SUCH_TASK, MISSING_BLOB, FIREWALL, AGENT_BUG)
 
 
 # --------------------------------------------------------------------------- names and addresses

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from agent import protocol, workdir
+from agent import firewall, protocol, workdir
 from agent.protocol import STREAMS
 
 
@@ -181,6 +181,10 @@ def start(req: dict) -> dict:
         raise AgentError(f"run {run_id} already has a task {task} on this host ({folder}); choose another "
                          f"run id, or resume that run (tfcc resume {run_id})", protocol.TASK_EXISTS)
     state = read_json(folder / "state.json")
+    if state and (folder / "exit.json").exists():  # ended: its supervisor is exiting (it wrote the end first)
+        deadline = time.monotonic() + 5
+        while is_same_process(state.get("pid"), state.get("start_time")) and time.monotonic() < deadline:
+            time.sleep(0.02)
     if state and is_same_process(state.get("pid"), state.get("start_time")):
         raise AgentError(f"task {task} of run {run_id} is already running (pid {state['pid']}); stop it first",
                          protocol.ALREADY_RUNNING)
@@ -204,6 +208,26 @@ def start(req: dict) -> dict:
     if not isinstance(secrets, dict) or not all(isinstance(k, str) and isinstance(v, str) and "\0" not in k + v
                                                 for k, v in secrets.items()):
         raise AgentError("start: \"secret_env\" must map names to strings", protocol.BAD_ARGUMENT)
+    table = None
+    if req.get("firewall") is not None:  # the task's port from the cluster's hosts only, before it listens
+        wall = req["firewall"]
+        if not isinstance(wall, dict) or not isinstance(wall.get("peers"), list):
+            raise AgentError("start: \"firewall\" must be {\"port\": N, \"peers\": [addresses]}", protocol.BAD_ARGUMENT)
+        try:
+            table = firewall.allow_only(home(), run_id, task, wall.get("port"), wall["peers"])["table"]
+        except firewall.FirewallError as exc:
+            raise AgentError(str(exc), protocol.FIREWALL) from None
+    try:
+        return _launch(folder, req, run_id, task, argv, entries, env, console, secrets, attempt, work, table)
+    except BaseException:
+        if table is not None:  # no task to serve the port: its rules go
+            firewall.remove(home(), table)
+        raise
+
+
+def _launch(folder: Path, req: dict, run_id: str, task: str, argv: list, entries, env: dict, console,
+            secrets: dict, attempt: int, work: Path, table: str | None) -> dict:
+    """The rest of ``start``: the run folder's files and the supervisor, started detached."""
     tf_config = req.get("tf_config")
     if tf_config is not None:
         if not isinstance(tf_config, str):
@@ -229,6 +253,7 @@ def start(req: dict) -> dict:
         "attempt": attempt,
         "secret_env": sorted(secrets),  # their names: the values are in the task's environment alone
         "console": console,  # which console started it: another one's delete leaves it alone
+        "firewall": table,   # its nftables table: the supervisor takes it away at the task's end
     }
     write_json(folder / "spec.json", spec)
     agent_root = str(Path(__file__).resolve().parent.parent)
@@ -285,6 +310,24 @@ def status(run_id: str, task: str) -> dict:
             "stopped": stopped, "stderr_from": state.get("stderr_from", 0), "backups": has_backups(folder),
             # SIGSTOP (a debugger, Ctrl-Z, a scheduler): alive, but it makes no step and answers no peer
             "suspended": proc_state(child) in ("T", "t") if child else False}
+
+
+def started(run_id: str, task: str) -> bool:
+    """Whether a task's start got as far as its supervisor (its state is recorded)."""
+    try:
+        return (task_dir(run_id, task) / "state.json").exists()
+    except AgentError:
+        return False
+
+
+def serves(run_id: str, task: str) -> bool:
+    """Whether a task may still serve its port: its supervisor runs, or its process outlived it."""
+    try:
+        if status(run_id, task)["phase"] == protocol.RUNNING:
+            return True
+    except AgentError:
+        return False
+    return orphan(task_dir(run_id, task)) is not None
 
 
 def has_backups(folder: Path) -> bool:
@@ -378,10 +421,18 @@ def stop(run_id: str, task: str, grace: float = 10.0, done: bool = False) -> dic
     deadline = time.monotonic() + 5
     while group_members(pgid) and time.monotonic() < deadline:
         time.sleep(0.05)
+    drop_firewall(folder)  # a supervisor killed with its group could not take its rules away
     if read_json(folder / "exit.json") is None:
         write_json(folder / "exit.json", {"returncode": -int(signal.SIGKILL if killed else signal.SIGTERM),
                                           "ended": time.time(), "stopped": True})
     return {"run_id": run_id, "task": task, "stopped": True, "killed": killed}
+
+
+def drop_firewall(folder: Path) -> None:
+    """Take away a task's firewall rules if they are still set (its supervisor did not live to)."""
+    table = (read_json(folder / "spec.json") or {}).get("firewall")
+    if isinstance(table, str) and (firewall.registry(home()) / f"{table}.json").exists():
+        firewall.remove(home(), table)
 
 
 def _signal_group(pgid: int, sig) -> None:
@@ -440,15 +491,49 @@ def remove_run(run_id: str, console: str | None = None) -> dict:
 # --------------------------------------------------------------------------- follow
 
 
-def read_new(path: Path, offset: int, limit: int = 1 << 20):
-    """Complete lines of ``path`` from byte ``offset``: (lines as bytes, new offset)."""
+def skipped_line(size: int) -> bytes:
+    """What a line over the cap becomes: words that say its size (in a metrics file, a line that is no record:
+    the console shows it as such)."""
+    return f"<a line of {size} bytes, over the {protocol.MAX_LINE}-byte cap: skipped>".encode()
+
+
+def read_new(path: Path, offset: int, limit: int = protocol.MAX_LINE, instead=skipped_line,
+             scan: dict | None = None):
+    """Complete lines of ``path`` from byte ``offset``: (lines as bytes, new offset, bytes skipped).
+
+    A line longer than ``limit`` (a record no one writes; a hostile or broken task's) is skipped whole,
+    read through in chunks (never held): ``instead(its size)`` stands for it, so the follow goes on and what
+    comes after it is read. ``scan`` (kept by the caller between reads of one file) remembers how far such a
+    line was read through while it is still being written: each of its bytes is read once, however slowly it
+    grows."""
+    scanned = scan.get(offset, 0) if scan is not None else 0
     try:
         with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read(limit)
+            if scanned:
+                f.seek(offset + scanned)
+                skipped = scanned
+            else:
+                f.seek(offset)
+                data = f.read(limit)
+                end = data.rfind(b"\n") + 1
+                if end or len(data) < limit:
+                    return (data[:end].splitlines(), offset + end, 0) if end else ([], offset, 0)
+                skipped = len(data)  # no newline in a whole read: one line over the cap
+            while True:
+                chunk = f.read(1 << 20)
+                if not chunk:  # the long line is still being written: its end comes later
+                    if scan is not None:
+                        scan.clear()
+                        scan[offset] = skipped
+                    return [], offset, 0
+                cut = chunk.find(b"\n")
+                if cut >= 0:
+                    skipped += cut + 1
+                    break
+                skipped += len(chunk)
     except FileNotFoundError:
-        return [], offset
-    end = data.rfind(b"\n") + 1
-    if end == 0:
-        return [], offset
-    return data[:end].splitlines(), offset + end
+        return [], offset, 0
+    if scan is not None:
+        scan.clear()
+    note = instead(skipped - 1)
+    return [note], offset + skipped, skipped - len(note) - 1

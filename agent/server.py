@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 
-from agent import __version__, ports, probe, protocol, runs, system, workdir
+from agent import __version__, firewall, ports, probe, protocol, runs, system, workdir
 from agent.protocol import PROTOCOL_VERSION
 from agent.runs import AgentError
 from agent.watch import FolderWatch
@@ -38,6 +38,7 @@ class Server:
         self._out = out
         self._lock = threading.Lock()
         self.closed = threading.Event()
+        self._going: dict = {}  # a follow's request id -> set while it may send (``pause`` clears it)
 
     def send(self, message: dict) -> bool:
         data = (json.dumps(message, separators=(",", ":")) + "\n").encode("utf-8")
@@ -158,8 +159,14 @@ class Server:
         return {"logs": out}
 
     def op_probe(self, req):
-        """Python, TensorFlow and tf-keras versions, CPUs, memory, free disk, GPUs, the code's hash."""
-        return probe.probe(runs.home(), with_tensorflow=bool(req.get("tensorflow")))
+        """Python, TensorFlow and tf-keras versions, CPUs, memory, free disk, GPUs, the code's hash; with
+        ``firewall``, whether nftables rules can be set here (``firewall``: "root" or "sudo", else
+        ``firewall_problem`` says why not: asked only then, a sudo that may not would be logged)."""
+        result = probe.probe(runs.home(), with_tensorflow=bool(req.get("tensorflow")))
+        if req.get("firewall"):
+            command, word = firewall.how()
+            result.update(firewall=word if command else None, firewall_problem=None if command else word)
+        return result
 
     def op_check_ports(self, req):
         """Can each port be bound here, and if not, which process holds it."""
@@ -204,10 +211,16 @@ class Server:
         self.send({"id": rid, "ok": True, "type": protocol.FOLLOWING, "offsets": offsets, "started": first["started"]})
         watch = FolderWatch(folder)
         unfinished: dict = {}  # stream -> its size when a look found no complete line after its offset
+        scans: dict = {name: {} for name in protocol.STREAMS}  # how far a long line being written was read
         pause = FAST_POLL
         look_at_state = 0.0
+        going = self._going[rid] = threading.Event()
+        going.set()
         try:
             while not self.closed.is_set():
+                if not going.is_set():  # the console is behind: it says when to go on (or closes the channel)
+                    going.wait(0.5)
+                    continue
                 ended = False
                 if time.monotonic() >= look_at_state:
                     # Read the end state first: whatever was written before it is read below.
@@ -215,14 +228,18 @@ class Server:
                     ended = state["phase"] != protocol.RUNNING
                     look_at_state = time.monotonic() + poll
                 sent = False
-                while True:
-                    sent_any = self._send_new(rid, folder, offsets, unfinished)
+                while going.is_set():
+                    sent_any = self._send_new(rid, folder, offsets, unfinished, scans)
                     if sent_any is None:
                         return None  # channel closed
                     if not sent_any:
                         break
                     sent = True
+                if not going.is_set():
+                    look_at_state = 0.0  # held before all was read: the end, if any, is read again after
+                    continue
                 if ended:
+                    self._going.pop(rid, None)  # ended before its end is said: a pause after it finds none
                     self.send({"id": rid, "type": protocol.END, "phase": state["phase"], "exit": state["exit"],
                                "offsets": offsets, "stopped": state["stopped"]})
                     return None
@@ -234,9 +251,19 @@ class Server:
                     self.closed.wait(min(pause, until_state))
         finally:
             watch.close()
+            self._going.pop(rid, None)
         return None
 
-    def _send_new(self, rid, folder, offsets, unfinished):
+    def op_pause(self, req):
+        """Hold a follow (``follow``: its request's id) while ``paused`` is true, and let it go on when false: a
+        console that has more to handle than it will hold says so; nothing is lost, the follow sends on from
+        where it stopped. A follow that has ended is no error (it ended meanwhile)."""
+        going = self._going.get(req.get("follow"))
+        if going is not None:
+            going.clear() if req.get("paused", True) else going.set()
+        return {"following": going is not None}
+
+    def _send_new(self, rid, folder, offsets, unfinished, scans=None):
         """Send what each stream has in complete lines after its offset; whether anything was sent,
         None when the channel is closed. A stream is read only when its size says there is news."""
         sent = False
@@ -247,15 +274,19 @@ class Server:
                 continue  # not written yet
             if size <= offsets[name] or unfinished.get(name) == size:
                 continue
-            lines, end = runs.read_new(folder / name, offsets[name])
+            lines, end, skipped = runs.read_new(folder / name, offsets[name],
+                                                scan=None if scans is None else scans[name])
             if not lines:
                 unfinished[name] = size  # a line being written: read again when the size changes
                 continue
             if name == protocol.METRICS:
                 # The lines as they are in the file: the console decodes each once (a damaged
                 # one too, which it shows as such); nothing is decoded and encoded again here.
+                # A line over the cap comes as words that say so: "skipped" says by how many bytes it is shorter.
                 message = {"id": rid, "type": protocol.METRICS_MESSAGE, "offset": end,
                            "lines": [line.decode("utf-8", "replace") for line in lines]}
+                if skipped:
+                    message["skipped"] = skipped
             else:
                 message = {"id": rid, "type": protocol.LOG_MESSAGE, "stream": name,
                            "text": b"\n".join(lines).decode("utf-8", "replace") + "\n", "offset": end}
@@ -296,10 +327,19 @@ class Server:
 HANDLERS = {op: getattr(Server, f"op_{op}") for op in protocol.OPS}
 
 
+def _sweep_firewall() -> None:
+    try:
+        firewall.sweep(runs.home(), runs.serves, runs.started)
+    except Exception as exc:  # the agent serves whatever happens here
+        print(f"tfcc-agent: firewall sweep: {exc}", file=sys.stderr, flush=True)
+
+
 def main() -> int:
     # Run folders 0700 and their files 0600, the tasks' too (they inherit it): another user of this host
     # reads nothing of a run (its TF_CONFIG names the ports), whatever the login's umask.
     os.umask(0o077)
+    # Firewall rules of tasks whose supervisor did not live to take them away (killed, a reboot): gone now.
+    threading.Thread(target=_sweep_firewall, name="tfcc-firewall-sweep", daemon=True).start()
     Server(sys.stdin.buffer, sys.stdout.buffer).serve()
     # The console sends the agent's stderr to a file it reads when the agent dies; a clean end leaves none.
     stderr_file = os.environ.get(protocol.AGENT_STDERR_VARIABLE)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from agent.protocol import STDERR, STDOUT
-from agent.runs import proc_start_time, read_json, write_json
+from agent.runs import drop_firewall, proc_start_time, read_json, write_json
 
 
 def main(argv) -> int:
@@ -55,6 +55,11 @@ def main(argv) -> int:
     result = {"returncode": returncode, "ended": time.time()}
     if received:
         result["signals"] = [signal.Signals(s).name for s in received]
+    if spec.get("firewall"):  # the port is closed now: its rules go before the end is recorded
+        try:
+            drop_firewall(folder)
+        except Exception as exc:  # the next agent's sweep tries again; the end is recorded whatever happens
+            print(f"tfcc-supervise: cannot take the firewall rules away: {exc}", file=sys.stderr, flush=True)
     write_json(folder / "exit.json", result)
     return 0
 

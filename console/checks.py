@@ -19,7 +19,7 @@ from pathlib import Path
 
 from agent.protocol import format_address, parse_address
 from console import cluster as cl
-from console import text, workdir
+from console import exposure, text, workdir
 from console.errors import TfccError, describe
 from console.remote.deploy import make_bundle
 from console.remote.link import HostLink
@@ -61,6 +61,7 @@ class Report:
     matrix: dict[str, dict[str, dict]]      # source host -> task address -> connect result
     problems: list[Problem]
     seconds: float = 0.0
+    warnings: list[Problem] = field(default_factory=list)  # what a run may go on with, said (a public address)
 
     @property
     def ready(self) -> bool:
@@ -68,8 +69,9 @@ class Report:
 
     def as_dict(self) -> dict:
         return {"ready": self.ready, "seconds": self.seconds, "hosts": [asdict(h) for h in self.hosts],
-                "tasks": self.tasks, "matrix": self.matrix, "problems": [asdict(p) | {"text": str(p)}
-                                                                          for p in self.problems]}
+                "tasks": self.tasks, "matrix": self.matrix,
+                "problems": [asdict(p) | {"text": str(p)} for p in self.problems],
+                "warnings": [asdict(p) | {"text": str(p)} for p in self.warnings]}
 
 
 # --------------------------------------------------------------------------- rules
@@ -198,20 +200,48 @@ def skew(probes: dict[str, dict]) -> dict[str, float]:
     return {name: p["time"] - p["_asked_at"] for name, p in probes.items() if "time" in p and "_asked_at" in p}
 
 
-def reach_problem(source: str, task: dict, result: dict) -> Problem:
+def reach_problem(source: str, task: dict, result: dict, peers: list[str] | None = None) -> Problem:
+    """A task port ``source`` could not reach; ``peers``: the addresses of the cluster's other hosts, the only
+    ones the advice opens the port to (TensorFlow's server runs what anyone who reaches it sends)."""
     where = f"{source} -> {task['name']}"
     host, port = parse_address(task["address"])
     cause = f"{source} cannot reach {task['host']} at {task['address']} ({result['error']})"
+    allow = (f"allow {port}/tcp on {task['host']} from {_and(peers)} only (not from everyone: its server runs "
+             f"what it is sent), e.g. {' or '.join(exposure.allow_lines(port, peers)[:2])}" if peers
+             else f"allow {port}/tcp on {task['host']} from the cluster's hosts only")
     if result["error"] == "timed out":
-        fix = (f"a firewall between them drops this port; open {port}/tcp on {task['host']} "
-               f"or choose another port")
+        fix = f"a firewall between them drops this port; {allow}; or choose another port"
     elif result["error"] == "refused":
-        fix = f"a firewall on {task['host']} rejects this port; open {port}/tcp there or choose another port"
+        fix = f"a firewall on {task['host']} rejects this port; {allow}; or choose another port"
     elif result["error"] in ("no route to host", "network unreachable"):
         fix = f"{host} is not reachable from {source}: use an address of {task['host']} that {source} can reach"
     else:
         fix = f"check the network between {source} and {task['host']}"
     return Problem(where, cause, fix, (source, task["host"]), task["name"])
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def peer_addresses(cluster: cl.Cluster, host: str) -> list[str]:
+    """The addresses of ``host``'s peers (the cluster's other hosts with tasks), resolved here where they are
+    names (a firewall rule needs addresses), as given where they do not resolve."""
+    found = []
+    for peer in exposure.peers_of(cluster, host):
+        found += exposure.resolve(peer) or [peer]
+    return list(dict.fromkeys(found))
+
+
+def firewall_problems(cluster: cl.Cluster, probes: dict[str, dict]) -> list[Problem]:
+    """With ``firewall = true``: each host whose agent cannot set nftables rules (its probe says why)."""
+    if not cluster.training.firewall:
+        return []
+    return [Problem(name, f"firewall = true, but tfcc cannot set nftables rules there ({p['firewall_problem']})",
+                    "log in as root there (user = \"root\"), let this user run nft with sudo without a password, or "
+                    "set firewall = false in [training] and allow the task ports from the cluster's hosts only "
+                    "yourself", (name,))
+            for name, p in probes.items() if not p.get("firewall")]
 
 
 def _no_answer_fix(host: cl.Host, stage: str, link_stage: str) -> str:
@@ -267,7 +297,7 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
             client = links[host.name].connect(bundle)
             stages[host.name] = "probing"
             asked = time.time()
-            probe = client.call("probe", timeout=left())
+            probe = client.call("probe", timeout=left(), firewall=cluster.training.firewall)
             probe["_asked_at"] = asked
             stages[host.name] = "checking ports"
             fixed = [t.port for t in cluster.tasks if t.host == host.name and t.port != "auto"]
@@ -277,6 +307,8 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
             return probe, ports, free, time.monotonic() - start
 
         futures = {pool.submit(survey, h): h for h in used}
+        exposed = pool.submit(exposure.public_tasks, cluster)  # names resolved meanwhile
+        peers = {h.name: pool.submit(peer_addresses, cluster, h.name) for h in used}
         for future, host in futures.items():
             future.add_done_callback(lambda _f, name=host.name: progress(f"{name} answered"))
         done, _ = wait(futures, timeout=deadline)
@@ -310,6 +342,17 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
                                             (r.name,)))
         probes = {n: r.probe for n, r in reports.items() if r.probe}
         problems += consistency(cluster, probes)
+        problems += firewall_problems(cluster, probes)
+        warnings = []
+        try:
+            left = max(0.1, deadline - (time.monotonic() - t0))
+            said = exposure.exposure_problem(cluster, exposed.result(timeout=left))
+        except Exception as exc:  # a resolver that hangs or fails: the check goes on without this warning
+            log.info("resolving the task addresses: %s", describe(exc))
+            said = None
+        if said:
+            public = tuple(dict.fromkeys(e.host for e in exposed.result()))
+            warnings.append(Problem("cluster", *said, public))
 
         # Reachability on the real task ports, all to all.
         tasks = []
@@ -355,7 +398,11 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
                     row[address] = result
                     if not result["ok"]:
                         task = next(t for t in tasks if t["address"] == address)
-                        problems.append(reach_problem(source, task, result))
+                        try:
+                            allowed = peers[task["host"]].result(timeout=1)
+                        except Exception:
+                            allowed = exposure.peers_of(cluster, task["host"])
+                        problems.append(reach_problem(source, task, result, allowed))
             phases["connect"] = time.monotonic() - t1
             t1 = time.monotonic()
         finally:
@@ -367,7 +414,7 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
         phases["release"] = time.monotonic() - t1
         progress("reachability tested")
         log.info("check phases: %s", phases)
-        return Report(list(reports.values()), tasks, matrix, problems, time.monotonic() - t0)
+        return Report(list(reports.values()), tasks, matrix, problems, time.monotonic() - t0, warnings)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         for link in links.values():

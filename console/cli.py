@@ -40,7 +40,7 @@ from console.run.session import RunSession
 from console.run.supervisor import WATCHDOG_SECONDS
 from console.states import RunState, SessionEvent, SessionKind
 from console.store.manifests import check_run_id, new_run_id
-from console.tensorboard import TensorBoard, check_installed, fetch_logs
+from console.tensorboard import MAX_COPY_BYTES, TensorBoard, check_installed, fetch_logs
 from trainer.records import Event, RecordType
 
 
@@ -260,6 +260,8 @@ def cmd_check(ns) -> int:
             print(f"  - {problem}")
     else:
         print(f"\nready: every check passed in {report.seconds:.1f} s")
+    for warning in report.warnings:
+        print(f"warning: {warning}")
     return 0 if report.ready else 1
 
 
@@ -336,7 +338,7 @@ def cmd_delete(ns) -> int:
 def cmd_tensorboard(ns) -> int:
     """Copy the chief's TensorBoard logs of a run here and serve them on 127.0.0.1 until Ctrl-C."""
     check_installed()
-    logdir = fetch_logs(check_run_id(ns.run), make_asker(ns.accept_new_host_keys))
+    logdir = fetch_logs(check_run_id(ns.run), make_asker(ns.accept_new_host_keys), int(ns.max_gb * 2**30))
     server = TensorBoard(logdir, ns.port)
     url = server.start()
     print(f"tfcc: TensorBoard of run {ns.run} (logs copied to {logdir}): {url}", flush=True)
@@ -374,15 +376,15 @@ def cmd_gui(ns) -> int:
     return gui_main(ns.cluster)
 
 
-def seconds(low: float, high: float):
-    """An argparse type: a number of seconds from ``low`` to ``high``; anything else says the range."""
+def seconds(low: float, high: float, unit: str = "seconds"):
+    """An argparse type: a number of ``unit`` from ``low`` to ``high``; anything else says the range."""
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             value = math.nan
         if not low <= value <= high:  # NaN fails too
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from {low:g} to {high:g}")
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of {unit} from {low:g} to {high:g}")
         return value
     return parse
 
@@ -463,6 +465,8 @@ def build_parser() -> argparse.ArgumentParser:
     board = sub.add_parser("tensorboard", help="copy a run's TensorBoard logs here and serve them on 127.0.0.1")
     board.add_argument("run")
     board.add_argument("--port", type=count(1, 65535), help="the port (default: a free one)")
+    board.add_argument("--max-gb", type=seconds(0.001, 4096, "GB"), default=MAX_COPY_BYTES / 2**30,
+                       help="copy at most this many GB of logs (default %(default)g)")
     board.add_argument("--accept-new-host-keys", action="store_true")
     board.set_defaults(func=cmd_tensorboard)
     exp = sub.add_parser("export", help="write the cluster as launch scripts, a Slurm job or a Kubeflow TFJob")

@@ -103,6 +103,7 @@ class Training:
     max_restarts: int = 3      # group restarts after retryable failures before the run is given up
     backup_seconds: float = DEFAULT_BACKUP_SECONDS  # each task backs up about this often (a restart redoes less)
     stop_on_nan: bool = False  # stop the run at its first non-finite loss (else: an alert, and it goes on)
+    firewall: bool = False     # each agent admits only the cluster's hosts to its tasks' ports (nftables, root)
 
     def trainer_args(self) -> list[str]:
         """Options for ``python -m trainer`` (or, with ``script``, just ``args``)."""
@@ -239,7 +240,7 @@ _TYPES = {
                "epochs": int, "per_replica_batch": int,
                "global_batch": int, "learning_rate": float, "lr_scaling": str, "strategy": str, "communication": str,
                "autoshard": str, "max_restarts": int, "backup_seconds": float,
-               "stop_on_nan": bool},
+               "stop_on_nan": bool, "firewall": bool},
 }
 
 
@@ -513,6 +514,7 @@ def dumps(cluster: Cluster) -> str:
         "training": {k: v for k, v in asdict(cluster.training).items()
                      if v not in ("", [], {}) and not (k == "global_batch" and not v)
                      and not (k == "keras" and v == "auto") and not (k == "capture" and v is True)
+                     and not (k == "firewall" and v is False)
                      and not (k == "per_replica_batch" and cluster.training.global_batch)},
         "hosts": [{k: v for k, v in asdict(h).items() if v not in ("", [])} for h in cluster.hosts],
         "tasks": [asdict(t) for t in cluster.tasks],

@@ -45,15 +45,20 @@ class RunError(TfccError):
 
 
 def state_dir() -> Path:
-    """The console's own folder: run manifests, profiles, the error log (made readable by its owner only)."""
-    path = Path(os.environ.get("TFCC_CONSOLE_HOME") or platformdirs.user_state_dir("tfcc"))
+    """The console's own folder: run manifests, profiles, the error log (``make_state_dir`` makes it)."""
+    return Path(os.environ.get("TFCC_CONSOLE_HOME") or platformdirs.user_state_dir("tfcc"))
+
+
+def make_state_dir(folder: Path | None = None) -> Path:
+    """Make the state folder (readable by its owner only) and ``folder`` in it, if they are not there; before
+    anything is written there (a command that reads only, or is refused, leaves no folder behind)."""
+    path = state_dir()
     if not path.is_dir():
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.mkdir(mode=0o700, exist_ok=True)
-        except OSError:
-            pass  # whoever writes there says what is wrong
-    return path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, exist_ok=True)
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+    return folder or path
 
 
 def log_path() -> Path:
@@ -70,7 +75,7 @@ def append_to_log(text: str) -> Path:
     ``LOG_BYTES``: a console that runs for months, or a host that fills the log, never fills the disk."""
     path = log_path()
     with _log_lock:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_state_dir(path.parent)
         try:
             if path.stat().st_size >= LOG_BYTES:
                 for n in range(LOG_KEPT, 1, -1):

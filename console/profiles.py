@@ -10,7 +10,7 @@ import json
 import logging
 from pathlib import Path
 
-from console.errors import state_dir
+from console.errors import make_state_dir, state_dir
 from console.files import write_atomically
 
 log = logging.getLogger("console.profiles")
@@ -59,6 +59,8 @@ class Profiles:
             self._save()
 
     def _save(self) -> None:
+        if self.path.parent == state_dir():
+            make_state_dir()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(self.path, json.dumps({"recent": self.recent, "last": self.last, "view": self.view},
                                                indent=1), mode=0o600)

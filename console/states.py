@@ -160,8 +160,9 @@ class SessionKind:
     RESUMED = "resumed"
     OFFERED = "offered"
     GAVE_UP = "gave_up"
-    SUPERVISION = (ALERT, STALLED, FAILURE, HOST_FAILING, RESTARTING, RESTARTED, RESUMED, OFFERED, GAVE_UP)
-    ALARMS = (ALERT, STALLED, FAILURE, HOST_FAILING, OFFERED, GAVE_UP)  # to look at
+    EXPOSED = "exposed"  # a task serves TensorFlow on a public address (console.exposure): the risk and the fix
+    SUPERVISION = (ALERT, STALLED, FAILURE, HOST_FAILING, RESTARTING, RESTARTED, RESUMED, OFFERED, GAVE_UP, EXPOSED)
+    ALARMS = (ALERT, STALLED, FAILURE, HOST_FAILING, OFFERED, GAVE_UP, EXPOSED)  # to look at
     # The console's own notes of a run, kept in its history beside what the tasks sent.
     NOTED = (*SUPERVISION, WATCHDOG)
 

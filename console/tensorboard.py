@@ -24,15 +24,18 @@ import urllib.request
 from pathlib import Path
 
 from agent.protocol import STATUS
-from console.errors import TfccError
+from console.errors import TfccError, make_state_dir
 from console.files import open_private
+from console.remote.transport import CopyBudget, CopyTooBig
 from console.run.runner import Run
 from console.store.cache import cache_dir
+from console.text import size_text
 from trainer.tf_config import chief_name
 
 log = logging.getLogger("console.tensorboard")
 
 LOG_FOLDER = "tensorboard"   # in the chief's run folder (trainer/train.py) and in the run's cache here
+MAX_COPY_BYTES = 2 << 30     # the most of a chief's logs copied here (a host's months of logs, or a hostile one's)
 START_SECONDS = 90.0         # TensorBoard imports TensorFlow when it is there: it can take a while
 
 
@@ -49,8 +52,9 @@ def chief_of(task_names: list[str]) -> str:
                            "TensorBoard logs", "TensorBoard logs come from a run of tfcc's trainer")
 
 
-def fetch_logs(run_id: str, ask_host_key=None) -> Path:
-    """Copy the chief's TensorBoard folder of ``run_id`` here; the local folder (blocking)."""
+def fetch_logs(run_id: str, ask_host_key=None, max_bytes: int = MAX_COPY_BYTES) -> Path:
+    """Copy the chief's TensorBoard folder of ``run_id`` here (``max_bytes`` at most); the local folder
+    (blocking)."""
     run = Run.load(run_id, ask_host_key)
     try:
         chief = chief_of([t.name for t in run.tasks])
@@ -62,7 +66,8 @@ def fetch_logs(run_id: str, ask_host_key=None) -> Path:
             remote = f"{run_dir}/{LOG_FOLDER}"
             files = link.transport.files()
             try:
-                files.get_tree(remote, target)
+                make_state_dir(target)
+                files.get_tree(remote, target, CopyBudget(max_bytes))
             finally:
                 files.close()
         except FileNotFoundError:
@@ -70,6 +75,12 @@ def fetch_logs(run_id: str, ask_host_key=None) -> Path:
                 f"run {run_id} has no TensorBoard logs yet: {chief} on {task.host} has no {remote}",
                 "the trainer's chief writes them at the end of its first epoch (a script of your own, or "
                 "parameter-server training, writes none)") from None
+        except CopyTooBig:
+            raise TensorBoardError(
+                f"the TensorBoard logs of run {run_id} ({chief}'s {remote} on {task.host}) hold more than the "
+                f"{size_text(max_bytes)} that tfcc copies here",
+                f"run TensorBoard on {task.host} (tensorboard --logdir {remote} --host 127.0.0.1) and reach it "
+                "through an SSH tunnel (ssh -L), or copy more: tfcc tensorboard --max-gb N") from None
         except TfccError as exc:
             raise TensorBoardError(f"cannot copy the TensorBoard logs of run {run_id} from host {task.host}: "
                                    f"{exc.cause}", exc.fix or "check that the host is up and reachable") from None

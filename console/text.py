@@ -65,7 +65,8 @@ def event_text(r: dict) -> str:
     if name == Event.EVALUATING:
         return f"evaluating the chief's checkpoints as they come ({r.get('validation_examples')} validation examples)"
     if name == Event.EVALUATED:
-        metrics = "  ".join(f"{k} {metric_text(v)}" for k, v in (r.get("metrics") or {}).items())
+        metrics = r.get("metrics")
+        metrics = "  ".join(f"{k} {metric_text(v)}" for k, v in (metrics.items() if isinstance(metrics, dict) else ()))
         return f"evaluated the checkpoint of epoch {count(r.get('epoch'))}  {metrics}".rstrip()
     return str(name)
 
@@ -86,8 +87,9 @@ def port_in_use_text(port: dict) -> str:
 
 
 def unreadable_text(r: dict) -> str:
-    """A damaged line of a metrics file (decoded as ``unreadable``)."""
-    return f"a line of its metrics file is not a record, skipped: {str(r.get('raw', ''))[:80]!r}"
+    """A damaged line of a metrics file (decoded as ``unreadable``), or one too big for a record."""
+    why = f" ({r['why']})" if r.get("why") else ""
+    return f"a line of its metrics file is not a record{why}, skipped: {str(r.get('raw', ''))[:80]!r}"
 
 
 def outcome_text(phase: str, exit: dict | None = None, error: str | None = None) -> str:
@@ -143,14 +145,23 @@ def variables_text(variables: list[dict]) -> str:
     return f"holds {len(variables)} variable{'s' * (len(variables) != 1)}, {size_text(total)}"
 
 
+MAX_LINE_TEXT = 2000  # a record's line in the events list: a host's megabyte of "error" is cut here
+
+
 def record_text(r: dict) -> str:
-    """A task's record as a line of the events list: an epoch, an event, or a line that was no record."""
+    """A task's record as a line of the events list: an epoch, an event, or a line that was no record. A record
+    of a shape no task of tfcc's writes (a field of another type: a host's) is said as such, never an error."""
     kind = r.get("type")
-    if kind == RecordType.EPOCH:
-        return epoch_text(r)
-    if kind == RecordType.UNREADABLE:
-        return unreadable_text(r)
-    return event_text(r)
+    try:
+        if kind == RecordType.EPOCH:
+            text = epoch_text(r)
+        elif kind == RecordType.UNREADABLE:
+            text = unreadable_text(r)
+        else:
+            text = event_text(r)
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError):
+        text = f"a record of an unknown shape: {str(r)[:200]}"
+    return text if len(text) <= MAX_LINE_TEXT else text[:MAX_LINE_TEXT - 1] + "…"
 
 
 def event_line(e: dict) -> str:

@@ -45,6 +45,8 @@ class Event:
     ALL = (LAUNCHED, CLUSTER_FORMED, SERVING, EVALUATING, STARTED, RESUMED, TRAIN_BEGIN, BACKING_UP, BACKED_UP,
            TRAIN_END, EVALUATED, SAVING, SAVED, FINISHED, FAILED)
     UP = (SERVING, EVALUATING)         # a task that takes no part in synchronous training is up
+    LIFE = (LAUNCHED, CLUSTER_FORMED, SERVING, EVALUATING, STARTED, RESUMED, TRAIN_BEGIN, TRAIN_END, FAILED,
+            FINISHED)                  # the moments supervision takes a task's state from
     QUIET = (BACKING_UP, BACKED_UP, RESUMED)  # bookkeeping, or said once for the run: not in the lines people read
     AFTER_TRAINING = (SAVING, SAVED, FINISHED)  # what a task does after its last epoch
 
@@ -61,16 +63,35 @@ PLACE_FIELDS = frozenset({"type", "task_type", "task_index", "time", "epoch", "s
                           "steps", "event", CAPTURED})
 
 
+MAX_FIELDS = 1000  # a record with more fields is no tfcc record: kept as unreadable (its fields would be columns)
+MAX_DEPTH = 16     # nested deeper than this: the same
+MAX_RAW = 4096     # an unreadable record keeps this much of its line (the file on the host has all of it)
+
+
+def _too_deep(value, depth: int = 0) -> bool:
+    if depth > MAX_DEPTH:
+        return True
+    if isinstance(value, dict):
+        return any(isinstance(v, (dict, list)) and _too_deep(v, depth + 1) for v in value.values())
+    if isinstance(value, list):
+        return any(isinstance(v, (dict, list)) and _too_deep(v, depth + 1) for v in value)
+    return False
+
+
 def decode_line(line: str) -> dict:
     """One line of a metrics file as a record: a JSON object with a string ``type``, else an
-    ``unreadable`` record that keeps the line (a damaged file loses nothing it has)."""
+    ``unreadable`` record that keeps the line (a damaged file loses nothing it has); one with more than
+    ``MAX_FIELDS`` fields or nested deeper than ``MAX_DEPTH`` is unreadable too (a hostile task's)."""
     try:
         record = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         record = None
     if isinstance(record, dict) and isinstance(record.get("type"), str):
-        return record
-    return {"type": RecordType.UNREADABLE, "raw": line}
+        if len(record) <= MAX_FIELDS and not _too_deep(record):
+            return record
+        return {"type": RecordType.UNREADABLE, "raw": line[:MAX_RAW],
+                "why": f"over {MAX_FIELDS} fields or nested over {MAX_DEPTH} deep"}
+    return {"type": RecordType.UNREADABLE, "raw": line[:MAX_RAW]}
 
 
 def number(value) -> float:

@@ -57,13 +57,15 @@ class CheckView(QSplitter):
                 f"<td>{html.escape(str(p.get('tf_keras') or '-'))}</td><td>{len(gpus)}"
                 f"{' (' + html.escape(gpus[0].get('name', '')) + ')' if gpus else ''}</td>"
                 f"<td>{p.get('cpus', '')}</td></tr>")
-        problems = "".join(f"<li><b>{html.escape(p.where)}</b>: {html.escape(p.cause)}.<br><i>Fix:</i> "
-                           f"{html.escape(p.fix)}</li>" for p in report.problems)
+        problems, warnings = ("".join(f"<li><b>{html.escape(p.where)}</b>: {html.escape(p.cause)}.<br><i>Fix:</i> "
+                                      f"{html.escape(p.fix)}</li>" for p in found)
+                              for found in (report.problems, report.warnings))
         self.details.setHtml(
             f"<h3>{'Ready to start' if report.ready else 'Not ready'}</h3>"
             "<table cellpadding=4><tr><th>host</th><th>state</th><th>Python</th><th>TensorFlow</th>"
             f"<th>tf-keras</th><th>GPUs</th><th>CPUs</th></tr>{''.join(rows)}</table>"
-            + (f"<h4>Problems</h4><ul>{problems}</ul>" if problems else "<p>Every check passed.</p>"))
+            + (f"<h4>Problems</h4><ul>{problems}</ul>" if problems else "<p>Every check passed.</p>")
+            + (f"<h4 style='color:#b00020'>Warnings</h4><ul>{warnings}</ul>" if warnings else ""))
         self._show_matrix(report)
 
     def _show_matrix(self, report: Report) -> None:

@@ -7,6 +7,7 @@ per task.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import time
 
 from PySide6.QtCore import Qt
@@ -17,10 +18,21 @@ from agent.protocol import ERROR, FAILED, LOST, STDOUT
 from console.states import RECONNECTING, SessionKind
 from console.store.metrics import MetricsStore
 from console.text import event_line
+from trainer.records import number
 
 LOG_LINES = 2000  # per task's log tail
+MAX_SHOWN = 5000  # events in the list
 # Events shown in red: a task's bad end, a lost host, what supervision wants looked at.
 ALARMS = (FAILED, ERROR, LOST, SessionKind.WATCHDOG, RECONNECTING, *SessionKind.ALARMS)
+
+
+def _clock(when) -> str:
+    """An event's time of day; now for none or one that is no time (a host's ``"soon"``, NaN)."""
+    when = number(when)
+    try:
+        return dt.datetime.fromtimestamp(when if math.isfinite(when) else time.time()).strftime("%H:%M:%S")
+    except (OverflowError, OSError, ValueError):
+        return dt.datetime.now().strftime("%H:%M:%S")
 
 
 class EventsView(QTabWidget):
@@ -44,17 +56,20 @@ class EventsView(QTabWidget):
         self._seen = 0
 
     def show_store(self, store: MetricsStore) -> None:
-        """The events ``store`` has that are not listed yet, at the bottom."""
-        events = store.events_snapshot()
-        for e in events[self._seen:]:
-            when = dt.datetime.fromtimestamp(e["time"] or time.time()).strftime("%H:%M:%S")
-            item = QListWidgetItem(f"{when}  {e['task']}: {event_line(e)}")
-            if e["event"] in ALARMS:
+        """The events ``store`` has that are not listed yet, at the bottom (the list keeps the newest
+        ``MAX_SHOWN``: a host that floods events costs the window no more)."""
+        events, total = store.events_since(self._seen)
+        for e in events[-MAX_SHOWN:]:
+            item = QListWidgetItem(f"{_clock(e.get('time'))}  {e.get('task')}: {event_line(e)}")
+            if e.get("event") in ALARMS:
                 item.setForeground(Qt.red)
             self.events.addItem(item)
-        if len(events) > self._seen:
+        over = self.events.count() - MAX_SHOWN
+        for _ in range(max(0, over)):
+            self.events.takeItem(0)
+        if events:
             self.events.scrollToBottom()
-        self._seen = len(events)
+        self._seen = total
 
     def append_log(self, task: str, stream: str, text: str) -> None:
         """``text`` a task wrote on ``stream`` (agent.protocol's: stdout as it is, stderr's lines marked)."""

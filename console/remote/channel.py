@@ -19,10 +19,14 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Callable
 
-from agent.protocol import FOLLOW, PROTOCOL_VERSION, SYSTEM
+from agent.protocol import FOLLOW, MAX_LINE, PAUSE, PROTOCOL_VERSION, SYSTEM
 from console.errors import TfccError
 
 log = logging.getLogger("console.remote")
+# The most one agent message may hold: a follow's message carries at most MAX_LINE bytes of a file's lines (each
+# character at most six when JSON escapes it), a system sample some KB.
+MAX_MESSAGE = 8 * MAX_LINE
+_PIECE = 1 << 16  # a message is read in pieces of at most this: linear in its length on either transport
 
 
 
@@ -104,6 +108,14 @@ class Follow:
         self.done = threading.Event()
         self.end: dict | None = None
         self.error: str | None = None
+        self._client: AgentClient | None = None
+        self._rid: int | None = None
+
+    def pause(self, paused: bool = True) -> None:
+        """Ask the agent to hold this follow (``paused``) or let it go on, waiting for nothing (the channel's
+        reader may ask: what the follow sent meanwhile still comes, then nothing until it goes on)."""
+        if self._client is not None and not self.done.is_set():
+            self._client.notify(PAUSE, follow=self._rid, paused=paused)
 
 
 class AgentClient:
@@ -113,6 +125,7 @@ class AgentClient:
         self._ids = itertools.count(1)
         self._pending: dict[int, Future] = {}
         self._follows: dict[int, Follow] = {}
+        self._unawaited: set[int] = set()  # requests whose answers nobody waits for (``notify``)
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self.closed = threading.Event()
@@ -132,11 +145,21 @@ class AgentClient:
 
     def _read(self) -> None:
         try:
-            for raw in self.channel.stdout:
+            while True:
+                raw = self._message()
+                if raw is None:  # no agent of tfcc's sends this much in a message: a broken or hostile one
+                    log.warning("a message over %d bytes from %s: the channel is closed", MAX_MESSAGE,
+                                self.channel.description)
+                    break
+                if not raw:
+                    break
                 try:
                     message = json.loads(raw)
-                except ValueError:
+                except (ValueError, RecursionError):  # not JSON, or nested past what a parser takes
                     log.warning("unreadable line from %s: %r", self.channel.description, raw[:200])
+                    continue
+                if not isinstance(message, dict):
+                    log.warning("a message that is no object from %s: %r", self.channel.description, raw[:200])
                     continue
                 self._dispatch(message)
         except (OSError, ValueError) as exc:
@@ -152,6 +175,20 @@ class AgentClient:
             for follow in follows.values():
                 follow.error = "channel closed"
                 follow.done.set()
+
+    def _message(self) -> bytes | None:
+        """The next line the agent sent (b"" at its end; None for one over ``MAX_MESSAGE``), read in pieces: a
+        file's (or paramiko's) ``readline`` scans and copies what it has at every read, quadratic in a long line."""
+        parts, size = [], 0
+        while size <= MAX_MESSAGE:
+            part = self.channel.stdout.readline(min(_PIECE, MAX_MESSAGE + 1 - size))  # a read waits for all it asks
+            if not part:
+                break
+            parts.append(part)
+            size += len(part)
+            if part.endswith(b"\n"):
+                break
+        return b"".join(parts) if size <= MAX_MESSAGE else None
 
     def _dispatch(self, message: dict) -> None:
         rid = message.get("id")
@@ -172,8 +209,18 @@ class AgentClient:
                 self._finish_follow(rid, follow)
         elif future is not None:
             future.set_result(message)
+        elif self._unawaited_answer(rid):
+            if message.get("ok") is False:
+                log.info("%s refused a request nobody waits for: %s", self.channel.description, message.get("error"))
         else:
             log.warning("answer to unknown request %r from %s", rid, self.channel.description)
+
+    def _unawaited_answer(self, rid) -> bool:
+        with self._lock:
+            if rid in self._unawaited:
+                self._unawaited.discard(rid)
+                return True
+        return False
 
     def _finish_follow(self, rid, follow: Follow) -> None:
         with self._lock:
@@ -202,6 +249,19 @@ class AgentClient:
             raise AgentRequestError(answer.get("error") or "the agent refused the request", answer.get("code"))
         return answer
 
+    def notify(self, op: str, **params) -> None:
+        """A request whose answer nobody waits for: from any thread, the channel's reader too (it waits for
+        nothing); a closed channel is no error (what it asked for ended with it)."""
+        rid = next(self._ids)
+        with self._lock:
+            if self.closed.is_set():
+                return
+            self._unawaited.add(rid)
+        try:
+            self._write({"id": rid, "op": op, **params})
+        except ChannelClosed:
+            pass
+
     def hello(self, timeout: float | None = None) -> dict:
         return self.call("hello", timeout=timeout, protocol=PROTOCOL_VERSION)
 
@@ -217,6 +277,7 @@ class AgentClient:
     def _stream(self, on_message: Callable[[dict], None], **request) -> Follow:
         rid = next(self._ids)
         follow = Follow(on_message)
+        follow._client, follow._rid = self, rid
         with self._lock:
             if self.closed.is_set():
                 raise ChannelClosed(f"{self.channel.description} closed")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from console import PROJECT_ROOT
 from console.remote.channel import Channel, tail
-from console.remote.transport import (UnsafeHome, local_home_problem, makedirs_private, same_file,
+from console.remote.transport import (CopyBudget, UnsafeHome, local_home_problem, makedirs_private, same_file,
                                       unsafe_home_problem)
 
 
@@ -83,18 +83,21 @@ class LocalFiles:
     def remove_tree(self, path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
-    def get_tree(self, remote: str, local: Path) -> int:
+    def get_tree(self, remote: str, local: Path, budget: CopyBudget | None = None) -> int:
         """Copy the folder ``remote`` into ``local`` as ``SFTPFiles.get_tree`` does (folders and regular
-        files, links not followed, unchanged files not copied again); FileNotFoundError when it is not there."""
+        files, links not followed, unchanged files not copied again, each counted in ``budget``);
+        FileNotFoundError when it is not there."""
         local.mkdir(parents=True, exist_ok=True)
         copied = 0
         with os.scandir(remote) as entries:
             for entry in entries:
                 target = local / entry.name
                 if entry.is_dir(follow_symlinks=False):
-                    copied += self.get_tree(entry.path, target)
+                    copied += self.get_tree(entry.path, target, budget)
                 elif entry.is_file(follow_symlinks=False):
                     info = entry.stat(follow_symlinks=False)
+                    if budget is not None:
+                        budget.take(info.st_size, remote)
                     if not same_file(target, info.st_size, info.st_mtime):
                         shutil.copy2(entry.path, target, follow_symlinks=False)
                         copied += 1

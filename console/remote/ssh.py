@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import fnmatch
 import getpass
+import binascii
 import hashlib
 import os
 import posixpath
@@ -28,7 +29,7 @@ import paramiko
 
 from console.errors import TfccError
 from console.remote.channel import Channel
-from console.remote.transport import (UNSAFE_OWNER, UNSAFE_WRITABLE, UnsafeHome, same_file,
+from console.remote.transport import (UNSAFE_OWNER, UNSAFE_WRITABLE, CopyBudget, UnsafeHome, same_file,
                                       unsafe_home_problem)
 
 
@@ -124,9 +125,19 @@ class KnownHosts:
 
     def revokes(self, hostname: str, key: paramiko.PKey) -> bool:
         names = {hostname, hostname.rsplit("]:", 1)[0].lstrip("[")}
-        return any(blob == key.get_base64() and any(fnmatch.fnmatchcase(n, pattern) for pattern in patterns
+        return any(blob == key.get_base64() and any(_host_matches(n, pattern) for pattern in patterns
                                                      if not pattern.startswith("!") for n in names)
                    for patterns, blob in self.revoked)
+
+
+def _host_matches(name: str, pattern: str) -> bool:
+    """Whether a known_hosts host pattern names ``name``: a wildcard pattern, or a hashed name (``|1|salt|hash``)."""
+    if pattern.startswith("|1|"):
+        try:
+            return paramiko.HostKeys.hash_host(name, pattern) == pattern
+        except (ValueError, TypeError, binascii.Error):
+            return False
+    return fnmatch.fnmatchcase(name, pattern)
 
 
 _known_hosts_cache: dict[Path, KnownHosts] = {}
@@ -507,9 +518,10 @@ class SFTPFiles:
                 self.sftp.remove(child)
         self.sftp.rmdir(path)
 
-    def get_tree(self, remote: str, local: Path) -> int:
+    def get_tree(self, remote: str, local: Path, budget: CopyBudget | None = None) -> int:
         """Copy the folder ``remote`` of the host into ``local``: folders and regular files only (a link
-        is not followed), a file that is here already with the same size and time not sent again.
+        is not followed), a file that is here already with the same size and time not sent again, each file
+        counted in ``budget`` (CopyTooBig past it) and read up to its listed size only.
         How many files were copied; FileNotFoundError when ``remote`` is not there."""
         entries = self.sftp.listdir_attr(remote)
         local.mkdir(parents=True, exist_ok=True)
@@ -520,12 +532,28 @@ class SFTPFiles:
                 continue
             source, target = f"{remote}/{name}", local / name
             if stat.S_ISDIR(entry.st_mode or 0):
-                copied += self.get_tree(source, target)
-            elif stat.S_ISREG(entry.st_mode or 0) and not same_file(target, entry.st_size, entry.st_mtime):
-                self.sftp.get(source, str(target))
+                copied += self.get_tree(source, target, budget)
+            elif stat.S_ISREG(entry.st_mode or 0):
+                if budget is not None:
+                    budget.take(entry.st_size, remote)
+                if same_file(target, entry.st_size, entry.st_mtime):
+                    continue
+                self._get(source, target, entry.st_size or 0)
                 os.utime(target, (entry.st_atime or entry.st_mtime, entry.st_mtime))
                 copied += 1
         return copied
+
+    def _get(self, source: str, target: Path, size: int) -> None:
+        """The first ``size`` bytes of the host's ``source`` into ``target`` (read by the megabyte)."""
+        with self.sftp.open(source, "rb") as src, open(target, "wb") as dst:
+            src.prefetch(size)
+            left = size
+            while left > 0:
+                chunk = src.read(min(1 << 20, left))
+                if not chunk:
+                    break
+                dst.write(chunk)
+                left -= len(chunk)
 
     def close(self) -> None:
         self.sftp.close()

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from console.errors import TfccError
 from console.remote.channel import Channel
+from console.text import size_text
 
 
 class Files(Protocol):
@@ -24,7 +25,7 @@ class Files(Protocol):
     def put(self, local: Path, remote: str) -> None: ...
     def rename(self, src: str, dst: str) -> None: ...
     def remove_tree(self, path: str) -> None: ...
-    def get_tree(self, remote: str, local: Path) -> int: ...
+    def get_tree(self, remote: str, local: Path, budget: "CopyBudget | None" = None) -> int: ...
     def close(self) -> None: ...
 
 
@@ -43,6 +44,26 @@ class Transport(Protocol):
     def open_agent(self, dist: str, python: str) -> Channel: ...
 
     def close(self) -> None: ...
+
+
+class CopyTooBig(TfccError):
+    """A folder fetched from a host holds more than the copy may take (``CopyBudget``)."""
+
+
+class CopyBudget:
+    """How many bytes a ``get_tree`` may copy here: a host's folder (a hostile one's, or logs grown for months)
+    never fills this machine's disk. Each file counts with the size its host listed, and only that much of it is
+    read (a file that grows meanwhile is copied as it was listed)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.used = 0  # the bytes of the files listed so far (those here already too)
+
+    def take(self, size: int, what: str) -> None:
+        self.used += max(0, int(size or 0))
+        if self.used > self.limit:
+            raise CopyTooBig(f"{what} holds over {size_text(self.limit)}, more than tfcc copies",
+                             "look at it on its host, or raise the cap")
 
 
 def same_file(path: Path, size, mtime) -> bool:

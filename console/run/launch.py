@@ -8,7 +8,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from agent.protocol import parse_address
 from console import cluster as cl
+from console import exposure
 from console.errors import RunError
 from trainer.tf_config import ConfigError, PS
 from trainer.workloads import ORIGIN_VARIABLE as MODEL_FILE_ORIGIN
@@ -107,3 +109,12 @@ def task_command(cluster: cl.Cluster, task: cl.Task, interpreter: str, dist: str
         env[MODEL_FILE_ORIGIN] = str(Path(training.model_file).expanduser().resolve())
     env.update(gpu_environment(task))
     return argv, env
+
+
+def firewall_request(cluster: cl.Cluster, address: str) -> dict | None:
+    """What a task's start asks its agent to set with ``firewall = true``: the task's port (from its TF_CONFIG
+    ``address``) open to the cluster's hosts only (agent/firewall.py). None without it, or for a task that
+    serves no port (an evaluator)."""
+    if not cluster.training.firewall or not address:
+        return None
+    return {"port": parse_address(address)[1], "peers": exposure.cluster_addresses(cluster)}

@@ -19,22 +19,73 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable
 
-from agent.protocol import (CHECK_PORTS, FINISHED, METRICS, NO_SUCH_TASK, NOT_STARTED, PORTS, RUNNING,
-                            START, STATUS, STOP, SYSTEM_MESSAGE, parse_address, parse_task_name)
+from agent.protocol import (CHECK_PORTS, FINISHED, FIREWALL, LOG_MESSAGE, METRICS, METRICS_MESSAGE, NO_SUCH_TASK,
+                            NOT_STARTED, PORTS, RUNNING, START, STATUS, STOP, SYSTEM_MESSAGE, parse_address,
+                            parse_task_name)
 from console import cluster as cl
-from console import text
+from console import exposure, text
 from console.errors import RunError, TfccError
 from console.remote.channel import AgentRequestError
 from console.remote.deploy import make_bundle
 from console.remote.link import HostLink
 from console.remote.ssh import SSHError
-from console.run.launch import check_user_file, secret_values, task_command
+from console.run.launch import check_user_file, firewall_request, secret_values, task_command
 from console.states import FOLLOW_ERROR, RECONNECTED, RECONNECTING, TaskState
 from console.store.manifests import (Manifest, check_run_id, console_id, manifest_path, read_manifest,
                                      write_manifest)
 from console.workdir import Workdir, collect as collect_workdir, excluded_module, human_bytes
 
 log = logging.getLogger("console.run.runner")
+
+
+def message_size(message: dict) -> int:
+    """About the bytes a follow's message holds (its lines or its text): what a backlog counts."""
+    lines = message.get("lines")
+    if isinstance(lines, list):
+        return 100 + sum(len(line) for line in lines)
+    text_ = message.get("text")
+    return 100 + (len(text_) if isinstance(text_, str) else 0)
+
+
+class Backlog:
+    """What the follows delivered that the run's consumer has not handled yet, in bytes. Over ``HIGH`` a
+    follow that delivers more is held at its agent (``Follow.pause``); at ``LOW`` they all go on. A host that
+    writes faster than the console reads costs the console this much, not the whole file: nothing is lost,
+    each follow sends on from where it was held."""
+
+    HIGH = 16 << 20
+    LOW = 4 << 20
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.size = 0
+        self.peak = 0
+        self.holds = 0  # how many times a follow was held (the bench reads it)
+        self._held: dict[int, object] = {}
+
+    def delivered(self, follow, message: dict) -> None:
+        """A follow's ``message`` was queued (on the channel's reader thread: this waits for nothing)."""
+        size = message_size(message)
+        with self._lock:
+            self.size += size
+            self.peak = max(self.peak, self.size)
+            hold = follow is not None and self.size > self.HIGH and id(follow) not in self._held
+            if hold:
+                self._held[id(follow)] = follow
+                self.holds += 1
+        if hold:
+            follow.pause(True)
+
+    def handled(self, message: dict) -> None:
+        """A queued ``message`` was handled (on the consumer's thread)."""
+        size = message_size(message)
+        with self._lock:
+            self.size -= size
+            going = list(self._held.values()) if self.size <= self.LOW else []
+            if going:
+                self._held.clear()
+        for follow in going:
+            follow.pause(False)
 
 
 class Run:
@@ -49,12 +100,14 @@ class Run:
                       if any(t.host == h.name for t in cluster.tasks)}
         self.tf_configs: list[str] | None = None
         self.ports_changed: str | None = None  # why the last resume gave the tasks new ports
+        self.exposed: str | None = None        # which tasks serve on a public address: the risk and the fix
         self.workdir: Workdir | None = None    # a script's workdir as collected for the last start
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._sampling = threading.Lock()                     # guards the two maps below
         self._following: dict[str, threading.Thread] = {}    # task -> its newest follow thread
         self._samplers: dict[str, threading.Thread] = {}     # host -> its system thread while it runs
+        self.backlog = Backlog()  # the follows' messages not handled yet: the consumer says ``handled``
 
     # ----------------------------------------------------------------- manifest
 
@@ -111,6 +164,7 @@ class Run:
         else:
             configs = self._new_configs()
         self.tf_configs = configs
+        self.exposed = exposure_words(self.cluster)
         started: list[TaskState] = []
         try:
             self._start_tasks(configs, resume, started)
@@ -211,9 +265,15 @@ class Run:
             task.address = task_address(task.name, configs[i])
             argv, env = task_command(self.cluster, spec, link.host.interpreter, link.dist,
                                      workdir.script if workdir is not None else None)
-            reply = link.connect().call(START, run_id=self.run_id, task=task.name, tf_config=configs[i],
-                                        console=console,
-                                        argv=argv, env=env, python_path=[link.dist], fresh=not resume, **shipped)
+            wall = firewall_request(self.cluster, task.address)
+            try:
+                reply = link.connect().call(START, run_id=self.run_id, task=task.name, tf_config=configs[i],
+                                            console=console, argv=argv, env=env, python_path=[link.dist],
+                                            fresh=not resume, **shipped, **({"firewall": wall} if wall else {}))
+            except AgentRequestError as exc:
+                if exc.code == FIREWALL:
+                    raise RunError(f"host {task.host}: {exc}") from None
+                raise
             task.attempt = reply.get("attempt", 1)
             started.append(task)
 
@@ -298,23 +358,27 @@ class Run:
         link = self.links[task.host]
         backoff = {"delay": 0.2, "heard": False}  # reset by the first message a follow delivers
         outage: float | None = None
+        current = {"follow": None}  # the follow now delivering (held by the backlog when it is over its mark)
 
         def deliver(message, task=task):
             # On the channel's reader thread: note how far the task has been read, hand the
             # message on, nothing more (a slow consumer must not hold up the agent's replies).
             backoff.update(delay=0.2, heard=True)
             kind = message.get("type")
-            if kind == "metrics":
+            if kind == METRICS_MESSAGE:
                 task.offsets[METRICS] = message["offset"]
-            elif kind == "log":
+            elif kind == LOG_MESSAGE:
                 task.offsets[message["stream"]] = message["offset"]
             on_message(task, message)
+            if kind in (METRICS_MESSAGE, LOG_MESSAGE):
+                self.backlog.delivered(current["follow"], message)
 
         while not self._stop.is_set():
             client = None
             try:
                 client = link.connect()
-                handle = client.follow(self.run_id, task.name, deliver, offsets=dict(task.offsets), poll=poll)
+                handle = current["follow"] = client.follow(self.run_id, task.name, deliver,
+                                                           offsets=dict(task.offsets), poll=poll)
                 if outage is not None:
                     on_message(task, {"type": RECONNECTED, "host": task.host,
                                       "after": round(time.monotonic() - outage, 1)})
@@ -474,6 +538,13 @@ class Run:
             samplers = list(self._samplers.values())
         for thread in samplers:
             thread.join(timeout=5)
+
+
+def exposure_words(cluster: cl.Cluster) -> str | None:
+    """The run's tasks on a public address, the risk and the fix, in one line; None for none (resolving the
+    hosts' names here: a thread that may wait on the network calls it)."""
+    problem = exposure.exposure_problem(cluster, exposure.public_tasks(cluster))
+    return f"{problem[0]}; {problem[1]}" if problem else None
 
 
 def task_address(name: str, tf_config: str) -> str:

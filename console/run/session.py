@@ -41,6 +41,17 @@ TF_TASK = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
 TF_SERVING = re.compile(r"Started server with target: grpc://")
 
 
+MAX_KEPT = 5000  # a task's records kept for the snapshot (its events and epochs: a flood of them costs no more)
+
+
+def _thin(kept: list[dict]) -> None:
+    """Keep the newest half of ``kept`` and, of the older ones, the newest moments of a task's life (what a
+    snapshot's supervision is taken up from): an epoch or evaluation of long ago is in the store already."""
+    half = MAX_KEPT // 2
+    older = [r for r in kept[:-half] if r.get("type") == RecordType.EVENT and r.get("event") in Event.LIFE]
+    kept[:] = older[-half:] + kept[-half:]
+
+
 def _trains(record: dict) -> bool:
     """Whether a step or epoch record shows training under way: any but a printed line that names no
     epoch or step (a script may print a value before its cluster forms)."""
@@ -149,6 +160,8 @@ class RunSession:
                 self._restore()
             except Exception:  # a bug must not end the session: it reads from the first records instead
                 log.exception("taking up run %s from its snapshot", self.run.run_id)
+            if self.run.exposed:  # said once a session, first: before the run's first lines
+                self._say(SessionKind.EXPOSED, self.run.exposed)
             with self._following:
                 if not self._detached.is_set():  # before the loop: it ends when the follows have
                     self._follow_again(None)
@@ -237,6 +250,9 @@ class RunSession:
                 self._handle(task, message)  # an earlier attempt's records still count, not its ends
         except Exception:  # a bug must not end the session: the log has it
             log.exception("handling a message of %s", task.name if task is not None else message.get("host"))
+        finally:
+            if message.get("type") in (METRICS_MESSAGE, LOG_MESSAGE):
+                self.run.backlog.handled(message)  # held follows go on once the backlog is small again
 
     def _drain(self) -> None:
         """Handle whatever the follows have queued (the session's thread only)."""
@@ -251,7 +267,7 @@ class RunSession:
         kind = message.get("type")
         if kind == METRICS_MESSAGE:
             if self.history is not None:
-                self.history.lines(task.name, message["lines"], message.get("offset"))
+                self.history.lines(task.name, message["lines"], message.get("offset"), message.get("skipped") or 0)
             if isinstance(message.get("offset"), int):  # as the cache counts them: the two agree
                 self._read_to[task.name] = message["offset"]
             self._received = True
@@ -307,6 +323,8 @@ class RunSession:
                     kept.append(r)
             elif kind != RecordType.UNREADABLE:
                 kept.append(r)
+                if len(kept) > MAX_KEPT:
+                    _thin(kept)
             if kind == RecordType.STEP:
                 if not task.cluster_formed and _trains(r):
                     self._formed(task)  # a script whose capture saw training before any strategy

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from agent.protocol import END, RUNNING
-from console.errors import RunError, TfccError, state_dir
+from console.errors import RunError, TfccError, make_state_dir, state_dir
 from console.files import open_private, write_atomically
 from console.states import RunState, SessionKind, run_state
 from console.store import snapshot as snapshots
@@ -125,8 +125,9 @@ class History:
 
     # ------------------------------------------------------------ the session's calls
 
-    def lines(self, task: str, lines: list[str], offset: int | None = None) -> None:
-        """A task's metrics lines, as its host's file has them; ``offset`` is where they end in it."""
+    def lines(self, task: str, lines: list[str], offset: int | None = None, skipped: int = 0) -> None:
+        """A task's metrics lines, as its host's file has them; ``offset`` is where they end in it (``skipped``:
+        the bytes by which the file's lines are longer: a line over the cap comes as a short note)."""
         if not lines:
             return
         with self._lock:
@@ -135,8 +136,8 @@ class History:
             try:
                 handle = self._handle(task_file(self.folder, task).name, task)
                 seen = self._seen.get(task, 0)
-                if seen == 0 and offset is not None and offset - sum(len(line.encode("utf-8")) + 1
-                                                                    for line in lines) > 0:
+                if seen == 0 and offset is not None and offset - skipped - sum(len(line.encode("utf-8")) + 1
+                                                                              for line in lines) > 0:
                     # Not the task's first line (a session reads from the first): the lines cannot be
                     # matched with the cache's. Kept, and the cache is marked not whole.
                     self._gap(task)
@@ -290,7 +291,7 @@ class History:
             return True
         self._opened = True
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            make_state_dir(self.folder)
             self._lock_file = open_private(self.folder / ".writer", "a")
             try:
                 _lock_within(self._lock_file, WRITER_WAIT_SECONDS)

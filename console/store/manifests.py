@@ -15,7 +15,7 @@ from pathlib import Path
 
 from agent.protocol import name_problem
 from console import cluster as cl
-from console.errors import RunError, state_dir
+from console.errors import RunError, make_state_dir, state_dir
 from console.files import write_atomically
 
 
@@ -45,6 +45,7 @@ def console_id() -> str:
     except OSError:
         pass
     made = "console-" + uuid.uuid4().hex
+    make_state_dir()
     write_atomically(path, made + "\n", mode=0o600)
     return made
 
@@ -70,7 +71,7 @@ class Manifest:
 
 def write_manifest(manifest: Manifest) -> None:
     path = manifest_path(manifest.run_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_state_dir(path.parent)
     data = {"run_id": manifest.run_id, "created": time.time(), "console": console_id(),
             "cluster": cl.dumps(manifest.cluster),
             "tasks": [{"name": name, "host": host, "tf_config": config}

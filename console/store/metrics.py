@@ -34,6 +34,78 @@ def _cell(text: str) -> str:
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
+_LATEST = 1e11  # seconds since 1970: the year 5138; a later time is none a clock gives
+
+
+def _when(record: dict) -> float | None:
+    """A record's time as the events list keeps it: a time a clock gives, else None (a host's ``"soon"``, NaN)."""
+    when = number(record.get("time"))
+    return when if 0 <= when < _LATEST else None
+
+
+def _weight(value) -> int:
+    """About the bytes ``value`` (a decoded record) takes in memory: linear in its size, close enough for a
+    budget (a host's record may be a megabyte of one string or a thousand fields)."""
+    if isinstance(value, str):
+        return 50 + len(value)
+    if isinstance(value, dict):
+        return 100 + sum(100 + _weight(v) for v in value.values())
+    if isinstance(value, list):
+        return 60 + sum(8 + _weight(v) for v in value)
+    return 32
+
+
+class Newest:
+    """The newest items of a stream within a count and an estimated size (``_weight``): a host that floods
+    events, or sends huge ones, costs no more; ``total`` counts every item ever added. A list to read."""
+
+    def __init__(self, most: int, budget: int):
+        self.most, self.budget = most, budget
+        self._items: list = []
+        self._sizes: list[int] = []
+        self._size = 0
+        self.total = 0
+
+    def append(self, item) -> None:
+        size = _weight(item)
+        self._items.append(item)
+        self._sizes.append(size)
+        self._size += size
+        self.total += 1
+        if len(self._items) > self.most or self._size > self.budget:
+            # The oldest go, a tenth more than needed: dropping is rare, and linear when it happens.
+            cut, size = 0, self._size
+            while cut < len(self._items) and (len(self._items) - cut > self.most - self.most // 10
+                                              or size > self.budget - self.budget // 10):
+                size -= self._sizes[cut]
+                cut += 1
+            del self._items[:cut], self._sizes[:cut]
+            self._size = size
+
+    def extend(self, items) -> None:
+        for item in items:
+            self.append(item)
+
+    def clear(self) -> None:
+        self._items.clear()
+        self._sizes.clear()
+        self._size = self.total = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __getitem__(self, index):
+        return self._items[index]
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other)
+
+    __hash__ = None
+
+
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -89,8 +161,9 @@ def _columns(records: list[dict]) -> dict[str, np.ndarray]:
         for k, v in r.items():
             if k not in PLACE_FIELDS and (v is None or _is_number(v)) and k not in names:
                 names[k] = None
-    return {name: np.array([number(r.get(name)) for r in records], dtype=np.float32) for name in names
-            if any(_is_number(r.get(name)) for r in records) or name in ("loss", "loss_avg")}
+    with np.errstate(over="ignore"):  # a value past float32's range is kept as inf
+        return {name: np.array([number(r.get(name)) for r in records], dtype=np.float32) for name in names
+                if any(_is_number(r.get(name)) for r in records) or name in ("loss", "loss_avg")}
 
 
 _CURSOR = (None, None)  # the key of ``changed``'s ``seen`` that says where a call with a budget stopped
@@ -113,6 +186,11 @@ class MetricsStore:
 
     RECENT = 20  # steps in the pace and straggler windows
     MAX_MARKERS = 1000
+    MAX_EVENTS = 20_000      # the events list keeps the newest (a host that floods events costs no more)
+    EVENT_BYTES = 16 << 20   # and within about this much memory
+    MAX_EPOCHS = 100_000     # epoch records kept (their values are in the bounded tables too)
+    EPOCH_BYTES = 16 << 20
+    MAX_COLUMNS = 256        # metrics per task and kind: a host that invents fields costs no more
 
     def __init__(self, capacity: int = 200_000):
         self.capacity = capacity
@@ -121,9 +199,9 @@ class MetricsStore:
         self.workers: list[str] = []
         self.hosts: list[str] = []            # hosts with system samples, in the order they came
         self.progress: dict[str, WorkerProgress] = {}
-        self.epochs: list[dict] = []
+        self.epochs = Newest(self.MAX_EPOCHS, self.EPOCH_BYTES)
         # {"time", "task", "event", and "record": a task's record, or "text": the console's own words}
-        self.events: list[dict] = []
+        self.events = Newest(self.MAX_EVENTS, self.EVENT_BYTES)
         self.restarts: list[tuple[int, float]] = []  # (attempt, global step it resumed from), for markers
         self.markers: list[Marker] = []
         self.states: dict[str, tuple[str, str]] = {}  # task -> (state, words): what supervision says of it
@@ -162,6 +240,7 @@ class MetricsStore:
     def _times(self, records: list[dict]) -> np.ndarray:
         """The records' times as kept (from ``_base``); the earliest so far is the origin (under the lock)."""
         ts = np.array([number(r.get("time")) for r in records])
+        ts[~((ts >= 0) & (ts < _LATEST))] = np.nan  # a time no clock gives (a host's 1e300) is no time
         finite = ts[np.isfinite(ts)]
         if len(finite):
             first = float(finite.min())
@@ -185,6 +264,10 @@ class MetricsStore:
         columns = None
         if steps:
             xs = np.array([number(r.get("global_step", 0)) for r in steps])
+            if not np.isfinite(xs).all():  # a step that says no step (a host's "one"): not a point anywhere
+                steps = [r for r, x in zip(steps, np.isfinite(xs)) if x]
+                xs = xs[np.isfinite(xs)]
+        if steps:
             columns = _columns(steps)
             step_times = columns.get("step_time")
             step_times = [] if step_times is None else [float(t) for t in step_times[-self.RECENT:] if np.isfinite(t)]
@@ -194,15 +277,15 @@ class MetricsStore:
             self._worker(task)
             prog = self.progress[task]
             if columns is not None:
-                self._table(task, "step").extend(xs, self._times(steps), columns)
+                self._table(task, "step").extend(xs, self._times(steps), self._room(task, "step", columns))
                 last = steps[-1]
                 epoch, step = (number(last.get(k)) for k in ("epoch", "step"))
                 prog.epoch = int(epoch) if math.isfinite(epoch) else prog.epoch
                 prog.step = int(step) if math.isfinite(step) else prog.step
                 prog.global_step = int(xs[-1]) if math.isfinite(xs[-1]) else prog.global_step
-                prog.last_time = last.get("time")
+                prog.last_time = _when(last)
                 if prog.first_time is None:
-                    prog.first_time = steps[0].get("time")
+                    prog.first_time = _when(steps[0])
                 prog.recent_step_times.extend(step_times)
                 del prog.recent_step_times[:-self.RECENT]
                 for r, key in broken:
@@ -212,7 +295,7 @@ class MetricsStore:
                 if kind == RecordType.EPOCH:
                     self.epochs.append({"task": task, **r})
                     self._epoch_row(task, r, prog)
-                    self.events.append({"time": r.get("time"), "task": task, "event": kind, "record": r})
+                    self.events.append({"time": _when(r), "task": task, "event": kind, "record": r})
                 elif kind == RecordType.ALIVE:
                     self.alive[task] = r
                 elif kind == RecordType.UNREADABLE:
@@ -231,7 +314,8 @@ class MetricsStore:
                         self._epoch_row(task, {**r["metrics"], "time": r.get("time"), "epoch": r.get("epoch"),
                                                "global_step": r.get("global_step")}, prog)
                     if name not in Event.QUIET:
-                        self.events.append({"time": r.get("time"), "task": task, "event": name, "record": r})
+                        self.events.append({"time": _when(r), "task": task,
+                                            "event": name if isinstance(name, str) else "?", "record": r})
             self.version += 1
 
     def _epoch_row(self, task: str, r: dict, prog: WorkerProgress) -> None:
@@ -241,7 +325,22 @@ class MetricsStore:
         if not math.isfinite(at):
             at = (epoch + 1) * prog.steps_per_epoch if prog.steps_per_epoch and math.isfinite(epoch) \
                 else float(prog.global_step)
-        self._table(task, "epoch").extend(np.array([at]), self._times([r]), _columns([r]))
+        self._table(task, "epoch").extend(np.array([at]), self._times([r]), self._room(task, "epoch", _columns([r])))
+
+    def _room(self, task: str, kind: str, columns: dict) -> dict:
+        """``columns`` but those a task's table has no room for (``MAX_COLUMNS``; said once) (under the lock)."""
+        table = self._table(task, kind)
+        new = [c for c in columns if c not in table._cols]
+        room = self.MAX_COLUMNS - len(table._cols)
+        if len(new) <= room:
+            return columns
+        if (kind, task, "columns") not in self._diverged:
+            self._diverged.add((kind, task, "columns"))
+            self.events.append({"time": time.time(), "task": task, "event": "columns", "text": (
+                f"it reports more than {self.MAX_COLUMNS} metrics: the others are not kept ("
+                + ", ".join(new[room:room + 5]) + (", …" if len(new) - room > 5 else "") + ")")})
+        dropped = set(new[max(room, 0):])
+        return {c: v for c, v in columns.items() if c not in dropped}
 
     def _mark(self, task: str, r: dict, metric: str) -> None:
         """A task's first non-finite value: a marker at its step."""
@@ -329,8 +428,9 @@ class MetricsStore:
     def note(self, task: str, event: str, text: str, when: float | None = None) -> None:
         """An event the console saw itself (a task ended, a connection dropped)."""
         with self._lock:
-            self.events.append({"time": when or time.time(), "task": task, "event": event, "text": text})
-            self._noted.add(id(self.events[-1]))
+            noted = {"time": when or time.time(), "task": task, "event": event, "text": text}
+            self.events.append(noted)
+            self._noted.add(id(noted))
             self.version += 1
 
     # ------------------------------------------------------------ reading
@@ -469,6 +569,12 @@ class MetricsStore:
     def events_snapshot(self) -> list[dict]:
         with self._lock:
             return list(self.events)
+
+    def events_since(self, seen: int) -> tuple[list[dict], int]:
+        """The events after the first ``seen`` ever kept (those still kept), and how many were ever kept."""
+        with self._lock:
+            new = self.events.total - seen
+            return (list(self.events[-new:]) if new > 0 else []), self.events.total
 
     def markers_snapshot(self) -> list[Marker]:
         with self._lock:

@@ -114,6 +114,28 @@ def test_start_writes_run_folder_and_follow_streams_every_line_once(clients, sto
     assert "done" in (folder / "stdout.log").read_text()
 
 
+def test_a_held_follow_sends_nothing_until_it_goes_on_then_every_line_once(clients, stop_all, tfcc_home):
+    """The console is behind: ``pause`` holds a follow at the agent (what the task writes meanwhile stays in its
+    file), and letting it go on sends every line from where it was held, once, in order."""
+    client = clients()
+    start_fake(client, stop_all, first=1, second=0)
+    got = Collector()
+    follow = client.follow("r1", "worker-0", got)
+    got.wait_for(1)
+    assert client.call("pause", follow=follow._rid, paused=True)["following"] is True
+    folder = tfcc_home / "runs" / "r1" / "worker-0"
+    with open(folder / "metrics.jsonl", "a") as f:
+        f.write("".join(json.dumps({"type": "step", "step": i}) + "\n" for i in range(1, 100_001)))
+    with got.cond:  # held: not one more line comes (a wait that must time out)
+        assert not got.cond.wait_for(lambda: len(got.records) > 1, timeout=1.0)
+    client.call("pause", follow=follow._rid, paused=False)
+    got.wait_for(100_001)
+    (folder / "release").touch()
+    assert follow.done.wait(30)
+    assert [r["step"] for r in got.records] == list(range(100_001))
+    assert client.call("pause", follow=follow._rid)["following"] is False  # it has ended: nothing to hold
+
+
 def test_task_outlives_agent_and_reattach_replays_from_offset(clients, stop_all, tfcc_home):
     first = clients()
     start_fake(first, stop_all)
@@ -274,6 +296,54 @@ def test_metrics_lines_are_relayed_as_written_not_decoded_and_encoded_again(clie
     assert done.wait(30)
     assert lines == written
     assert (folder / "metrics.jsonl").read_text().splitlines() == written
+
+
+LONG_LINES = """\
+import json, os, pathlib
+folder = pathlib.Path(os.environ["TFCC_RUN_DIR"])
+with open(folder / "metrics.jsonl", "w") as f:
+    f.write(json.dumps({"type": "step", "step": 0}) + "\\n")
+    f.write(json.dumps({"type": "step", "pad": "x" * (16 << 20)}) + "\\n")
+    f.write(json.dumps({"type": "step", "step": 1}) + "\\n")
+print("y" * (4 << 20))
+print("after the long line", flush=True)
+"""
+
+
+def test_a_line_over_the_cap_is_skipped_with_a_note_and_the_follow_goes_on(clients, stop_all, tfcc_home):
+    """A task (hostile or broken) writes a 16 MiB metrics line and a 4 MiB log line: each comes as one short
+    note, and every line after it comes, once; the offsets are the file's."""
+    from agent.protocol import MAX_LINE
+    from trainer.records import RecordType, decode_line
+    script = tfcc_home.parent / "long.py"
+    script.write_text(LONG_LINES)
+    client = clients()
+    stop_all.append(("long", "worker-0"))
+    client.call("start", run_id="long", task="worker-0", argv=[sys.executable, str(script)])
+    lines, logs, offsets, done = [], [], [], threading.Event()
+
+    def collect(message):
+        if message.get("type") == "metrics":
+            lines.extend(message["lines"])
+            offsets.append((message["offset"], message.get("skipped", 0)))
+        elif message.get("type") == "log":
+            logs.append(message["text"])
+        elif message.get("type") == "end":
+            done.set()
+
+    client.follow("long", "worker-0", collect)
+    assert done.wait(60)
+    records = [decode_line(line) for line in lines]
+    assert [r["type"] for r in records] == [RecordType.STEP, RecordType.UNREADABLE, RecordType.STEP]
+    assert [records[0]["step"], records[2]["step"]] == [0, 1]
+    long_line = len(json.dumps({"type": "step", "pad": "x" * (16 << 20)}))
+    assert f"a line of {long_line} bytes" in records[1]["raw"]
+    size = (tfcc_home / "runs" / "long" / "worker-0" / "metrics.jsonl").stat().st_size
+    assert offsets[-1][0] == size
+    # What came and what was skipped add up to the file: the console's history counts the same bytes.
+    assert sum(len(line) + 1 for line in lines) + sum(s for _, s in offsets) == size
+    text = "".join(logs)
+    assert "after the long line" in text and f"a line of {4 << 20} bytes" in text and len(text) < MAX_LINE
 
 
 # --------------------------------------------------------------------------- latency and idle cost

@@ -149,19 +149,26 @@ def test_parameter_server_global_batch_splits_over_one_workers_replicas():
             "instead") in found, found
 
 
+ALLOW = ("allow 12345/tcp on a from 10.0.0.2 and 10.0.0.3 only (not from everyone: its server runs what it is sent), "
+         "e.g. sudo nft add rule inet filter input ip saddr { 10.0.0.2, 10.0.0.3 } tcp dport 12345 accept or "
+         "sudo ufw allow from 10.0.0.2 to any port 12345 proto tcp")
+
+
 @pytest.mark.parametrize(
     "error, fix",
     [
-        ("timed out", "a firewall between them drops this port; open 12345/tcp on a or choose another port"),
-        ("refused", "a firewall on a rejects this port; open 12345/tcp there or choose another port"),
+        ("timed out", f"a firewall between them drops this port; {ALLOW}; or choose another port"),
+        ("refused", f"a firewall on a rejects this port; {ALLOW}; or choose another port"),
         ("no route to host", "10.0.0.1 is not reachable from b: use an address of a that b can reach"),
     ],
 )
 def test_reachability_diagnoses(error, fix):
+    """A blocked port's advice opens it to the cluster's other hosts only, with the lines that do it."""
     task = {"name": "worker-0", "host": "a", "address": "10.0.0.1:12345"}
-    problem = checks.reach_problem("b", task, {"ok": False, "error": error})
+    problem = checks.reach_problem("b", task, {"ok": False, "error": error}, ["10.0.0.2", "10.0.0.3"])
     assert str(problem) == f"b -> worker-0: b cannot reach a at 10.0.0.1:12345 ({error}); {fix}"
     assert (problem.hosts, problem.task) == (("b", "a"), "worker-0")  # structured: nothing parses the words
+    assert "open 12345" not in str(problem)
 
 
 # --------------------------------------------------------------------------- on SSH test hosts
@@ -214,7 +221,10 @@ def test_firewall_fails_exactly_that_cell(pinned):
     assert failed == [(h1.name, f"{h0.address}:23456")]
     assert [str(p) for p in report.problems] == [
         f"{h1.name} -> worker-0: {h1.name} cannot reach {h0.name} at {h0.address}:23456 (timed out); "
-        f"a firewall between them drops this port; open 23456/tcp on {h0.name} or choose another port"]
+        f"a firewall between them drops this port; allow 23456/tcp on {h0.name} from {h1.address} only (not from "
+        f"everyone: its server runs what it is sent), e.g. sudo nft add rule inet filter input ip saddr "
+        f"{{ {h1.address} }} tcp dport 23456 accept or sudo ufw allow from {h1.address} to any port 23456 proto tcp; "
+        "or choose another port"]
 
 
 def test_busy_port_names_its_holder(pinned):
@@ -349,3 +359,37 @@ def test_a_declined_host_key_says_what_to_do_about_the_key_not_sshd(ssh_hosts, s
     assert problem.endswith(f"accept it when asked, or add it to {ssh_env / 'known_hosts'} after checking the "
                             "fingerprint")
     assert "sshd runs there" not in problem
+
+
+def test_a_public_task_address_is_a_warning_and_the_firewall_needs_root_or_sudo(pinned, monkeypatch):
+    """A task on an address that resolves to a public one: the check warns with the risk and the fix, and the
+    cluster is still ready (a cloud's own firewall may close the port). firewall = true asks each host whether
+    its agent can set the rules: as root here, it can."""
+    from console import exposure
+    h0, h1 = pinned.hosts
+    monkeypatch.setattr(exposure, "resolve", lambda host: ["35.201.3.4"] if host == h0.address else [host])
+    report = checks.check(host_cluster(pinned))
+    assert report.ready, [str(p) for p in report.problems]
+    assert [str(w) for w in report.warnings] == [
+        f"cluster: worker-0 ({h0.address} = 35.201.3.4) serves TensorFlow on a public address: that server runs the "
+        "graphs anyone who reaches its port sends it, as the training user; give the hosts private addresses (a "
+        "private network or VPN between them), or set firewall = true in [training] (the agents then admit only the "
+        "cluster's hosts to the task ports), or allow the ports from the other hosts only yourself (docs/security.md)"]
+    assert report.warnings[0].hosts == (h0.name,) and report.as_dict()["warnings"][0]["text"] == str(report.warnings[0])
+    walled = host_cluster(pinned)
+    walled.training.firewall = True
+    report = checks.check(walled)
+    assert report.ready and report.warnings == [], [str(p) for p in report.problems]
+    assert {r.probe["firewall"] for r in report.hosts} == {"root"}
+
+
+def test_a_host_that_cannot_set_the_firewall_is_a_problem():
+    cluster = cl.Cluster([cl.Host("a", address="10.0.0.1"), cl.Host("b", address="10.0.0.2")],
+                         [cl.Task("a"), cl.Task("b")], cl.Training(firewall=True))
+    probes = {"a": {"firewall": "sudo"}, "b": {"firewall": None, "firewall_problem": "nft (nftables) is not installed"}}
+    assert [str(p) for p in checks.firewall_problems(cluster, probes)] == [
+        "b: firewall = true, but tfcc cannot set nftables rules there (nft (nftables) is not installed); log in as "
+        "root there (user = \"root\"), let this user run nft with sudo without a password, or set firewall = false in "
+        "[training] and allow the task ports from the cluster's hosts only yourself"]
+    cluster.training.firewall = False
+    assert checks.firewall_problems(cluster, probes) == []

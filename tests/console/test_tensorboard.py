@@ -128,6 +128,41 @@ def test_logs_are_copied_over_sftp(ssh_hosts, ssh_env, tmp_path):
     assert not os.path.lexists(local / "outside")
 
 
+def test_a_copy_takes_no_more_than_its_budget_over_sftp(ssh_hosts, ssh_env, tmp_path):
+    """A host's folder bigger than the copy may take: CopyTooBig before the file that would pass the budget."""
+    from console.remote.transport import CopyBudget, CopyTooBig
+    ssh_hosts.known_hosts(ssh_env / "known_hosts")
+    remote = tmp_path / "remote-logs"
+    remote.mkdir()
+    for name in ("a", "b", "c"):
+        (remote / name).write_bytes(b"x" * 1_000_000)
+    conn = SSHConnection(ssh_hosts.hosts[0].address, user="root", key=str(ssh_hosts.client_key))
+    try:
+        files = conn.files()
+        try:
+            with pytest.raises(CopyTooBig, match="holds over"):
+                files.get_tree(str(remote), tmp_path / "here", CopyBudget(2_500_000))
+        finally:
+            files.close()
+    finally:
+        conn.close()
+    assert sum(f.stat().st_size for f in (tmp_path / "here").iterdir()) <= 2_500_000
+
+
+def test_logs_over_the_cap_are_not_copied_and_the_line_says_what_to_do(homes):
+    finished_run(homes, "big", epochs=1, steps=5)
+    source = homes / "host-home" / "runs" / "big" / "worker-0" / "tensorboard" / "train"
+    for i in range(3):
+        (source / f"events.out.tfevents.{i}.big").write_bytes(b"e" * 1_000_000)
+    with pytest.raises(tb.TensorBoardError) as err:
+        tb.fetch_logs("big", max_bytes=2_000_000)
+    assert str(err.value).startswith("the TensorBoard logs of run big (worker-0's ")
+    assert "hold more than the 1.9 MB that tfcc copies here" in str(err.value)
+    assert "tfcc tensorboard --max-gb N" in str(err.value)
+    copied = cache_dir("big") / "tensorboard"
+    assert sum(f.stat().st_size for f in copied.rglob("*") if f.is_file()) <= 2_000_000
+
+
 @pytest.mark.slow
 def test_a_tensorboard_stopped_while_it_starts_does_not_outlive_its_console(homes):
     pytest.importorskip("tensorboard")

@@ -34,3 +34,16 @@ def test_check_problems_mark_the_hosts_they_name_not_hosts_whose_name_is_a_prefi
     w.checker.finished.emit(Report(hosts, tasks, {}, both))
     assert [mark for mark, _ in marks().values()] == ["failed", "failed"]
     w.close()
+
+
+def test_warnings_are_shown_below_the_problems_and_leave_the_cluster_ready(qtbot, gui_homes):
+    w = window_on(qtbot, gui_homes)
+    hosts = [HostReport("w", "localhost", ok=True)]
+    warning = Problem("cluster", "worker-0 (35.201.3.4) serves TensorFlow on a public address: …",
+                      "set firewall = true in [training]", ("w",))
+    w.checker.finished.emit(Report(hosts, [], {}, [], warnings=[warning]))
+    page = w.check_view.details.toPlainText()
+    assert "Ready to start" in page and "Every check passed." in page
+    assert page.index("Warnings") > page.index("Every check passed.")
+    assert "serves TensorFlow on a public address" in page and "Fix: set firewall = true in [training]" in page
+    w.close()

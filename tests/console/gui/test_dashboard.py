@@ -108,6 +108,26 @@ def test_log_tails_per_worker(qtbot):
     assert board.events_view.log_views["worker-1"].toPlainText() == "epoch 1\nepoch 2\n[stderr] W0000 warning"
 
 
+def test_the_events_list_shows_records_of_any_shape_and_keeps_the_newest(qtbot, monkeypatch):
+    """Events whose time is text, NaN or past any clock, and whose fields have the wrong types, are each a
+    line (their time now); a flood of events leaves the list its newest ``MAX_SHOWN``, the last at the bottom."""
+    from console.gui import events_view
+    monkeypatch.setattr(events_view, "MAX_SHOWN", 50)
+    store = MetricsStore()
+    board = Dashboard(store)
+    qtbot.addWidget(board)
+    board.show()
+    bad = ["soon", float("nan"), 1e300, -5, [1], {"a": 1}, None]
+    store.ingest("worker-0", [{"type": "event", "event": "failed", "time": t, "error": t} for t in bad])
+    store.ingest("worker-0", [{"type": "epoch", "epoch": t, "time": t, "loss": t} for t in bad])
+    listed = board.events_view.events
+    qtbot.waitUntil(lambda: listed.count() == 2 * len(bad), timeout=5_000)
+    assert all(listed.item(i).text()[:8].count(":") == 2 for i in range(listed.count()))  # a clock time each
+    store.ingest("worker-0", [{"type": "event", "event": "evaluated", "time": 1.0, "epoch": i} for i in range(300)])
+    qtbot.waitUntil(lambda: listed.item(listed.count() - 1).text().endswith("of epoch 300"), timeout=5_000)
+    assert listed.count() == 50
+
+
 def test_the_first_frame_draws_what_the_store_has_before_any_show(qtbot):
     """A dashboard given a store with data draws it on its first tick, shown or not yet (rows, curves)."""
     store = MetricsStore()

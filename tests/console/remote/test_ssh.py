@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -99,6 +101,21 @@ def test_a_revoked_key_is_refused_known_or_not(ssh_hosts, ssh_env, where):
         ssh._known_hosts_cache.pop(path, None)
     with pytest.raises(SSHError, match="is REVOKED"):
         connect(ssh_hosts, host)
+
+
+def test_hashed_names_are_read_for_known_and_revoked_keys(tmp_path):
+    """``ssh-keygen -H`` hashes the names of a known_hosts: a hashed line still knows its host, and a hashed
+    @revoked line still revokes."""
+    key = paramiko.RSAKey.generate(1024)
+    other = paramiko.RSAKey.generate(1024)
+    hashed = paramiko.HostKeys.hash_host("10.1.2.3")
+    path = tmp_path / "known_hosts"
+    path.write_text(f"{hashed} ssh-rsa {key.get_base64()}\n"
+                    f"@revoked {paramiko.HostKeys.hash_host('10.1.2.4')} ssh-rsa {other.get_base64()}\n")
+    known = ssh._read_known_hosts(path)
+    assert known.keys.lookup("10.1.2.3")["ssh-rsa"] == key
+    assert known.revokes("10.1.2.4", other) and not known.revokes("10.1.2.5", other)
+    assert not known.revokes("10.1.2.4", key)
 
 
 def test_a_key_accepted_into_a_file_without_its_last_newline_is_kept_and_so_is_the_last_line(tmp_path):
@@ -428,3 +445,82 @@ def test_over_ssh_a_home_others_may_write_in_runs_no_code(ssh_hosts, ssh_env):
             link.connect()
     finally:
         host.tfcc_home.chmod(mode & 0o7777)
+
+
+def _tfcc_tables(host) -> list[str]:
+    listed = host.exec("nft", "list", "tables").stdout.split()
+    return [name for name in listed if name.startswith("tfcc_")]
+
+
+def _reaches(address: str, port: int) -> bool:
+    """Whether this machine (outside the cluster: the bridge's own address) can open a connection to it."""
+    import socket
+    try:
+        with socket.create_connection((address, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_firewall_admits_the_cluster_only_and_goes_with_the_run(ssh_hosts, ssh_env):
+    """firewall = true: while two SSH hosts train, this machine (a namespace outside the cluster) cannot reach
+    a task's TensorFlow port, the run trains and finishes, and its rules are gone from both hosts after it; a
+    task killed with its supervisor leaves rules that the next agent on that host takes away."""
+    from tests.helpers import testhosts
+    if testhosts.tool("nft") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI must run the firewall test: install nftables (scripts/test does)")
+        pytest.skip("nft is not installed (apt-get install nftables)")
+    ssh_hosts.known_hosts(ssh_env / "known_hosts")
+    cluster = two_host_cluster(ssh_hosts, 3)
+    cluster.training.firewall = True
+    run = Run(cluster, "walled")
+    run.start()
+    h0, h1 = ssh_hosts.hosts
+    port = int(json.loads(run.tf_configs[0])["cluster"]["worker"][0].rsplit(":", 1)[1])
+    assert len(_tfcc_tables(h0)) == len(_tfcc_tables(h1)) == 1
+    stepped, cond = set(), threading.Condition()
+
+    def on_event(e):
+        if e.kind == SessionKind.RECORDS and any(r.get("type") == "step" for r in e.records):
+            with cond:
+                stepped.add(e.task.name)
+                cond.notify_all()
+
+    session = RunSession(run)
+    session.subscribe(on_event)
+    session.follow()
+    try:
+        with cond:
+            assert cond.wait_for(lambda: len(stepped) == 2, 180), "both workers train through the firewall"
+        assert not _reaches(h0.address, port), "outside the cluster, the task's port cannot be reached"
+        assert session.wait(300)
+    finally:
+        session.detach()
+        run.stop(grace=0)
+    assert [t.phase for t in run.tasks] == ["finished", "finished"]
+    assert _tfcc_tables(h0) == _tfcc_tables(h1) == [], "the rules went with the run"
+    assert not list((h0.tfcc_home / "firewall").glob("*.json"))
+
+    # A task killed with its supervisor (kill -9 of the group, a reboot) cannot take its rules away ...
+    cluster.training.epochs = 50
+    run = Run(cluster, "killed")
+    run.start()
+    folder = h0.tfcc_home / "runs" / "killed" / "worker-0"
+    state = json.loads((folder / "state.json").read_text())
+    # The test hosts share this machine's PID space. (Not procps-ng 4.0's `kill -KILL -PGID`: it kills every
+    # process it may, as `kill -1` would.)
+    os.killpg(state["pgid"], signal.SIGKILL)
+    run.stop(grace=0)
+    run.detach()
+    assert len(_tfcc_tables(h0)) == 1
+    # ... the next agent on that host does, at its start.
+    link = HostLink(cluster.hosts[0])
+    try:
+        link.connect()
+        from tests.helpers.waiting import wait_until
+        assert wait_until(lambda: _tfcc_tables(h0) == [], 30)
+    finally:
+        link.drop()
+    assert _tfcc_tables(h1) == []

@@ -723,3 +723,104 @@ def test_records_after_a_tasks_end_are_kept_and_move_it_no_more(homes):
     assert task.phase == "failed" and session.store.states_snapshot()["worker-0"] == ("failed", "exit code 1")
     assert session.store.points("worker-0") == 1 and task.records == 5
 
+
+
+FLOOD = """import json, os, pathlib, signal
+folder = pathlib.Path(os.environ["TFCC_RUN_DIR"])
+with open(folder / "metrics.jsonl", "w") as f:
+    for start in range(0, 150_000, 10_000):
+        f.write("".join(json.dumps({"type": "step", "global_step": g, "time": 1000.0 + g, "loss": 1.0,
+                                    "pad": "p" * 40}) + "\\n" for g in range(start + 1, start + 10_001)))
+(folder / "written").touch()
+while not (folder / "release").exists():
+    signal.sigtimedwait([], 0.05) if hasattr(signal, "sigtimedwait") else None
+"""
+
+
+def test_a_console_that_falls_behind_holds_the_follows_and_loses_nothing(homes, monkeypatch):
+    """A task writes 150,000 records (15 MB) at once while the session's consumer is held up: the follows are
+    held at the agent with what was delivered near the backlog's mark (not the file), and once the consumer
+    goes on every record comes, once."""
+    from console.run.runner import Backlog
+    monkeypatch.setattr(Backlog, "HIGH", 256 << 10)
+    monkeypatch.setattr(Backlog, "LOW", 64 << 10)
+    script = homes / "flood.py"
+    script.write_text(FLOOD)
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here")],
+                         cl.Training(script=str(script), capture=False))
+    run = Run(cluster, "flood")
+    run.start()
+    store = MetricsStore()
+    session = RunSession(run, store)
+    held_up, go_on = threading.Event(), threading.Event()
+
+    def slow_consumer(event):  # on the session's thread: it handles nothing while this waits
+        if event.kind == SessionKind.RECORDS and not go_on.is_set():
+            held_up.set()
+            go_on.wait(60)
+
+    session.subscribe(slow_consumer)
+    folder = homes / "host-home" / "runs" / "flood" / "worker-0"
+    session.follow()
+    try:
+        assert held_up.wait(30)
+        assert wait_until(lambda: (folder / "written").exists() and run.backlog.holds >= 1, 30)
+        # The agent holds the follow: what it sent before it heard is all that waits (a wait that must time out).
+        assert not wait_until(lambda: run.backlog.size > 4 << 20, 1.0)
+        assert run.backlog.peak < 4 << 20 < (folder / "metrics.jsonl").stat().st_size
+        go_on.set()
+        assert wait_until(lambda: store.points("worker-0", "loss") == 150_000, 60)
+        (folder / "release").touch()
+        assert session.wait(30)
+    finally:
+        go_on.set()
+        session.detach()
+    assert list(store.series("worker-0", "loss")[0]) == [float(g) for g in range(1, 150_001)]
+    assert run.backlog.size == 0
+
+
+EVENT_FLOOD = """import json, os, time
+with open(os.path.join(os.environ["TFCC_RUN_DIR"], "metrics.jsonl"), "w") as f:
+    for name in ("launched", "cluster_formed"):
+        f.write(json.dumps({"type": "event", "event": name, "time": time.time()}) + "\\n")
+    f.write("".join(json.dumps({"type": "event", "event": "evaluated", "epoch": i, "metrics": {"loss": 1.0}})
+                    + "\\n" for i in range(30_000)))
+    f.write(json.dumps({"type": "step", "global_step": 1, "loss": 0.5}) + "\\n")
+"""
+
+
+def test_a_flood_of_events_keeps_what_a_snapshot_needs_within_its_bound(homes):
+    """30,000 events of one task: the session keeps at most MAX_KEPT records of it for the run's snapshot, and
+    among them the moments its supervision is taken up from (launched, cluster formed)."""
+    from console.run.session import MAX_KEPT
+    script = homes / "events.py"
+    script.write_text(EVENT_FLOOD)
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here")],
+                         cl.Training(script=str(script), capture=False))
+    run = Run(cluster, "events")
+    run.start()
+    session = RunSession(run, MetricsStore())
+    follow_to_end(session, 60)
+    kept = session._kept["worker-0"]
+    assert len(kept) <= MAX_KEPT
+    assert [r["event"] for r in kept[:2]] == ["launched", "cluster_formed"]
+    assert kept[-2]["epoch"] == 29_999 and kept[-1]["type"] == "step"
+    assert session.store.events.total >= 30_000 and len(session.store.events) <= session.store.MAX_EVENTS
+
+
+def test_a_run_on_a_public_address_is_said_first_with_the_risk_and_the_fix(homes, monkeypatch):
+    """A run whose task address resolves to a public one: its session says so before anything else (the CLI's
+    lines and the window's events have it), once."""
+    from console import exposure
+    from tests.helpers.scripted import scripted_cluster
+    monkeypatch.setattr(exposure, "resolve", lambda host: ["35.201.3.4"])
+    run = Run(scripted_cluster(homes, epochs=1, steps=3, tasks=1), "public")
+    run.start()
+    assert run.exposed.startswith("worker-0 (localhost = 35.201.3.4) serves TensorFlow on a public address")
+    session = RunSession(run, MetricsStore())
+    said = []
+    session.subscribe(lambda e: said.append(e))
+    follow_to_end(session, 30)
+    assert said[0].kind == SessionKind.EXPOSED and said[0].text == run.exposed
+    assert [e.kind for e in said].count(SessionKind.EXPOSED) == 1
+    assert [e["text"] for e in session.store.events_snapshot() if e["event"] == SessionKind.EXPOSED] == [run.exposed]

@@ -440,3 +440,58 @@ def test_supervision_keeps_the_records_it_needs_in_their_order(homes):
     assert [(r["type"], r.get("event") or r.get("global_step") or r.get("n")) for r in session._kept[task.name]] == [
         ("event", "launched"), ("event", "cluster_formed"), ("step", 3), ("event", "backing_up"), ("alive", 2),
         ("event", "launched"), ("step", 4)]
+
+
+HOSTILE = """import json, os
+records = [
+    "x" * (3 << 20),                                             # a line over the cap
+    json.dumps({"type": "step", **{f"f{i}": i for i in range(2000)}}),  # two thousand fields
+    "[" * 100000 + "]" * 100000,                                 # nested past any parser
+    json.dumps({"type": "event", "event": "evaluated", "time": "soon", "metrics": "none"}),
+    json.dumps({"type": "epoch", "epoch": "first", "time": 1e300, "loss": "low"}),
+    json.dumps({"type": "step", "global_step": "one", "time": [1], "loss": {"a": 1}}),
+    '{"type": "event", "event": "failed", "time": NaN, "error": 42}',
+] + [json.dumps({"type": "step", "global_step": g, "time": 1000.0 + g, "loss": 1.0 / g}) for g in range(1, 6)]
+with open(os.path.join(os.environ["TFCC_RUN_DIR"], "metrics.jsonl"), "w") as f:
+    f.write("\\n".join(records) + "\\n")
+"""
+
+
+@pytest.fixture(params=["local", "ssh"])
+def hostile_cluster(request, homes):
+    """One task of the hostile script: on this machine, or on an SSH test host (a real sshd)."""
+    import sys
+    if request.param == "local":
+        script = homes / "hostile.py"
+        host = cl.Host(name="here", local=True)
+    else:
+        ssh_hosts, ssh_env = request.getfixturevalue("ssh_hosts"), request.getfixturevalue("ssh_env")
+        ssh_hosts.known_hosts(ssh_env / "known_hosts")
+        script = ssh_env / "hostile.py"
+        h = ssh_hosts.hosts[0]
+        host = cl.Host(name=h.name, address=h.address, user="root", key=str(ssh_hosts.client_key),
+                       python=sys.executable)
+    script.write_text(HOSTILE)
+    return cl.Cluster([host], [cl.Task(host=host.name)], cl.Training(script=str(script), capture=False))
+
+
+def test_a_hostile_tasks_lines_are_noted_its_good_records_kept_once_and_its_history_reopens(hostile_cluster):
+    """A task writes a line over the cap, a record of two thousand fields, one nested past any parser and
+    records whose fields have the wrong types, then five good steps: through the real agent each bad line is
+    one event that says why, each good step is kept once, and the run's history reopens the same."""
+    run = Run(hostile_cluster, "hostile")
+    run.start()
+    live = MetricsStore()
+    follow_to_end(RunSession(run, live), 60)
+    assert steps_in(live, "worker-0") == 5
+    assert list(live.series("worker-0", "loss")[0]) == [1.0, 2.0, 3.0, 4.0, 5.0]
+    said = [event_line(e) for e in live.events_snapshot() if e["task"] == "worker-0"]
+    assert any("a line of 3145728 bytes, over the 1048576-byte cap" in line for line in said)
+    assert any("over 1000 fields" in line for line in said)
+    assert sum("is not a record" in line for line in said) == 3
+    store, _ = load_store("hostile")
+    assert steps_in(store, "worker-0") == 5
+    assert [event_line(e) for e in store.events_snapshot() if e["task"] == "worker-0"] == said
+    session = RunSession(Run.load("hostile"), MetricsStore())  # a reattach reads the host's file again
+    follow_to_end(session, 30)
+    assert steps_in(session.store, "worker-0") == 5

@@ -350,3 +350,74 @@ def test_a_budget_spreads_the_reading_of_many_series_over_calls_each_series_once
     assert all(len(c) == 1 for c in calls[:-1]) and len(calls) in (7, 8)
     assert sorted(k for c in calls for k in c) == every
     assert store.changed(seen, ["loss", "step_time"], 100) == {}  # nothing twice
+
+
+# --------------------------------------------------------------------------- a hostile host's records
+
+
+def test_a_task_that_invents_fields_gets_so_many_columns_and_one_note():
+    """A record with a thousand numeric fields, then steps that each invent more: the task's tables keep
+    ``MAX_COLUMNS`` metrics, the real ones among them, and one event says what was not kept."""
+    store = MetricsStore()
+    wide = {"type": "step", "global_step": 1, "time": 1.0, "loss": 0.5, **{f"m{i}": float(i) for i in range(999)}}
+    store.ingest("worker-0", [wide])
+    store.ingest("worker-0", [{"type": "step", "global_step": 2 + i, "time": 2.0 + i, "loss": 0.4,
+                               f"new{i}": 1.0} for i in range(500)])
+    store.ingest("worker-0", [{"type": "epoch", "epoch": 0, "time": 600.0,
+                               **{f"e{i}": float(i) for i in range(999)}}])
+    names = store.metrics()
+    assert "loss" in names and len(names) <= 2 * MetricsStore.MAX_COLUMNS
+    assert len(store.series("worker-0", "loss")[0]) == 501  # every step is kept, with the metrics it has room for
+    said = [e for e in store.events_snapshot() if e["event"] == "columns"]
+    assert len(said) == 2 and "more than 256 metrics" in event_line(said[0])
+
+
+class _SmallStore(MetricsStore):
+    MAX_EVENTS = 1000
+
+
+def test_the_events_list_keeps_the_newest_by_count_and_by_size_and_counts_every_one():
+    store = _SmallStore()
+    for i in range(5000):
+        store.ingest("worker-0", [{"type": "event", "event": "backed_up" if i % 2 else "evaluated", "time": float(i),
+                                   "n": i}])
+    assert len(store.events) <= 1000 and store.events.total == 2500  # backed_up is quiet: not an event line
+    assert store.events[-1]["record"]["n"] == 4998
+    new, total = store.events_since(2400)
+    assert total == 2500 and [e["record"]["n"] for e in new] == list(range(4800, 5000, 2))
+    assert store.events_since(0)[0] == store.events_snapshot()  # those dropped are counted, not kept
+    big = MetricsStore()
+    for i in range(100):  # a megabyte each: about EVENT_BYTES of them stay
+        big.ingest("worker-0", [{"type": "event", "event": "evaluated", "time": 1.0, "pad": "x" * (1 << 20)}])
+    assert len(big.events) <= MetricsStore.EVENT_BYTES >> 20 and big.events[-1]["record"]["pad"]
+    big.note("worker-0", "lost", "the host is gone")
+    assert big.events[-1]["text"] == "the host is gone"
+
+
+BAD = ["soon", float("nan"), float("inf"), None, [1], {"a": 1}, True, -1e300, 1e300, "", 2 ** 80]
+
+
+def test_fields_of_the_wrong_type_never_raise_and_the_store_saves_and_reopens(tmp_path):
+    """A host's records with a time, step, epoch or values of every wrong type: each is kept or skipped, none
+    raises, each event has its line, and the store's snapshot reopens whole."""
+    store = MetricsStore()
+    store.ingest("worker-0", [started_record(0, 1, 100, 10)])
+    for bad in BAD:
+        store.ingest("worker-0", [
+            {"type": "step", "time": bad, "step": bad, "epoch": bad, "global_step": bad, "loss": bad, "x": bad},
+            {"type": "epoch", "time": bad, "epoch": bad, "loss": bad, "val_loss": bad},
+            {"type": "event", "event": "evaluated", "time": bad, "epoch": bad, "metrics": bad},
+            {"type": "event", "event": bad if isinstance(bad, str) else "failed", "time": bad, "error": bad},
+            {"type": "event", "event": "finished", "time": bad, "metrics": {"loss": bad}, "model": bad},
+            {"type": "alive", "time": bad, "cpu_percent": bad}])
+        store.ingest("worker-0", [{"type": "event", "event": bad}] if not isinstance(bad, (list, dict)) else [])
+    store.ingest("worker-0", [{"type": "step", "global_step": 7, "time": 9.0, "loss": 0.25}])
+    lines = [event_line(e) for e in store.events_snapshot()]
+    assert all(isinstance(line, str) for line in lines)
+    assert all(e["time"] is None or isinstance(e["time"], float) for e in store.events_snapshot())
+    assert 0.25 in list(store.series("worker-0", "loss")[1])
+    store.write_csv(tmp_path / "m.csv")
+    store.save(tmp_path / "snap")
+    again = MetricsStore()
+    again.restore(tmp_path / "snap")
+    assert [event_line(e) for e in again.events_snapshot()] == lines

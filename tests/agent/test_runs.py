@@ -1,0 +1,50 @@
+"""Reading a task's files from byte offsets (agent/runs.py's read_new): whole lines, and a line over the cap."""
+
+from __future__ import annotations
+
+from agent import runs
+from agent.protocol import MAX_LINE
+
+
+def test_a_long_line_written_slowly_is_read_through_once_and_skipped_with_a_note(tmp_path, monkeypatch):
+    """A line over the cap grows a megabyte at a time: each look reads only what came since the last (the
+    scan remembers how far it got), and once it ends it is one note; the line after it comes whole."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"type": "step", "step": 0}\n')
+    lines, offset, skipped = runs.read_new(path, 0)
+    assert lines == [b'{"type": "step", "step": 0}'] and skipped == 0
+    read = []
+    real_open = open
+
+    class Counting:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def seek(self, where):
+            return self.f.seek(where)
+
+        def read(self, size=-1):
+            data = self.f.read(size)
+            read.append(len(data))
+            return data
+
+    monkeypatch.setattr("builtins.open", lambda p, mode="r", *a, **k: Counting(real_open(p, mode, *a, **k))
+                        if str(p) == str(path) else real_open(p, mode, *a, **k))
+    scan: dict = {}
+    for _ in range(4):  # 4 MiB of one line, no end yet
+        with real_open(path, "ab") as f:
+            f.write(b"x" * MAX_LINE)
+        assert runs.read_new(path, offset, scan=scan) == ([], offset, 0)
+    assert sum(read) == 4 * MAX_LINE, "every byte read once"
+    with real_open(path, "ab") as f:
+        f.write(b'\n{"type": "step", "step": 1}\n')
+    lines, end, skipped = runs.read_new(path, offset, scan=scan)
+    assert lines == [runs.skipped_line(4 * MAX_LINE)] and scan == {}
+    assert end == offset + 4 * MAX_LINE + 1 and skipped == 4 * MAX_LINE + 1 - len(lines[0]) - 1
+    assert runs.read_new(path, end)[0] == [b'{"type": "step", "step": 1}']
