@@ -66,6 +66,8 @@ ENDED = (FINISHED, FAILED, LOST, ERROR)
 
 METRICS = "metrics.jsonl"
 MAX_LINE = 1 << 20       # a metrics line longer than this is skipped (its size said), and the follow goes on
+MESSAGE_LINES = 1 << 18  # a follow's message holds about this much of a file's lines (a longer line alone): the
+                         # console decodes one in a few milliseconds, holding its interpreter no longer
 STDOUT = "stdout.log"
 STDERR = "stderr.log"
 LOG_STREAMS = (STDOUT, STDERR)

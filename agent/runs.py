@@ -515,7 +515,8 @@ def read_new(path: Path, offset: int, limit: int = protocol.MAX_LINE, instead=sk
             else:
                 f.seek(offset)
                 data = f.read(limit)
-                end = data.rfind(b"\n") + 1
+                # Whole lines up to MESSAGE_LINES bytes; a longer line (up to the cap) on its own.
+                end = data.rfind(b"\n", 0, protocol.MESSAGE_LINES) + 1 or data.find(b"\n") + 1
                 if end or len(data) < limit:
                     return (data[:end].splitlines(), offset + end, 0) if end else ([], offset, 0)
                 skipped = len(data)  # no newline in a whole read: one line over the cap

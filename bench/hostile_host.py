@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 import os
 import subprocess
 import sys
@@ -38,6 +39,7 @@ EPOCHS = 20
 # The fake host's task: a run's records as the trainer writes them, one hostile stream mixed in.
 HOST = r'''
 import json, math, os, sys, time
+os.nice(10)  # the host's share of this machine's cores: on its own machine it would not take the console's
 stream, steps, epochs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 task = os.environ["TFCC_TASK"]
 rank = int(task.rsplit("-", 1)[1])
@@ -105,6 +107,26 @@ def peak_mb() -> float:
     return float("nan")
 
 
+def _nice_agents(done: set) -> set:
+    """Lower the priority of this process's agent children (the fake host's side of the channel)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in done:
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and b"agent" in cmdline:
+            try:
+                os.setpriority(os.PRIO_PROCESS, int(entry.name), 10)
+                found.add(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
 def console(stream: str, steps: int, folder: Path) -> dict:
     """One console (this process: a child) following the fake host's run: what it measured."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -119,6 +141,7 @@ def console(stream: str, steps: int, folder: Path) -> dict:
     from console.gui.app import configure_process
     from console.gui.main_window import MainWindow
     from console.profiles import Profiles
+    from console.states import SessionKind
 
     configure_process()
     script = folder / "host.py"
@@ -150,7 +173,34 @@ def console(stream: str, steps: int, folder: Path) -> dict:
     probe.start()
     t0 = time.perf_counter()
     window.run_control.start(cluster)
+    # What the session handed on, counted on its thread: each good record must come once.
+    got = {w: Counter() for w in ("worker-0", "worker-1")}
+
+    def count(event):
+        if event.kind != SessionKind.RECORDS or event.task is None:
+            return
+        for r in event.records:
+            kind, key = r.get("type"), None
+            if kind == "step" and type(r.get("global_step")) is int and 1 <= r["global_step"] <= steps:
+                key = ("step", r["global_step"])
+            elif kind == "epoch" and type(r.get("epoch")) is int and "val_loss" in r:
+                key = ("epoch", r["epoch"])
+            elif kind == "event" and r.get("event") == "finished" and isinstance(r.get("metrics"), dict):
+                key = ("finished",)
+            if key is not None:
+                got[event.task.name][key] += 1
+
+    window.session.core.subscribe(count)
     deadline = t0 + 900
+    import threading
+
+    def nice_agents():  # the fake host's agent too runs at the host's share (a thread: /proc is slow to read)
+        niced = set()
+        while not ended and time.perf_counter() < deadline:
+            niced |= _nice_agents(niced)
+            time.sleep(0.5)
+
+    threading.Thread(target=nice_agents, daemon=True).start()
     while not ended and time.perf_counter() < deadline:
         app.processEvents()
     store = window.dashboard.store
@@ -160,22 +210,19 @@ def console(stream: str, steps: int, folder: Path) -> dict:
         app.processEvents()
     probe.stop()
     seconds = (ended[0] if ended else time.perf_counter()) - t0
-    good = True
     why = []
-    for w in ("worker-0", "worker-1"):
-        # The good steps (a hostile record with a numeric step of -1 or 1e300 is a point too: of that step).
+    wanted = Counter({("step", g): 1 for g in range(1, steps + 1)})
+    wanted.update({("epoch", e): 1 for e in range(EPOCHS)})
+    wanted[("finished",)] = 1
+    for w, seen in got.items():
+        if seen != wanted:
+            twice = sum(1 for v in seen.values() if v > 1)
+            why.append(f"{w}: {len(wanted - seen)} good records missing, {twice} twice")
+        # The store's curve has each good step once (a hostile record's step of -1 or 1e300 is a point of its own).
         xs = [float(x) for x in store.series(w, "loss")[0] if 1 <= x <= steps] if w in store.workers else []
         if xs != [float(g) for g in range(1, steps + 1)]:
-            good = False
-            why.append(f"{w}: {len(xs)} steps")
-        epochs = store.series(w, "epoch:val_loss")[0] if w in store.workers else []
-        if len(epochs) != EPOCHS:
-            good = False
-            why.append(f"{w}: {len(epochs)} epochs")
-        finished = [e for e in store.events_snapshot() if e["task"] == w and e["event"] == "finished"]
-        if len(finished) != 1:
-            good = False
-            why.append(f"{w}: {len(finished)} ends")
+            why.append(f"{w}: the curve has {len(xs)} of {steps} steps")
+    good = not why
     run = window.session.run
     result = {"stream": stream, "peak_mb": peak_mb(), "stall_ms": max(gaps) * 1000 if gaps else float("nan"),
               "stalls_over_100": sum(g > 0.1 for g in gaps), "seconds": seconds, "ended": bool(ended),

@@ -389,18 +389,15 @@ class Dashboard(QWidget):
         self._markers_placed = -1
 
     def _plot_ids(self) -> list[str]:
-        ids = []
-        for metric in self.store.metrics():
-            plot_id = plot_of(metric)
-            if plot_id not in ids:
-                ids.append(plot_id)
-        return ids
+        return list(dict.fromkeys(plot_of(metric) for metric in self.store.metrics()))
 
     def _sync_metric_list(self) -> None:
         """The metric list offers every plot the run's numbers fill; checked: shown."""
         present = {self.metric_list.item(i).data(Qt.UserRole): self.metric_list.item(i)
                    for i in range(self.metric_list.count())}
-        metrics = self.store.metrics()
+        by_plot: dict[str, list[str]] = {}
+        for metric in self.store.metrics():
+            by_plot.setdefault(plot_of(metric), []).append(metric)
         self.metric_list.blockSignals(True)
         try:
             for plot_id in self._plot_ids():
@@ -413,8 +410,12 @@ class Dashboard(QWidget):
                     row = sum(_list_rank(p) < _list_rank(plot_id) for p in present)
                     self.metric_list.insertItem(row, item)  # training plots first, the system lane last
                     present[plot_id] = item
-                item.setToolTip(f"{plot_label(plot_id)}: " + ", ".join(m for m in metrics if plot_of(m) == plot_id))
-                item.setCheckState(Qt.Checked if plot_id in self.shown else Qt.Unchecked)
+                tip = f"{plot_label(plot_id)}: " + ", ".join(by_plot.get(plot_id, ()))
+                if item.toolTip() != tip:
+                    item.setToolTip(tip)
+                checked = Qt.Checked if plot_id in self.shown else Qt.Unchecked
+                if item.checkState() != checked:
+                    item.setCheckState(checked)
         finally:
             self.metric_list.blockSignals(False)
 

@@ -6,13 +6,15 @@ per task.
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import math
+import threading
 import time
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont
-from PySide6.QtWidgets import QListWidget, QListWidgetItem, QPlainTextEdit, QTabWidget
+from PySide6.QtWidgets import QListView, QListWidget, QListWidgetItem, QPlainTextEdit, QTabWidget
 
 from agent.protocol import ERROR, FAILED, LOST, STDOUT
 from console.states import RECONNECTING, SessionKind
@@ -21,7 +23,9 @@ from console.text import event_line
 from trainer.records import number
 
 LOG_LINES = 2000  # per task's log tail
-MAX_SHOWN = 5000  # events in the list
+LOG_WIDTH = 2000  # characters of a log line shown (a megabyte's line would take the text view seconds to lay out)
+MAX_SHOWN = 2000  # events in the list (the store keeps more; a run's history has them all)
+PER_TICK = 200    # events listed per refresh at most: a flood shows its newest, and a line says how many not
 # Events shown in red: a task's bad end, a lost host, what supervision wants looked at.
 ALARMS = (FAILED, ERROR, LOST, SessionKind.WATCHDOG, RECONNECTING, *SessionKind.ALARMS)
 
@@ -35,6 +39,46 @@ def _clock(when) -> str:
         return dt.datetime.now().strftime("%H:%M:%S")
 
 
+def log_lines(stream: str, text: str) -> list[str]:
+    """``text`` a task wrote on ``stream`` as the log view's lines: stdout as it is, stderr's marked, each cut
+    at ``LOG_WIDTH``."""
+    mark = "" if stream == STDOUT else f"[{stream.removesuffix('.log')}] "
+    return [mark + (line if len(line) <= LOG_WIDTH else f"{line[:LOG_WIDTH]}… ({len(line) - LOG_WIDTH} more "
+                    "characters)") for line in text.splitlines()]
+
+
+class LogTails:
+    """What tasks wrote that the window has not shown yet: each task's newest ``LOG_LINES`` lines, and how many
+    older ones went unshown. Filled on the session's thread, taken on the window's at its pace: a task that
+    writes faster than a text view can show costs a tail, not a queue of every message (thread-safe)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._tails: dict[str, collections.deque] = {}
+        self._dropped: dict[str, int] = {}
+
+    def add(self, task: str, stream: str, text: str) -> bool:
+        """Keep ``text``'s lines; whether the window must be told (nothing was waiting before)."""
+        lines = log_lines(stream, text)
+        if not lines:
+            return False
+        with self._lock:
+            told = bool(self._tails)
+            tail = self._tails.setdefault(task, collections.deque(maxlen=LOG_LINES))
+            over = len(tail) + len(lines) - LOG_LINES
+            if over > 0:
+                self._dropped[task] = self._dropped.get(task, 0) + over
+            tail.extend(lines)
+        return not told
+
+    def take(self) -> list[tuple[str, list[str], int]]:
+        """Each task's waiting lines, and how many went unshown before them; nothing waits after."""
+        with self._lock:
+            taken = [(task, list(tail), self._dropped.pop(task, 0)) for task, tail in self._tails.items()]
+            self._tails.clear()
+        return taken
+
+
 class EventsView(QTabWidget):
     """The *Events* tab (``events``) and the *Logs* tab (``logs``: ``log_views`` by task)."""
 
@@ -42,6 +86,8 @@ class EventsView(QTabWidget):
         super().__init__(parent)
         self.events = QListWidget()
         self.events.setWordWrap(True)
+        self.events.setLayoutMode(QListView.Batched)  # a long list is laid out a part at a time, not at once
+        self.events.setBatchSize(100)
         self.logs = QTabWidget()
         self.log_views: dict[str, QPlainTextEdit] = {}
         self.addTab(self.events, "Events")
@@ -56,28 +102,39 @@ class EventsView(QTabWidget):
         self._seen = 0
 
     def show_store(self, store: MetricsStore) -> None:
-        """The events ``store`` has that are not listed yet, at the bottom (the list keeps the newest
-        ``MAX_SHOWN``: a host that floods events costs the window no more)."""
+        """The events ``store`` has that are not listed yet, at the bottom: at most ``PER_TICK`` a refresh (a
+        line says how many more came meanwhile), the newest ``MAX_SHOWN`` kept. A host that floods events
+        costs the window no more than a busy run."""
         events, total = store.events_since(self._seen)
-        for e in events[-MAX_SHOWN:]:
+        if total == self._seen:
+            return
+        missed = total - self._seen - min(len(events), PER_TICK)
+        self._seen = total
+        if missed > 0:
+            item = QListWidgetItem(f"… {missed} more event{'s' * (missed != 1)} meanwhile, not listed "
+                                   "(the newest are; the tasks' metrics files have them all)")
+            item.setForeground(Qt.gray)
+            self.events.addItem(item)
+        for e in events[-PER_TICK:]:
             item = QListWidgetItem(f"{_clock(e.get('time'))}  {e.get('task')}: {event_line(e)}")
             if e.get("event") in ALARMS:
                 item.setForeground(Qt.red)
             self.events.addItem(item)
         over = self.events.count() - MAX_SHOWN
-        for _ in range(max(0, over)):
-            self.events.takeItem(0)
-        if events:
-            self.events.scrollToBottom()
-        self._seen = total
+        if over > 0:
+            self.events.model().removeRows(0, over)  # at once: one by one is a shift of the whole list each
+        self.events.scrollToBottom()
 
     def append_log(self, task: str, stream: str, text: str) -> None:
         """``text`` a task wrote on ``stream`` (agent.protocol's: stdout as it is, stderr's lines marked)."""
-        lines = text.splitlines()
-        if lines:  # one append per message: a chatty task costs one layout, not one per line
-            mark = stream.removesuffix(".log")
-            self._log_view(task).appendPlainText(
-                "\n".join(lines) if stream == STDOUT else "\n".join(f"[{mark}] {line}" for line in lines))
+        self.append_lines(task, log_lines(stream, text))
+
+    def append_lines(self, task: str, lines: list[str], dropped: int = 0) -> None:
+        """A task's log lines (``log_lines``'), after ``dropped`` that were never shown (a line says so)."""
+        if dropped:
+            lines = [f"… {dropped} line{'s' * (dropped != 1)} not shown (tfcc logs has them)"] + lines
+        if lines:  # one append: a chatty task costs one layout, not one per line
+            self._log_view(task).appendPlainText("\n".join(lines))
 
     def _log_view(self, task: str) -> QPlainTextEdit:
         view = self.log_views.get(task)

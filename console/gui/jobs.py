@@ -25,6 +25,7 @@ from console.states import SessionEvent, SessionKind
 from console.store.cache import CONSOLE_TASK
 from console.store.manifests import new_run_id
 from console.store.metrics import MetricsStore
+from console.gui.events_view import LogTails
 
 log = logging.getLogger("console.gui")
 
@@ -143,7 +144,7 @@ class RunBridge(QObject):
     _start_failed_for = Signal(object, str)  # the session whose start failed, why (to the UI thread)
     deploy_progressed = Signal(str, int, int)  # host, bytes sent, bytes total
     training_started = Signal(dict)       # the run's first "started" record (its batch plan)
-    log_received = Signal(str, str, str)  # task, stream, text
+    logs_received = Signal()              # tasks wrote: ``take_logs`` has their lines (said once till taken)
     task_ended = Signal(str, str)         # task, how it ended in words (console.text)
     watchdog_fired = Signal(str)
     supervised = Signal(str, str)         # a supervision event's kind (SessionKind.SUPERVISION), its words
@@ -157,7 +158,12 @@ class RunBridge(QObject):
         self.ask_host_key = ask_host_key
         self.core: RunSession | None = None
         self.store = MetricsStore()
+        self._logs = LogTails()
         self._start_failed_for.connect(self._on_self_start_failed_for)
+
+    def take_logs(self) -> list[tuple[str, list[str], int]]:
+        """What the tasks wrote since the last take (``LogTails.take``): on the window's thread, at its pace."""
+        return self._logs.take()
 
     @property
     def run(self) -> Run | None:
@@ -218,6 +224,7 @@ class RunBridge(QObject):
 
     def _session(self, run: Run, found_failures: str = RESTART) -> RunSession:
         core = RunSession(run, self.store, WATCHDOG_SECONDS, found_failures=found_failures)
+        self._logs = LogTails()  # what an earlier run wrote and was not shown yet is not this one's
 
         def on_event(event: SessionEvent) -> None:
             if core is not self.core:  # a run this window no longer follows
@@ -225,7 +232,8 @@ class RunBridge(QObject):
             if event.kind == SessionKind.TRAINING_STARTED:
                 self.training_started.emit(event.records[0])
             elif event.kind == SessionKind.LOG:
-                self.log_received.emit(event.task.name, event.stream, event.text)
+                if self._logs.add(event.task.name, event.stream, event.text):
+                    self.logs_received.emit()
             elif event.kind == SessionKind.TASK_ENDED:
                 self.task_ended.emit(event.task.name, event.text)
             elif event.kind == SessionKind.WATCHDOG:

@@ -49,7 +49,7 @@ class RunControl(QObject):
         self.dashboard, self.diagram, self.runs_panel, self.tabs = dashboard, diagram, runs_panel, tabs
         self.gpus_by_host = gpus_by_host
         self.started_event: dict | None = None  # the run's "started" record, once it came
-        for event in ("run_started", "start_failed", "deploy_progressed", "training_started", "log_received",
+        for event in ("run_started", "start_failed", "deploy_progressed", "training_started", "logs_received",
                       "task_ended", "watchdog_fired", "supervised", "states_changed", "stopped",
                       "ended"):  # _on_session_<event>
             getattr(self.session, event).connect(getattr(self, f"_on_session_{event}"))
@@ -152,8 +152,9 @@ class RunControl(QObject):
         said += [f"global batch {r['global_batch']}"] if r.get("global_batch") else []  # a loop's has none
         self.reported.emit("Training: " + ", ".join(said) if said else "Training started")
 
-    def _on_session_log_received(self, task: str, stream: str, text: str) -> None:
-        self.dashboard.events_view.append_log(task, stream, text)
+    def _on_session_logs_received(self) -> None:
+        for task, lines, dropped in self.session.take_logs():
+            self.dashboard.events_view.append_lines(task, lines, dropped)
 
     def _on_session_task_ended(self, task: str, words: str) -> None:
         self.reported.emit(f"{task}: {words}")

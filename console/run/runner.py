@@ -53,8 +53,8 @@ class Backlog:
     writes faster than the console reads costs the console this much, not the whole file: nothing is lost,
     each follow sends on from where it was held."""
 
-    HIGH = 16 << 20
-    LOW = 4 << 20
+    HIGH = 8 << 20
+    LOW = 2 << 20
 
     def __init__(self):
         self._lock = threading.Lock()

@@ -16,6 +16,7 @@ import math
 import queue
 import re
 import threading
+import time
 
 from agent.protocol import (END, ENDED, ERROR, FINISHED, FOLLOWING, LOG_MESSAGE, METRICS, METRICS_MESSAGE, RUNNING,
                             STARTING, STDERR, TRAINING, WAITING, task_name)
@@ -41,6 +42,8 @@ TF_TASK = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
 TF_SERVING = re.compile(r"Started server with target: grpc://")
 
 
+BUSY_SECONDS = 0.01   # the session handles messages this long at most without a pause as long (a flood, a
+PAUSE_SECONDS = 0.01  # long history replayed: the window's thread gets the interpreter half the time, whole)
 MAX_KEPT = 5000  # a task's records kept for the snapshot (its events and epochs: a flood of them costs no more)
 
 
@@ -80,6 +83,7 @@ class RunSession:
         self.history: History | None = History(run)
         self._listeners.append(lambda event: self.history is not None and self.history.on_event(event))
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._busy_since = time.monotonic()  # when the session last paused or waited (``_share``)
         self._thread: threading.Thread | None = None
         self._poll = 0.2
         self._done = threading.Event()
@@ -215,10 +219,13 @@ class RunSession:
     def _loop(self) -> None:
         try:
             while not self._detached.is_set():
+                idle = self._queue.empty()
                 try:
                     batch = [self._queue.get(timeout=0.5)]
                 except queue.Empty:
                     batch = []
+                if idle:
+                    self._busy_since = time.monotonic()  # it waited: a pause
                 while True:  # whatever else has come meanwhile, in order
                     try:
                         batch.append(self._queue.get_nowait())
@@ -228,6 +235,7 @@ class RunSession:
                     if self._detached.is_set():
                         return
                     self._dispatch(*item)
+                    self._share()
                 if batch and self.history is not None:
                     self.history.flush()  # once a batch: appends are buffered till here
                 self.supervisor.tick()
@@ -243,6 +251,15 @@ class RunSession:
             if self.history is not None:
                 self.history.close()
             self._done.set()  # whatever happened: nobody waits for this session for ever
+
+    def _share(self) -> None:
+        """After ``BUSY_SECONDS`` of handling without a pause, pause for ``PAUSE_SECONDS``: a host that sends
+        more than the console can handle (its backlog held at the agents) leaves the window's thread the
+        interpreter a part of the time, whole (Python lets one thread run at a time)."""
+        now = time.monotonic()
+        if now - self._busy_since >= BUSY_SECONDS:
+            time.sleep(PAUSE_SECONDS)
+            self._busy_since = time.monotonic()
 
     def _dispatch(self, attempt: int, task: TaskState, message: dict) -> None:
         try:

@@ -106,6 +106,12 @@ class Newest:
     __hash__ = None
 
 
+def _count(value) -> int:
+    """A record's count (steps per epoch, epochs) as a whole number: 0 for none, text, NaN or one below 0."""
+    value = number(value)
+    return int(value) if math.isfinite(value) and 0 <= value < 1e15 else 0
+
+
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -187,10 +193,11 @@ class MetricsStore:
     RECENT = 20  # steps in the pace and straggler windows
     MAX_MARKERS = 1000
     MAX_EVENTS = 20_000      # the events list keeps the newest (a host that floods events costs no more)
-    EVENT_BYTES = 16 << 20   # and within about this much memory
+    EVENT_BYTES = 8 << 20    # and within about this much memory
     MAX_EPOCHS = 100_000     # epoch records kept (their values are in the bounded tables too)
-    EPOCH_BYTES = 16 << 20
+    EPOCH_BYTES = 8 << 20
     MAX_COLUMNS = 256        # metrics per task and kind: a host that invents fields costs no more
+    CHUNK = 32               # records but steps handled per hold of the lock
 
     def __init__(self, capacity: int = 200_000):
         self.capacity = capacity
@@ -290,42 +297,56 @@ class MetricsStore:
                 del prog.recent_step_times[:-self.RECENT]
                 for r, key in broken:
                     self._mark(task, r, key)
-            for r in others:  # not the steps: the lock is held for what needs it only
-                kind = r.get("type")
-                if kind == RecordType.EPOCH:
-                    self.epochs.append({"task": task, **r})
-                    self._epoch_row(task, r, prog)
-                    self.events.append({"time": _when(r), "task": task, "event": kind, "record": r})
-                elif kind == RecordType.ALIVE:
-                    self.alive[task] = r
-                elif kind == RecordType.UNREADABLE:
-                    self.events.append({"time": None, "task": task, "event": kind, "record": r})
-                elif kind == RecordType.EVENT:
-                    name = r.get("event")
-                    if name == Event.RESUMED:
-                        self._resumed(task, r)
-                    if name == Event.STARTED:
-                        prog.steps_per_epoch = r.get("steps_per_epoch") or 0
-                        prog.epochs = r.get("epochs") or 0
-                        prog.after = None
-                    elif name in Event.AFTER_TRAINING:
-                        prog.after = r
-                    if name == Event.EVALUATED and isinstance(r.get("metrics"), dict):
-                        self._epoch_row(task, {**r["metrics"], "time": r.get("time"), "epoch": r.get("epoch"),
-                                               "global_step": r.get("global_step")}, prog)
-                    if name not in Event.QUIET:
-                        self.events.append({"time": _when(r), "task": task,
-                                            "event": name if isinstance(name, str) else "?", "record": r})
             self.version += 1
+        for start in range(0, len(others), self.CHUNK):  # a view waits for one chunk at most, not a flood's whole
+            with self._lock:
+                self._others(task, others[start:start + self.CHUNK], self.progress[task])
+                self.version += 1
 
-    def _epoch_row(self, task: str, r: dict, prog: WorkerProgress) -> None:
-        """An epoch's values on the step axis: at the epoch's last step."""
-        at = number(r.get("global_step"))
-        epoch = number(r.get("epoch"))
-        if not math.isfinite(at):
-            at = (epoch + 1) * prog.steps_per_epoch if prog.steps_per_epoch and math.isfinite(epoch) \
-                else float(prog.global_step)
-        self._table(task, "epoch").extend(np.array([at]), self._times([r]), self._room(task, "epoch", _columns([r])))
+    def _others(self, task: str, others: list[dict], prog: WorkerProgress) -> None:
+        """A task's records but its steps (under the lock); their epoch rows added at once."""
+        rows: list[dict] = []
+        for r in others:
+            kind = r.get("type")
+            if kind == RecordType.EPOCH:
+                self.epochs.append({"task": task, **r})
+                rows.append(r)
+                self.events.append({"time": _when(r), "task": task, "event": kind, "record": r})
+            elif kind == RecordType.ALIVE:
+                self.alive[task] = r
+            elif kind == RecordType.UNREADABLE:
+                self.events.append({"time": None, "task": task, "event": kind, "record": r})
+            elif kind == RecordType.EVENT:
+                name = r.get("event")
+                if name == Event.RESUMED:
+                    self._resumed(task, r)
+                if name == Event.STARTED:
+                    prog.steps_per_epoch = _count(r.get("steps_per_epoch"))
+                    prog.epochs = _count(r.get("epochs"))
+                    prog.after = None
+                elif name in Event.AFTER_TRAINING:
+                    prog.after = r
+                if name == Event.EVALUATED and isinstance(r.get("metrics"), dict):
+                    rows.append({**r["metrics"], "time": r.get("time"), "epoch": r.get("epoch"),
+                                 "global_step": r.get("global_step")})
+                if name not in Event.QUIET:
+                    self.events.append({"time": _when(r), "task": task,
+                                        "event": name if isinstance(name, str) else "?", "record": r})
+        if rows:
+            self._epoch_rows(task, rows, prog)
+
+    def _epoch_rows(self, task: str, rows: list[dict], prog: WorkerProgress) -> None:
+        """Epochs' values on the step axis (each at its epoch's last step), in one extend of the table."""
+        ats = []
+        for r in rows:
+            at = number(r.get("global_step"))
+            epoch = number(r.get("epoch"))
+            if not math.isfinite(at):
+                at = (epoch + 1) * prog.steps_per_epoch if prog.steps_per_epoch and math.isfinite(epoch) \
+                    else float(prog.global_step)
+            ats.append(at)
+        self._table(task, "epoch").extend(np.array(ats, dtype=float), self._times(rows),
+                                          self._room(task, "epoch", _columns(rows)))
 
     def _room(self, task: str, kind: str, columns: dict) -> dict:
         """``columns`` but those a task's table has no room for (``MAX_COLUMNS``; said once) (under the lock)."""

@@ -210,6 +210,8 @@ CLUSTER_FILES = {
                ("training.keras is 'keras4'", "use one of auto, tf-keras, keras3")),
     "workdir-without-script": (toml(training='workdir = "."\n'),
                                ("training.workdir is set but training.script is empty", "name the script")),
+    "firewall-text": (toml(training='firewall = "yes"\n'), ("training.firewall is 'yes'; it must be a bool",)),
+    "firewall-number": (toml(training='firewall = 1\n'), ("training.firewall is 1; it must be a bool",)),
 }
 
 
@@ -290,6 +292,12 @@ COMMAND_LINES = {
                        ("argument --grace: '-1' is not a number of seconds from 0 to 3600",), True),
     "delete-unknown-run": (None, ["delete", "nosuchrun"],
                            ("no run 'nosuchrun' is known to this console", "tfcc runs lists them"), False),
+    "max-gb-negative": (None, ["tensorboard", "r1", "--max-gb", "-1"],
+                        ("argument --max-gb: '-1' is not a number of GB from 0.001 to 4096",), True),
+    "max-gb-text": (None, ["tensorboard", "r1", "--max-gb", "lots"],
+                    ("argument --max-gb: 'lots' is not a number of GB from 0.001 to 4096",), True),
+    "tensorboard-unknown-run": (None, ["tensorboard", "nope"],
+                                ("no run 'nope' is known to this console", "tfcc runs lists them"), False),
     "bytes-negative": (None, ["logs", "r1", "--bytes", "-5"],
                        ("argument --bytes: '-5' is not a whole number from 1 to 1073741824",), True),
     "run-id-parent": (None, ["run", "{c}", "--run-id", "../x"], ("run id '../x'", *RUN_ID_WORDS), False),

@@ -128,6 +128,22 @@ def test_the_events_list_shows_records_of_any_shape_and_keeps_the_newest(qtbot, 
     assert listed.count() == 50
 
 
+def test_a_task_that_floods_its_log_costs_a_tail_and_one_signal_till_it_is_shown():
+    """A million lines and a megabyte's line: the window is told once, takes the newest LOG_LINES (a line says
+    how many it missed), and a long line is cut."""
+    from console.gui.events_view import LOG_LINES, LOG_WIDTH, LogTails
+    tails = LogTails()
+    told = [tails.add("worker-0", STDOUT, "".join(f"line {i}\n" for i in range(k, k + 10_000)))
+            for k in range(0, 1_000_000, 10_000)]
+    told.append(tails.add("worker-1", STDERR, "w" * (1 << 20) + "\n"))
+    assert told == [True] + [False] * 100
+    (task, lines, dropped), (other, wide, none) = tails.take()
+    assert (task, len(lines), dropped, lines[-1]) == ("worker-0", LOG_LINES, 1_000_000 - LOG_LINES, "line 999999")
+    assert (other, none) == ("worker-1", 0) and wide[0].startswith("[stderr] www")
+    assert len(wide[0]) < LOG_WIDTH + 50 and wide[0].endswith(f"({(1 << 20) - LOG_WIDTH} more characters)")
+    assert tails.take() == [] and tails.add("worker-0", STDOUT, "again\n") is True
+
+
 def test_the_first_frame_draws_what_the_store_has_before_any_show(qtbot):
     """A dashboard given a store with data draws it on its first tick, shown or not yet (rows, curves)."""
     store = MetricsStore()
