@@ -127,7 +127,7 @@ def _nice_agents(done: set) -> set:
     return found
 
 
-def console(stream: str, steps: int, folder: Path) -> dict:
+def console(stream: str, steps: int, folder: Path, why: bool = False) -> dict:
     """One console (this process: a child) following the fake host's run: what it measured."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     os.environ["TFCC_HOME"] = str(folder / "host-home")
@@ -163,9 +163,30 @@ def console(stream: str, steps: int, folder: Path) -> dict:
     probe = QTimer()
     probe.setInterval(5)
 
+    import threading
+    samples, stalls = [], []  # --why: the main thread's stack every 2 ms, and what each stall over 100 ms ran
+    if why:
+        main_id = threading.get_ident()
+
+        def sample():
+            import traceback
+            while not ended:
+                frame = sys._current_frames().get(main_id)
+                if frame is not None:
+                    where = [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in traceback.extract_stack(frame)
+                             if "site-packages/shiboken" not in f.filename][-6:]
+                    samples.append((time.perf_counter(), " < ".join(reversed(where))))
+                    del samples[:-5000]
+                time.sleep(0.002)
+
+        threading.Thread(target=sample, daemon=True).start()
+
     def tick():
         now = time.perf_counter()
         gaps.append(now - last[0] - 0.005)
+        if why and gaps[-1] > 0.1:
+            during = Counter(w for t, w in list(samples) if last[0] <= t <= now)
+            stalls.append((round(gaps[-1] * 1000), round(now - t0, 2), during.most_common(4)))
         last[0] = now
 
     probe.timeout.connect(tick)
@@ -192,7 +213,6 @@ def console(stream: str, steps: int, folder: Path) -> dict:
 
     window.session.core.subscribe(count)
     deadline = t0 + 900
-    import threading
 
     def nice_agents():  # the fake host's agent too runs at the host's share (a thread: /proc is slow to read)
         niced = set()
@@ -228,7 +248,7 @@ def console(stream: str, steps: int, folder: Path) -> dict:
               "stalls_over_100": sum(g > 0.1 for g in gaps), "seconds": seconds, "ended": bool(ended),
               "good": good and bool(ended), "why": "; ".join(why), "events_kept": len(store.events),
               "events_seen": store.events.total, "backlog_peak_mb": run.backlog.peak / 2 ** 20 if run else 0,
-              "holds": run.backlog.holds if run else 0}
+              "holds": run.backlog.holds if run else 0, "stalls": stalls}
     window.close()
     return result
 
@@ -237,18 +257,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20_000, help="good steps per worker")
     ap.add_argument("--only", default="", help="streams to run, comma-separated (the clean run always runs)")
+    ap.add_argument("--why", action="store_true", help="say what the console ran during each stall over 100 ms")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--folder", help=argparse.SUPPRESS)
     ns = ap.parse_args()
     if ns.child:
-        print("RESULT " + json.dumps(console(ns.child, ns.steps, Path(ns.folder))), flush=True)
+        print("RESULT " + json.dumps(console(ns.child, ns.steps, Path(ns.folder), ns.why)), flush=True)
         return
     streams = ["clean"] + [s for s in STREAMS[1:] if not ns.only or s in ns.only.split(",")]
     results = {}
     for stream in streams:
         with tempfile.TemporaryDirectory(prefix=f"tfcc-hostile-{stream}-") as folder:
             done = subprocess.run([sys.executable, __file__, "--child", stream, "--steps", str(ns.steps),
-                                   "--folder", folder], capture_output=True, text=True, timeout=1200)
+                                   "--folder", folder] + (["--why"] if ns.why else []), capture_output=True, text=True, timeout=1200)
             line = [s for s in done.stdout.splitlines() if s.startswith("RESULT ")]
             if not line:
                 print(f"{stream}: the console did not report (exit {done.returncode}):\n{done.stderr[-3000:]}")
@@ -266,6 +287,11 @@ def main() -> None:
               f"{r['stalls_over_100']:>7} | {r['seconds']:>5.0f} | {r['events_kept']:>7}/{r['events_seen']:<9} | "
               f"{r['holds']:>4} | {'yes' if r['good'] else 'NO ' + r['why']:<17} | {'yes' if met else 'NO'}")
     print("goals: peak <= 1.5 x clean, no stall over 100 ms, every good record once")
+    for stream, r in results.items() if ns.why else ():
+        for ms, at, during in r["stalls"]:
+            print(f"\n{stream}: {ms} ms at {at} s:")
+            for where, n in during:
+                print(f"  {n:>4} x {where}")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ from console.text import event_line
 from trainer.records import number
 
 LOG_LINES = 2000  # per task's log tail
+LOG_PER_TAKE = 200  # lines of a task the window takes at once (at most every LOG_TAKE_MS): the rest are counted
+LOG_TAKE_MS = 100
 LOG_WIDTH = 2000  # characters of a log line shown (a megabyte's line would take the text view seconds to lay out)
 MAX_SHOWN = 2000  # events in the list (the store keeps more; a run's history has them all)
 PER_TICK = 200    # events listed per refresh at most: a flood shows its newest, and a line says how many not
@@ -48,8 +50,8 @@ def log_lines(stream: str, text: str) -> list[str]:
 
 
 class LogTails:
-    """What tasks wrote that the window has not shown yet: each task's newest ``LOG_LINES`` lines, and how many
-    older ones went unshown. Filled on the session's thread, taken on the window's at its pace: a task that
+    """What tasks wrote that the window has not shown yet: each task's newest ``LOG_PER_TAKE`` lines, and how many
+    older ones went unshown (a person reads no faster; ``tfcc logs`` has every line). Filled on the session's thread, taken on the window's at its pace: a task that
     writes faster than a text view can show costs a tail, not a queue of every message (thread-safe)."""
 
     def __init__(self):
@@ -64,8 +66,8 @@ class LogTails:
             return False
         with self._lock:
             told = bool(self._tails)
-            tail = self._tails.setdefault(task, collections.deque(maxlen=LOG_LINES))
-            over = len(tail) + len(lines) - LOG_LINES
+            tail = self._tails.setdefault(task, collections.deque(maxlen=LOG_PER_TAKE))
+            over = len(tail) + len(lines) - LOG_PER_TAKE
             if over > 0:
                 self._dropped[task] = self._dropped.get(task, 0) + over
             tail.extend(lines)

@@ -9,13 +9,14 @@ from __future__ import annotations
 import copy
 from typing import Callable
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QMessageBox, QTabWidget, QWidget
 
 from agent.protocol import FAILED, FINISHED
 from console import cluster as cl
 from console.catalog import running_runs
 from console.gui.dashboard import Dashboard
+from console.gui.events_view import LOG_TAKE_MS
 from console.gui.diagram import ClusterDiagram
 from console.gui.jobs import RunBridge, Threads
 from console.gui.runs_panel import RunsPanel
@@ -56,6 +57,8 @@ class RunControl(QObject):
         for event in ("open_requested", "history_loaded", "comparison_loaded", "running_found"):
             getattr(runs_panel, event).connect(getattr(self, f"_on_runs_panel_{event}"))
         self._runs_found.connect(self._on_self_runs_found)
+        self._log_timer = QTimer(self, singleShot=True, interval=LOG_TAKE_MS)
+        self._log_timer.timeout.connect(self._on_log_timer_timeout)
 
     @property
     def running(self) -> bool:
@@ -153,6 +156,10 @@ class RunControl(QObject):
         self.reported.emit("Training: " + ", ".join(said) if said else "Training started")
 
     def _on_session_logs_received(self) -> None:
+        if not self._log_timer.isActive():  # what comes meanwhile is taken with it: one append a task per tick
+            self._log_timer.start()
+
+    def _on_log_timer_timeout(self) -> None:
         for task, lines, dropped in self.session.take_logs():
             self.dashboard.events_view.append_lines(task, lines, dropped)
 
