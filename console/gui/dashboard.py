@@ -22,7 +22,7 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QSizePolicy,
                                QSlider, QSplitter, QVBoxLayout, QWidget)
 
-from console.gui.colors import worker_color
+from console.gui.colors import CLUSTER, EPOCH as EPOCH_PEN, VALIDATION, host_encoding, worker_color
 from console.gui.events_view import EventsView
 from console.gui.progress_view import ProgressView
 from console.store.metric_ids import DEFAULT_PLOTS, EPOCH, HOST, SYSTEM, X_AXES, is_cluster_wide, plot_label, plot_of
@@ -37,12 +37,8 @@ MIN_X_SPAN = 100           # steps a view shows at least (fewer view moves early
 SLOW_REFRESH_MS = 250      # progress lines, ETA, straggler marks, the metric list and the events list
 X_AXIS_NAMES = {"step": "global step", "time": "wall-clock time", "relative": "seconds since the run began"}
 READOUT_CURVES = 8         # curves named in the hover read-out (the rest are counted)
-CLUSTER_PEN = "#222222"    # a cluster-wide curve (the same number on every worker: drawn once)
-EPOCH_COLOR = "#0072B2"    # training values per epoch
-VALIDATION_COLOR = "#D55E00"  # validation values per epoch
 FRAME_BUDGET = 0.015  # seconds of reducing new rows per frame and group of plots; the rest next frame
 PER_WORKER_AT_START = ("step_time",)  # every training task reports it: its curves are made at Start
-HOST_COLORS = ("#333333", "#8C564B", "#7F7F7F", "#17BECF")
 MARKER_PENS = {Marker.RESTART: ("#b00020", Qt.DashLine), Marker.STALL: ("#E69F00", Qt.DashLine),
                Marker.NAN: ("#b00020", Qt.DotLine)}
 
@@ -194,6 +190,7 @@ class Dashboard(QWidget):
         self.slow_timer.setInterval(SLOW_REFRESH_MS)
         self.slow_timer.timeout.connect(self._on_slow_timer_timeout)
         # The timers run while the dashboard is shown (showEvent/hideEvent): hidden, it draws nothing.
+        self._make_plots()
 
     # ------------------------------------------------------------ inputs
 
@@ -262,6 +259,7 @@ class Dashboard(QWidget):
         plots = view.get("plots")
         if isinstance(plots, list) and all(isinstance(p, str) for p in plots):
             self.shown = list(plots)
+            self._make_plots()
             self._sync_metric_list()
         smoothing = view.get("smoothing")
         if isinstance(smoothing, (int, float)) and 0 <= smoothing < 1:
@@ -361,6 +359,12 @@ class Dashboard(QWidget):
             self.following[plot_id] = True
         return plot
 
+    def _make_plots(self) -> None:
+        """Make the plots the person wants now, before a run: making a plot takes pyqtgraph some 30 ms, a stall
+        if done while a run's numbers stream in."""
+        for plot_id in self.shown:
+            self._plot(plot_id)
+
     def _relayout(self) -> None:
         """The shown plots, training ones first then the system lane, each group over one x axis."""
         present = set(self._plot_ids())
@@ -368,9 +372,10 @@ class Dashboard(QWidget):
         wanted = [p for p in wanted if not p.startswith(SYSTEM)] + [p for p in wanted if p.startswith(SYSTEM)]
         if wanted == self._layout_plots:
             return
-        for plot_id in self._layout_plots:
-            self.plot_area.ci.removeItem(self.plots[plot_id])
-        for row, plot_id in enumerate(wanted):
+        kept = len(self._layout_plots) if wanted[:len(self._layout_plots)] == self._layout_plots else 0
+        for plot_id in self._layout_plots[kept:]:  # plots that only come after those shown are added alone:
+            self.plot_area.ci.removeItem(self.plots[plot_id])  # laying every plot out again is a stall
+        for row, plot_id in enumerate(wanted[kept:], start=kept):
             plot = self._plot(plot_id)
             self.plot_area.ci.addItem(plot, row=row, col=0)
         training = [p for p in wanted if not p.startswith(SYSTEM)]
@@ -424,15 +429,14 @@ class Dashboard(QWidget):
         offered = {self.metric_list.item(i).data(Qt.UserRole) for i in range(self.metric_list.count())}
         return [m for m in self.store.metrics() if plot_of(m) in offered]
 
-    def _owner_color(self, owner: str) -> QColor:
+    def _owner_encoding(self, owner: str) -> tuple[QColor, Qt.PenStyle]:
         if owner.startswith(HOST):
             host = owner[len(HOST):].split("/")[0]
             hosts = self.store.hosts
             index = hosts.index(host) if host in hosts else 0
-            if "/gpu" in owner:
-                return worker_color(index * 4 + int(owner.rsplit("gpu", 1)[1] or 0) + 3)
-            return QColor(HOST_COLORS[index % len(HOST_COLORS)])
-        return worker_color(self._color_index(owner))
+            gpu = int(owner.rsplit("gpu", 1)[1] or 0) if "/gpu" in owner else None
+            return host_encoding(index, gpu)
+        return worker_color(self._color_index(owner)), Qt.SolidLine
 
     def _owner_name(self, owner: str, metric: str) -> str:
         if is_cluster_wide(metric) and not metric.startswith(EPOCH):
@@ -444,18 +448,23 @@ class Dashboard(QWidget):
             return name.replace("/", " ") if "/gpu" in name else f"{name} (host)"
         return owner
 
+    @staticmethod
+    def _epoch_encoding(metric: str) -> tuple:
+        return VALIDATION if metric[len(EPOCH):].startswith("val_") else EPOCH_PEN
+
     def _pen(self, owner: str, metric: str, faint: bool = False, dashed: bool = False):
         if metric.startswith(EPOCH) and is_cluster_wide(metric):
-            colour = QColor(VALIDATION_COLOR if metric[len(EPOCH):].startswith("val_") else EPOCH_COLOR)
+            colour, style, _ = self._epoch_encoding(metric)
         elif is_cluster_wide(metric):
-            colour = QColor(CLUSTER_PEN)
+            colour, style = CLUSTER
         else:
-            colour = QColor(self._owner_color(owner))
-        width = 2 if owner.startswith(HOST) and "/gpu" not in owner or metric.startswith(EPOCH) else 1
+            colour, style = self._owner_encoding(owner)
+        colour = QColor(colour)
+        width = 2 if owner.startswith(HOST) and "/gpu" not in owner or metric.startswith(EPOCH) \
+            or (is_cluster_wide(metric) and not metric.startswith(EPOCH)) else 1
         if faint:
             colour.setAlpha(60)
-        return pg.mkPen(colour, width=width, style=Qt.DashLine if dashed or metric[len(EPOCH):].startswith("val_")
-                        and metric.startswith(EPOCH) else Qt.SolidLine)
+        return pg.mkPen(colour, width=width, style=Qt.DashLine if dashed else style)
 
     def _curve(self, owner: str, metric: str, smooth: bool = False) -> "_Curve":
         table = self.smooth_curves if smooth else self.curves
@@ -467,8 +476,9 @@ class Dashboard(QWidget):
             pen = self._pen(owner, metric, faint=faint)
             if metric.startswith(EPOCH):  # a few points, one per epoch: each one shown
                 curve = _EpochCurve(pen=pen, name=self._owner_name(owner, metric), symbolSize=7,
-                                    symbol="d" if metric[len(EPOCH):].startswith("val_") else "o",
-                                    symbolBrush=pen.color(), symbolPen=pen.color())
+                                    symbol=self._epoch_encoding(metric)[2],
+                                    symbolBrush=pen.color() if not metric[len(EPOCH):].startswith("val_")
+                                    else pg.mkBrush("w"), symbolPen=pen.color())
             else:
                 curve = _Curve(pen=pen, name=self._owner_name(owner, metric), skipFiniteCheck=True)
             curve.metric, curve.owner = metric, owner

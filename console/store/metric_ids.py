@@ -18,6 +18,7 @@ SYSTEM_METRICS = ("sys:cpu_cores", "sys:memory_gb", "sys:gpu_percent", "sys:gpu_
 DEFAULT_PLOTS = ("loss", "accuracy", "step_time", "sys:cpu_cores", "sys:memory_gb")
 X_AXES = ("step", "time", "relative")  # global step, wall-clock time, seconds since the run's first record
 HOST = "host:"     # the prefix of a host's (and its GPUs') owner name in the system lane
+CLUSTER_TASK = "cluster"  # the task an event of the whole cluster is listed under (an epoch every worker said)
 
 PLOT_LABELS = {  # short: a plot's axis label (the legend says which curve is which)
     "loss": "loss",

@@ -23,7 +23,7 @@ import numpy as np
 
 from console.states import Mark
 from console.store import snapshot as snapshots
-from console.store.metric_ids import EPOCH, HOST, SYSTEM, SYSTEM_METRICS, is_cluster_wide
+from console.store.metric_ids import CLUSTER_TASK, EPOCH, HOST, SYSTEM, SYSTEM_METRICS, is_cluster_wide
 from console.store.snapshot import Snapshot
 from console.store.table import Table
 from trainer.records import PLACE_FIELDS, Batch, Event, RecordType, number
@@ -219,6 +219,7 @@ class MetricsStore:
         self.version = 0
         self._diverged: set = set()
         self._noted: set = set()  # ids of the events the console noted itself (note): not in a snapshot
+        self._said: dict = {}     # (attempt, epoch) -> the first task's record: a cluster's epoch is one event
 
     def _clear(self) -> None:
         """Empty the store (a snapshot that could not be read whole)."""
@@ -230,6 +231,7 @@ class MetricsStore:
                 kept.clear()
             self._diverged.clear()
             self._noted.clear()
+            self._said.clear()
             self._base = self.origin = None
             self.version += 1
 
@@ -311,7 +313,9 @@ class MetricsStore:
             if kind == RecordType.EPOCH:
                 self.epochs.append({"task": task, **r})
                 rows.append(r)
-                self.events.append({"time": _when(r), "task": task, "event": kind, "record": r})
+                said_by = self._epoch_said_by(task, r)
+                if said_by is not None:
+                    self.events.append({"time": _when(r), "task": said_by, "event": kind, "record": r})
             elif kind == RecordType.ALIVE:
                 self.alive[task] = r
             elif kind == RecordType.UNREADABLE:
@@ -334,6 +338,22 @@ class MetricsStore:
                                         "event": name if isinstance(name, str) else "?", "record": r})
         if rows:
             self._epoch_rows(task, rows, prog)
+
+    def _epoch_said_by(self, task: str, r: dict) -> str | None:
+        """Whom the events list names for ``r`` (an epoch), or None to say it not again: the workers of a
+        synchronous cluster each say the same epoch with the same numbers, said once, as the cluster's; a
+        worker whose numbers differ says its own."""
+        key = (repr(r.get("attempt")), repr(r.get("epoch")))
+        first = self._said.get(key)
+        if first is None:
+            if len(self._said) >= self.MAX_EVENTS:  # a host that invents epochs: the oldest are forgotten
+                self._said.pop(next(iter(self._said)))
+            self._said[key] = (task, r)
+            return CLUSTER_TASK if len(self.workers) > 1 else task
+        if first[0] != task and all(first[1].get(k) == v for k, v in r.items()
+                                    if k not in PLACE_FIELDS and is_cluster_wide(EPOCH + k)):
+            return None
+        return task
 
     def _epoch_rows(self, task: str, rows: list[dict], prog: WorkerProgress) -> None:
         """Epochs' values on the step axis (each at its epoch's last step), in one extend of the table."""
@@ -498,10 +518,11 @@ class MetricsStore:
 
     def _shift(self, xs: np.ndarray, x: str, kind: str) -> np.ndarray:
         """Times are kept from ``_base``: wall time adds it back, relative time counts from the origin."""
+        # float64 first: a float32 time plus a float64 base stays float32 under NumPy 2 (128 s apart at 1.7e9)
         if x == "time":
-            return xs + (self._base or 0.0)
+            return xs.astype(np.float64) + (self._base or 0.0)
         if x == "relative" or kind == "sys":
-            return xs + ((self._base or 0.0) - (self.origin or 0.0))
+            return xs.astype(np.float64) + ((self._base or 0.0) - (self.origin or 0.0))
         return xs
 
     def changed(self, seen: dict, metrics, max_points: int, x: str = "step",
@@ -681,7 +702,7 @@ class MetricsStore:
             dumps = []
             for (owner, kind), table in self._tables.items():
                 xs = table.x_of("step").copy()
-                ts = table.x_of("time") + (self._base or 0.0)
+                ts = table.x_of("time").astype(np.float64) + (self._base or 0.0)  # float64: see _shift
                 dumps.append((owner, kind, xs, ts, {c: table._cols[c][table._start:table._end].astype(float)
                                                     for c in table.columns()}))
         rows = 0

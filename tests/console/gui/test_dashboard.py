@@ -14,10 +14,10 @@ import pytest
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication
 
-from console.gui.colors import worker_color
+from console.gui.colors import PALETTE, worker_color
 from agent.protocol import STDERR, STDOUT
 from console.gui.dashboard import MAX_POINTS, Dashboard
-from console.store.metric_ids import X_AXES
+from console.store.metric_ids import X_AXES, is_cluster_wide
 from console.store.metrics import MetricsStore
 from console.run.supervisor import SUSPENDED
 from tests.helpers.synthetic import feed, started_record, step_record
@@ -129,16 +129,17 @@ def test_the_events_list_shows_records_of_any_shape_and_keeps_the_newest(qtbot, 
 
 
 def test_a_task_that_floods_its_log_costs_a_tail_and_one_signal_till_it_is_shown():
-    """A million lines and a megabyte's line: the window is told once, takes the newest LOG_LINES (a line says
+    """A million lines and a megabyte's line: the window is told once, takes the newest LOG_PER_TAKE (a line says
     how many it missed), and a long line is cut."""
-    from console.gui.events_view import LOG_LINES, LOG_WIDTH, LogTails
+    from console.gui.events_view import LOG_PER_TAKE, LOG_WIDTH, LogTails
     tails = LogTails()
     told = [tails.add("worker-0", STDOUT, "".join(f"line {i}\n" for i in range(k, k + 10_000)))
             for k in range(0, 1_000_000, 10_000)]
     told.append(tails.add("worker-1", STDERR, "w" * (1 << 20) + "\n"))
     assert told == [True] + [False] * 100
     (task, lines, dropped), (other, wide, none) = tails.take()
-    assert (task, len(lines), dropped, lines[-1]) == ("worker-0", LOG_LINES, 1_000_000 - LOG_LINES, "line 999999")
+    assert (task, len(lines), dropped, lines[-1]) == ("worker-0", LOG_PER_TAKE, 1_000_000 - LOG_PER_TAKE,
+                                                   "line 999999")
     assert (other, none) == ("worker-1", 0) and wide[0].startswith("[stderr] www")
     assert len(wide[0]) < LOG_WIDTH + 50 and wide[0].endswith(f"({(1 << 20) - LOG_WIDTH} more characters)")
     assert tails.take() == [] and tails.add("worker-0", STDOUT, "again\n") is True
@@ -364,6 +365,36 @@ def test_the_system_lane_draws_each_host_and_task(qtbot):
     x, y = board.curves[("host:alpha", "sys:cpu_cores")].getData()
     assert x[0] == 0.0 and y[0] == pytest.approx(0.8)  # seconds since the run began; 40 % of 2 cores
     assert board.curves[("host:alpha", "sys:cpu_cores")].opts["name"] == "alpha (host)"
+
+
+def test_no_line_that_belongs_to_no_worker_wears_a_workers_colour(qtbot):
+    """Epochs, validation, the cluster's numbers, hosts and GPUs are greys with their own shapes and dashes:
+    none reads as a worker's line, and epoch and validation tell apart by shape."""
+    store = MetricsStore()
+    _digits_like(store, workers=4)
+    for i, host in enumerate(("alpha", "beta")):
+        store.ingest_system(host, {"type": "system", "time": 1001.0, "cpus": 2, "cpu_percent": 40.0,
+                                   "memory_used_bytes": 2e9, "memory_available_bytes": 6e9,
+                                   "gpus": [{"index": 0, "utilization_percent": 50, "memory_used_bytes": 1e9}],
+                                   "tasks": {f"worker-{i}": {"pid": 5, "cpu_percent": 90.0, "rss_bytes": 7e8,
+                                                             "gpus": [0]}}})
+    board = _shown_board(qtbot, store, order=[f"worker-{w}" for w in range(4)])
+    workers = {worker_color(w).name() for w in range(len(PALETTE) * 2)}
+    others = {key: curve for key, curve in board.curves.items()
+              if not key[0].startswith("worker-") or is_cluster_wide(key[1])}
+    assert {m for _, m in others} >= {"loss", "epoch:loss", "epoch:val_loss", "sys:cpu_cores"}, sorted(others)
+    for key, curve in others.items():
+        colour = curve.opts["pen"].color()
+        assert colour.name() not in workers, key
+        assert colour.red() == colour.green() == colour.blue(), f"{key}: a grey"
+    epoch, validation = board.curves[("worker-0", "epoch:loss")], board.curves[("worker-0", "epoch:val_loss")]
+    assert (epoch.opts["symbol"], validation.opts["symbol"]) == ("o", "d")
+    assert validation.opts["pen"].style() == Qt.DashLine and epoch.opts["pen"].style() == Qt.SolidLine
+    alpha, beta = board.curves[("host:alpha", "sys:cpu_cores")], board.curves[("host:beta", "sys:cpu_cores")]
+    assert alpha.opts["pen"].color() != beta.opts["pen"].color(), "hosts tell apart"
+    assert alpha.opts["pen"].color() != board.curves[("worker-0", "loss")].opts["pen"].color(), \
+        "the host's CPU is not the cluster's loss"
+    assert set(PALETTE).isdisjoint({"#7F7F7F", "#333333"}), "no grey among the workers"
 
 
 def test_a_finished_run_overlays_dashed_to_compare(qtbot):

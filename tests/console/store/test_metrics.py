@@ -120,6 +120,50 @@ def test_the_x_axis_is_the_step_the_wall_clock_or_the_time_since_the_first_recor
     assert list(store.series("worker-0", "loss", x="relative")[0]) == [0.0, 2.0, 4.0]
 
 
+def test_wall_clock_times_of_today_are_exact_on_the_axis_and_in_the_csv(tmp_path):
+    """Times of today (1.76e9 s) a half second apart: float32 holds them 128 s apart, so each must come back
+    as float64, on the curve's x and in every CSV row."""
+    now = 1_764_000_000.25
+    store = MetricsStore()
+    store.ingest("worker-0", [{"type": "step", "global_step": g, "loss": 1.0 / g, "time": now + 0.5 * g}
+                              for g in range(1, 11)])
+    store.ingest_system("localhost", {"time": now + 3.0, "cpus": 2, "cpu_percent": 50.0})
+    x, _ = store.series("worker-0", "loss", x="time")
+    assert x.dtype == np.float64 and list(x) == [now + 0.5 * g for g in range(1, 11)]
+    assert x[-1] - x[0] == 4.5, "the curve spans the run's 4.5 s, not a vertical line"
+    assert list(store.series("worker-0", "loss", x="relative")[0]) == [0.5 * g for g in range(10)]
+    assert list(store.series("host:localhost", "sys:cpu_cores", x="time")[0]) == [now + 3.0]
+    changed = store.changed({}, ["loss"], 100, x="time")
+    assert list(changed[("worker-0", "loss")][0]) == [now + 0.5 * g for g in range(1, 11)]
+    store.write_csv(tmp_path / "m.csv")
+    times = [float(r["time"]) for r in csv.DictReader(open(tmp_path / "m.csv")) if r["metric"] == "loss"]
+    assert times == [round(now + 0.5 * g, 3) for g in range(1, 11)], "distinct, exact times in every row"
+
+
+def test_an_epoch_every_worker_says_alike_is_one_event_of_the_cluster():
+    """Synchronous workers each write the same epoch: the events list says it once, as the cluster's; a worker
+    whose numbers differ, a later attempt's same epoch, and a lone worker's epochs are their own events."""
+    store = MetricsStore()
+    epoch = {"type": "epoch", "epoch": 0, "time": 10.0, "loss": 0.5, "val_loss": 0.6, "val_accuracy": 0.8}
+    for w in range(2):
+        store.ingest(f"worker-{w}", [{"type": "step", "global_step": 1, "loss": 1.0, "time": 9.0}])
+    store.ingest("worker-0", [{**epoch, "epoch_time": 2.0}])
+    store.ingest("worker-1", [{**epoch, "epoch_time": 2.5}])  # its own time: not a number of the cluster
+    store.ingest("worker-1", [{**epoch, "epoch": 1, "loss": 0.4}])
+    store.ingest("worker-0", [{**epoch, "epoch": 1, "loss": 0.4}])
+    store.ingest("worker-0", [{**epoch, "epoch": 2, "loss": 0.3}])
+    store.ingest("worker-1", [{**epoch, "epoch": 2, "loss": 0.35}])  # not alike: said apart
+    store.ingest("worker-0", [{**epoch, "attempt": 2}])            # a restart's epoch 0 again
+    store.ingest("worker-1", [{**epoch, "attempt": 2}])
+    said = [(e["task"], e["record"]["epoch"]) for e in store.events_snapshot() if e["event"] == "epoch"]
+    assert said == [("cluster", 0), ("cluster", 1), ("cluster", 2), ("worker-1", 2), ("cluster", 0)]
+    assert event_line(store.events_snapshot()[0]).startswith("epoch 1 done  loss 0.5000")
+    assert len(store.epochs) == 8, "every worker's epoch is still kept"
+    alone = MetricsStore()
+    alone.ingest("worker-0", [epoch])
+    assert [e["task"] for e in alone.events_snapshot()] == ["worker-0"]
+
+
 def test_system_samples_are_rows_per_host_task_and_used_gpu():
     store = MetricsStore()
     sample = {"type": "system", "time": 50.0, "cpus": 4, "cpu_percent": 50.0, "memory_used_bytes": 3e9,
