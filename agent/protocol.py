@@ -56,10 +56,11 @@ FAILED = "failed"                 # another exit code, or a signal
 LOST = "lost"                     # its supervisor vanished without recording the end (killed)
 ERROR = "error"                   # the console cannot follow it any more (the agent refused, a key changed)
 NOT_STARTED = "not started"       # a task of a resumed run that has no folder on its host yet
+STOPPED = "stopped"               # ended by a stop someone asked for (the console's word, from the end's ``stopped``)
 
 AGENT_PHASES = (RUNNING, FINISHED, FAILED, LOST)
 ALIVE = (RUNNING, WAITING, TRAINING)   # its process runs on its host
-ENDED = (FINISHED, FAILED, LOST, ERROR)
+ENDED = (FINISHED, FAILED, LOST, ERROR, STOPPED)
 
 # --------------------------------------------------------------------------- a task's streams
 # Files in the task's run folder, followed from byte offsets.

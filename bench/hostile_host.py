@@ -39,7 +39,7 @@ EPOCHS = 20
 # The fake host's task: a run's records as the trainer writes them, one hostile stream mixed in.
 HOST = r'''
 import json, math, os, sys, time
-os.nice(10)  # the host's share of this machine's cores: on its own machine it would not take the console's
+# (it runs at nice 10, as its agent: the host's share of this machine's cores; on its own machine it would take none)
 stream, steps, epochs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 task = os.environ["TFCC_TASK"]
 rank = int(task.rsplit("-", 1)[1])
@@ -107,24 +107,17 @@ def peak_mb() -> float:
     return float("nan")
 
 
-def _nice_agents(done: set) -> set:
-    """Lower the priority of this process's agent children (the fake host's side of the channel)."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) in done:
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if int(fields[1]) == os.getpid() and b"agent" in cmdline:
-            try:
-                os.setpriority(os.PRIO_PROCESS, int(entry.name), 10)
-                found.add(int(entry.name))
-            except OSError:
-                pass
-    return found
+def _nice_agents() -> None:
+    """The fake host's agents (and the tasks they start) run at nice 10 from their start: on its own machine the
+    host would not take the console's cores (a renice after the fact left the first half second to them)."""
+    popen_init = subprocess.Popen.__init__
+
+    def niced(self, args, *rest, **kw):
+        if isinstance(args, (list, tuple)) and "agent" in args:
+            kw.setdefault("preexec_fn", lambda: os.nice(10))
+        popen_init(self, args, *rest, **kw)
+
+    subprocess.Popen.__init__ = niced
 
 
 def console(stream: str, steps: int, folder: Path, why: bool = False) -> dict:
@@ -144,6 +137,7 @@ def console(stream: str, steps: int, folder: Path, why: bool = False) -> dict:
     from console.states import SessionKind
 
     configure_process()
+    _nice_agents()
     script = folder / "host.py"
     script.write_text(HOST)
     cluster = cl.Cluster([cl.Host(name="fake", local=True)], [cl.Task(host="fake"), cl.Task(host="fake")],
@@ -181,13 +175,16 @@ def console(stream: str, steps: int, folder: Path, why: bool = False) -> dict:
 
         threading.Thread(target=sample, daemon=True).start()
 
+    cpu = [time.thread_time()]
+
     def tick():
-        now = time.perf_counter()
+        now, ran = time.perf_counter(), time.thread_time()
         gaps.append(now - last[0] - 0.005)
         if why and gaps[-1] > 0.1:
             during = Counter(w for t, w in list(samples) if last[0] <= t <= now)
-            stalls.append((round(gaps[-1] * 1000), round(now - t0, 2), during.most_common(4)))
-        last[0] = now
+            stalls.append((round(gaps[-1] * 1000), round(now - t0, 2), round((ran - cpu[0]) * 1000),
+                           during.most_common(4)))
+        last[0], cpu[0] = now, ran
 
     probe.timeout.connect(tick)
     last[0] = time.perf_counter()
@@ -214,13 +211,6 @@ def console(stream: str, steps: int, folder: Path, why: bool = False) -> dict:
     window.session.core.subscribe(count)
     deadline = t0 + 900
 
-    def nice_agents():  # the fake host's agent too runs at the host's share (a thread: /proc is slow to read)
-        niced = set()
-        while not ended and time.perf_counter() < deadline:
-            niced |= _nice_agents(niced)
-            time.sleep(0.5)
-
-    threading.Thread(target=nice_agents, daemon=True).start()
     while not ended and time.perf_counter() < deadline:
         app.processEvents()
     store = window.dashboard.store
@@ -288,8 +278,8 @@ def main() -> None:
               f"{r['holds']:>4} | {'yes' if r['good'] else 'NO ' + r['why']:<17} | {'yes' if met else 'NO'}")
     print("goals: peak <= 1.5 x clean, no stall over 100 ms, every good record once")
     for stream, r in results.items() if ns.why else ():
-        for ms, at, during in r["stalls"]:
-            print(f"\n{stream}: {ms} ms at {at} s:")
+        for ms, at, ran, during in r["stalls"]:
+            print(f"\n{stream}: {ms} ms at {at} s, the window's thread on a core for {ran} ms of it:")
             for where, n in during:
                 print(f"  {n:>4} x {where}")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from agent.protocol import (ENDED, ERROR, FAILED, FINISHED, LOST, RUNNING, STARTING, STREAMS, TRAINING,
+from agent.protocol import (ENDED, ERROR, FAILED, FINISHED, LOST, RUNNING, STARTING, STOPPED, STREAMS, TRAINING,
                             WAITING)
 
 # --------------------------------------------------------------------------- a task's phase
@@ -28,7 +28,7 @@ TRANSITIONS: dict[str, frozenset] = {
     # TRAINING -> WAITING: a later attempt's launch, read in a run's history from its first record.
     TRAINING: frozenset({WAITING, *ENDED}),
     # An ended task changes no more: only TaskState.relaunch takes it back to STARTING.
-    FINISHED: frozenset(), FAILED: frozenset(), LOST: frozenset(), ERROR: frozenset(),
+    FINISHED: frozenset(), FAILED: frozenset(), LOST: frozenset(), ERROR: frozenset(), STOPPED: frozenset(),
 }
 
 
@@ -104,7 +104,10 @@ class Mark:
     STALLED = "stalled"
     FAILED = "failed"
     RESTARTING = "restarting"
-    ALL = (RUNNING, STALLED, FAILED, RESTARTING)
+    STOPPING = "stopping"  # a stop was asked for: it gets SIGTERM, then SIGKILL after the grace
+    STOPPED = "stopped"    # that stop ended it
+    ALL = (RUNNING, STALLED, FAILED, RESTARTING, STOPPING, STOPPED)
+    CALM = (STOPPING, STOPPED)  # asked for: no alarm
 
 
 # --------------------------------------------------------------------------- a run's state
@@ -128,7 +131,7 @@ def run_state(phases: list[str], stopped: list[bool]) -> str:
         return RunState.RUNNING
     if all(p == FINISHED for p in phases):
         return RunState.FINISHED
-    if any(stopped):
+    if any(stopped) or STOPPED in phases:
         return RunState.STOPPED
     return RunState.FAILED
 

@@ -109,7 +109,12 @@ def connection_text(host: str, message: dict) -> str:
     return f"reconnected to host {host} after {message['after']:.0f} s; following on from where it stopped"
 
 
-STATE_BADGES = {Mark.STALLED: "STALLED", Mark.FAILED: "FAILED", Mark.RESTARTING: "restarting"}  # a Mark, as a badge
+STATE_BADGES = {Mark.STALLED: "STALLED", Mark.FAILED: "FAILED", Mark.RESTARTING: "restarting",
+                Mark.STOPPING: "stopping…", Mark.STOPPED: "stopped"}
+STOPPING_WORDS = "stop asked by you: every task gets SIGTERM, then SIGKILL after {grace:g} s"
+STOPPED_BY_YOU = "stopped by you"
+STOPPED_ELSEWHERE = "stopped on request (tfcc stop, or another console)"
+STOPPED_BY_TFCC = "stopped by tfcc (the run's own rule: stop_on_nan)"  # a Mark, as a badge
 
 
 def state_text(state: str, words: str = "", width: int = 70) -> str:

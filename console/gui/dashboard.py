@@ -33,12 +33,14 @@ from trainer.tf_config import TRAINING_ROLES
 REFRESH_MS = 33          # at most 30 redraws a second
 MAX_POINTS = 600         # per curve and redraw: 300 min/max pairs, one per 2-3 pixels of a plot
 NEW_WORKERS_PER_FRAME = 4  # rows, curves and legend entries added per redraw
+NEW_CURVES_PER_FRAME = 6   # curves made per redraw (the rest the next: a run's first records bring dozens)
 MIN_X_SPAN = 100           # steps a view shows at least (fewer view moves early in a run)
 SLOW_REFRESH_MS = 250      # progress lines, ETA, straggler marks, the metric list and the events list
 X_AXIS_NAMES = {"step": "global step", "time": "wall-clock time", "relative": "seconds since the run began"}
 READOUT_CURVES = 8         # curves named in the hover read-out (the rest are counted)
 FRAME_BUDGET = 0.015  # seconds of reducing new rows per frame and group of plots; the rest next frame
 PER_WORKER_AT_START = ("step_time",)  # every training task reports it: its curves are made at Start
+LIVE_PLOTS = ("step_time", "sys:cpu_cores", "sys:memory_gb")  # a live run fills them (training, its agents' samples)
 MARKER_PENS = {Marker.RESTART: ("#b00020", Qt.DashLine), Marker.STALL: ("#E69F00", Qt.DashLine),
                Marker.NAN: ("#b00020", Qt.DotLine)}
 
@@ -115,6 +117,8 @@ class Dashboard(QWidget):
         self.following: dict[str, bool] = {}  # per plot: does the view follow the data (no zoom/pan by hand)
         self._seen_version = -1               # the store's version drawn: -1, the first tick draws
         self._layout_plots: list[str] = []    # the plots in the layout now, in order
+        self._slots: list[str] = []           # the plots wanted when they were laid out: their rows
+        self._expected: set[str] = set()      # plots laid out before their numbers come (a live run's)
         self.marker_lines: list[tuple] = []   # (marker, [(plot, line)]) for each marker drawn
         self._markers_placed = -1
         self._hover_lines: list = []
@@ -207,8 +211,10 @@ class Dashboard(QWidget):
             if [id(label) for _, label in self.legend.items] != entries:
                 self.legend.updateSize()
 
-    def set_store(self, store: MetricsStore, order: list[str]) -> None:
-        """A new run: its store and its tasks in cluster order."""
+    def set_store(self, store: MetricsStore, order: list[str], live: bool = False) -> None:
+        """A new run: its store and its tasks in cluster order; ``live``: a run that goes on (its plots that every
+        run fills are laid out now, before its numbers stream in)."""
+        self._expected = set(LIVE_PLOTS) if live else set()
         with self._legend_batch():
             self._set_store(store, order)
 
@@ -366,31 +372,45 @@ class Dashboard(QWidget):
             self._plot(plot_id)
 
     def _relayout(self) -> None:
-        """The shown plots, training ones first then the system lane, each group over one x axis."""
-        present = set(self._plot_ids())
-        wanted = [p for p in self.shown if p in present]
-        wanted = [p for p in wanted if not p.startswith(SYSTEM)] + [p for p in wanted if p.startswith(SYSTEM)]
-        if wanted == self._layout_plots:
+        """The shown plots, training ones first then the system lane, each group over one x axis. Each plot has
+        its row (its place among those the person wants): one that comes is added alone, the others stay (laying
+        every plot out again stalled the window while a run streamed in). A live run's plots that every run fills
+        (step time, the hosts' CPU and memory) are laid out from its start."""
+        present = set(self._plot_ids()) | self._expected
+        slots = [p for p in self.shown if not p.startswith(SYSTEM)] + [p for p in self.shown if p.startswith(SYSTEM)]
+        wanted = [p for p in slots if p in present]
+        if wanted == self._layout_plots and slots == self._slots:
             return
-        kept = len(self._layout_plots) if wanted[:len(self._layout_plots)] == self._layout_plots else 0
-        for plot_id in self._layout_plots[kept:]:  # plots that only come after those shown are added alone:
-            self.plot_area.ci.removeItem(self.plots[plot_id])  # laying every plot out again is a stall
-        for row, plot_id in enumerate(wanted[kept:], start=kept):
-            plot = self._plot(plot_id)
-            self.plot_area.ci.addItem(plot, row=row, col=0)
+        layout = self.plot_area.ci
+        if slots != self._slots:  # the person changed which plots: all of them again
+            for plot_id in self._layout_plots:
+                layout.removeItem(self.plots[plot_id])
+            laid = []
+        else:
+            laid = [p for p in self._layout_plots if p in wanted]
+            for plot_id in self._layout_plots:
+                if plot_id not in wanted:
+                    layout.removeItem(self.plots[plot_id])
+        for plot_id in wanted:
+            if plot_id not in laid:
+                layout.addItem(self._plot(plot_id), row=slots.index(plot_id), col=0)
         training = [p for p in wanted if not p.startswith(SYSTEM)]
         system = [p for p in wanted if p.startswith(SYSTEM)]
         for group in (training, system):
             for i, plot_id in enumerate(group):
                 plot = self.plots[plot_id]
-                plot.setXLink(self.plots[group[0]] if i else None)
+                link = self.plots[group[0]] if i else None
+                if plot.getViewBox().linkedView(0) is not (link.getViewBox() if link else None):
+                    plot.setXLink(link)
                 # one x axis per group (they share it): fewer axes to redraw
-                plot.showAxis("bottom", i == len(group) - 1)
+                bottom = i == len(group) - 1
+                if plot.getAxis("bottom").isVisible() != bottom:
+                    plot.showAxis("bottom", bottom)
         if wanted and self._legend_plot is not self.plots[wanted[0]]:
             self.legend.setParentItem(self.plots[wanted[0]].getViewBox())
             self.legend.anchor((1, 0), (1, 0), offset=(-10, 10))
             self._legend_plot = self.plots[wanted[0]]
-        self._layout_plots = wanted
+        self._layout_plots, self._slots = wanted, slots
         self._markers_placed = -1
 
     def _plot_ids(self) -> list[str]:
@@ -545,6 +565,7 @@ class Dashboard(QWidget):
         self.redraws += 1
 
     def _draw(self, store: MetricsStore, metrics: list[str], drawn: dict, curve_for) -> None:
+        made = 0  # curves made this frame: each costs pyqtgraph a few ms, and a run's first records bring many
         by_axis: dict[str, list] = {}
         for metric in metrics:
             by_axis.setdefault(self._axis_of(plot_of(metric)), []).append(metric)
@@ -561,6 +582,12 @@ class Dashboard(QWidget):
                         drawn.pop((owner, metric), None)
                         self._seen_version = -1
                         continue
+                if (owner, metric) not in (self.curves if curve_for == self._curve_for else self.overlay_curves):
+                    if made == NEW_CURVES_PER_FRAME:  # the rest next frame
+                        drawn.pop((owner, metric), None)
+                        self._seen_version = -1
+                        continue
+                    made += 1
                 log = self.log_y and not metric.startswith(SYSTEM)
                 curve = curve_for(owner, metric)
                 curve.set_points(x, _logged(y, log))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QMainWindow, QProgressBar, QSplitter, QStyle, QTabWidget
+from PySide6.QtWidgets import QMainWindow, QMessageBox, QProgressBar, QSplitter, QStyle, QTabWidget
 
 from console import cluster as cl
 from console.gui.check_view import CheckView
@@ -94,7 +94,7 @@ class MainWindow(QMainWindow):
         self.act_quit.triggered.connect(self.close)
         self.act_check.triggered.connect(self._on_check_triggered)
         self.act_start.triggered.connect(self._on_start_triggered)
-        self.act_stop.triggered.connect(self.run_control.stop)
+        self.act_stop.triggered.connect(self._on_stop_triggered)
         self.act_resume.triggered.connect(self.run_control.resume)
         self.act_detach.triggered.connect(self.run_control.detach)
         self.setup.cluster_changed.connect(self._on_setup_cluster_changed)
@@ -191,6 +191,18 @@ class MainWindow(QMainWindow):
             self.tabs.setCurrentWidget(self.check_view)
 
     # ================================================================= a run (console.gui.run_control)
+
+    def _on_stop_triggered(self) -> None:
+        """Stop the run, once the person said yes: a stop ends every task (its backups stay: Resume goes on)."""
+        run = self.session.run
+        if run is None:
+            return
+        answer = QMessageBox.question(
+            self, "Stop the run?",
+            f"Stop run {run.run_id}? Every task gets SIGTERM, then SIGKILL after 10 s. Its backups stay: "
+            "Resume goes on from the newest.", QMessageBox.Yes | QMessageBox.No, QMessageBox.No)
+        if answer == QMessageBox.Yes:
+            self.run_control.stop()
 
     def _on_start_triggered(self) -> None:
         cluster = self._valid_cluster()

@@ -11,8 +11,12 @@ from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QWidget
 
 from agent.protocol import WAITING
+from console.states import Mark
 from console.store.metrics import Marker, MetricsStore
-from console.text import after_training_text, alive_text, marker_text, state_text
+from console.text import STATE_BADGES, after_training_text, alive_text, marker_text, state_text
+
+ALARM_STYLE = "color: #b00020; font-weight: bold"  # a badge to look at
+CALM_STYLE = "color: #555555"                      # one that says what was asked for (a stop)
 
 
 class ProgressLine(QWidget):
@@ -81,7 +85,7 @@ class ProgressView(QWidget):
         name = QLabel(f"<b style='color:{colour.name()}'>■</b> {task}")
         bar = ProgressLine(colour)
         badge = QLabel("")
-        badge.setStyleSheet("color: #b00020; font-weight: bold")
+        badge.setStyleSheet(ALARM_STYLE)
         self.grid.addWidget(name, row, 0)
         self.grid.addWidget(bar, row, 1)
         self.grid.addWidget(badge, row, 2)
@@ -109,9 +113,16 @@ class ProgressView(QWidget):
         """Each row as ``store`` has it now: progress with ETA (or what follows training, or a server's load),
         and its badge."""
         alive = store.alive_snapshot()
+        states = store.states_snapshot()
         for task, bar in self.bars.items():
             prog = store.progress.get(task)
-            if task in alive and not (prog is not None and prog.steps_per_epoch):  # a server: no steps of its own
+            calm = states.get(task, ("",))[0]
+            if calm in Mark.CALM:  # a stop asked for: said at once, no ETA
+                bar.set_progress(prog.fraction if prog is not None and prog.steps_per_epoch else 0.0,
+                                 STATE_BADGES[calm] + (f" at epoch {prog.epoch + 1}/{prog.epochs}  step "
+                                                       f"{prog.step + 1}/{prog.steps_per_epoch}"
+                                                       if prog is not None and prog.steps_per_epoch else ""))
+            elif task in alive and not (prog is not None and prog.steps_per_epoch):  # a server: no steps of its own
                 bar.set_progress(0.0, alive_text(alive[task]))
             elif prog is not None and prog.steps_per_epoch:
                 bar.set_progress(prog.fraction,
@@ -119,12 +130,11 @@ class ProgressView(QWidget):
                                  f"  {prog.fraction * 100:.0f}%  "
                                  + (after_training_text(prog.after) if prog.after else eta_text(prog.eta())))
         slow = set(store.stragglers())
-        states = store.states_snapshot()
         diverged = {m.task: marker_text(m) for m in store.markers_snapshot() if m.kind == Marker.NAN}
         for task, label in self.badges.items():
             state, why = states.get(task, ("", ""))
             if state:
-                words = state_text(state, why)
+                words = STATE_BADGES[state] if state in Mark.CALM else state_text(state, why)
             elif task in diverged:
                 words, why = "loss not finite", diverged[task]
             else:
@@ -132,3 +142,4 @@ class ProgressView(QWidget):
             if label.text() != words:
                 label.setText(words)
                 label.setToolTip(why)
+                label.setStyleSheet(CALM_STYLE if state in Mark.CALM else ALARM_STYLE)

@@ -73,7 +73,7 @@ class RunControl(QObject):
     def start(self, cluster: cl.Cluster) -> None:
         self.started_event = None
         self.session.start(cluster)
-        self._show(self.session.store, cluster.task_names())
+        self._show(self.session.store, cluster.task_names(), live=True)
         self.progressed.emit(0, 0, "deploying")
         self.reported.emit("Deploying and starting…")
         self.actions_changed.emit()
@@ -88,7 +88,7 @@ class RunControl(QObject):
             return
         self.started_event = None
         self.session.resume()
-        self.dashboard.set_store(self.session.store, run.cluster.task_names())
+        self.dashboard.set_store(self.session.store, run.cluster.task_names(), live=True)
         self.diagram.set_states({})
         self.reported.emit(f"Resuming run {run.run_id} from its backups…")
         self.actions_changed.emit()
@@ -119,13 +119,13 @@ class RunControl(QObject):
             self.threads.start("drop", run.detach)
         self.started_event = None
         self.session.attach(newest)
-        self.dashboard.set_store(self.session.store, newest.cluster.task_names())
+        self.dashboard.set_store(self.session.store, newest.cluster.task_names(), live=True)
         self.reported.emit(f"Reattached to run {newest.run_id}")
         self.actions_changed.emit()
 
-    def _show(self, store, order: list[str]) -> None:
-        """``store`` in the Dashboard, brought forward."""
-        self.dashboard.set_store(store, order)
+    def _show(self, store, order: list[str], live: bool = False) -> None:
+        """``store`` in the Dashboard, brought forward (``live``: its run goes on)."""
+        self.dashboard.set_store(store, order, live)
         self.tabs.setCurrentWidget(self.dashboard)
 
     # ------------------------------------------------------------ what the session says
@@ -201,7 +201,7 @@ class RunControl(QObject):
         followed (it goes on: Detach), its whole history loaded on a thread."""
         run = self.session.run
         if run is not None and run.run_id == run_id:
-            self._show(self.session.store, run.cluster.task_names())
+            self._show(self.session.store, run.cluster.task_names(), live=self.session.active)
             return
         if run is not None and self.session.active:
             answer = QMessageBox.question(

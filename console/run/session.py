@@ -18,8 +18,8 @@ import re
 import threading
 import time
 
-from agent.protocol import (END, ENDED, ERROR, FINISHED, FOLLOWING, LOG_MESSAGE, METRICS, METRICS_MESSAGE, RUNNING,
-                            STARTING, STDERR, TRAINING, WAITING, task_name)
+from agent.protocol import (END, ENDED, ERROR, FAILED, FINISHED, FOLLOWING, LOG_MESSAGE, LOST, METRICS,
+                            METRICS_MESSAGE, RUNNING, STARTING, STDERR, STOPPED, TRAINING, WAITING, task_name)
 from console import text
 from console.run.runner import Run
 from console.run.supervisor import OFFER, RESTART, WATCHDOG_SECONDS, Supervisor  # noqa: F401  (OFFER: its choices)
@@ -70,6 +70,7 @@ class RunSession:
                  restarts: int | None = None, found_failures: str = RESTART):
         self.run = run
         self.store = store
+        self.stopped_by_you = False  # this session's stop ended the run (a person's: not supervision's)
         self.supervisor = Supervisor(run, say=self._say, mark=self._mark, follow=self._follow_again,
                                      drain=self._drain, watchdog=watchdog, restarts=restarts,
                                      found_failures=found_failures)
@@ -138,8 +139,13 @@ class RunSession:
 
     def stop(self, grace: float = 10.0) -> list[dict]:
         """Stop every task (the person asked: their ends are no failures to restart from)."""
-        self.supervisor.stop_requested = True
+        self.supervisor.stop_requested = self.stopped_by_you = True
         self.supervisor.wake.set()
+        if self.store is not None:  # every task says "stopping…" at once (the store: any thread may ask)
+            self.store.note(CONSOLE_TASK, Mark.STOPPING, text.STOPPING_WORDS.format(grace=grace))
+            for task in self.run.tasks:
+                if not task.ended:
+                    self.store.set_state(task.name, Mark.STOPPING, text.STOPPING_WORDS.format(grace=grace))
         return self.run.stop(grace)
 
     # ------------------------------------------------------------ the session's thread
@@ -315,8 +321,17 @@ class RunSession:
                 return
             phase = message.get("phase")
             task.exit = message.get("exit")
+            asked = self.supervisor.stop_requested
+            if phase in (FAILED, LOST) and (asked or message.get("stopped") or (task.exit or {}).get("stopped")):
+                phase = STOPPED  # a stop someone asked for is no failure, whatever signal ended it
             task.change(phase if phase in ENDED else ERROR)
-            words = text.outcome_text(task.phase, task.exit, message.get("error"))
+            if task.phase == STOPPED:
+                words = (text.STOPPED_BY_YOU if self.stopped_by_you else text.STOPPED_BY_TFCC if asked
+                         else text.STOPPED_ELSEWHERE)
+                if self.store is not None:
+                    self.store.set_state(task.name, Mark.STOPPED, words)
+            else:
+                words = text.outcome_text(task.phase, task.exit, message.get("error"))
             self.supervisor.ended(task, message, words)
             if self.store is not None:
                 self.store.note(task.name, task.phase, f"process ended: {words}")

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.protocol import (ALIVE, ENDED, ERROR, FAILED, FINISHED, LOST, NOT_STARTED, RUNNING, STARTING, TRAINING,
-                            WAITING)
+from agent.protocol import (ALIVE, ENDED, ERROR, FAILED, FINISHED, LOST, NOT_STARTED, RUNNING, STARTING, STOPPED,
+                            TRAINING, WAITING)
 from console.states import TRANSITIONS, PhaseError, RunState, TaskState, run_state
 
 ROOT = Path(__file__).resolve().parents[2]
-PHASES = (STARTING, RUNNING, WAITING, TRAINING, FINISHED, FAILED, LOST, ERROR)
+PHASES = (STARTING, RUNNING, WAITING, TRAINING, FINISHED, FAILED, LOST, ERROR, STOPPED)
 # The edges a run takes: a launch, its cluster, its end; a resumed run's history read from the first record
 # (a later attempt's launch after training); a task that ends before anything came of it.
 EDGES = {(STARTING, RUNNING), (STARTING, WAITING), (STARTING, TRAINING), (RUNNING, WAITING), (RUNNING, TRAINING),
@@ -76,6 +76,7 @@ def test_a_runs_state_follows_its_tasks():
     assert run_state([FINISHED, FINISHED], [False, False]) == RunState.FINISHED
     assert run_state([FINISHED, FAILED], [False, True]) == RunState.STOPPED
     assert run_state([LOST, FAILED], [False, False]) == RunState.FAILED
+    assert run_state([STOPPED, FINISHED], [False, False]) == RunState.STOPPED  # a stopped phase says it alone
     assert set(ALIVE) & set(ENDED) == set()
 
 

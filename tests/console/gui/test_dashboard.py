@@ -255,9 +255,14 @@ def _shown_board(qtbot, store, order=("worker-0", "worker-1")):
 
 
 def frame(board) -> None:
+    """Frames until the board has drawn what its store has (a frame makes a few new curves; the rest the next)."""
     board.timer.timeout.emit()
     board.slow_timer.timeout.emit()
     board.timer.timeout.emit()
+    for _ in range(100):
+        if board._seen_version == board.store.version:
+            break
+        board.timer.timeout.emit()
 
 
 def test_the_metric_list_offers_every_numeric_field_and_shows_what_is_checked(qtbot):
@@ -365,6 +370,37 @@ def test_the_system_lane_draws_each_host_and_task(qtbot):
     x, y = board.curves[("host:alpha", "sys:cpu_cores")].getData()
     assert x[0] == 0.0 and y[0] == pytest.approx(0.8)  # seconds since the run began; 40 % of 2 cores
     assert board.curves[("host:alpha", "sys:cpu_cores")].opts["name"] == "alpha (host)"
+
+
+def test_a_live_run_lays_its_plots_out_at_once_and_a_plot_that_comes_is_added_alone(qtbot, monkeypatch):
+    """Laying every plot out again while numbers stream in stalled the window: a live run's step time and system
+    lane are laid out before its first record, and loss, accuracy and a user's metric take their rows alone."""
+    store = MetricsStore()
+    board = Dashboard(store)
+    qtbot.addWidget(board)
+    board.resize(1200, 900)
+    board.show()
+    qtbot.waitExposed(board)
+    made = set(board.plots)
+    assert made >= {"loss", "accuracy", "step_time", "sys:cpu_cores", "sys:memory_gb"}, "made before a run"
+    board.set_store(store, ["worker-0", "worker-1"], live=True)
+    frame(board)
+    assert board._layout_plots == ["step_time", "sys:cpu_cores", "sys:memory_gb"]
+    removed = []
+    monkeypatch.setattr(board.plot_area.ci, "removeItem", lambda item: removed.append(item))
+    _digits_like(store)
+    frame(board)
+    assert board._layout_plots == ["loss", "accuracy", "step_time", "sys:cpu_cores", "sys:memory_gb"]
+    assert removed == [], "the plots laid out stay where they are"
+    assert set(board.plots) == made, "no plot made while the run streams"
+    rows = [board.plot_area.ci.layout.itemAt(r, 0) for r in range(5)]
+    assert rows == [board.plots[p] for p in board._layout_plots]
+    history = MetricsStore()
+    _digits_like(history)
+    board.set_store(history, ["worker-0", "worker-1"])  # a finished run: only what it has
+    monkeypatch.undo()
+    frame(board)
+    assert "sys:cpu_cores" not in board._layout_plots
 
 
 def test_no_line_that_belongs_to_no_worker_wears_a_workers_colour(qtbot):

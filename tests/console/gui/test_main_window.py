@@ -7,7 +7,7 @@ import threading
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QDialogButtonBox
+from PySide6.QtWidgets import QDialogButtonBox, QMessageBox
 
 from console import cluster as cl
 from console.gui.main_window import MainWindow
@@ -39,7 +39,7 @@ def curve_points(window, task: str, metric: str) -> int:
     return 0 if x is None else len(x)
 
 
-def test_add_two_hosts_check_start_watch_and_stop(qtbot, gui_homes, shots):
+def test_add_two_hosts_check_start_watch_and_stop(qtbot, gui_homes, shots, dialogs):
     window = MainWindow(profiles=Profiles(gui_homes / "profiles.json"))
     qtbot.addWidget(window)
     window.show()
@@ -115,11 +115,27 @@ def test_add_two_hosts_check_start_watch_and_stop(qtbot, gui_homes, shots):
     assert x[0] == 1.0, "the reattached run shows its whole history, from the first step"
     qtbot.waitUntil(lambda: again.run_control.started_event is not None, timeout=30_000)
     assert again.diagram.split.from_run and again.diagram.chief == "worker-0"
+    # Stop asks first; a no leaves the run be. A yes: every bar says "stopping…" at once, without an ETA; each
+    # task ends "stopped" (never failed, never lost, never red), with one "stop asked by you" event.
+    dialogs.answer("QMessageBox.question", QMessageBox.No)
+    again.act_stop.trigger()
+    assert again.session.active and not again.session.store.states_snapshot()
+    dialogs.answer("QMessageBox.question", QMessageBox.Yes)
+    bars = again.dashboard.progress_view.bars
     with qtbot.waitSignal(again.session.ended, timeout=90_000):
         again.act_stop.trigger()
-    assert {t.phase for t in again.session.run.tasks} <= {"stopped", "failed", "finished", "lost"}
-    events = [e["event"] for e in again.session.store.events_snapshot()]
-    assert "started" in events and "launched" in events
+        qtbot.waitUntil(lambda: all(b._text.startswith("stopping…") for b in bars.values()), timeout=5_000)
+        assert not any("ETA" in b._text for b in bars.values())
+        badges = again.dashboard.progress_view.badges
+        assert all(b.text() == "stopping…" and "b00020" not in b.styleSheet() for b in badges.values())
+    assert [t.phase for t in again.session.run.tasks] == ["stopped", "stopped"]
+    events = again.session.store.events_snapshot()
+    names = [e["event"] for e in events]
+    assert "started" in names and "launched" in names
+    assert names.count("stopping") == 1 and not {"failed", "lost"} & set(names), names
+    assert [e["text"] for e in events if e["event"] == "stopped"] == ["process ended: stopped by you"] * 2
+    qtbot.waitUntil(lambda: all(b._text.startswith("stopped") for b in bars.values()), timeout=5_000)
+    assert again.statusBar().currentMessage() != "" and "failed" not in again.statusBar().currentMessage()
     again.close()
     assert not again.threads.busy()
 

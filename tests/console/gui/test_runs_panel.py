@@ -157,7 +157,7 @@ def test_a_live_run_is_not_replaced_without_asking(qtbot, gui_homes, dialogs):
         run.detach()
 
 
-def test_opening_a_run_still_going_follows_it_live(qtbot, gui_homes):
+def test_opening_a_run_still_going_follows_it_live(qtbot, gui_homes, dialogs):
     from console.run.runner import Run
 
     going = Run(scripted_cluster(gui_homes, forever=True, tasks=1), "going")
@@ -174,7 +174,8 @@ def test_opening_a_run_still_going_follows_it_live(qtbot, gui_homes):
         assert window.dashboard.store is window.session.store
         qtbot.waitUntil(lambda: window.session.store.points("worker-0", "loss") == 60, timeout=30_000)
         assert window.act_stop.isEnabled() and window.tabs.currentWidget() is window.dashboard
-        with qtbot.waitSignal(window.session.ended, timeout=60_000):  # followed: Stop stops it
+        dialogs.answer("QMessageBox.question", QMessageBox.Yes)
+        with qtbot.waitSignal(window.session.ended, timeout=60_000):  # followed: Stop stops it (once asked)
             window.act_stop.trigger()
         assert window.threads.join(10)
     finally:

@@ -48,7 +48,7 @@ def test_watchdog_names_the_missing_task_and_its_address(homes, monkeypatch):
         assert waiting_report(run, after=3600) is None  # not yet: the threshold has not passed
         report = waiting_report(run, after=0)
         assert report.startswith("worker-0 waited ")
-        assert f"worker-1 at {run.tasks[1].address} on host here ended (failed)" in report
+        assert f"worker-1 at {run.tasks[1].address} on host here ended (stopped)" in report
         assert "tfcc logs wd worker-1" in report
     finally:
         run.stop(grace=0.5)
@@ -450,7 +450,9 @@ def test_a_stop_someone_asked_for_is_no_failure_to_restart(homes):
     finally:
         session.detach()
     assert events == [] and session.attempt == 1
-    assert all(t.phase in ("failed", "finished") for t in run.tasks)
+    assert [t.phase for t in run.tasks] == ["stopped"] * len(run.tasks), "a stop someone asked for is no failure"
+    assert {e["text"] for e in session.store.events_snapshot() if e["event"] == "stopped"} == {
+        "process ended: stopped on request (tfcc stop, or another console)"}
 
 
 NAN_SCRIPT = """
