@@ -45,6 +45,17 @@ def parse_gpus(text: str) -> list[int]:
     return gpus
 
 
+FIELD_ERROR_STYLE = "border: 1px solid #b00020"
+
+
+def _error_label() -> QLabel:
+    label = QLabel()
+    label.setStyleSheet("color: #b00020")
+    label.setWordWrap(True)
+    label.hide()
+    return label
+
+
 class HostDialog(QDialog):
     """Add or edit a host and the worker tasks it runs. OK is enabled only when everything is valid."""
 
@@ -92,22 +103,26 @@ class HostDialog(QDialog):
         self.gpus.setPlaceholderText("all it has (or e.g. 0,1)")
         self.chief = QCheckBox("its first task is the chief (else worker 0 is)")
         self.chief.setChecked(bool(tasks) and tasks[0].role == CHIEF)
-        self.error = QLabel()
-        self.error.setStyleSheet("color: #b00020")
-        self.error.setWordWrap(True)
-        form = form_of(("Name", self.name), ("", self.local), ("Address", self.address), ("SSH user", self.user),
-                       ("SSH port", self.ssh_port), ("SSH key", key_row), ("Python", self.python),
+        # Each field's problem under it, once the person edited that field (a new dialog shows none; OK's
+        # tooltip says what is missing).
+        self.errors = {field: _error_label() for field in (self.name, self.address, self.key, self.python,
+                                                           self.task_port, self.gpus)}
+        self._edited: set = set()
+        e = self.errors
+        form = form_of(("Name", self.name), ("", e[self.name]), ("", self.local), ("Address", self.address),
+                       ("", e[self.address]), ("SSH user", self.user), ("SSH port", self.ssh_port),
+                       ("SSH key", key_row), ("", e[self.key]), ("Python", self.python), ("", e[self.python]),
                        ("Workers on this host", self.workers), ("Parameter servers", self.ps),
-                       ("Task port", self.task_port), ("GPUs per task", self.gpus), ("", self.chief),
-                       ("", self.evaluator))
+                       ("Task port", self.task_port), ("", e[self.task_port]), ("GPUs per task", self.gpus),
+                       ("", e[self.gpus]), ("", self.chief), ("", self.evaluator))
         self.buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
-        layout.addWidget(self.error)
         layout.addWidget(self.buttons)
         for edit in (self.name, self.address, self.user, self.key, self.python, self.task_port, self.gpus):
+            edit.textEdited.connect(lambda _text, edit=edit: self._on_field_edited(edit))  # the person's, not ours
             edit.textChanged.connect(self._on_field_changed)
         for box in (self.local, self.chief, self.evaluator):
             box.toggled.connect(self._on_field_changed)
@@ -116,39 +131,65 @@ class HostDialog(QDialog):
         self._on_field_changed()
 
     def problems(self) -> list[str]:
+        """What keeps OK disabled, in words that say what to do."""
+        return [words for _, words in self.field_problems()]
+
+    def field_problems(self) -> list[tuple[QLineEdit, str]]:
+        """Each problem with its field (the same rules as a cluster file's: console.cluster)."""
         out = []
         name = self.name.text().strip()
         problem = cl.host_name_problem(name)
         if problem:
-            out.append(f"Name: {problem}.")
+            out.append((self.name, f"Name: {problem}."))
         elif name in self.taken:
-            out.append(f"Name: {name!r} is already a host of this cluster; pick another.")
+            out.append((self.name, f"Name: {name!r} is already a host of this cluster; pick another."))
         local = self.local.isChecked()
-        if not local and not self.address.text().strip():
-            out.append("Address: type the host's name or IP (or tick 'this machine').")
+        address = self.address.text().strip()
+        if not local and not address:
+            out.append((self.address, "Address: type the host's name or IP (or tick 'this machine')."))
+        elif not local and cl.address_problem(address):
+            out.append((self.address, f"Address: {address!r}: {cl.address_problem(address)}."))
         key = self.key.text().strip()
         if key and not os.path.isfile(os.path.expanduser(key)):
-            out.append(f"SSH key: {key} does not exist.")
+            out.append((self.key, f"SSH key: {key} does not exist."))
         python = self.python.text().strip()
         if python and local and os.sep in python and not os.access(os.path.expanduser(python), os.X_OK):
-            out.append(f"Python: {python} is not an executable on this machine.")
+            out.append((self.python, f"Python: {python} is not an executable on this machine."))
         try:
             parse_port(self.task_port.text())
         except ValueError as exc:
-            out.append(f"Task {exc}.")
+            out.append((self.task_port, f"Task {exc}."))
         try:
             parse_gpus(self.gpus.text())
         except ValueError as exc:
-            out.append(f"{exc}.")
+            out.append((self.gpus, f"{exc}."))
         return out
+
+    def shown_errors(self) -> str:
+        """The problems shown at their fields now."""
+        return "\n".join(label.text() for label in self.errors.values() if label.text())
+
+    def _on_field_edited(self, field: QLineEdit) -> None:
+        self._edited.add(field)
+        self._on_field_changed()
 
     def _on_field_changed(self, *_):
         self.address.setEnabled(True)
         for widget in (self.user, self.ssh_port, self.key):
             widget.setEnabled(not self.local.isChecked())
-        problems = self.problems()
-        self.error.setText("\n".join(problems))
-        self.buttons.button(QDialogButtonBox.Ok).setEnabled(not problems)
+        problems = self.field_problems()
+        by_field = {}
+        for field, words in problems:
+            by_field.setdefault(field, words)
+        for field, label in self.errors.items():
+            words = by_field.get(field, "") if field in self._edited else ""
+            if label.text() != words:
+                label.setText(words)
+                label.setVisible(bool(words))
+            field.setStyleSheet(FIELD_ERROR_STYLE if words else "")
+        ok = self.buttons.button(QDialogButtonBox.Ok)
+        ok.setEnabled(not problems)
+        ok.setToolTip("\n".join(words for _, words in problems))
 
     def _on_browse_clicked(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "SSH private key", os.path.expanduser("~/.ssh"))

@@ -21,30 +21,40 @@ def ok_enabled(d: HostDialog) -> bool:
 
 
 @pytest.mark.parametrize(
-    "fill, message",
+    "fill, field, message",
     [
-        ({}, "Name: a host needs a name."),
-        ({"name": "gpu1"}, "Name: 'gpu1' is already a host of this cluster; pick another."),
-        ({"name": "my host"}, "Name: host name 'my host' is not a valid name: use letters, digits, '.', '_' and '-'"),
-        ({"name": "gpu1$(touch x)"}, "Name: host name 'gpu1$(touch x)' is not a valid name"),
-        ({"name": "a/../b"}, "Name: host name 'a/../b' is not a valid name"),
-        ({"name": "b"}, "Address: type the host's name or IP (or tick 'this machine')."),
-        ({"name": "b", "address": "10.0.0.2", "key": "/no/such/key"}, "SSH key: /no/such/key does not exist."),
-        ({"name": "b", "address": "10.0.0.2", "task_port": "99999"},
+        ({"name": ""}, "name", "Name: a host needs a name."),
+        ({"name": "gpu1"}, "name", "Name: 'gpu1' is already a host of this cluster; pick another."),
+        ({"name": "my host"}, "name",
+         "Name: host name 'my host' is not a valid name: use letters, digits, '.', '_' and '-'"),
+        ({"name": "gpu1$(touch x)"}, "name", "Name: host name 'gpu1$(touch x)' is not a valid name"),
+        ({"name": "a/../b"}, "name", "Name: host name 'a/../b' is not a valid name"),
+        ({"name": "b", "address": ""}, "address", "Address: type the host's name or IP (or tick 'this machine')."),
+        ({"name": "b", "address": "10.0.0.2", "key": "/no/such/key"}, "key", "SSH key: /no/such/key does not exist."),
+        ({"name": "b", "address": "10.0.0.2", "task_port": "99999"}, "task_port",
          "Task port '99999': type auto or a number from 1 to 65535."),
-        ({"name": "b", "address": "10.0.0.2", "gpus": "0,x"}, "GPUs '0,x': list GPU indices like 0,1"),
-        ({"name": "b", "address": "10.0.0.2", "gpus": "1,1"}, "GPUs '1,1': indices must be different"),
+        ({"name": "b", "address": "10.0.0.2", "gpus": "0,x"}, "gpus", "GPUs '0,x': list GPU indices like 0,1"),
+        ({"name": "b", "address": "10.0.0.2", "gpus": "1,1"}, "gpus", "GPUs '1,1': indices must be different"),
+        ({"name": "b", "address": "bad host!!"}, "address", "Address: 'bad host!!': it must be a host name"),
+        ({"name": "b", "address": "999.1.1.1"}, "address", "Address: '999.1.1.1': it must be a host name"),
+        ({"name": "b", "address": "user@host:22"}, "address", "Address: 'user@host:22': it must be a host name"),
     ],
     ids=["no-name", "taken-name", "space", "shell", "path", "no-address", "missing-key", "port", "gpus-word",
-         "gpus-twice"],
+         "gpus-twice", "address-words", "address-no-ip", "address-user-port"],
 )
-def test_bad_fields_say_what_to_do_and_block_ok(qtbot, fill, message):
+def test_bad_fields_say_what_to_do_at_the_field_and_block_ok(qtbot, fill, field, message):
     d = dialog(qtbot, taken={"gpu1"})
-    for field, text in fill.items():
-        getattr(d, field).clear()
-        qtbot.keyClicks(getattr(d, field), text)
-    assert message in d.error.text()
-    assert not ok_enabled(d)
+    d.show()
+    assert d.shown_errors() == "" and not ok_enabled(d), "nothing said before the person types"
+    assert "Name: a host needs a name." in d.buttons.button(QDialogButtonBox.Ok).toolTip()
+    for name, text in fill.items():
+        qtbot.keyClicks(getattr(d, name), "x")  # an edit, then the text itself
+        getattr(d, name).selectAll()
+        qtbot.keyClick(getattr(d, name), Qt.Key_Backspace)
+        qtbot.keyClicks(getattr(d, name), text)
+    label = d.errors[getattr(d, field)]
+    assert label.isVisible() and message in label.text(), "said under its own field"
+    assert message in d.shown_errors() and not ok_enabled(d)
 
 
 def test_valid_host_gives_its_tasks(qtbot, tmp_path):
@@ -58,7 +68,7 @@ def test_valid_host_gives_its_tasks(qtbot, tmp_path):
     d.task_port.setText("23456")
     d.gpus.setText("0, 1")
     d.chief.setChecked(True)
-    assert ok_enabled(d) and d.error.text() == ""
+    assert ok_enabled(d) and d.shown_errors() == ""
     assert d.host() == cl.Host(name="gpu2", address="10.0.0.2", key=str(key))
     assert d.tasks() == [cl.Task(host="gpu2", role="chief", port=23456, gpus=[0, 1]),
                          cl.Task(host="gpu2", role="worker", port=23457, gpus=[0, 1])]
