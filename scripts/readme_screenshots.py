@@ -60,7 +60,7 @@ def main() -> None:
     window.diagram._on_task_clicked("worker-0")
     app.processEvents()
     window.grab().save(str(out / "diagram.png"))
-    window.act_stop.trigger()
+    window.run_control.stop()  # Stop without its question (nobody answers it here)
     wait(lambda: not window.session.active, 60, "the run to stop")
     first = window.session.run.run_id
 
