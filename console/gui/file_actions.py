@@ -78,8 +78,11 @@ class FileActions(QObject):
         """True when there are no unsaved changes, or the person chose to discard them."""
         if not self.dirty:
             return True
-        answer = QMessageBox.question(self.window, "Unsaved changes", "Discard the changes to this cluster?",
-                                      QMessageBox.Discard | QMessageBox.Cancel)
+        answer = QMessageBox.question(self.window, "Unsaved changes", "Save the changes to this cluster first?",
+                                      QMessageBox.Save | QMessageBox.Discard | QMessageBox.Cancel)
+        if answer == QMessageBox.Save:
+            self._on_save_triggered()
+            return not self.dirty  # saved (a Save As someone cancelled keeps the window open)
         return answer == QMessageBox.Discard
 
     def open(self, path) -> bool:

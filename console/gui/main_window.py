@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtCore import Qt, QTimer, QUrl
+from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import QMainWindow, QMessageBox, QProgressBar, QSplitter, QStyle, QTabWidget
 
 from console import cluster as cl
@@ -21,6 +21,29 @@ from console.gui.runs_panel import RunsPanel
 from console.gui.setup_form import SetupForm
 from console.profiles import Profiles
 
+
+DOCS = Path(__file__).resolve().parents[2] / "README.md"  # the guide; docs/ holds the rest
+
+
+def versions() -> dict[str, str]:
+    """tfcc's version and those of what it runs on (read from the installed packages: nothing imported)."""
+    import platform
+    from importlib import metadata
+
+    out = {"Python": platform.python_version()}
+    for package in ("tfcc", "PySide6", "pyqtgraph", "paramiko", "tensorflow", "tf-keras", "keras"):
+        try:
+            out[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            out[package] = "not installed"
+    return out
+
+
+def about_text() -> str:
+    found = versions()
+    rows = "".join(f"<tr><td>{name}</td><td>{version}</td></tr>" for name, version in found.items())
+    return (f"<b>tfcc {found['tfcc']}</b>: a desktop console for TensorFlow multi-worker training."
+            f"<p>Its guide: {DOCS}</p><table>{rows}</table>")
 
 class MainWindow(QMainWindow):
     """The setup form beside the Dashboard, Runs, Cluster and Check tabs; Check, Deploy & Start, Stop, Detach."""
@@ -66,26 +89,43 @@ class MainWindow(QMainWindow):
             self.set_cluster(cl.default(), None)
 
     def _build_bars(self) -> None:
-        """The File menu (the file actions' own), the toolbar and the status bar's progress."""
-        menu = self.menuBar().addMenu("&File")
+        """The menus (File: the file actions' own; Run; View: the tabs; Help), the toolbar and the status bar's
+        progress."""
+        menu = self.file_menu = self.menuBar().addMenu("&File")
         self.files.add_to(menu)
         menu.addSeparator()
         self.act_quit = QAction("&Quit", self, shortcut=QKeySequence.Quit)
         menu.addAction(self.act_quit)
+        menu.aboutToShow.connect(self._on_file_menu_about_to_show)
         icon = self.style().standardIcon
-        self.act_check = QAction(icon(QStyle.SP_BrowserReload), "Check", self, shortcut="Ctrl+K")
+        self.act_check = QAction(icon(QStyle.SP_DialogApplyButton), "Check", self, shortcut="Ctrl+K")
         self.act_check.setToolTip("Check every host: SSH, Python, TensorFlow, GPUs, ports free and reachable (Ctrl+K)")
         self.act_start = QAction(icon(QStyle.SP_MediaPlay), "Deploy && Start", self, shortcut="F5")
         self.act_start.setToolTip("Upload what is missing, start every task and follow them (F5)")
         self.act_stop = QAction(icon(QStyle.SP_MediaStop), "Stop", self, shortcut="Shift+F5")
-        self.act_resume = QAction(icon(QStyle.SP_BrowserReload), "Resume", self, shortcut="Ctrl+R")
+        self.act_resume = QAction(icon(QStyle.SP_MediaSeekForward), "Resume", self, shortcut="Ctrl+R")
         self.act_resume.setToolTip("Start every task of the run again from the newest backup they all have, "
                                    "as a new attempt (Ctrl+R)")
         self.act_detach = QAction(icon(QStyle.SP_DialogCloseButton), "Detach", self)
         self.act_detach.setToolTip("Stop following the run; it goes on, and reappears when this profile is opened")
+        run_actions = [self.act_check, self.act_start, self.act_stop, self.act_resume, self.act_detach]
+        self.menuBar().addMenu("&Run").addActions(run_actions)
+        view = self.menuBar().addMenu("&View")
+        self.view_actions = []
+        for i in range(self.tabs.count()):
+            action = QAction(self.tabs.tabText(i), self, shortcut=f"Ctrl+{i + 1}")
+            action.triggered.connect(lambda _=False, i=i: self.tabs.setCurrentIndex(i))
+            view.addAction(action)
+            self.view_actions.append(action)
+        help_menu = self.menuBar().addMenu("&Help")
+        self.act_docs = QAction("&Documentation", self, shortcut=QKeySequence.HelpContents)
+        self.act_docs.triggered.connect(self._on_docs_triggered)
+        self.act_about = QAction("&About tfcc", self)
+        self.act_about.triggered.connect(self._on_about_triggered)
+        help_menu.addActions([self.act_docs, self.act_about])
         bar = self.addToolBar("Actions")
         bar.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
-        bar.addActions([self.act_check, self.act_start, self.act_stop, self.act_resume, self.act_detach])
+        bar.addActions(run_actions)
         self.progress = QProgressBar(maximumWidth=260)
         self.progress.hide()
         self.statusBar().addPermanentWidget(self.progress)
@@ -191,6 +231,18 @@ class MainWindow(QMainWindow):
             self.tabs.setCurrentWidget(self.check_view)
 
     # ================================================================= a run (console.gui.run_control)
+
+    def _on_file_menu_about_to_show(self) -> None:
+        """Exports of metrics and plots only with something to export."""
+        has_metrics = bool(self.dashboard.store.metrics())
+        self.files.act_export_csv.setEnabled(has_metrics)
+        self.files.act_export_png.setEnabled(has_metrics)
+
+    def _on_docs_triggered(self) -> None:
+        QDesktopServices.openUrl(QUrl.fromLocalFile(str(DOCS)))
+
+    def _on_about_triggered(self) -> None:
+        QMessageBox.about(self, "About tfcc", about_text())
 
     def _on_stop_triggered(self) -> None:
         """Stop the run, once the person said yes: a stop ends every task (its backups stay: Resume goes on)."""

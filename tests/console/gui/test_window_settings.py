@@ -78,3 +78,43 @@ def test_the_supervision_settings_are_the_cluster_files(qtbot, gui_homes):
     t = cl.load(gui_homes / "kept.toml").training
     assert (t.max_restarts, t.backup_seconds, t.stop_on_nan) == (5, 12.5, True)
     w.close()
+
+
+def test_every_action_is_in_a_menu_and_the_help_says_the_versions(qtbot, gui_homes, dialogs):
+    """File, Run, View and Help menus; Check and Resume look different; exports wait for something to export;
+    About names tfcc's version and what it runs on."""
+    from PySide6.QtWidgets import QMessageBox
+
+    w = window_on(qtbot, gui_homes)
+    assert [a.text() for a in w.menuBar().actions()] == ["&File", "&Run", "&View", "&Help"]
+    run_menu = w.menuBar().actions()[1].menu()
+    assert run_menu.actions() == [w.act_check, w.act_start, w.act_stop, w.act_resume, w.act_detach]
+    assert w.act_check.icon().cacheKey() != w.act_resume.icon().cacheKey()
+    assert [a.shortcut().toString() for a in w.view_actions] == ["Ctrl+1", "Ctrl+2", "Ctrl+3", "Ctrl+4"]
+    w.view_actions[2].trigger()
+    assert w.tabs.currentIndex() == 2
+    w.file_menu.aboutToShow.emit()
+    assert not w.files.act_export_csv.isEnabled() and not w.files.act_export_png.isEnabled(), "nothing to export"
+    w.dashboard.store.ingest("worker-0", [{"type": "step", "global_step": 1, "loss": 1.0, "time": 1.0}])
+    w.file_menu.aboutToShow.emit()
+    assert w.files.act_export_csv.isEnabled() and w.files.act_export_png.isEnabled()
+    dialogs.answer("QMessageBox.about", None)
+    w.act_about.trigger()
+    (name, args), = [(d, a) for d, a in dialogs.asked if d == "QMessageBox.about"]
+    assert "tfcc 0.1.0" in args[2] and "PySide6" in args[2] and "Python" in args[2]
+    w.files.dirty = False
+    w.close()
+
+
+def test_quit_with_changes_offers_to_save_them(qtbot, gui_homes, dialogs):
+    from PySide6.QtWidgets import QMessageBox
+
+    w = window_on(qtbot, gui_homes)
+    w.setup.batch.setValue(48)
+    assert w.files.dirty
+    dialogs.answer("QMessageBox.question", QMessageBox.Cancel)
+    assert not w.close() and w.isVisible(), "Cancel keeps the window"
+    dialogs.answer("QMessageBox.question", QMessageBox.Save)
+    dialogs.answer("QFileDialog.getSaveFileName", (str(gui_homes / "kept.toml"), ""))
+    assert w.close()
+    assert cl.load(gui_homes / "kept.toml").training.per_replica_batch == 48
