@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QSizePolicy,
                                QSlider, QSplitter, QVBoxLayout, QWidget)
@@ -163,6 +163,7 @@ class Dashboard(QWidget):
         self._legend_plot = None
         self._legend_names: set = set()
         self.plot_area.scene().sigMouseMoved.connect(self._on_scene_mouse_moved)
+        self.plot_area.viewport().installEventFilter(self)
 
         self.progress_view = ProgressView()  # a row per task: progress, badges
         self._slow_version = -1
@@ -235,6 +236,7 @@ class Dashboard(QWidget):
             self.legend.clear()
             self._legend_names.clear()
         self._clear_markers()
+        self._clear_readout()
         self.events_view.clear_run()
         self._seen_version = self._slow_version = -1
         self._views.clear()
@@ -321,7 +323,8 @@ class Dashboard(QWidget):
         self.view_changed.emit(self.view())
 
     def _redraw_all(self) -> None:
-        """The next frame draws every curve again (a reading aid changed)."""
+        """The next frame draws every curve again (a reading aid changed): what was read is read no more."""
+        self._clear_readout()
         self._drawn.clear()
         self._overlay_drawn.clear()
         self._views.clear()
@@ -715,6 +718,19 @@ class Dashboard(QWidget):
                 self.readout.setText(self.readout_at(plot_id, x))
                 self._show_hover_line(plot_id, x)
                 return
+        self._clear_readout()  # between the plots: nothing is read
+
+    def _clear_readout(self) -> None:
+        """No read-out and no line across the plots (the mouse left them; the axis, plots or run changed)."""
+        self.readout.setText("")
+        for plot, line in self._hover_lines:
+            plot.removeItem(line)
+        self._hover_lines = []
+
+    def eventFilter(self, watched, event):  # noqa: N802 (Qt's name): the mouse left the plots
+        if event.type() == QEvent.Leave and watched is self.plot_area.viewport():
+            self._clear_readout()
+        return super().eventFilter(watched, event)
 
     def _show_hover_line(self, plot_id: str, x: float) -> None:
         for plot, line in self._hover_lines:

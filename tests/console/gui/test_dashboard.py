@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pyqtgraph as pg
 import pytest
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QEvent, Qt, QTimer
 from PySide6.QtWidgets import QApplication
 
 from console.gui.colors import PALETTE, worker_color
@@ -349,6 +349,37 @@ def test_the_read_out_names_every_curve_at_the_cursor(qtbot):
     board._on_scene_mouse_moved(scene_pos)
     assert board.readout.text().startswith("loss at step 30: cluster ")
     assert len(board._hover_lines) == len(board._layout_plots)
+
+
+def test_the_read_out_goes_when_the_mouse_leaves_or_what_it_read_changes(qtbot):
+    store = MetricsStore()
+    _digits_like(store)
+    board = _shown_board(qtbot, store)
+
+    def hover():
+        board._on_scene_mouse_moved(board.plots["loss"].getViewBox().mapViewToScene(pg.Point(30, 1.0)))
+        assert board.readout.text().startswith("loss at step 30") and board._hover_lines
+
+    def cleared():
+        return board.readout.text() == "" and board._hover_lines == []
+
+    hover()
+    board._on_scene_mouse_moved(pg.Point(-50, -50))  # off every plot
+    assert cleared()
+    hover()
+    QApplication.sendEvent(board.plot_area.viewport(), QEvent(QEvent.Leave))
+    assert cleared(), "the mouse left the plots"
+    hover()
+    board.x_box.setCurrentIndex(X_AXES.index("relative"))
+    assert cleared(), "another x axis: the step read is no more"
+    board.x_box.setCurrentIndex(X_AXES.index("step"))
+    hover()
+    board.log_box.setChecked(True)
+    assert cleared()
+    board.log_box.setChecked(False)
+    hover()
+    board.set_store(MetricsStore(), ["worker-0"])
+    assert cleared(), "another run"
 
 
 def test_the_system_lane_draws_each_host_and_task(qtbot):
