@@ -39,12 +39,15 @@ SLOW_REFRESH_MS = 250      # progress lines, ETA, straggler marks, the metric li
 X_AXIS_NAMES = {"step": "global step", "time": "wall-clock time", "relative": "seconds since the run began"}
 READOUT_CURVES = 8         # curves named in the hover read-out (the rest are counted)
 FRAME_BUDGET = 0.015  # seconds of reducing new rows per frame and group of plots; the rest next frame
+DETACHED = "detached"  # a bar's word once the window stopped following its run
 PER_WORKER_AT_START = ("step_time",)  # every training task reports it: its curves are made at Start
 LIVE_PLOTS = ("step_time", "sys:cpu_cores", "sys:memory_gb")  # a live run fills them (training, its agents' samples)
 MARKER_PENS = {Marker.RESTART: ("#b00020", Qt.DashLine), Marker.STALL: ("#E69F00", Qt.DashLine),
                Marker.NAN: ("#b00020", Qt.DotLine)}
 
 EMPTY = np.empty(0)
+SAMPLE_GAP_SECONDS = 5.0  # system samples come every second: a pause this long (and 5 x the usual) is a gap
+SAMPLE_GAP_FACTOR = 5
 
 
 class _Curve(pg.PlotCurveItem):
@@ -177,6 +180,12 @@ class Dashboard(QWidget):
         left = QWidget()
         left_layout = QVBoxLayout(left)
         left_layout.setContentsMargins(0, 0, 0, 0)
+        self._detached = False
+        self.notice = QLabel("")  # what the Dashboard shows now, when it is no live run (detached)
+        self.notice.setWordWrap(True)
+        self.notice.setStyleSheet("background: #fff4ce; color: #5c4400; padding: 4px")
+        self.notice.hide()
+        left_layout.addWidget(self.notice)
         left_layout.addWidget(self.progress_view)
         left_layout.addLayout(controls)
         left_layout.addWidget(plots_row, 1)
@@ -237,6 +246,8 @@ class Dashboard(QWidget):
             self._legend_names.clear()
         self._clear_markers()
         self._clear_readout()
+        self.set_notice("")
+        self._detached = False
         self.events_view.clear_run()
         self._seen_version = self._slow_version = -1
         self._views.clear()
@@ -246,6 +257,18 @@ class Dashboard(QWidget):
             for metric in PER_WORKER_AT_START:
                 if plot_of(metric) in self.shown and task.rpartition("-")[0] in TRAINING_ROLES:
                     self._curve(task, metric)
+
+    def set_notice(self, words: str) -> None:
+        """A line above the progress that says what the Dashboard shows (empty: none)."""
+        self.notice.setText(words)
+        self.notice.setVisible(bool(words))
+
+    def show_detached(self, run_id: str) -> None:
+        """The run goes on without this window: it says so, how to follow it again, and no ETA counts down."""
+        self.set_notice(f"Detached: run {run_id} goes on without this window, which shows it as it was. Open it "
+                        "in the Runs tab (or open this profile again) to follow it again.")
+        self.progress_view.freeze(DETACHED)
+        self._detached = True
 
     def set_overlay(self, label: str, store: MetricsStore | None) -> None:
         """Draw another run's curves (a finished one, to compare) dashed behind this one's; None clears."""
@@ -592,6 +615,8 @@ class Dashboard(QWidget):
                         continue
                     made += 1
                 log = self.log_y and not metric.startswith(SYSTEM)
+                if metric.startswith(SYSTEM):
+                    x, y = _with_gaps(x, y)
                 curve = curve_for(owner, metric)
                 curve.set_points(x, _logged(y, log))
                 if smooth is not None and curve_for == self._curve_for and not metric.startswith(EPOCH):
@@ -783,7 +808,8 @@ class Dashboard(QWidget):
         self._slow_version = store.version
         self._sync_metric_list()
         self._relayout()
-        self.progress_view.show_store(store)
+        if not self._detached:  # a late batch does not bring the ETA back
+            self.progress_view.show_store(store)
         self.events_view.show_store(store)
 
     def showEvent(self, event):  # noqa: N802 (Qt's name): curves were not fed while hidden
@@ -812,6 +838,20 @@ def _list_rank(plot_id: str) -> tuple:
     """Where a plot stands in the metric list: the usual ones first, then by name; the system lane last."""
     return (plot_id.startswith(SYSTEM), DEFAULT_PLOTS.index(plot_id) if plot_id in DEFAULT_PLOTS else len(DEFAULT_PLOTS),
             plot_id)
+
+
+def _with_gaps(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Samples with a gap where none came for a while (the console was detached, a host unreachable): a point
+    of NaN there, so that the line breaks instead of drawing what nobody measured."""
+    if len(x) < 3:
+        return x, y
+    steps = np.diff(x)
+    gap = max(SAMPLE_GAP_FACTOR * float(np.median(steps)), SAMPLE_GAP_SECONDS)
+    at = np.nonzero(steps > gap)[0]
+    if not len(at):
+        return x, y
+    return (np.insert(x.astype(np.float64), at + 1, (x[at] + x[at + 1]) / 2),
+            np.insert(y.astype(np.float64), at + 1, np.nan))
 
 
 def _logged(y: np.ndarray, log: bool) -> np.ndarray:

@@ -170,6 +170,7 @@ class MainWindow(QMainWindow):
         self._show_settings()
 
     def _on_files_opened(self, cluster: cl.Cluster, path: Path | None) -> None:
+        self.run_control.detached_from = None  # another profile: its own runs (looked for below)
         self.set_cluster(cluster, path)
         if path is not None:
             self.run_control.look_for_runs(self.cluster)
@@ -271,7 +272,12 @@ class MainWindow(QMainWindow):
         running = self.run_control.running
         has_tasks = bool(self.cluster.tasks)
         self.act_check.setEnabled(has_tasks and not self.checking)
-        self.act_start.setEnabled(has_tasks and not running)
+        detached = self.run_control.detached_from
+        self.act_start.setEnabled(has_tasks and not running and detached is None)
+        self.act_start.setToolTip(
+            f"Run {detached} of this profile goes on (detached): open it in the Runs tab to follow it again, and "
+            "stop it there before starting another" if detached else
+            "Upload what is missing, start every task and follow them (F5)")
         self.act_stop.setEnabled(running)
         self.act_resume.setEnabled(self.run_control.resumable)
         self.act_detach.setEnabled(self.session.run is not None)

@@ -109,6 +109,11 @@ class ProgressView(QWidget):
         self.badges.clear()
         self._names.clear()
 
+    def freeze(self, word: str) -> None:
+        """Every bar as it is, its ETA replaced by ``word`` (the window follows the run no more)."""
+        for bar in self.bars.values():
+            bar.set_progress(bar.value(), f"{bar.text().split('  ETA ')[0]}  {word}")
+
     def show_store(self, store: MetricsStore) -> None:
         """Each row as ``store`` has it now: progress with ETA (or what follows training, or a server's load),
         and its badge."""

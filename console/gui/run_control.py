@@ -57,6 +57,7 @@ class RunControl(QObject):
         for event in ("open_requested", "history_loaded", "comparison_loaded", "running_found"):
             getattr(runs_panel, event).connect(getattr(self, f"_on_runs_panel_{event}"))
         self._runs_found.connect(self._on_self_runs_found)
+        self.detached_from: str | None = None  # the run this window detached from (it goes on there)
         self._log_timer = QTimer(self, singleShot=True, interval=LOG_TAKE_MS)
         self._log_timer.timeout.connect(self._on_log_timer_timeout)
 
@@ -88,16 +89,20 @@ class RunControl(QObject):
             return
         self.started_event = None
         self.session.resume()
-        self.dashboard.set_store(self.session.store, run.cluster.task_names(), live=True)
+        self._set_store(self.session.store, run.cluster.task_names(), live=True)
         self.diagram.set_states({})
         self.reported.emit(f"Resuming run {run.run_id} from its backups…")
         self.actions_changed.emit()
 
     def detach(self) -> None:
         run = self.session.run
+        going = self.running
         self.session.detach()
         if run is not None:
             self.reported.emit(f"Detached; run {run.run_id} goes on (open this profile to see it again)")
+            if going:
+                self.detached_from = run.run_id
+                self.dashboard.show_detached(run.run_id)
         self.started_event = None
         self.actions_changed.emit()
 
@@ -119,14 +124,20 @@ class RunControl(QObject):
             self.threads.start("drop", run.detach)
         self.started_event = None
         self.session.attach(newest)
-        self.dashboard.set_store(self.session.store, newest.cluster.task_names(), live=True)
+        self._set_store(self.session.store, newest.cluster.task_names(), live=True)
         self.reported.emit(f"Reattached to run {newest.run_id}")
         self.actions_changed.emit()
 
     def _show(self, store, order: list[str], live: bool = False) -> None:
         """``store`` in the Dashboard, brought forward (``live``: its run goes on)."""
-        self.dashboard.set_store(store, order, live)
+        self._set_store(store, order, live)
         self.tabs.setCurrentWidget(self.dashboard)
+
+    def _set_store(self, store, order: list[str], live: bool) -> None:
+        """The Dashboard shows ``store``; a live one: this window follows a run again (none is left detached)."""
+        if live:
+            self.detached_from = None
+        self.dashboard.set_store(store, order, live)
 
     # ------------------------------------------------------------ what the session says
 

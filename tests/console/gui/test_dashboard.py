@@ -464,6 +464,20 @@ def test_no_line_that_belongs_to_no_worker_wears_a_workers_colour(qtbot):
     assert set(PALETTE).isdisjoint({"#7F7F7F", "#333333"}), "no grey among the workers"
 
 
+def test_a_pause_in_the_system_samples_is_drawn_as_a_gap(qtbot):
+    """Detached for 38 s, then following again: no straight line across what nobody measured."""
+    store = MetricsStore()
+    _digits_like(store)
+    for t in [1001.0 + i for i in range(5)] + [1043.0 + i for i in range(5)]:
+        store.ingest_system("alpha", {"type": "system", "time": t, "cpus": 2, "cpu_percent": 50.0,
+                                      "memory_used_bytes": 2e9, "memory_available_bytes": 6e9})
+    board = _shown_board(qtbot, store)
+    x, y = board.curves[("host:alpha", "sys:cpu_cores")].getData()
+    assert len(x) == 11 and np.isnan(y[5]) and np.isfinite(np.delete(y, 5)).all()
+    assert x[4] < x[5] < x[6] and x[6] - x[4] == 38.0
+    assert board.curves[("host:alpha", "sys:cpu_cores")].opts["connect"] == "finite"
+
+
 def test_a_finished_run_overlays_dashed_to_compare(qtbot):
     store, other = MetricsStore(), MetricsStore()
     _digits_like(store)

@@ -100,6 +100,11 @@ def test_add_two_hosts_check_start_watch_and_stop(qtbot, gui_homes, shots, dialo
     window.files.save(gui_homes / "two.toml")
     run_id = window.session.run.run_id
     window.act_detach.trigger()
+    # Detached: the Dashboard says so and how to follow again, no ETA counts down, no second run beside it
+    assert window.dashboard.notice.isVisible() and f"Detached: run {run_id} goes on" in window.dashboard.notice.text()
+    bars = window.dashboard.progress_view.bars.values()
+    assert all("ETA" not in b.text() and b.text().endswith("detached") for b in bars)
+    assert not window.act_start.isEnabled() and run_id in window.act_start.toolTip()
     window.close()
     assert not window.threads.busy()
 
@@ -109,6 +114,7 @@ def test_add_two_hosts_check_start_watch_and_stop(qtbot, gui_homes, shots, dialo
     assert again.files.path == gui_homes / "two.toml" and [h.name for h in again.cluster.hosts] == ["alpha", "beta"]
     qtbot.waitUntil(lambda: again.session.run is not None, timeout=60_000)
     assert again.session.run.run_id == run_id
+    assert not again.dashboard.notice.isVisible() and again.run_control.detached_from is None
     qtbot.waitUntil(lambda: all(curve_points(again, w, "step_time") > 0 for w in ("worker-0", "worker-1")),
                     timeout=60_000)
     x, _ = again.session.store.series("worker-0", "loss")
