@@ -12,7 +12,7 @@ from typing import Callable
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QMessageBox, QTabWidget, QWidget
 
-from agent.protocol import FAILED, FINISHED
+from agent.protocol import FAILED, FINISHED, STOPPED
 from console import cluster as cl
 from console.catalog import running_runs
 from console.gui.dashboard import Dashboard
@@ -197,10 +197,12 @@ class RunControl(QObject):
     def _on_session_ended(self) -> None:
         run = self.session.run
         if run is not None:
-            failed = [t.name for t in run.tasks if t.phase != FINISHED]
-            self.reported.emit(f"Run {run.run_id} ended" + (
-                f"; not finished: {', '.join(failed)} (Resume starts every task again from their backups)"
-                if failed else ": every task finished"))
+            failed = [t.name for t in run.tasks if t.phase not in (FINISHED, STOPPED)]
+            stopped = any(t.phase == STOPPED for t in run.tasks)
+            self.reported.emit(f"Run {run.run_id} " + (
+                f"ended; not finished: {', '.join(failed)} (Resume starts every task again from their backups)"
+                if failed else "stopped (Resume goes on from the newest backups)" if stopped
+                else "ended: every task finished"))
         if self.runs_panel.isVisible():  # its state there is the run's now
             self.runs_panel.refresh()
         self.actions_changed.emit()

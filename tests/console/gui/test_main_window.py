@@ -105,6 +105,9 @@ def test_add_two_hosts_check_start_watch_and_stop(qtbot, gui_homes, shots, dialo
     bars = window.dashboard.progress_view.bars.values()
     assert all("ETA" not in b.text() and b.text().endswith("detached") for b in bars)
     assert not window.act_start.isEnabled() and run_id in window.act_start.toolTip()
+    for width, height in ((1440, 900), (1280, 720)):
+        window.resize(width, height)
+        save_shot(window, shots, f"dashboard-detached-{width}")
     window.close()
     assert not window.threads.busy()
 
@@ -141,7 +144,10 @@ def test_add_two_hosts_check_start_watch_and_stop(qtbot, gui_homes, shots, dialo
     assert names.count("stopping") == 1 and not {"failed", "lost"} & set(names), names
     assert [e["text"] for e in events if e["event"] == "stopped"] == ["process ended: stopped by you"] * 2
     qtbot.waitUntil(lambda: all(b._text.startswith("stopped") for b in bars.values()), timeout=5_000)
-    assert again.statusBar().currentMessage() != "" and "failed" not in again.statusBar().currentMessage()
+    for width, height in ((1440, 900), (1280, 720)):
+        again.resize(width, height)
+        save_shot(again, shots, f"dashboard-stopped-{width}")
+    assert again.statusBar().currentMessage() == f"Run {run_id} stopped (Resume goes on from the newest backups)"
     again.close()
     assert not again.threads.busy()
 
