@@ -23,6 +23,7 @@ from console import exposure, text, workdir
 from console.errors import TfccError, describe
 from console.remote.deploy import make_bundle
 from console.remote.link import HostLink
+from console.run.launch import check_user_file
 from console.script_source import keras_use
 from trainer.plan import GlobalSplit, replicas_per_worker, strategy_for
 from trainer.tf_config import CHIEF, WORKER
@@ -62,6 +63,7 @@ class Report:
     problems: list[Problem]
     seconds: float = 0.0
     warnings: list[Problem] = field(default_factory=list)  # what a run may go on with, said (a public address)
+    files: list[dict] = field(default_factory=list)  # the workload's files: what, path, ok, problem (workload_files)
 
     @property
     def ready(self) -> bool:
@@ -71,7 +73,7 @@ class Report:
         return {"ready": self.ready, "seconds": self.seconds, "hosts": [asdict(h) for h in self.hosts],
                 "tasks": self.tasks, "matrix": self.matrix,
                 "problems": [asdict(p) | {"text": str(p)} for p in self.problems],
-                "warnings": [asdict(p) | {"text": str(p)} for p in self.warnings]}
+                "warnings": [asdict(p) | {"text": str(p)} for p in self.warnings], "files": self.files}
 
 
 # --------------------------------------------------------------------------- rules
@@ -132,6 +134,24 @@ def _needs_tf_keras(cluster: cl.Cluster) -> bool:
         return True
     script = Path(cluster.training.script).expanduser()
     return bool(keras_use([(script.name, script)]).tf_keras)
+
+
+def workload_files(cluster: cl.Cluster) -> tuple[list[dict], list[Problem]]:
+    """The files the run ships from this machine (a model file, a script), checked as a start checks them: each as
+    a row (what, path, ok, problem), and the problems."""
+    rows, problems = [], []
+    for what in ("model_file", "script"):
+        path = getattr(cluster.training, what)
+        if not path:
+            continue
+        try:
+            check_user_file(path, what)
+            rows.append({"what": what, "path": path, "ok": True, "problem": ""})
+        except TfccError as exc:
+            problem = Problem("cluster", exc.cause, exc.fix or "")
+            rows.append({"what": what, "path": path, "ok": False, "problem": str(problem)})
+            problems.append(problem)
+    return rows, problems
 
 
 def script_problems(cluster: cl.Cluster) -> list[Problem]:
@@ -282,7 +302,9 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
     links = {h.name: HostLink(h, ask_host_key, timeout=deadline) for h in used}
     stages = {h.name: "connecting" for h in used}
     reports = {h.name: HostReport(h.name, h.address or "localhost") for h in used}
-    problems: list[Problem] = script_problems(cluster)
+    files, problems = workload_files(cluster)
+    if not problems:  # a file that is there: what its code says
+        problems = script_problems(cluster)
     pool = ThreadPoolExecutor(max_workers=max(4, 2 * len(used)))
     try:
         bundle = make_bundle()  # hashed once, not once per host
@@ -414,7 +436,7 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
         phases["release"] = time.monotonic() - t1
         progress("reachability tested")
         log.info("check phases: %s", phases)
-        return Report(list(reports.values()), tasks, matrix, problems, time.monotonic() - t0, warnings)
+        return Report(list(reports.values()), tasks, matrix, problems, time.monotonic() - t0, warnings, files)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         for link in links.values():

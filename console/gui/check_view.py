@@ -7,7 +7,15 @@ import html
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QSplitter, QTableWidget, QTableWidgetItem, QTextBrowser
 
-from console.checks import Report
+from console.checks import Report, skew
+
+
+def _gb(value) -> str:
+    return f"{value / 1e9:.1f} GB" if isinstance(value, (int, float)) and value >= 0 else "?"
+
+
+def _seconds(value) -> str:
+    return f"{value:+.1f} s" if isinstance(value, (int, float)) else "?"
 
 
 def cell(text: str, tooltip: str = "") -> QTableWidgetItem:
@@ -48,22 +56,31 @@ class CheckView(QSplitter):
 
     def show_report(self, report: Report) -> None:
         rows = []
+        skews = skew({r.name: r.probe for r in report.hosts if r.probe})
         for r in report.hosts:
             p = r.probe or {}
             gpus = p.get("gpus") or []
+            memory = p.get("memory") if isinstance(p.get("memory"), dict) else {}
             rows.append(
                 f"<tr><td><b>{html.escape(r.name)}</b></td><td>{'ok' if r.ok else 'FAILED'}</td>"
                 f"<td>{html.escape(str(p.get('python', '')))}</td><td>{html.escape(str(p.get('tensorflow') or '-'))}</td>"
                 f"<td>{html.escape(str(p.get('tf_keras') or '-'))}</td><td>{len(gpus)}"
-                f"{' (' + html.escape(gpus[0].get('name', '')) + ')' if gpus else ''}</td>"
-                f"<td>{p.get('cpus', '')}</td></tr>")
+                f"{' (' + html.escape(str(gpus[0].get('name', ''))) + ')' if gpus else ''}</td>"
+                f"<td>{html.escape(str(p.get('cpus', '')))}</td>"
+                f"<td>{_gb(memory.get('available_bytes'))} of {_gb(memory.get('total_bytes'))}</td>"
+                f"<td>{_gb(p.get('disk_free_bytes'))}</td><td>{_seconds(skews.get(r.name))}</td></tr>")
+        files = "".join(f"<tr><td>{html.escape(f['what'].replace('_', ' '))}</td><td>{html.escape(f['path'])}</td>"
+                        f"<td>{'ok' if f['ok'] else 'FAILED'}</td></tr>" for f in report.files)
         problems, warnings = ("".join(f"<li><b>{html.escape(p.where)}</b>: {html.escape(p.cause)}.<br><i>Fix:</i> "
                                       f"{html.escape(p.fix)}</li>" for p in found)
                               for found in (report.problems, report.warnings))
         self.details.setHtml(
             f"<h3>{'Ready to start' if report.ready else 'Not ready'}</h3>"
             "<table cellpadding=4><tr><th>host</th><th>state</th><th>Python</th><th>TensorFlow</th>"
-            f"<th>tf-keras</th><th>GPUs</th><th>CPUs</th></tr>{''.join(rows)}</table>"
+            "<th>tf-keras</th><th>GPUs</th><th>CPUs</th><th>memory free</th><th>disk free</th>"
+            f"<th>clock vs this one</th></tr>{''.join(rows)}</table>"
+            + (f"<h4>Workload files</h4><table cellpadding=4><tr><th>file</th><th>path</th><th>state</th></tr>"
+               f"{files}</table>" if files else "")
             + (f"<h4>Problems</h4><ul>{problems}</ul>" if problems else "<p>Every check passed.</p>")
             + (f"<h4 style='color:#b00020'>Warnings</h4><ul>{warnings}</ul>" if warnings else ""))
         self._show_matrix(report)

@@ -228,8 +228,7 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(
             f"Ready: every check passed in {report.seconds:.1f} s" if report.ready
             else f"{len(report.problems)} problem(s) found; see the Check tab")
-        if not report.ready:
-            self.tabs.setCurrentWidget(self.check_view)
+        self.tabs.setCurrentWidget(self.check_view)  # what the person asked for, in front
 
     # ================================================================= a run (console.gui.run_control)
 

@@ -70,6 +70,33 @@ def test_check_reads_the_script_for_a_keras3_fit_where_tf_keras_is_needed(tmp_pa
         assert len(found) == 1 and found[0].startswith(expected), found
 
 
+def test_check_looks_at_the_workload_files_a_start_ships(tmp_path):
+    """A script that is not there, or does not compile, is a problem of the check (a start would fail on it a
+    second later), with its own row; one that is there is an ok row."""
+    missing = script_cluster(tmp_path, "print(1)\n", workers=1)
+    missing.training.script = str(tmp_path / "no_such.py")
+    rows, problems = checks.workload_files(missing)
+    assert rows == [{"what": "script", "path": str(tmp_path / "no_such.py"), "ok": False, "problem": str(problems[0])}]
+    assert "does not exist" in str(problems[0]) and "check the path" in str(problems[0])
+    broken = script_cluster(tmp_path, "def f(:\n", workers=1)
+    rows, problems = checks.workload_files(broken)
+    assert [r["ok"] for r in rows] == [False] and "has a syntax error at line 1" in str(problems[0])
+    fine = script_cluster(tmp_path, "print(1)\n", workers=1)
+    assert checks.workload_files(fine) == ([{"what": "script", "path": fine.training.script, "ok": True,
+                                             "problem": ""}], [])
+    assert checks.workload_files(cl.default()) == ([], [])  # the embedded trainer ships no file of the person's
+
+
+def test_a_check_of_a_missing_script_is_not_ready(tmp_path):
+    cluster = script_cluster(tmp_path, "print(1)\n", workers=1)
+    cluster.hosts = [cl.Host(name="here", local=True)]
+    cluster.tasks = [cl.Task(host="here")]
+    cluster.training.script = str(tmp_path / "gone.py")
+    report = checks.check(cluster)
+    assert not report.ready and [f["ok"] for f in report.files] == [False]
+    assert any("gone.py" in str(p) and "does not exist" in str(p) for p in report.problems)
+
+
 def test_tf_keras_is_needed_only_where_it_is_used(tmp_path):
     """A single-host script gets the Keras it gets standalone: no tf-keras needed on its host."""
     alone = script_cluster(tmp_path, "import keras\n" + FIT, workers=1)

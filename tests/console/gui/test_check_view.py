@@ -47,3 +47,23 @@ def test_warnings_are_shown_below_the_problems_and_leave_the_cluster_ready(qtbot
     assert page.index("Warnings") > page.index("Every check passed.")
     assert "serves TensorFlow on a public address" in page and "Fix: set firewall = true in [training]" in page
     w.close()
+
+
+def test_the_report_shows_what_was_collected_and_the_workload_files_and_comes_forward(qtbot, gui_homes):
+    w = window_on(qtbot, gui_homes)
+    w.tabs.setCurrentWidget(w.dashboard)
+    probe = {"python": "3.11.7", "tensorflow": "2.21.0", "cpus": 8, "gpus": [],
+             "memory": {"total_bytes": 32e9, "available_bytes": 20.5e9}, "disk_free_bytes": 123.4e9,
+             "time": 1000.0 + 2.5, "_asked_at": 1000.0}
+    files = [{"what": "script", "path": "/home/me/train.py", "ok": False,
+              "problem": "cluster: training.script '/home/me/train.py' does not exist; check the path"}]
+    problem = Problem("cluster", "training.script '/home/me/train.py' does not exist", "check the path")
+    w.checker.finished.emit(Report([HostReport("w", "localhost", ok=True, probe=probe)], [], {}, [problem],
+                                   files=files))
+    assert w.tabs.currentWidget() is w.check_view, "the check's results come forward"
+    page = w.check_view.details.toPlainText()
+    for shown in ("memory free", "20.5 GB of 32.0 GB", "disk free", "123.4 GB", "clock vs this one", "+2.5 s",
+                  "Workload files", "/home/me/train.py", "FAILED", "Not ready"):
+        assert shown in page, shown
+    assert "Every check passed" not in page
+    w.close()
