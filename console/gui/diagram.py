@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QPainter, QPen
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QGuiApplication, QPainter, QPen
 from PySide6.QtWidgets import (QGraphicsItem, QGraphicsRectItem, QGraphicsScene, QGraphicsSimpleTextItem,
-                               QGraphicsView, QLabel, QPlainTextEdit, QSplitter, QVBoxLayout, QWidget)
+                               QGraphicsView, QLabel, QPlainTextEdit, QPushButton, QSplitter, QVBoxLayout,
+                               QWidget)
 
 from console import cluster as cl
 from console.gui.colors import worker_color
@@ -17,6 +19,7 @@ from trainer.tf_config import CHIEF, EVALUATOR, PS, TRAINING_ROLES, WORKER
 
 TASK_W, TASK_H, PAD = 190, 96, 12
 CROWN = "\u265b"  # ♛
+SELECTED = QColor("#1f5fbf")  # the outline of the task clicked
 
 
 class _TaskItem(QGraphicsRectItem):
@@ -54,22 +57,38 @@ class ClusterDiagram(QWidget):
         self.view.setAlignment(Qt.AlignLeft | Qt.AlignTop)
         self.source = QLabel()
         self.source.setWordWrap(True)
+        self.last_run = QLabel()  # the last run's own numbers, when the settings have changed since
+        self.last_run.setStyleSheet("color: #1b7f3b")
+        self.last_run.hide()
         self.tf_config = QPlainTextEdit()
         self.tf_config.setReadOnly(True)
         self.tf_config.setPlaceholderText("Click a task to see its TF_CONFIG.")
         self.tf_config.setFont(QFont("monospace"))
+        self.copy_button = QPushButton("Copy TF_CONFIG")
+        self.copy_button.setToolTip("Copy the selected task's TF_CONFIG (the JSON its environment variable holds)")
+        self.copy_button.setEnabled(False)
+        self.copy_button.clicked.connect(self._on_copy_button_clicked)
+        below = QWidget()
+        below_layout = QVBoxLayout(below)
+        below_layout.setContentsMargins(0, 0, 0, 0)
+        below_layout.addWidget(self.tf_config)
+        below_layout.addWidget(self.copy_button, 0, Qt.AlignRight)
         split = QSplitter(Qt.Vertical)
         split.addWidget(self.view)
-        split.addWidget(self.tf_config)
-        split.setSizes([420, 120])
+        split.addWidget(below)
+        split.setSizes([400, 160])
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.source)
+        layout.addWidget(self.last_run)
         layout.addWidget(split)
         self._cluster: cl.Cluster | None = None
         self._gpus: dict[str, int] = {}
         self._started: dict | None = None
         self._addresses: dict[str, str] = {}
+        self._run_cluster: cl.Cluster | None = None  # the cluster the run's numbers are of
+        self.selected: str | None = None             # the task clicked (its TF_CONFIG below)
+        self._items: dict[str, QGraphicsRectItem] = {}
         self.hosts: list[HostBox] = []
         self.split: BatchSplit | None = None
         self.chief: str | None = None
@@ -84,9 +103,11 @@ class ClusterDiagram(QWidget):
         self._redraw()
 
     def set_run(self, started: dict | None, addresses: dict[str, str] | None = None) -> None:
-        """A run's "started" event (None: back to the settings) and the addresses it gave its tasks."""
+        """A run's "started" event (None: back to the settings) and the addresses it gave its tasks, of the
+        cluster drawn now. Settings changed since (``set_cluster``) are drawn; the run's numbers a line below."""
         self._started = started
         self._addresses = addresses or {}
+        self._run_cluster = copy.deepcopy(self._cluster) if started is not None else None
         self._redraw()
 
     def set_states(self, states: dict[str, tuple[str, str]]) -> None:
@@ -103,8 +124,17 @@ class ClusterDiagram(QWidget):
             self.hosts, self.split, self.chief = [], None, None
             self.source.setText("Add hosts and tasks to see the cluster.")
             return
-        self.hosts, self.split = picture(self._cluster, self._gpus, self._started, self._addresses)
+        of_run = self._started is not None and self._run_cluster == self._cluster
+        self.hosts, self.split = picture(self._cluster, self._gpus, self._started if of_run else None,
+                                         self._addresses if of_run else {})
+        if self._started is not None and not of_run and self._run_cluster is not None:
+            _, ran = picture(self._run_cluster, self._gpus, self._started, self._addresses)
+            self.last_run.setText(f"The last run: {ran.label} (the settings have changed since)")
+        else:
+            self.last_run.setText("")
+        self.last_run.setVisible(bool(self.last_run.text()))
         names = self._cluster.task_names()
+        self._items = {}
         self.chief = next((t.name for h in self.hosts for t in h.tasks if t.is_chief), None)
         self.source.setText(self.split.source)
         y = self._draw_batch(self.split, names)
@@ -222,6 +252,9 @@ class ClusterDiagram(QWidget):
                              Qt.DashLine if task.role == cl.EVALUATOR else Qt.SolidLine))
             item.setBrush(QBrush(colour.lighter(165) if task.role != cl.EVALUATOR else QColor("#fafafa")))
             self.boxes[task.name] = QRectF(tx, ty, TASK_W, TASK_H)
+            self._items[task.name] = item
+            if task.name == self.selected:
+                item.setPen(QPen(SELECTED, 4))
             item.setToolTip(task.tf_config or "TF_CONFIG is written when the run picks the ports")
             self.scene.addItem(item)
             if task.is_chief:  # a big crown on the chief's box, and one in its title
@@ -266,7 +299,17 @@ class ClusterDiagram(QWidget):
         task = next((t for h in self.hosts for t in h.tasks if t.name == name), None)
         if task is None:
             return
+        if self.selected != name:
+            self.selected = name
+            self._redraw()  # its box highlighted
+        # The whole of it (cluster and task), compact and wrapped: an indented one was cut at its task part.
         self.tf_config.setPlainText(
-            f"TF_CONFIG of {name} (on {task.host}):\n{json.dumps(json.loads(task.tf_config), indent=1)}"
+            f"TF_CONFIG of {name} (on {task.host}):\n{json.dumps(json.loads(task.tf_config))}"
             if task.tf_config
             else f"{name}: TF_CONFIG is written when the run picks its port (port = \"auto\").")
+        self.copy_button.setEnabled(bool(task.tf_config))
+        self._copied = task.tf_config
+
+    def _on_copy_button_clicked(self) -> None:
+        if getattr(self, "_copied", ""):
+            QGuiApplication.clipboard().setText(json.dumps(json.loads(self._copied)))

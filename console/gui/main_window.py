@@ -180,9 +180,8 @@ class MainWindow(QMainWindow):
         self._show_settings()
 
     def _show_settings(self) -> None:
-        """The diagram follows the settings until a run reports its own numbers."""
-        if self.run_control.started_event is None:
-            self.diagram.set_cluster(copy.deepcopy(self.cluster), self.setup.gpus_by_host())
+        """The diagram follows the settings (a run's own numbers while they are its settings; a line below when not)."""
+        self.diagram.set_cluster(copy.deepcopy(self.cluster), self.setup.gpus_by_host())
         self._update_actions()
 
     # ================================================================= check

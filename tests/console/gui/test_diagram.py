@@ -38,3 +38,38 @@ def test_a_scripts_batch_is_drawn_unknown_then_from_the_run(qtbot):
 
     diagram.set_run({"event": "started", "source": "script"})  # a loop's: no batch plan, no crash
     assert diagram.batch_label.text() == "batch: unknown (the run reported no batch plan)"
+
+
+def test_after_a_run_the_diagram_follows_the_form_with_the_runs_numbers_below(qtbot):
+    """A form edit after a run is drawn (4 workers, not the run's 2); the run's split is a line below; the clicked
+    task is outlined and its whole TF_CONFIG is shown and copied."""
+    import json
+
+    from PySide6.QtGui import QGuiApplication
+
+    from console.gui.diagram import SELECTED
+
+    diagram = ClusterDiagram()
+    qtbot.addWidget(diagram)
+    ran = two_workers(script="main.py")
+    diagram.set_cluster(ran)
+    diagram.set_run(CAPTURED, {"worker-0": "localhost:4000", "worker-1": "localhost:4001"})
+    assert diagram.split.from_run and not diagram.last_run.text()
+    edited = two_workers(script="main.py", per_replica_batch=16)
+    edited.tasks += [cl.Task(host="here"), cl.Task(host="here")]
+    diagram.set_cluster(edited)
+    assert not diagram.split.from_run and len([t for h in diagram.hosts for t in h.tasks]) == 4
+    assert "from the run" not in texts(diagram)
+    assert diagram.last_run.text() == ("The last run: global 64 = 2 workers × 1 replica × 32 (the settings have "
+                                       "changed since)")
+    diagram.set_cluster(ran)  # back to the run's settings: its numbers again
+    assert diagram.split.from_run and not diagram.last_run.isVisibleTo(diagram)
+
+    diagram._on_task_clicked("worker-1")
+    assert diagram.selected == "worker-1" and diagram._items["worker-1"].pen().color() == SELECTED
+    assert diagram._items["worker-0"].pen().color() != SELECTED
+    shown = diagram.tf_config.toPlainText()
+    config = json.loads(shown.split("\n", 1)[1])
+    assert config["task"] == {"type": "worker", "index": 1} and len(config["cluster"]["worker"]) == 2
+    diagram.copy_button.click()
+    assert json.loads(QGuiApplication.clipboard().text()) == config
