@@ -39,6 +39,7 @@ SLOW_REFRESH_MS = 250      # progress lines, ETA, straggler marks, the metric li
 X_AXIS_NAMES = {"step": "global step", "time": "wall-clock time", "relative": "seconds since the run began"}
 READOUT_CURVES = 8         # curves named in the hover read-out (the rest are counted)
 FRAME_BUDGET = 0.015  # seconds of reducing new rows per frame and group of plots; the rest next frame
+EVENTS_WIDTH = 420        # the events and logs pane at first (the person resizes it; the window remembers)
 DETACHED = "detached"  # a bar's word once the window stopped following its run
 PER_WORKER_AT_START = ("step_time",)  # every training task reports it: its curves are made at Start
 LIVE_PLOTS = ("step_time", "sys:cpu_cores", "sys:memory_gb")  # a live run fills them (training, its agents' samples)
@@ -189,10 +190,12 @@ class Dashboard(QWidget):
         left_layout.addWidget(self.progress_view)
         left_layout.addLayout(controls)
         left_layout.addWidget(plots_row, 1)
-        split = QSplitter(Qt.Horizontal)
+        split = self.split = QSplitter(Qt.Horizontal)
         split.addWidget(left)
         split.addWidget(self.events_view)
-        split.setSizes([860, 320])
+        split.setStretchFactor(0, 1)  # the plots take what the window gains; the events keep their width
+        split.setSizes([1000 - EVENTS_WIDTH, EVENTS_WIDTH])
+        split.splitterMoved.connect(self._on_split_splitter_moved)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(split)
@@ -283,7 +286,15 @@ class Dashboard(QWidget):
 
     def view(self) -> dict:
         """The reading aids as they are: which plots, smoothing, log y, x axis (to remember)."""
-        return {"plots": list(self.shown), "smoothing": self.smoothing, "log_y": self.log_y, "x": self.x_axis}
+        return {"plots": list(self.shown), "smoothing": self.smoothing, "log_y": self.log_y, "x": self.x_axis,
+                "events_width": self.events_width()}
+
+    def events_width(self) -> int:
+        """The events and logs pane's width, as the person left it."""
+        return self.split.sizes()[1] if self.split.sizes()[1] > 0 else EVENTS_WIDTH
+
+    def _on_split_splitter_moved(self, *_) -> None:
+        self.view_changed.emit(self.view())
 
     def apply_view(self, view: dict) -> None:
         """Restore remembered reading aids (unknown or damaged values are left as they are)."""
@@ -299,6 +310,10 @@ class Dashboard(QWidget):
             self.log_box.setChecked(view["log_y"])
         if view.get("x") in X_AXES:
             self.x_box.setCurrentIndex(X_AXES.index(view["x"]))
+        width = view.get("events_width")
+        if type(width) is int and 120 <= width <= 3000:
+            total = sum(self.split.sizes()) or 1000
+            self.split.setSizes([max(200, total - width), width])
         self._relayout()
         self._redraw_all()
 

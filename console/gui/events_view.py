@@ -12,9 +12,12 @@ import math
 import threading
 import time
 
+import re
+
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont
-from PySide6.QtWidgets import QListView, QListWidget, QListWidgetItem, QPlainTextEdit, QTabWidget
+from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLineEdit, QListView, QListWidget, QListWidgetItem,
+                               QPlainTextEdit, QTabWidget, QVBoxLayout, QWidget)
 
 from agent.protocol import ERROR, FAILED, LOST, STDOUT
 from console.states import RECONNECTING, SessionKind
@@ -47,6 +50,21 @@ def log_lines(stream: str, text: str) -> list[str]:
     mark = "" if stream == STDOUT else f"[{stream.removesuffix('.log')}] "
     return [mark + (line if len(line) <= LOG_WIDTH else f"{line[:LOG_WIDTH]}… ({len(line) - LOG_WIDTH} more "
                     "characters)") for line in text.splitlines()]
+
+
+# What TensorFlow and CUDA say as every process starts, whatever the run does: hidden unless asked for (a healthy
+# run's log tail was nothing else). Matched at a line's start, after tfcc's "[stderr] " mark.
+NOISE = re.compile(
+    r"^(\[stderr\] )?("
+    r"[IW]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [\w.]+:\d+\]"  # absl info and warnings (E, an error, stays shown)
+    r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IW] (tensorflow|external|xla)/"  # TensorFlow's older C++ lines
+    r"|WARNING: All log messages before absl::InitializeLog"
+    r"|To enable the following instructions:|This TensorFlow binary is optimized)")
+
+
+def is_noise(line: str) -> bool:
+    """Whether ``line`` (as ``log_lines`` gives it) is start-up noise of TensorFlow or CUDA."""
+    return bool(NOISE.match(line))
 
 
 class LogTails:
@@ -92,8 +110,26 @@ class EventsView(QTabWidget):
         self.events.setBatchSize(100)
         self.logs = QTabWidget()
         self.log_views: dict[str, QPlainTextEdit] = {}
+        self._log_lines: dict[str, collections.deque] = {}  # each task's lines, noise too (the filter may change)
+        self.log_search = QLineEdit()
+        self.log_search.setPlaceholderText("Find in this log (Enter: next)")
+        self.log_search.setClearButtonEnabled(True)
+        self.log_search.returnPressed.connect(self._on_log_search_return_pressed)
+        self.hide_noise = QCheckBox("hide start-up noise")
+        self.hide_noise.setToolTip("Hide what TensorFlow and CUDA say as every process starts (oneDNN, cuDNN, "
+                                   "CPU instructions): the lines tfcc logs keeps whole")
+        self.hide_noise.setChecked(True)
+        self.hide_noise.toggled.connect(self._on_hide_noise_toggled)
+        logs_page = QWidget()
+        logs_layout = QVBoxLayout(logs_page)
+        logs_layout.setContentsMargins(0, 2, 0, 0)
+        tools = QHBoxLayout()
+        tools.addWidget(self.log_search, 1)
+        tools.addWidget(self.hide_noise)
+        logs_layout.addLayout(tools)
+        logs_layout.addWidget(self.logs, 1)
         self.addTab(self.events, "Events")
-        self.addTab(self.logs, "Logs")
+        self.addTab(logs_page, "Logs")
         self._seen = 0  # the store's events listed so far
 
     def clear_run(self) -> None:
@@ -101,6 +137,7 @@ class EventsView(QTabWidget):
         self.events.clear()
         self.logs.clear()
         self.log_views.clear()
+        self._log_lines.clear()
         self._seen = 0
 
     def show_store(self, store: MetricsStore) -> None:
@@ -135,8 +172,28 @@ class EventsView(QTabWidget):
         """A task's log lines (``log_lines``'), after ``dropped`` that were never shown (a line says so)."""
         if dropped:
             lines = [f"… {dropped} line{'s' * (dropped != 1)} not shown (tfcc logs has them)"] + lines
-        if lines:  # one append: a chatty task costs one layout, not one per line
-            self._log_view(task).appendPlainText("\n".join(lines))
+        view = self._log_view(task)
+        self._log_lines[task].extend(lines)
+        shown = [line for line in lines if not is_noise(line)] if self.hide_noise.isChecked() else lines
+        if shown:  # one append: a chatty task costs one layout, not one per line
+            view.appendPlainText("\n".join(shown))
+
+    def _on_hide_noise_toggled(self, _checked: bool) -> None:
+        for task, view in self.log_views.items():
+            lines = self._log_lines[task]
+            view.setPlainText("\n".join(line for line in lines if not (self.hide_noise.isChecked()
+                                                                       and is_noise(line))))
+
+    def _on_log_search_return_pressed(self) -> None:
+        """The next place of the search text in the log shown (from the top again after the last)."""
+        view, words = self.logs.currentWidget(), self.log_search.text()
+        if not isinstance(view, QPlainTextEdit) or not words:
+            return
+        if not view.find(words):
+            cursor = view.textCursor()
+            cursor.movePosition(cursor.MoveOperation.Start)
+            view.setTextCursor(cursor)
+            view.find(words)
 
     def _log_view(self, task: str) -> QPlainTextEdit:
         view = self.log_views.get(task)
@@ -146,5 +203,6 @@ class EventsView(QTabWidget):
             view.setMaximumBlockCount(LOG_LINES)
             view.setFont(QFont("monospace", 8))
             self.log_views[task] = view
+            self._log_lines[task] = collections.deque(maxlen=LOG_LINES)
             self.logs.addTab(view, task)
         return view

@@ -145,6 +145,60 @@ def test_a_task_that_floods_its_log_costs_a_tail_and_one_signal_till_it_is_shown
     assert tails.take() == [] and tails.add("worker-0", STDOUT, "again\n") is True
 
 
+# What a digits worker wrote on stderr under TensorFlow 2.21 on this CPU-only machine (a real run's stderr.log).
+TF_STDERR = """WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
+I0000 00:00:1795649664.112789    8669 port.cc:153] oneDNN custom operations are on. You may see slightly different \
+numerical results due to floating-point round-off errors from different computation orders. To turn them off, set the \
+environment variable `TF_ENABLE_ONEDNN_OPTS=0`.
+I0000 00:00:1795649664.113141    8669 cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used.
+E0000 00:00:1795649671.244713    8669 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error: Failed call \
+to cuInit: UNKNOWN ERROR (303)
+Traceback (most recent call last):
+ValueError: the learning rate must be positive
+"""
+
+
+def test_the_logs_hide_start_up_noise_unless_asked_and_find_text(qtbot):
+    from console.gui.events_view import EventsView
+
+    view = EventsView()
+    qtbot.addWidget(view)
+    view.show()
+    view.append_log("worker-0", "stderr.log", TF_STDERR)
+    view.append_log("worker-0", "stdout.log", "epoch 1: loss 0.5\n")
+    log = view.log_views["worker-0"]
+    shown = log.toPlainText().splitlines()
+    assert shown == ["[stderr] E0000 00:00:1795649671.244713    8669 cuda_platform.cc:52] failed call to cuInit: "
+                     "INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)",
+                     "[stderr] Traceback (most recent call last):",
+                     "[stderr] ValueError: the learning rate must be positive", "epoch 1: loss 0.5"], \
+        "TensorFlow's info and warnings hidden; its errors, the task's own output and tracebacks shown"
+    view.hide_noise.setChecked(False)
+    assert len(log.toPlainText().splitlines()) == 7 and "oneDNN custom operations" in log.toPlainText()
+    view.hide_noise.setChecked(True)
+    assert len(log.toPlainText().splitlines()) == 4
+    view.setCurrentIndex(1)
+    view.log_search.setText("learning rate")
+    view.log_search.returnPressed.emit()
+    assert log.textCursor().selectedText() == "learning rate"
+    view.log_search.setText("epoch 1")
+    view.log_search.returnPressed.emit()
+    assert log.textCursor().selectedText() == "epoch 1"
+
+
+def test_the_events_pane_keeps_the_width_the_person_gave_it(qtbot):
+    store = MetricsStore()
+    board = _shown_board(qtbot, store)
+    assert board.events_width() >= 400, "wide enough to read an event on one or two lines"
+    board.apply_view({"events_width": 600})
+    assert abs(board.events_width() - 600) <= 10 and board.view()["events_width"] == board.events_width()
+    with qtbot.waitSignal(board.view_changed) as changed:
+        board.split.splitterMoved.emit(500, 1)
+    assert changed.args[0]["events_width"] == board.events_width()
+    board.apply_view({"events_width": "wide"})  # a damaged value is left as it is
+    assert abs(board.events_width() - 600) <= 10
+
+
 def test_the_first_frame_draws_what_the_store_has_before_any_show(qtbot):
     """A dashboard given a store with data draws it on its first tick, shown or not yet (rows, curves)."""
     store = MetricsStore()
@@ -331,7 +385,7 @@ def test_smoothing_log_y_and_the_x_axis_change_what_is_drawn(qtbot):
     x, _ = loss.getData()
     assert x[0] == 1001.0 and isinstance(board.plots["step_time"].getAxis("bottom"), pg.DateAxisItem)
     assert board.view() == {"plots": ["loss", "accuracy", "step_time", "sys:cpu_cores", "sys:memory_gb"],
-                            "smoothing": 0.0, "log_y": False, "x": "time"}
+                            "smoothing": 0.0, "log_y": False, "x": "time", "events_width": board.events_width()}
 
 
 def test_the_read_out_names_every_curve_at_the_cursor(qtbot):
@@ -507,7 +561,8 @@ def test_the_reading_aids_are_remembered(qtbot, tmp_path):
     assert again._layout_plots == ["loss", "my_metric"]
     assert (again.smoothing, again.log_y, again.x_axis) == (0.6, True, "relative")
     again.apply_view({"plots": "garbage", "smoothing": 7, "x": "sideways"})  # damaged: left as it was
-    assert again.view() == {"plots": ["loss", "my_metric"], "smoothing": 0.6, "log_y": True, "x": "relative"}
+    assert again.view() == {"plots": ["loss", "my_metric"], "smoothing": 0.6, "log_y": True, "x": "relative",
+                            "events_width": again.events_width()}
 
 
 def test_the_window_remembers_the_reading_aids_per_user(qtbot, gui_homes):
