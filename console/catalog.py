@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from agent.protocol import ENDED, FAILED, FINISHED, LOST, NO_SUCH_TASK, NOT_STARTED, REMOVE, RUNNING, STATUS
 from console import cluster as cl
+from console import text
 from console.errors import RunError, TfccError, state_dir
 from console.remote.channel import AgentRequestError
 from console.run.runner import RECONNECTING, Run, at_once
@@ -26,6 +27,8 @@ from console.run.session import OFFER, RunSession
 from console.states import RunState, SessionKind, run_state
 from console.store.cache import (CONSOLE_TASK, SUMMARY, cache_dir, fill_from_cache, read_summary, remove_cache, task_file,
                                  whole)
+from console.store.labels import forget as forget_label
+from console.store.labels import read_labels
 from console.store.manifests import check_run_id, console_id, known_runs, manifest_path, read_manifest
 from console.store.metrics import MetricsStore
 
@@ -139,6 +142,9 @@ class RunInfo:
     metrics: dict = field(default_factory=dict)   # the final ones (the chief's last epoch, or its finished event)
     phases: dict | None = None                     # task -> its phase, when its hosts were asked
     note: str = ""                                 # why something is not known
+    name: str = ""                                 # what the person calls it (console.store.labels)
+    notes: str = ""                                # the person's notes on it
+    settings: str = ""                             # its key settings in words (text.settings_text)
     manifest_problem: bool = False                 # its manifest is missing or damaged: its hosts are not asked
 
     @property
@@ -152,11 +158,15 @@ class RunInfo:
     def as_dict(self) -> dict:
         return {"run_id": self.run_id, "state": self.state, "hosts": self.hosts, "workload": self.workload,
                 "start": self.start, "end": self.end, "duration": self.duration, "metrics": self.metrics,
-                "phases": self.phases, "note": self.note}
+                "phases": self.phases, "note": self.note, "name": self.name, "notes": self.notes,
+                "settings": self.settings}
 
 
-def run_info(run_id: str) -> RunInfo:
-    """What the manifest and the cache say of a run (no host is asked)."""
+def run_info(run_id: str, labels: dict | None = None) -> RunInfo:
+    """What the manifest, the cache and the person's labels (``read_labels``, read here when None) say of a run
+    (no host is asked)."""
+    if labels is None:
+        labels = read_labels()
     info = RunInfo(run_id)
     notes = []
     path = manifest_path(run_id)
@@ -168,6 +178,7 @@ def run_info(run_id: str) -> RunInfo:
             manifest = read_manifest(run_id)  # checked: a damaged one says so, and what to do
             for name, host in manifest.tasks:
                 info.hosts.setdefault(host, []).append(name)
+            info.settings = text.settings_text(manifest.cluster)
             created = json.loads(path.read_text(encoding="utf-8")).get("created")
             info.start = created if isinstance(created, (int, float)) else None
         except RunError as exc:
@@ -191,6 +202,8 @@ def run_info(run_id: str) -> RunInfo:
         if isinstance(summary.get("metrics"), dict):
             info.metrics = summary["metrics"]
     info.note = "; ".join(notes)
+    given = labels.get(run_id) or {}
+    info.name, info.notes = given.get("name", ""), given.get("notes", "")
     return info
 
 
@@ -247,9 +260,10 @@ def overview(ask_host_key=None, ask: bool = True, timeout: float = HOST_ASK_SECO
     if runs_folder.is_dir():  # a cache whose manifest went (deleted by hand)
         ids.update(p.name for p in runs_folder.iterdir() if p.is_dir() and (p / SUMMARY).exists())
     infos = []
+    given = read_labels()
     for run_id in sorted(ids):
         try:
-            infos.append(run_info(run_id))
+            infos.append(run_info(run_id, given))
         except RunError:
             continue
     if ask:
@@ -277,6 +291,7 @@ def delete_run(run_id: str, ask_host_key=None) -> list[str]:
     if not manifest_path(run_id).exists():
         if cache_dir(run_id).exists():
             remove_cache(run_id)
+            forget_label(run_id)
             return [f"run {run_id}: this console's history of it deleted (it had no manifest: its hosts are "
                     "not known)"]
         raise RunError(f"no run {run_id!r} is known to this console", "tfcc runs lists them")
@@ -316,6 +331,7 @@ def delete_run(run_id: str, ask_host_key=None) -> list[str]:
         raise RunError(f"run {run_id} was not deleted everywhere: {'; '.join(failed)}",
                        f"tfcc delete {run_id} again once the host answers (its manifest is kept till then)")
     remove_cache(run_id)
+    forget_label(run_id)
     return said + [f"run {run_id}: manifest and history deleted from this console"]
 
 

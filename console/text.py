@@ -224,3 +224,14 @@ def start_text(when) -> str:
     if not isinstance(when, (int, float)) or not math.isfinite(when):
         return "-"
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(when))
+
+
+def settings_text(cluster) -> str:
+    """A run's key settings in a few words: ``multi_worker_mirrored, batch 32 per replica, 8 epochs, lr 0.001``
+    (a script: its file and the strategy tfcc sets up)."""
+    t = cluster.training
+    strategy = getattr(t, "strategy", "auto")
+    if t.script:
+        return f"script {t.script.rsplit('/', 1)[-1]}, strategy {strategy}"
+    batch = f"global batch {t.global_batch}" if t.global_batch else f"batch {t.per_replica_batch} per replica"
+    return f"{t.workload}, strategy {strategy}, {batch}, {t.epochs} epochs, lr {metric_text(t.learning_rate)}"

@@ -22,12 +22,16 @@ from console.errors import describe
 from console.gui.jobs import Threads
 from console.run.runner import Run
 from console.states import RunState
+from console.store.labels import set_label
 from console.tensorboard import Servers
 
 log = logging.getLogger("console.gui")
 
-COLUMNS = ("Run", "State", "Cluster", "Start", "Duration", "Loss", "Accuracy", "Val accuracy")
+COLUMNS = ("Run", "Name", "State", "Settings", "Cluster", "Start", "Duration", "Loss", "Accuracy", "Val accuracy",
+           "Notes")
 METRIC_COLUMNS = {"Loss": "loss", "Accuracy": "accuracy", "Val accuracy": "val_accuracy"}
+LABELS = {COLUMNS.index("Name"): "name", COLUMNS.index("Notes"): "notes"}  # the person's own, edited in place
+NUMBERS = range(COLUMNS.index("Duration"), COLUMNS.index("Val accuracy") + 1)  # right-aligned
 
 
 class RunsPanel(QWidget):
@@ -40,6 +44,7 @@ class RunsPanel(QWidget):
     deleted = Signal(str)                       # a run was deleted (its id)
     tensorboard_started = Signal(str, str)      # run id, the URL it answers on
     reported = Signal(str)                      # what happened, in words (the status bar)
+    labelled = Signal(str)                      # the person named a run or wrote its notes (its id)
     _listed = Signal(object)                    # [RunInfo] from the list's thread; None: it could not be made
     _failed = Signal(str)                       # a job's one line, from its thread
 
@@ -56,12 +61,14 @@ class RunsPanel(QWidget):
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SingleSelection)
-        self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        # A name or notes cell is edited in place (F2, or a click on the selected cell); the rest are read only.
+        self.table.setEditTriggers(QAbstractItemView.EditKeyPressed | QAbstractItemView.SelectedClicked)
         self.table.verticalHeader().hide()
         self.table.setSortingEnabled(False)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeToContents)
-        header.setSectionResizeMode(2, QHeaderView.Stretch)
+        header.setSectionResizeMode(COLUMNS.index("Cluster"), QHeaderView.Stretch)
+        self._filling = False  # the table is being filled: its changes are none of the person's
         self.open_button = QPushButton("Open")
         self.open_button.setToolTip("Show the run's whole history in the Dashboard (a run still going: follow it)")
         self.compare_button = QPushButton("Compare")
@@ -90,7 +97,8 @@ class RunsPanel(QWidget):
         self.tensorboard_button.clicked.connect(self._on_tensorboard_button_clicked)
         self.refresh_button.clicked.connect(self.refresh)
         self.table.itemSelectionChanged.connect(self._on_table_item_selection_changed)
-        self.table.itemDoubleClicked.connect(self._on_open_button_clicked)
+        self.table.itemDoubleClicked.connect(self._on_table_item_double_clicked)
+        self.table.itemChanged.connect(self._on_table_item_changed)
         self._listed.connect(self._on_self_listed)
         self._failed.connect(self._on_self_failed)
         self.tensorboard_started.connect(self._on_self_tensorboard_started)
@@ -122,24 +130,31 @@ class RunsPanel(QWidget):
             return
         chosen = self.selected_run()
         self.infos = {i.run_id: i for i in infos}
+        self._filling = True
         self.table.setRowCount(0)
         for info in reversed(infos):  # the newest first
             row = self.table.rowCount()
             self.table.insertRow(row)
-            cells = [info.run_id, info.state, info.cluster_text or "-", text.start_text(info.start),
-                     text.duration_text(info.duration)]
+            cells = [info.run_id, info.name, info.state, info.settings or "-", info.cluster_text or "-",
+                     text.start_text(info.start), text.duration_text(info.duration)]
             cells += [text.metric_text(info.metrics[m]) if m in info.metrics else "-"
                       for m in METRIC_COLUMNS.values()]
+            cells.append(info.notes.replace("\n", " "))
             for column, value in enumerate(cells):
                 item = QTableWidgetItem(value)
                 item.setData(Qt.UserRole, info.run_id)
-                if info.note:
-                    item.setToolTip(info.note)
-                if column >= 4:
+                if column in LABELS:
+                    item.setToolTip("Yours to write: F2 (or a click on the selected cell) edits it")
+                else:
+                    item.setFlags(item.flags() & ~Qt.ItemIsEditable)
+                    if info.note:
+                        item.setToolTip(info.note)
+                if column in NUMBERS:
                     item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
                 self.table.setItem(row, column, item)
             if info.run_id == chosen:
                 self.table.selectRow(row)
+        self._filling = False
         self.note.setText("" if infos else "No runs yet: Deploy & Start begins one.")
         self._update_buttons()
 
@@ -157,6 +172,30 @@ class RunsPanel(QWidget):
             if self.table.item(row, 0).data(Qt.UserRole) == run_id:
                 self.table.selectRow(row)
                 return
+
+    def _on_table_item_double_clicked(self, item: QTableWidgetItem) -> None:
+        """A double click opens the run; on its name or notes it edits them."""
+        if item.column() in LABELS:
+            self.table.editItem(item)
+        else:
+            self._on_open_button_clicked()
+
+    def _on_table_item_changed(self, item: QTableWidgetItem) -> None:
+        """The person named a run or wrote its notes: kept (console.store.labels), on a thread."""
+        if self._filling or item.column() not in LABELS:
+            return
+        run_id, what = item.data(Qt.UserRole), LABELS[item.column()]
+        info = self.infos.get(run_id)
+        if info is not None:
+            setattr(info, what, item.text())
+        self.threads.start("label", self._label, run_id, what, item.text())
+        self.labelled.emit(run_id)
+
+    def _label(self, run_id: str, what: str, words: str) -> None:
+        try:
+            set_label(run_id, **{what: words})
+        except Exception as exc:
+            self._failed.emit(f"The run's {what} could not be kept: {describe(exc)}")
 
     def _on_table_item_selection_changed(self) -> None:
         self._update_buttons()

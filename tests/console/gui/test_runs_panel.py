@@ -16,6 +16,8 @@ from console.gui.main_window import MainWindow
 from console.profiles import Profiles
 from console.store import manifests
 from tests.console.gui.conftest import save_shot
+from console.gui.runs_panel import COLUMNS
+from console.store import labels
 from tests.helpers.scripted import finished_run, scripted_cluster
 
 
@@ -49,10 +51,24 @@ def test_two_finished_runs_are_listed_opened_and_overlaid(qtbot, gui_homes, monk
     window = open_window(qtbot, gui_homes)
     rows = show_runs(qtbot, window, 2)
     assert [r[0] for r in rows] == ["run-b", "run-a"]  # the newest first
-    assert rows[1][1:3] == ["finished", "here: worker-0, worker-1"]
-    assert rows[1][5:] == ["0.0167", "0.6000", "0.7000"]  # final loss, accuracy, val_accuracy
-    assert rows[0][5:] == ["0.1500", "0.5000", "0.6000"]
-    assert rows[1][3] != "-" and rows[1][4].count(":") == 2  # start, duration
+    assert [rows[1][2], rows[1][4]] == ["finished", "here: worker-0, worker-1"]
+    assert rows[1][7:10] == ["0.0167", "0.6000", "0.7000"]  # final loss, accuracy, val_accuracy
+    assert rows[0][7:10] == ["0.1500", "0.5000", "0.6000"]
+    assert rows[1][5] != "-" and rows[1][6].count(":") == 2  # start, duration
+    assert rows[1][3] == "script scripted.py, strategy auto" and rows[1][1] == rows[1][10] == ""
+
+    # A run's name and notes are the person's: written in place, kept by this console, listed again
+    panel = window.runs_panel
+    with qtbot.waitSignal(panel.labelled, timeout=5_000):
+        panel.table.item(1, COLUMNS.index("Name")).setText("baseline\x1b[31m, lr 1e-3")
+    with qtbot.waitSignal(panel.labelled, timeout=5_000):
+        panel.table.item(1, COLUMNS.index("Notes")).setText("the first one that converged")
+    qtbot.waitUntil(lambda: labels.label("run-a") == {"name": "baseline[31m, lr 1e-3",
+                                                      "notes": "the first one that converged"}, timeout=5_000)
+    assert not panel.table.item(1, 0).flags() & Qt.ItemIsEditable and panel.table.item(1, 1).flags() & Qt.ItemIsEditable
+    panel.refresh()
+    qtbot.waitUntil(lambda: panel.rows()[1][1] == "baseline[31m, lr 1e-3", timeout=30_000)
+    assert panel.rows()[1][10] == "the first one that converged" and panel.rows()[0][1] == ""
 
     window.runs_panel.select("run-a")
     click(qtbot, window.runs_panel.open_button)
@@ -94,7 +110,7 @@ def test_a_run_reopened_after_a_console_restart_shows_its_whole_history(qtbot, g
     again = open_window(qtbot, gui_homes)
     assert again.session.run is None
     rows = show_runs(qtbot, again, 1)
-    assert rows[0][:2] == [run_id, "finished"]
+    assert [rows[0][0], rows[0][2]] == [run_id, "finished"]
     again.runs_panel.select(run_id)
     click(qtbot, again.runs_panel.open_button)
     qtbot.waitUntil(lambda: again.dashboard.store.points("worker-1", "loss") == 120, timeout=30_000)
@@ -165,7 +181,7 @@ def test_opening_a_run_still_going_follows_it_live(qtbot, gui_homes, dialogs):
     try:
         window = open_window(qtbot, gui_homes)
         rows = show_runs(qtbot, window, 1)
-        assert rows[0][:2] == ["going", "running"]
+        assert [rows[0][0], rows[0][2]] == ["going", "running"]
         window.runs_panel.select("going")
         assert not window.runs_panel.delete_button.isEnabled()  # a run still going is not deleted
         click(qtbot, window.runs_panel.open_button)
