@@ -235,3 +235,22 @@ def settings_text(cluster) -> str:
         return f"script {t.script.rsplit('/', 1)[-1]}, strategy {strategy}"
     batch = f"global batch {t.global_batch}" if t.global_batch else f"batch {t.per_replica_batch} per replica"
     return f"{t.workload}, strategy {strategy}, {batch}, {t.epochs} epochs, lr {metric_text(t.learning_rate)}"
+
+
+def hosts_words(hosts: dict) -> str:
+    """``2 workers, 1 ps on 2 hosts`` from {host: [task names]}."""
+    roles: dict[str, int] = {}
+    for tasks in hosts.values():
+        for task in tasks:
+            role = str(task).rpartition("-")[0] or str(task)
+            roles[role] = roles.get(role, 0) + 1
+    said = ", ".join(f"{n} {role}{'s' * (n != 1 and role != 'ps')}" for role, n in roles.items())
+    return f"{said} on {len(hosts)} host{'s' * (len(hosts) != 1)}" if hosts else ""
+
+
+def cluster_words(cluster) -> str:
+    """``2 workers on 2 hosts`` of a cluster."""
+    hosts: dict = {}
+    for name, task in zip(cluster.task_names(), cluster.tasks):
+        hosts.setdefault(task.host, []).append(name)
+    return hosts_words(hosts)

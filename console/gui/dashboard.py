@@ -12,22 +12,24 @@ when they change, ``apply_view`` restores them.
 from __future__ import annotations
 
 import datetime as dt
+import html
 import math
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QSizePolicy,
-                               QSlider, QSplitter, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QHBoxLayout, QInputDialog, QLabel, QListWidget, QListWidgetItem,
+                               QPushButton, QSizePolicy, QSlider, QSplitter, QVBoxLayout, QWidget)
 
 from console.gui.colors import CLUSTER, EPOCH as EPOCH_PEN, VALIDATION, host_encoding, worker_color
 from console.gui.events_view import EventsView
 from console.gui.progress_view import ProgressView
 from console.store.metric_ids import DEFAULT_PLOTS, EPOCH, HOST, SYSTEM, X_AXES, is_cluster_wide, plot_label, plot_of
 from console.store.metrics import Marker, MetricsStore
-from console.text import marker_label, marker_text, metric_text
+from console.text import duration_text, marker_label, marker_text, metric_text
 from trainer.tf_config import TRAINING_ROLES
 
 REFRESH_MS = 33          # at most 30 redraws a second
@@ -49,6 +51,17 @@ MARKER_PENS = {Marker.RESTART: ("#b00020", Qt.DashLine), Marker.STALL: ("#E69F00
 EMPTY = np.empty(0)
 SAMPLE_GAP_SECONDS = 5.0  # system samples come every second: a pause this long (and 5 x the usual) is a gap
 SAMPLE_GAP_FACTOR = 5
+
+
+@dataclass
+class RunHeader:
+    """What the Dashboard's header says of the run it shows (besides what its store has: runtime, final values)."""
+
+    run_id: str
+    name: str = ""
+    state: str = ""
+    cluster: str = ""   # "2 workers on 2 hosts"
+    settings: str = ""  # text.settings_text
 
 
 class _Curve(pg.PlotCurveItem):
@@ -100,6 +113,7 @@ def _bounds(x: np.ndarray, y: np.ndarray):
 
 class Dashboard(QWidget):
     view_changed = Signal(dict)  # the person changed a reading aid: view()
+    renamed = Signal(str, str)   # the person named the run shown: run id, name
 
     def __init__(self, store: MetricsStore | None = None, parent=None):
         super().__init__(parent)
@@ -181,6 +195,19 @@ class Dashboard(QWidget):
         left = QWidget()
         left_layout = QVBoxLayout(left)
         left_layout.setContentsMargins(0, 0, 0, 0)
+        # The run shown, in a line: its name, state, how long it went, its cluster and settings, where it ended.
+        self.header = QLabel("No run yet: Deploy & Start begins one; the Runs tab opens an earlier one.")
+        self.header.setTextFormat(Qt.RichText)
+        self.header.setWordWrap(True)
+        self.rename_button = QPushButton("Name…")
+        self.rename_button.setToolTip("Give the run a name of yours (the Runs tab lists it; notes are written there)")
+        self.rename_button.setEnabled(False)
+        self.rename_button.clicked.connect(self._on_rename_button_clicked)
+        header_row = QHBoxLayout()
+        header_row.addWidget(self.header, 1)
+        header_row.addWidget(self.rename_button)
+        left_layout.addLayout(header_row)
+        self.run_header: RunHeader | None = None
         self._detached = False
         self.notice = QLabel("")  # what the Dashboard shows now, when it is no live run (detached)
         self.notice.setWordWrap(True)
@@ -261,6 +288,37 @@ class Dashboard(QWidget):
                 if plot_of(metric) in self.shown and task.rpartition("-")[0] in TRAINING_ROLES:
                     self._curve(task, metric)
 
+    def set_header(self, header: "RunHeader | None") -> None:
+        """What the header says of the run shown (None: no run)."""
+        self.run_header = header
+        self.rename_button.setEnabled(header is not None)
+        self._show_header()
+
+    def _show_header(self) -> None:
+        h = self.run_header
+        if h is None:
+            return
+        final = self.store.final_metrics()
+        runtime = self.store.runtime()
+        parts = [f"<b>{html.escape(h.name)}</b> ({html.escape(h.run_id)})" if h.name else f"<b>{html.escape(h.run_id)}</b>",
+                 f"<b>{html.escape(DETACHED if self._detached else h.state)}</b>",
+                 duration_text(runtime) if runtime is not None else "", html.escape(h.cluster),
+                 html.escape(h.settings),
+                 ", ".join(f"{k} {metric_text(v)}" for k, v in final.items())]
+        words = " · ".join(p for p in parts if p)
+        if self.header.text() != words:
+            self.header.setText(words)
+
+    def _on_rename_button_clicked(self) -> None:
+        h = self.run_header
+        if h is None:
+            return
+        name, ok = QInputDialog.getText(self, "Name the run", f"A name for run {h.run_id} (empty: none):", text=h.name)
+        if ok:
+            h.name = name.strip()
+            self._show_header()
+            self.renamed.emit(h.run_id, h.name)
+
     def set_notice(self, words: str) -> None:
         """A line above the progress that says what the Dashboard shows (empty: none)."""
         self.notice.setText(words)
@@ -272,6 +330,7 @@ class Dashboard(QWidget):
                         "in the Runs tab (or open this profile again) to follow it again.")
         self.progress_view.freeze(DETACHED)
         self._detached = True
+        self._show_header()
 
     def set_overlay(self, label: str, store: MetricsStore | None) -> None:
         """Draw another run's curves (a finished one, to compare) dashed behind this one's; None clears."""
@@ -825,6 +884,7 @@ class Dashboard(QWidget):
         self._relayout()
         if not self._detached:  # a late batch does not bring the ETA back
             self.progress_view.show_store(store)
+        self._show_header()
         self.events_view.show_store(store)
 
     def showEvent(self, event):  # noqa: N802 (Qt's name): curves were not fed while hidden

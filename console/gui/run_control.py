@@ -7,6 +7,7 @@ says is shown in the Dashboard and the diagram, and in words through ``reported`
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -15,13 +16,18 @@ from PySide6.QtWidgets import QMessageBox, QTabWidget, QWidget
 from agent.protocol import FAILED, FINISHED, STOPPED
 from console import cluster as cl
 from console.catalog import running_runs
-from console.gui.dashboard import Dashboard
+from console.errors import describe
+from console import text
+from console.gui.dashboard import Dashboard, RunHeader
 from console.gui.events_view import LOG_TAKE_MS
 from console.gui.diagram import ClusterDiagram
 from console.gui.jobs import RunBridge, Threads
 from console.gui.runs_panel import RunsPanel
-from console.states import SessionKind
+from console.states import RunState, SessionKind, run_state
+from console.store.labels import set_label
 from console.store.cache import CONSOLE_TASK
+
+log = logging.getLogger("console.gui")
 
 # Supervision's events after which what can be done with the run changes.
 CHANGES_ACTIONS = (SessionKind.OFFERED, SessionKind.GAVE_UP, SessionKind.RESTARTING, SessionKind.RESTARTED)
@@ -57,6 +63,7 @@ class RunControl(QObject):
         for event in ("open_requested", "history_loaded", "comparison_loaded", "running_found"):
             getattr(runs_panel, event).connect(getattr(self, f"_on_runs_panel_{event}"))
         self._runs_found.connect(self._on_self_runs_found)
+        dashboard.renamed.connect(self._on_dashboard_renamed)
         self.detached_from: str | None = None  # the run this window detached from (it goes on there)
         self._log_timer = QTimer(self, singleShot=True, interval=LOG_TAKE_MS)
         self._log_timer.timeout.connect(self._on_log_timer_timeout)
@@ -138,6 +145,32 @@ class RunControl(QObject):
         if live:
             self.detached_from = None
         self.dashboard.set_store(store, order, live)
+        if live:
+            self._show_header(RunState.RUNNING)
+
+    def _on_dashboard_renamed(self, run_id: str, name: str) -> None:
+        """The person named the run shown: kept (on a thread), and the Runs tab lists it so."""
+        known = self.runs_panel.infos.get(run_id)
+        if known is not None:
+            known.name = name
+        self.threads.start("label", self._keep_name, run_id, name)
+
+    def _keep_name(self, run_id: str, name: str) -> None:
+        try:
+            set_label(run_id, name=name)
+        except Exception as exc:
+            log.warning("the name of run %s could not be kept: %s", run_id, exc)
+            self.reported.emit(f"The run's name could not be kept: {describe(exc)}")
+
+    def _show_header(self, state: str) -> None:
+        """The Dashboard's header on the run this window follows (its name as the Runs tab knows it)."""
+        run = self.session.run
+        if run is None:
+            self.dashboard.set_header(None)
+            return
+        known = self.runs_panel.infos.get(run.run_id)
+        self.dashboard.set_header(RunHeader(run.run_id, known.name if known else "", state,
+                                            text.cluster_words(run.cluster), text.settings_text(run.cluster)))
 
     # ------------------------------------------------------------ what the session says
 
@@ -145,6 +178,7 @@ class RunControl(QObject):
         self.progressed.emit(sent, max(1, total), f"deploying to {host}: %p%")
 
     def _on_session_run_started(self, run_id: str) -> None:
+        self._show_header(RunState.RUNNING)
         self.progress_ended.emit()
         self.reported.emit(f"Run {run_id}: tasks started; waiting for the cluster to form")
         self.actions_changed.emit()
@@ -199,6 +233,7 @@ class RunControl(QObject):
         if run is not None:
             failed = [t.name for t in run.tasks if t.phase not in (FINISHED, STOPPED)]
             stopped = any(t.phase == STOPPED for t in run.tasks)
+            self._show_header(run_state([t.phase for t in run.tasks], [t.phase == STOPPED for t in run.tasks]))
             self.reported.emit(f"Run {run.run_id} " + (
                 f"ended; not finished: {', '.join(failed)} (Resume starts every task again from their backups)"
                 if failed else "stopped (Resume goes on from the newest backups)" if stopped
@@ -234,6 +269,10 @@ class RunControl(QObject):
         self.session.detach()  # an ended run's session: Resume and Detach are about it no more
         self.started_event = None
         self._show(store, order)
+        info = self.runs_panel.infos.get(run_id)
+        self.dashboard.set_header(RunHeader(run_id, info.name if info else "", info.state if info else "",
+                                            text.hosts_words(info.hosts) if info else "",
+                                            info.settings if info else ""))
         self.reported.emit(f"Run {run_id}: its whole history")
         self.actions_changed.emit()
 

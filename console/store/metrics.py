@@ -172,6 +172,7 @@ def _columns(records: list[dict]) -> dict[str, np.ndarray]:
                 if any(_is_number(r.get(name)) for r in records) or name in ("loss", "loss_avg")}
 
 
+FINAL_METRICS = ("loss", "accuracy", "val_loss", "val_accuracy")  # what a run header says it ended at
 _CURSOR = (None, None)  # the key of ``changed``'s ``seen`` that says where a call with a budget stopped
 
 
@@ -215,6 +216,7 @@ class MetricsStore:
         self.alive: dict[str, dict] = {}  # task -> its newest liveness record (parameter-server workers and ps)
         self.gpus_used: dict[str, set | None] = {}   # host -> the GPU indices its tasks see (None: all)
         self.origin: float | None = None  # the time of the run's earliest record (relative time is from it)
+        self.latest: float | None = None  # the newest record's time (with origin: how long the run has gone)
         self._base: float | None = None   # times are kept as float32 seconds from this (the first time seen)
         self.version = 0
         self._diverged: set = set()
@@ -232,7 +234,7 @@ class MetricsStore:
             self._diverged.clear()
             self._noted.clear()
             self._said.clear()
-            self._base = self.origin = None
+            self._base = self.origin = self.latest = None
             self.version += 1
 
     def _worker(self, task: str) -> None:
@@ -252,8 +254,9 @@ class MetricsStore:
         ts[~((ts >= 0) & (ts < _LATEST))] = np.nan  # a time no clock gives (a host's 1e300) is no time
         finite = ts[np.isfinite(ts)]
         if len(finite):
-            first = float(finite.min())
+            first, last = float(finite.min()), float(finite.max())
             self.origin = first if self.origin is None else min(self.origin, first)
+            self.latest = last if self.latest is None else max(self.latest, last)
             if self._base is None:
                 self._base = first
         return ts - (self._base or 0.0)
@@ -608,6 +611,19 @@ class MetricsStore:
         with self._lock:
             return dict(self.states)
 
+    def runtime(self) -> float | None:
+        """Seconds from the run's first record to its newest (None before two times)."""
+        if self.origin is None or self.latest is None:
+            return None
+        return self.latest - self.origin
+
+    def final_metrics(self) -> dict:
+        """The newest epoch's cluster-wide values (loss, accuracy, their validation ones): what a run ended at."""
+        with self._lock:
+            last = self.epochs[-1] if len(self.epochs) else {}
+        return {k: v for k, v in last.items() if k in FINAL_METRICS and isinstance(v, (int, float))
+                and not isinstance(v, bool) and math.isfinite(v)}
+
     def events_snapshot(self) -> list[dict]:
         with self._lock:
             return list(self.events)
@@ -686,6 +702,9 @@ class MetricsStore:
                     xs, ts = arrays.pop("x"), arrays.pop("t")
                     with self._lock:
                         self._table(owner, kind).extend(xs, ts, arrays)
+                        if len(ts) and np.isfinite(ts).any():  # the newest time, as ingest keeps it
+                            last = float(np.nanmax(ts)) + (self._base or 0.0)
+                            self.latest = last if self.latest is None else max(self.latest, last)
                         self.version += 1
         except (KeyError, TypeError, AttributeError, EOFError, zipfile.BadZipFile) as exc:
             self._clear()

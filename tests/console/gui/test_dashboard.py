@@ -199,6 +199,35 @@ def test_the_events_pane_keeps_the_width_the_person_gave_it(qtbot):
     assert abs(board.events_width() - 600) <= 10
 
 
+def test_the_header_says_which_run_how_it_went_and_where_it_ended(qtbot, dialogs):
+    from console.gui.dashboard import RunHeader
+
+    store = MetricsStore()
+    board = _shown_board(qtbot, store)
+    assert board.header.text().startswith("No run yet") and not board.rename_button.isEnabled()
+    store.ingest("worker-0", [{"type": "step", "global_step": g, "loss": 1.0 / g, "time": 1000.0 + g}
+                              for g in range(1, 62)])
+    store.ingest("worker-0", [{"type": "epoch", "epoch": 0, "time": 1061.0, "loss": 0.25, "accuracy": 0.9,
+                               "val_loss": 0.3, "val_accuracy": 0.875, "epoch_time": 60.0}])
+    board.set_header(RunHeader("20261125-101010-abcdef", "", "running", "2 workers on 2 hosts",
+                               "digits, strategy auto, batch 32 per replica, 8 epochs, lr 0.001"))
+    frame(board)
+    words = board.header.text()
+    for said in ("<b>20261125-101010-abcdef</b>", "<b>running</b>", "0:01:00", "2 workers on 2 hosts",
+                 "batch 32 per replica, 8 epochs", "loss 0.2500", "accuracy 0.9000", "val_loss 0.3000",
+                 "val_accuracy 0.8750"):
+        assert said in words, said
+    assert "epoch_time" not in words
+    dialogs.answer("QInputDialog.getText", ("lr sweep <b>3</b>", True))
+    with qtbot.waitSignal(board.renamed) as renamed:
+        board.rename_button.click()
+    assert renamed.args == ["20261125-101010-abcdef", "lr sweep <b>3</b>"]
+    assert board.header.text().startswith("<b>lr sweep &lt;b&gt;3&lt;/b&gt;</b> (20261125-101010-abcdef)"), \
+        "a name is text, never markup"
+    board.show_detached("20261125-101010-abcdef")
+    assert "<b>detached</b>" in board.header.text()
+
+
 def test_the_first_frame_draws_what_the_store_has_before_any_show(qtbot):
     """A dashboard given a store with data draws it on its first tick, shown or not yet (rows, curves)."""
     store = MetricsStore()

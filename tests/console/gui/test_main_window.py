@@ -80,6 +80,9 @@ def test_add_two_hosts_check_start_watch_and_stop(qtbot, gui_homes, shots, dialo
     assert window.diagram.batch_label.text() == expected == "global 32 = 2 workers × 1 replica × 16"
     assert [t.name for h in window.diagram.hosts for t in h.tasks if t.is_chief] == ["worker-0"]
     qtbot.waitUntil(lambda: window.dashboard.progress_view.bars["worker-1"].value() > 0, timeout=60_000)
+    header = window.dashboard.header.text()
+    assert f"<b>{window.session.run.run_id}</b> · <b>running</b>" in header and "2 workers on 2 hosts" in header
+    assert "digits, strategy auto, batch 16 per replica" in header
     save_shot(window, shots, "dashboard-running")
     window.tabs.setCurrentWidget(window.diagram)
     window.diagram._on_task_clicked("worker-1")
@@ -138,6 +141,7 @@ def test_add_two_hosts_check_start_watch_and_stop(qtbot, gui_homes, shots, dialo
         badges = again.dashboard.progress_view.badges
         assert all(b.text() == "stopping…" and "b00020" not in b.styleSheet() for b in badges.values())
     assert [t.phase for t in again.session.run.tasks] == ["stopped", "stopped"]
+    assert "<b>stopped</b>" in again.dashboard.header.text()
     events = again.session.store.events_snapshot()
     names = [e["event"] for e in events]
     assert "started" in names and "launched" in names
