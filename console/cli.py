@@ -503,7 +503,9 @@ def main(argv: list[str] | None = None) -> int:
     log_to_file()
     try:
         with log_to_terminal() if debug or verbose else contextlib.nullcontext():
-            return ns.func(ns)
+            code = ns.func(ns)
+        sys.stdout.flush()  # what is buffered for a pipe whose reader left fails here (below), not at exit
+        return code
     except KeyboardInterrupt:
         print("tfcc: interrupted", file=sys.stderr)
         return 130
