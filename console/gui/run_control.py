@@ -225,7 +225,9 @@ class RunControl(QObject):
         self.diagram.set_states(self.session.store.states_snapshot())
 
     def _on_session_stopped(self) -> None:
-        self.reported.emit("Run stopped")
+        """Every agent answered the stop; the run's end (``ended``) says how it ended, once it came."""
+        if self.session.active:
+            self.reported.emit("Stopped: waiting for the tasks' ends…")
         self.actions_changed.emit()
 
     def _on_session_ended(self) -> None:

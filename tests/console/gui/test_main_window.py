@@ -151,7 +151,8 @@ def test_add_two_hosts_check_start_watch_and_stop(qtbot, gui_homes, shots, dialo
     for width, height in ((1440, 900), (1280, 720)):
         again.resize(width, height)
         save_shot(again, shots, f"dashboard-stopped-{width}")
-    assert again.statusBar().currentMessage() == f"Run {run_id} stopped (Resume goes on from the newest backups)"
+    qtbot.waitUntil(lambda: again.statusBar().currentMessage() ==
+                    f"Run {run_id} stopped (Resume goes on from the newest backups)", timeout=10_000)
     again.close()
     assert not again.threads.busy()
 
