@@ -27,11 +27,13 @@ from console.tensorboard import Servers
 
 log = logging.getLogger("console.gui")
 
-COLUMNS = ("Run", "Name", "State", "Settings", "Cluster", "Start", "Duration", "Loss", "Accuracy", "Val accuracy",
+# What tells runs apart first (name, state, where they ended), then how they were set up; the notes last.
+COLUMNS = ("Run", "Name", "State", "Loss", "Accuracy", "Val accuracy", "Duration", "Start", "Settings", "Cluster",
            "Notes")
 METRIC_COLUMNS = {"Loss": "loss", "Accuracy": "accuracy", "Val accuracy": "val_accuracy"}
 LABELS = {COLUMNS.index("Name"): "name", COLUMNS.index("Notes"): "notes"}  # the person's own, edited in place
-NUMBERS = range(COLUMNS.index("Duration"), COLUMNS.index("Val accuracy") + 1)  # right-aligned
+NUMBERS = range(COLUMNS.index("Loss"), COLUMNS.index("Duration") + 1)  # right-aligned
+SETTINGS_WIDTH = 260  # the settings column at first (its cells' tooltips have them whole)
 
 
 class RunsPanel(QWidget):
@@ -68,6 +70,9 @@ class RunsPanel(QWidget):
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeToContents)
         header.setSectionResizeMode(COLUMNS.index("Cluster"), QHeaderView.Stretch)
+        header.setSectionResizeMode(COLUMNS.index("Settings"), QHeaderView.Interactive)
+        self.table.setColumnWidth(COLUMNS.index("Settings"), SETTINGS_WIDTH)
+        self.table.setWordWrap(False)
         self._filling = False  # the table is being filled: its changes are none of the person's
         self.open_button = QPushButton("Open")
         self.open_button.setToolTip("Show the run's whole history in the Dashboard (a run still going: follow it)")
@@ -135,11 +140,11 @@ class RunsPanel(QWidget):
         for info in reversed(infos):  # the newest first
             row = self.table.rowCount()
             self.table.insertRow(row)
-            cells = [info.run_id, info.name, info.state, info.settings or "-", info.cluster_text or "-",
-                     text.start_text(info.start), text.duration_text(info.duration)]
+            cells = [info.run_id, info.name, info.state]
             cells += [text.metric_text(info.metrics[m]) if m in info.metrics else "-"
                       for m in METRIC_COLUMNS.values()]
-            cells.append(info.notes.replace("\n", " "))
+            cells += [text.duration_text(info.duration), text.start_text(info.start), info.settings or "-",
+                      info.cluster_text or "-", info.notes.replace("\n", " ")]
             for column, value in enumerate(cells):
                 item = QTableWidgetItem(value)
                 item.setData(Qt.UserRole, info.run_id)
@@ -147,8 +152,9 @@ class RunsPanel(QWidget):
                     item.setToolTip("Yours to write: F2 (or a click on the selected cell) edits it")
                 else:
                     item.setFlags(item.flags() & ~Qt.ItemIsEditable)
-                    if info.note:
-                        item.setToolTip(info.note)
+                    if info.note or column == COLUMNS.index("Settings"):
+                        item.setToolTip("\n".join(filter(None, [value if column == COLUMNS.index("Settings")
+                                                                 else "", info.note])))
                 if column in NUMBERS:
                     item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
                 self.table.setItem(row, column, item)

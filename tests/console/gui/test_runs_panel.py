@@ -51,11 +51,14 @@ def test_two_finished_runs_are_listed_opened_and_overlaid(qtbot, gui_homes, monk
     window = open_window(qtbot, gui_homes)
     rows = show_runs(qtbot, window, 2)
     assert [r[0] for r in rows] == ["run-b", "run-a"]  # the newest first
-    assert [rows[1][2], rows[1][4]] == ["finished", "here: worker-0, worker-1"]
-    assert rows[1][7:10] == ["0.0167", "0.6000", "0.7000"]  # final loss, accuracy, val_accuracy
-    assert rows[0][7:10] == ["0.1500", "0.5000", "0.6000"]
-    assert rows[1][5] != "-" and rows[1][6].count(":") == 2  # start, duration
-    assert rows[1][3] == "script scripted.py, strategy auto" and rows[1][1] == rows[1][10] == ""
+    col = {name: COLUMNS.index(name) for name in COLUMNS}
+    assert [rows[1][col["State"]], rows[1][col["Cluster"]]] == ["finished", "here: worker-0, worker-1"]
+    metrics = slice(col["Loss"], col["Val accuracy"] + 1)
+    assert rows[1][metrics] == ["0.0167", "0.6000", "0.7000"]  # final loss, accuracy, val_accuracy
+    assert rows[0][metrics] == ["0.1500", "0.5000", "0.6000"]
+    assert rows[1][col["Start"]] != "-" and rows[1][col["Duration"]].count(":") == 2
+    assert rows[1][col["Settings"]] == "script scripted.py, strategy auto"
+    assert rows[1][col["Name"]] == rows[1][col["Notes"]] == ""
 
     # A run's name and notes are the person's: written in place, kept by this console, listed again
     panel = window.runs_panel
@@ -67,8 +70,8 @@ def test_two_finished_runs_are_listed_opened_and_overlaid(qtbot, gui_homes, monk
                                                       "notes": "the first one that converged"}, timeout=5_000)
     assert not panel.table.item(1, 0).flags() & Qt.ItemIsEditable and panel.table.item(1, 1).flags() & Qt.ItemIsEditable
     panel.refresh()
-    qtbot.waitUntil(lambda: panel.rows()[1][1] == "baseline[31m, lr 1e-3", timeout=30_000)
-    assert panel.rows()[1][10] == "the first one that converged" and panel.rows()[0][1] == ""
+    qtbot.waitUntil(lambda: panel.rows()[1][col["Name"]] == "baseline[31m, lr 1e-3", timeout=30_000)
+    assert panel.rows()[1][col["Notes"]] == "the first one that converged" and panel.rows()[0][col["Name"]] == ""
 
     window.runs_panel.select("run-a")
     click(qtbot, window.runs_panel.open_button)
