@@ -279,12 +279,15 @@ def supervised_to_the_end(run: Run, timeout: float, resume: bool = False) -> tup
     return session, events
 
 
-def script_run(homes, name: str, code: str, restarts: int) -> Run:
+def script_run(homes, name: str, code: str, restarts: int | None = None, tasks: int = 2) -> Run:
+    """A run of ``code`` as the user's script (no capture) on ``tasks`` local tasks."""
     script = homes / "task.py"
     script.write_text(code)
-    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
-                         cl.Training(script=str(script), max_restarts=restarts, capture=False))
-    return Run(cluster, name)
+    training = cl.Training(script=str(script), capture=False)
+    if restarts is not None:
+        training.max_restarts = restarts
+    return Run(cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here") for _ in range(tasks)],
+                          training), name)
 
 
 def test_a_bug_in_the_code_is_not_restarted(homes):
@@ -746,11 +749,7 @@ def test_a_console_that_falls_behind_holds_the_follows_and_loses_nothing(homes, 
     from console.run.runner import Backlog
     monkeypatch.setattr(Backlog, "HIGH", 256 << 10)
     monkeypatch.setattr(Backlog, "LOW", 64 << 10)
-    script = homes / "flood.py"
-    script.write_text(FLOOD)
-    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here")],
-                         cl.Training(script=str(script), capture=False))
-    run = Run(cluster, "flood")
+    run = script_run(homes, "flood", FLOOD, tasks=1)
     run.start()
     store = MetricsStore()
     session = RunSession(run, store)
@@ -795,11 +794,7 @@ def test_a_flood_of_events_keeps_what_a_snapshot_needs_within_its_bound(homes):
     """30,000 events of one task: the session keeps at most MAX_KEPT records of it for the run's snapshot, and
     among them the moments its supervision is taken up from (launched, cluster formed)."""
     from console.run.session import MAX_KEPT
-    script = homes / "events.py"
-    script.write_text(EVENT_FLOOD)
-    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here")],
-                         cl.Training(script=str(script), capture=False))
-    run = Run(cluster, "events")
+    run = script_run(homes, "events", EVENT_FLOOD, tasks=1)
     run.start()
     session = RunSession(run, MetricsStore())
     follow_to_end(session, 60)
