@@ -176,6 +176,41 @@ FINAL_METRICS = ("loss", "accuracy", "val_loss", "val_accuracy")  # what a run h
 _CURSOR = (None, None)  # the key of ``changed``'s ``seen`` that says where a call with a budget stopped
 
 
+class _FairLock:
+    """The store's lock, which a writer hands over between its chunks.
+
+    Python's lock lets the thread that releases it take it again at once: a session thread adding a flood
+    chunk by chunk kept the window's thread waiting on it for 370 ms (bench/hostile_host.py --why). A thread
+    that has to wait says so (``waiting``), and ``hand_over`` (a writer, between two holds) steps aside until
+    the waiting ones have had their turn."""
+
+    __slots__ = ("_lock", "waiting")
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.waiting = 0
+
+    def __enter__(self):
+        if not self._lock.acquire(blocking=False):
+            self.waiting += 1
+            try:
+                self._lock.acquire()
+            finally:
+                self.waiting -= 1
+        return self
+
+    def __exit__(self, *exc):
+        self._lock.release()
+
+    def hand_over(self, most: float = 0.05) -> None:
+        """Wait (not holding the lock) while another thread waits for it, ``most`` seconds at most."""
+        if not self.waiting:
+            return
+        end = time.monotonic() + most
+        while self.waiting and time.monotonic() < end:
+            time.sleep(0.0002)
+
+
 class Changes(dict):
     """What ``MetricsStore.changed`` found; ``complete`` false: more is left for the next call."""
 
@@ -202,7 +237,7 @@ class MetricsStore:
 
     def __init__(self, capacity: int = 200_000):
         self.capacity = capacity
-        self._lock = threading.Lock()
+        self._lock = _FairLock()
         self._tables: dict[tuple[str, str], Table] = {}
         self.workers: list[str] = []
         self.hosts: list[str] = []            # hosts with system samples, in the order they came
@@ -304,9 +339,11 @@ class MetricsStore:
                     self._mark(task, r, key)
             self.version += 1
         for start in range(0, len(others), self.CHUNK):  # a view waits for one chunk at most, not a flood's whole
+            self._lock.hand_over()
             with self._lock:
                 self._others(task, others[start:start + self.CHUNK], self.progress[task])
                 self.version += 1
+        self._lock.hand_over()
 
     def _others(self, task: str, others: list[dict], prog: WorkerProgress) -> None:
         """A task's records but its steps (under the lock); their epoch rows added at once."""
@@ -657,7 +694,8 @@ class MetricsStore:
                 alive=dict(self.alive),
                 gpus_used={h: None if g is None else sorted(g) for h, g in self.gpus_used.items()},
                 origin=self.origin, base=self._base, diverged=sorted(self._diverged), **where)
-            state = Snapshot.from_json(state.to_json())  # a copy: the store goes on changing meanwhile
+        # Copies of the lists, not of the records: a record is never changed once kept. (A deep copy by a JSON
+        # round trip held the lock, and the interpreter, for a third of a second after a flood of events.)
 
         def tables():  # one table's copy at a time: a snapshot of a big run costs no second store
             for key, (_, _, columns) in zip(keys, state.tables):
@@ -700,6 +738,7 @@ class MetricsStore:
             if first is not None:
                 for owner, kind, arrays in itertools.chain([first], tables):  # read one table, then add it
                     xs, ts = arrays.pop("x"), arrays.pop("t")
+                    self._lock.hand_over()
                     with self._lock:
                         self._table(owner, kind).extend(xs, ts, arrays)
                         if len(ts) and np.isfinite(ts).any():  # the newest time, as ingest keeps it

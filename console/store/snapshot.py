@@ -22,6 +22,9 @@ from console.files import open_private, write_atomically
 STATE, ARRAYS = "store.json", "store.npz"
 
 
+JSON_PIECE = 500  # list items encoded per call (to_json)
+
+
 @dataclass
 class Snapshot:
     """What a store keeps besides its rows, and what the next session of the run needs to go on from it."""
@@ -51,7 +54,18 @@ class Snapshot:
     kept: dict[str, list[dict]] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        return json.dumps({"format": self.FORMAT, **dataclasses.asdict(self)})
+        """The snapshot as JSON, its long lists (events, epochs) encoded a piece at a time: one encoding of a
+        whole flood's events held the interpreter, and the window's thread with it, for a tenth of a second."""
+        data = {"format": self.FORMAT, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
+        parts = []
+        for name, value in data.items():
+            if isinstance(value, list) and len(value) > JSON_PIECE:
+                value = "[" + ", ".join(json.dumps(value[i:i + JSON_PIECE])[1:-1]
+                                        for i in range(0, len(value), JSON_PIECE)) + "]"
+            else:
+                value = json.dumps(value)
+            parts.append(f"{json.dumps(name)}: {value}")
+        return "{" + ", ".join(parts) + "}"
 
     @classmethod
     def from_json(cls, text: str) -> Snapshot:

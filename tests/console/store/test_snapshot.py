@@ -3,6 +3,7 @@ format is none (the session then reads its run from the first records)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -82,3 +83,13 @@ def test_an_older_writers_leftovers_are_removed_and_the_state_goes_last(tmp_path
 
     snapshot.write(folder, state, tables())
     assert sorted(p.name for p in folder.iterdir()) == [snapshot.STATE, snapshot.ARRAYS]
+
+
+def test_long_lists_are_encoded_in_pieces_as_one_json_would_be():
+    events = [{"time": float(i), "task": "worker-0", "event": "evaluated", "record": {"n": i, "x": [i, "a"]}}
+              for i in range(2 * snapshot.JSON_PIECE + 7)]
+    state = snapshot.Snapshot(workers=["worker-0"], events=events, epochs=[{"epoch": 1}], restarts=[(1, 20)])
+    text = state.to_json()
+    assert json.loads(text) == json.loads(json.dumps({"format": snapshot.Snapshot.FORMAT,
+                                                      **dataclasses.asdict(state)}))
+    assert snapshot.Snapshot.from_json(text) == state
