@@ -34,3 +34,11 @@ def host_encoding(index: int, gpu: int | None = None) -> tuple[QColor, Qt.PenSty
     if gpu is not None:
         return colour, GPU_STYLES[gpu % len(GPU_STYLES)]
     return colour, HOST_STYLES[(index // len(HOST_GREYS)) % len(HOST_STYLES)]
+
+# A compared run's curves, each run its own colour (dashed): Paul Tol's muted scheme, apart from the workers'.
+COMPARED = ("#882255", "#117733", "#332288", "#999933", "#AA4499", "#44AA99")
+
+
+def compared_color(index: int) -> QColor:
+    """The colour of the ``index``-th compared run (in the order they were added)."""
+    return QColor(COMPARED[index % len(COMPARED)])

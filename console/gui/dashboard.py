@@ -14,18 +14,20 @@ from __future__ import annotations
 import datetime as dt
 import html
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QHBoxLayout, QInputDialog, QLabel, QListWidget, QListWidgetItem,
-                               QPushButton, QSizePolicy, QSlider, QSplitter, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QFrame, QHBoxLayout, QInputDialog, QLabel, QListWidget,
+                               QListWidgetItem, QPushButton, QScrollArea, QSlider, QSplitter, QStackedWidget,
+                               QToolButton, QVBoxLayout, QWidget)
 
-from console.gui.colors import CLUSTER, EPOCH as EPOCH_PEN, VALIDATION, host_encoding, worker_color
+from console.gui.colors import (CLUSTER, EPOCH as EPOCH_PEN, VALIDATION, compared_color, host_encoding,
+                                worker_color)
 from console.gui.events_view import EventsView
+from console.gui.plot_parts import SeriesList, ValueTable
 from console.gui.progress_view import ProgressView
 from console.store.metric_ids import DEFAULT_PLOTS, EPOCH, HOST, SYSTEM, X_AXES, is_cluster_wide, plot_label, plot_of
 from console.store.metrics import Marker, MetricsStore
@@ -34,12 +36,16 @@ from trainer.tf_config import TRAINING_ROLES
 
 REFRESH_MS = 33          # at most 30 redraws a second
 MAX_POINTS = 600         # per curve and redraw: 300 min/max pairs, one per 2-3 pixels of a plot
-NEW_WORKERS_PER_FRAME = 4  # rows, curves and legend entries added per redraw
+NEW_WORKERS_PER_FRAME = 4  # progress rows added per redraw
 NEW_CURVES_PER_FRAME = 6   # curves made per redraw (the rest the next: a run's first records bring dozens)
 MIN_X_SPAN = 100           # steps a view shows at least (fewer view moves early in a run)
 SLOW_REFRESH_MS = 250      # progress lines, ETA, straggler marks, the metric list and the events list
 X_AXIS_NAMES = {"step": "global step", "time": "wall-clock time", "relative": "seconds since the run began"}
-READOUT_CURVES = 8         # curves named in the hover read-out (the rest are counted)
+READOUT_CURVES = 12        # rows of the value table at the cursor (the rest are counted)
+MIN_PLOT_HEIGHT = 200      # a plot card's least height: more cards than fit scroll
+MIN_PLOT_WIDTH = 440       # a card's least width: the grid has as many columns as fit (up to MAX_COLUMNS)
+MAX_COLUMNS = 3
+CARD_SPACING = 12
 FRAME_BUDGET = 0.015  # seconds of reducing new rows per frame and group of plots; the rest next frame
 EVENTS_WIDTH = 330        # the events and logs pane at first (the person resizes it; the window remembers)
 DETACHED = "detached"  # a bar's word once the window stopped following its run
@@ -49,6 +55,9 @@ MARKER_PENS = {Marker.RESTART: ("#b00020", Qt.DashLine), Marker.STALL: ("#E69F00
                Marker.NAN: ("#b00020", Qt.DotLine)}
 
 EMPTY = np.empty(0)
+NO_RUN = ("<p style='font-size:13pt'><b>No run yet</b></p><p>Set the hosts and tasks in <b>Setup</b>, then "
+          "<b>Run ▸ Check</b> (Ctrl+K) to test them and <b>Run ▸ Deploy &amp; Start</b> (F5) to train: each plot "
+          "fills here as the numbers come.</p><p>The <b>Runs</b> tab opens an earlier run.</p>")
 SAMPLE_GAP_SECONDS = 5.0  # system samples come every second: a pause this long (and 5 x the usual) is a gap
 SAMPLE_GAP_FACTOR = 5
 
@@ -111,9 +120,23 @@ def _bounds(x: np.ndarray, y: np.ndarray):
     return float(x[0]), float(x[-1]), float(y[finite].min()), float(y[finite].max()), False
 
 
+class _YAxis(pg.AxisItem):
+    """A y axis that, logarithmic, labels the decades only (1, 0.1, 0.01: the ticks between them unlabelled),
+    and every tick when less than a decade is shown."""
+
+    def tickStrings(self, values, scale, spacing):  # noqa: N802 (pyqtgraph's name)
+        if not self.logMode:
+            return super().tickStrings(values, scale, spacing)
+        low, high = sorted(self.range)
+        if high - low < 1:
+            return [f"{10 ** v:.3g}" for v in values]
+        return [f"{10.0 ** round(v):g}" if abs(v - round(v)) < 1e-6 else "" for v in values]
+
+
 class Dashboard(QWidget):
     view_changed = Signal(dict)  # the person changed a reading aid: view()
     renamed = Signal(str, str)   # the person named the run shown: run id, name
+    comparison_removed = Signal(str)  # the person took a compared run away (its chip's ×): its run id
 
     def __init__(self, store: MetricsStore | None = None, parent=None):
         super().__init__(parent)
@@ -121,16 +144,23 @@ class Dashboard(QWidget):
         self.order: list[str] = []          # task names in cluster order (colours follow it)
         self.curves: dict[tuple[str, str], _Curve] = {}          # (owner, metric) -> its raw curve
         self.smooth_curves: dict[tuple[str, str], _Curve] = {}   # (owner, metric) -> its smoothed curve
-        self.overlay_curves: dict[tuple[str, str], _Curve] = {}  # the compared run's curves
+        self.overlay_curves: dict[tuple[str, str, str], _Curve] = {}  # (run id, owner, metric) -> a compared run's
         self.plots: dict[str, pg.PlotItem] = {}                  # plot id (metric_store.plot_of) -> plot
         self.shown: list[str] = [p for p in DEFAULT_PLOTS]      # the plots the person wants, in order
         self.smoothing = 0.0
         self.log_y = False
         self.x_axis = "step"
-        self.overlay: tuple[str, MetricsStore] | None = None
+        self.compared: dict[str, MetricsStore] = {}  # run id -> its store, drawn dashed in its own colour
+        self._compared_names: dict[str, str] = {}    # run id -> how the series list and chips name it
+        self._compared_index: dict[str, int] = {}    # run id -> its colour's place (kept while it is compared)
+        self.hidden: set[str] = set()                # the series the person hid (by name)
+        self._series: dict[str, tuple] = {}          # name -> (rank, pen, symbol): the series list's entries
+        self.expanded: str | None = None             # the one plot shown alone (a double-click), or None
+        self.live = False                            # a run that goes on: its views leave room ahead
+        self._columns = 1                            # the grid's columns now
         self.redraws = 0
         self._drawn: dict[tuple, int] = {}    # per (owner, metric): the store's table version drawn
-        self._overlay_drawn: dict[tuple, int] = {}
+        self._overlay_drawn: dict[str, dict] = {}  # per compared run: its own _drawn
         self._views: dict[str, tuple] = {}    # per plot: the view range last set while following
         self.following: dict[str, bool] = {}  # per plot: does the view follow the data (no zoom/pan by hand)
         self._seen_version = -1               # the store's version drawn: -1, the first tick draws
@@ -160,11 +190,21 @@ class Dashboard(QWidget):
         for axis in X_AXES:
             self.x_box.addItem(X_AXIS_NAMES[axis], axis)
         controls.addWidget(self.x_box)
-        self.readout = QLabel("")
-        self.readout.setTextFormat(Qt.PlainText)
-        self.readout.setStyleSheet("color: #333")
-        self.readout.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
-        controls.addWidget(self.readout, 1)
+        self.fit_button = QPushButton("Fit")
+        self.fit_button.setToolTip("Every plot around its data again, as a finished run is shown (after a zoom "
+                                   "or pan by hand)")
+        self.fit_button.clicked.connect(self._on_fit_button_clicked)
+        controls.addWidget(self.fit_button)
+        self.all_button = QPushButton("All plots")
+        self.all_button.setToolTip("Show every plot again (a double-click on a plot shows it alone)")
+        self.all_button.clicked.connect(self._on_all_button_clicked)
+        self.all_button.hide()
+        controls.addWidget(self.all_button)
+        # The runs compared with the one shown: a chip each, in its colour, with × to take it away.
+        self.chips = QHBoxLayout()
+        self.chips.setContentsMargins(8, 0, 0, 0)
+        controls.addLayout(self.chips)
+        controls.addStretch(1)
         self.smoothing_slider.valueChanged.connect(self._on_smoothing_slider_value_changed)
         self.log_box.toggled.connect(self._on_log_box_toggled)
         self.x_box.currentIndexChanged.connect(self._on_x_box_current_index_changed)
@@ -174,22 +214,49 @@ class Dashboard(QWidget):
         self.metric_list.setToolTip("The plots to show: every numeric field the run reports")
         self.metric_list.itemChanged.connect(self._on_metric_list_item_changed)
 
+        self.series_list = SeriesList()
+        self.series_list.toggled.connect(self._on_series_list_toggled)
+
+        # The plots: titled cards with a least height in a grid that scrolls, over the same x per unit.
         self.plot_area = pg.GraphicsLayoutWidget()
         self.plot_area.setBackground("w")
-        self.plot_area.ci.layout.setVerticalSpacing(10)
-        self.legend = pg.LegendItem(offset=(-10, 10), labelTextSize="8pt", colCount=2)
-        self._legend_plot = None
-        self._legend_names: set = set()
+        self.plot_area.ci.layout.setVerticalSpacing(CARD_SPACING)
+        self.plot_area.ci.layout.setHorizontalSpacing(CARD_SPACING)
         self.plot_area.scene().sigMouseMoved.connect(self._on_scene_mouse_moved)
+        self.plot_area.scene().sigMouseClicked.connect(self._on_scene_mouse_clicked)
         self.plot_area.viewport().installEventFilter(self)
+        self.plot_scroll = QScrollArea()
+        self.plot_scroll.setWidgetResizable(True)
+        self.plot_scroll.setFrameShape(QFrame.NoFrame)
+        self.plot_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.plot_scroll.setWidget(self.plot_area)
+        self.plot_scroll.viewport().installEventFilter(self)
+        self.empty_state = QLabel(NO_RUN)
+        self.empty_state.setTextFormat(Qt.RichText)
+        self.empty_state.setAlignment(Qt.AlignCenter)
+        self.empty_state.setWordWrap(True)
+        self.empty_state.setStyleSheet("background: white; color: #333; padding: 40px")
+        self.plot_stack = QStackedWidget()
+        self.plot_stack.addWidget(self.empty_state)
+        self.plot_stack.addWidget(self.plot_scroll)
 
         self.progress_view = ProgressView()  # a row per task: progress, badges
         self._slow_version = -1
         self.events_view = EventsView()      # the events and each task's log tail
 
+        lists = QSplitter(Qt.Vertical)  # beside the plots: which plots, and which series in them
+        for title, widget in (("Plots", self.metric_list), ("Series", self.series_list)):
+            box = QWidget()
+            box_layout = QVBoxLayout(box)
+            box_layout.setContentsMargins(0, 0, 0, 0)
+            box_layout.setSpacing(2)
+            box_layout.addWidget(QLabel(f"<b>{title}</b>"))
+            box_layout.addWidget(widget)
+            lists.addWidget(box)
+        lists.setMaximumWidth(230)
         plots_row = QSplitter(Qt.Horizontal)
-        plots_row.addWidget(self.metric_list)
-        plots_row.addWidget(self.plot_area)
+        plots_row.addWidget(lists)
+        plots_row.addWidget(self.plot_stack)
         plots_row.setSizes([170, 700])
         plots_row.setStretchFactor(1, 1)
         left = QWidget()
@@ -226,6 +293,7 @@ class Dashboard(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(split)
+        self.value_table = ValueTable(self)  # floats over the plots at the cursor
 
         self.timer = QTimer(self)
         self.timer.setInterval(REFRESH_MS)
@@ -238,32 +306,19 @@ class Dashboard(QWidget):
 
     # ------------------------------------------------------------ inputs
 
-    @contextmanager
-    def _legend_batch(self):
-        """Add and remove many legend entries, then size the legend once (pyqtgraph's LegendItem
-        sizes itself at every entry, going over all of them: 128 workers' entries took 0.3 s)."""
-        entries = [id(label) for _, label in self.legend.items]
-        size, self.legend.size = self.legend.size, (1, 1)  # a fixed size: updateSize does nothing
-        try:
-            yield
-        finally:
-            self.legend.size = size
-            if [id(label) for _, label in self.legend.items] != entries:
-                self.legend.updateSize()
-
     def set_store(self, store: MetricsStore, order: list[str], live: bool = False) -> None:
         """A new run: its store and its tasks in cluster order; ``live``: a run that goes on (its plots that every
         run fills are laid out now, before its numbers stream in)."""
         self._expected = set(LIVE_PLOTS) if live else set()
-        with self._legend_batch():
-            self._set_store(store, order)
+        self.live = live
+        self._set_store(store, order)
 
     def _set_store(self, store: MetricsStore, order: list[str]) -> None:
         self.store = store
         self.order = list(order)
         rows = self.progress_view.rows()
         if rows and rows == self.order[:len(rows)]:
-            # The same tasks (a reattach, or a run of the same cluster): their rows, curves and legend
+            # The same tasks (a reattach, or a run of the same cluster): their rows, curves and series
             # stay, emptied; making them again for 128 workers stalled the window for a third of a second.
             self.progress_view.empty()
             for curve in [*self.curves.values(), *self.smooth_curves.values()]:
@@ -272,8 +327,6 @@ class Dashboard(QWidget):
             for key in list(self.curves) + list(self.smooth_curves):
                 self._remove_curve(key)
             self.progress_view.clear()
-            self.legend.clear()
-            self._legend_names.clear()
         self._clear_markers()
         self._clear_readout()
         self.set_notice("")
@@ -282,6 +335,9 @@ class Dashboard(QWidget):
         self._seen_version = self._slow_version = -1
         self._views.clear()
         self._drawn.clear()
+        for plot_id in self.following:
+            self.following[plot_id] = True
+        self._show_empty_state()
         for task in self.order:  # known workers get their rows and step time curves now, not while data flows
             self._worker_row(task)
             for metric in PER_WORKER_AT_START:
@@ -293,6 +349,17 @@ class Dashboard(QWidget):
         self.run_header = header
         self.rename_button.setEnabled(header is not None)
         self._show_header()
+        self._show_empty_state()
+
+    def _show_empty_state(self) -> None:
+        """No run and nothing to draw: what to do instead of empty plots; else the plots."""
+        empty = self.run_header is None and not self._expected and not self.store.metrics()
+        self.plot_stack.setCurrentWidget(self.empty_state if empty else self.plot_scroll)
+
+    def set_ended(self) -> None:
+        """The run shown went as far as it goes: each plot fits its data (no room ahead kept)."""
+        self.live = False
+        self._views.clear()
 
     def _show_header(self) -> None:
         h = self.run_header
@@ -332,16 +399,59 @@ class Dashboard(QWidget):
         self._detached = True
         self._show_header()
 
-    def set_overlay(self, label: str, store: MetricsStore | None) -> None:
-        """Draw another run's curves (a finished one, to compare) dashed behind this one's; None clears."""
-        for key in list(self.overlay_curves):
-            curve = self.overlay_curves.pop(key)
-            self.plots[plot_of(key[1])].removeItem(curve)
-            self.legend.removeItem(curve)
-        self._legend_names = {n for n in self._legend_names if not n.startswith("compared: ")}
-        self.overlay = (label, store) if store is not None else None
-        self._overlay_drawn.clear()
+    def add_comparison(self, run_id: str, store: MetricsStore, name: str = "") -> None:
+        """Draw another run's curves dashed behind this one's, in a colour of its own, with a chip to take it away
+        (``name``: the person's name for it). The run shown keeps the x range."""
+        if run_id in self.compared:
+            self.remove_comparison(run_id)
+        self.compared[run_id] = store
+        self._compared_names[run_id] = f"run {name or run_id}"
+        used = set(self._compared_index.values())
+        self._compared_index[run_id] = min(i for i in range(len(used) + 1) if i not in used)
+        self._overlay_drawn[run_id] = {}
+        self._show_chips()
         self._seen_version = -1
+
+    def remove_comparison(self, run_id: str) -> None:
+        """Draw a compared run no more (unknown: nothing happens)."""
+        if self.compared.pop(run_id, None) is None:
+            return
+        for key in [k for k in self.overlay_curves if k[0] == run_id]:
+            curve = self.overlay_curves.pop(key)
+            self.plots[plot_of(key[2])].removeItem(curve)
+        self._series.pop(self._compared_names.pop(run_id), None)
+        self._compared_index.pop(run_id, None)
+        self._overlay_drawn.pop(run_id, None)
+        self._show_chips()
+        self._sync_series()
+        self._seen_version = -1
+
+    def compared_colour(self, run_id: str) -> QColor:
+        """The colour a compared run is drawn in (its place among the runs compared)."""
+        return compared_color(self._compared_index[run_id])
+
+    def _show_chips(self) -> None:
+        while self.chips.count():
+            widget = self.chips.takeAt(0).widget()
+            if widget is not None:
+                widget.deleteLater()
+        for run_id in self.compared:
+            chip = QToolButton()
+            chip.setText(f"┅ {self._compared_names[run_id]}  ✕")
+            chip.setToolTip(f"Run {run_id} is drawn dashed in this colour; click to compare it no more")
+            chip.setStyleSheet(f"QToolButton {{ color: {self.compared_colour(run_id).name()}; font-weight: bold; "
+                               "border: 1px solid #bbb; border-radius: 9px; padding: 1px 8px }")
+            chip.clicked.connect(lambda *_, run_id=run_id: self._on_chip_clicked(run_id))
+            self.chips.addWidget(chip)
+
+    def _on_chip_clicked(self, run_id: str) -> None:
+        self.remove_comparison(run_id)
+        self.comparison_removed.emit(run_id)
+
+    def chip_texts(self) -> list[str]:
+        """What the compare chips say, in order."""
+        return [self.chips.itemAt(i).widget().text() for i in range(self.chips.count())
+                if self.chips.itemAt(i).widget() is not None]
 
     def view(self) -> dict:
         """The reading aids as they are: which plots, smoothing, log y, x axis (to remember)."""
@@ -423,11 +533,44 @@ class Dashboard(QWidget):
         """The next frame draws every curve again (a reading aid changed): what was read is read no more."""
         self._clear_readout()
         self._drawn.clear()
-        self._overlay_drawn.clear()
+        for drawn in self._overlay_drawn.values():
+            drawn.clear()
         self._views.clear()
         for plot_id in self.following:
             self.following[plot_id] = True
         self._seen_version = -1
+
+    def _on_fit_button_clicked(self) -> None:
+        self._redraw_all()
+
+    def _on_all_button_clicked(self) -> None:
+        self.expand(None)
+
+    def expand(self, plot_id: str | None) -> None:
+        """Show ``plot_id`` alone, over the whole plot area (None: every plot again)."""
+        self.expanded = plot_id
+        self.all_button.setVisible(plot_id is not None)
+        self._relayout()
+        self._redraw_all()
+
+    def _on_scene_mouse_clicked(self, event) -> None:
+        if not event.double():
+            return
+        for plot_id in self._layout_plots:
+            if self.plots[plot_id].sceneBoundingRect().contains(event.scenePos()):
+                self.expand(None if self.expanded == plot_id else plot_id)
+                return
+
+    def _on_series_list_toggled(self, name: str, shown: bool) -> None:
+        (self.hidden.discard if shown else self.hidden.add)(name)
+        for curve in self._all_curves():
+            if curve.opts["name"] == name:
+                curve.setVisible(shown)
+        self._clear_readout()
+        self._views.clear()
+
+    def _all_curves(self) -> list:
+        return [*self.curves.values(), *self.smooth_curves.values(), *self.overlay_curves.values()]
 
     def _axis_of(self, plot_id: str) -> str:
         """The x a plot is drawn over: the system lane is over time (relative when steps are chosen)."""
@@ -436,21 +579,29 @@ class Dashboard(QWidget):
         return self.x_axis
 
     def _set_x_axis(self, plot_id: str, plot: pg.PlotItem) -> None:
+        """The plot's x axis; its label only where it is not the one chosen (the system lane over seconds when
+        steps are): the controls name the x."""
         axis = self._axis_of(plot_id)
         wanted = pg.DateAxisItem if axis == "time" else pg.AxisItem
         if type(plot.getAxis("bottom")) is not wanted:
             plot.setAxisItems({"bottom": wanted(orientation="bottom")})
-        plot.getAxis("bottom").setLabel(X_AXIS_NAMES[axis])
+        bottom = plot.getAxis("bottom")
+        if axis != self.x_axis:
+            bottom.setLabel(X_AXIS_NAMES[axis])
+        else:
+            bottom.showLabel(False)
 
     # ------------------------------------------------------------ plots and curves
 
     def _plot(self, plot_id: str) -> pg.PlotItem:
         plot = self.plots.get(plot_id)
         if plot is None:
-            plot = pg.PlotItem()
-            plot.setLabel("left", plot_label(plot_id))
+            plot = pg.PlotItem(axisItems={"left": _YAxis(orientation="left")})
+            # A card: its title says what it shows (and the unit); no y label to overprint its neighbour's.
+            plot.setTitle(plot_title(plot_id), size="10pt", color="#1a1a1a")
+            plot.setMinimumHeight(MIN_PLOT_HEIGHT)
             plot.getAxis("left").enableAutoSIPrefix(False)  # 0.5, not 500 (x0.001)
-            plot.getAxis("left").setWidth(60)  # the plots' left edges line up
+            plot.getAxis("left").setWidth(56)  # the plots' left edges line up
             plot.setClipToView(True)
             plot.setDownsampling(auto=True, mode="peak")
             # The view follows the data by ranges set once a frame from the drawn points:
@@ -472,17 +623,24 @@ class Dashboard(QWidget):
             self._plot(plot_id)
 
     def _relayout(self) -> None:
-        """The shown plots, training ones first then the system lane, each group over one x axis. Each plot has
-        its row (its place among those the person wants): one that comes is added alone, the others stay (laying
-        every plot out again stalled the window while a run streamed in). A live run's plots that every run fills
-        (step time, the hosts' CPU and memory) are laid out from its start."""
+        """The shown plots as cards in a grid, training ones first then the system lane; every plot over the same
+        x unit shares one x range. Each plot has its place (among those the person wants): one that comes is
+        added alone, the others stay (laying every plot out again stalled the window while a run streamed in). A
+        live run's plots that every run fills (step time, the hosts' CPU and memory) are laid out from its start.
+        A plot expanded (a double-click) is shown alone."""
         present = set(self._plot_ids()) | self._expected
         slots = [p for p in self.shown if not p.startswith(SYSTEM)] + [p for p in self.shown if p.startswith(SYSTEM)]
         wanted = [p for p in slots if p in present]
-        if wanted == self._layout_plots and slots == self._slots:
+        if self.expanded is not None and self.expanded not in wanted:
+            self.expanded = None
+            self.all_button.hide()
+        if self.expanded is not None:
+            wanted, slots = [self.expanded], [self.expanded]
+        columns = self._fitting_columns()
+        if wanted == self._layout_plots and slots == self._slots and columns == self._columns:
             return
         layout = self.plot_area.ci
-        if slots != self._slots:  # the person changed which plots: all of them again
+        if slots != self._slots or columns != self._columns:  # other plots or another grid: all of them again
             for plot_id in self._layout_plots:
                 layout.removeItem(self.plots[plot_id])
             laid = []
@@ -493,25 +651,28 @@ class Dashboard(QWidget):
                     layout.removeItem(self.plots[plot_id])
         for plot_id in wanted:
             if plot_id not in laid:
-                layout.addItem(self._plot(plot_id), row=slots.index(plot_id), col=0)
-        training = [p for p in wanted if not p.startswith(SYSTEM)]
-        system = [p for p in wanted if p.startswith(SYSTEM)]
-        for group in (training, system):
+                row, col = divmod(slots.index(plot_id), columns)
+                layout.addItem(self._plot(plot_id), row=row, col=col)
+        groups: dict[str, list[str]] = {}
+        for plot_id in wanted:
+            groups.setdefault(self._axis_of(plot_id), []).append(plot_id)
+        for group in groups.values():
             for i, plot_id in enumerate(group):
                 plot = self.plots[plot_id]
                 link = self.plots[group[0]] if i else None
                 if plot.getViewBox().linkedView(0) is not (link.getViewBox() if link else None):
                     plot.setXLink(link)
-                # one x axis per group (they share it): fewer axes to redraw
-                bottom = i == len(group) - 1
-                if plot.getAxis("bottom").isVisible() != bottom:
-                    plot.showAxis("bottom", bottom)
-        if wanted and self._legend_plot is not self.plots[wanted[0]]:
-            self.legend.setParentItem(self.plots[wanted[0]].getViewBox())
-            self.legend.anchor((1, 0), (1, 0), offset=(-10, 10))
-            self._legend_plot = self.plots[wanted[0]]
-        self._layout_plots, self._slots = wanted, slots
+        rows = len({slots.index(p) // columns for p in wanted})
+        self.plot_area.setMinimumHeight(0 if self.expanded else rows * (MIN_PLOT_HEIGHT + CARD_SPACING))
+        self._layout_plots, self._slots, self._columns = wanted, slots, columns
         self._markers_placed = -1
+
+    def _fitting_columns(self) -> int:
+        """As many columns as cards of the least width fit beside each other (one, for a plot shown alone)."""
+        if self.expanded is not None:
+            return 1
+        width = self.plot_scroll.viewport().width()
+        return max(1, min(MAX_COLUMNS, width // MIN_PLOT_WIDTH))
 
     def _plot_ids(self) -> list[str]:
         return list(dict.fromkeys(plot_of(metric) for metric in self.store.metrics()))
@@ -605,10 +766,28 @@ class Dashboard(QWidget):
             self._plot(plot_of(metric)).addItem(curve)
             table[(owner, metric)] = curve
             name = curve.opts["name"]
-            if not smooth and name not in self._legend_names:
-                self._legend_names.add(name)
-                self.legend.addItem(curve, name)
+            if name in self.hidden:
+                curve.setVisible(False)
+            if not smooth and name not in self._series:
+                self._series[name] = (self._series_rank(owner, metric), self._pen(owner, metric),
+                                      self._epoch_encoding(metric)[2] if metric.startswith(EPOCH)
+                                      and is_cluster_wide(metric) else None)
         return curve
+
+    def _series_rank(self, owner: str, metric: str) -> tuple:
+        """Where a series stands in the series list: the cluster's, epochs and validation first, then the workers
+        in cluster order, the hosts, the compared runs."""
+        name = self._owner_name(owner, metric)
+        if name in ("cluster", "epoch", "validation"):
+            return (0, ("cluster", "epoch", "validation").index(name))
+        if owner.startswith(HOST):
+            host = owner[len(HOST):].split("/")[0]
+            return (2, self.store.hosts.index(host) if host in self.store.hosts else len(self.store.hosts))
+        return (1, self._color_index(owner))
+
+    def _sync_series(self) -> None:
+        """The series list has each series drawn now (those of curves gone, no more)."""
+        self.series_list.show_series(self._series, self.hidden)
 
     def _remove_curve(self, key, smooth: bool = False) -> None:
         curve = (self.smooth_curves if smooth else self.curves).pop(key, None)
@@ -617,10 +796,10 @@ class Dashboard(QWidget):
         plot = self.plots.get(plot_of(key[1]))
         if plot is not None:
             plot.removeItem(curve)
-        if curve.opts["name"] in self._legend_names and not smooth:
-            self.legend.removeItem(curve)
-            self._legend_names.discard(curve.opts["name"])
         if not smooth:
+            name = curve.opts["name"]
+            if not any(c.opts["name"] == name for c in self.curves.values()):
+                self._series.pop(name, None)
             self._remove_curve(key, smooth=True)
 
     def _color_index(self, task: str) -> int:
@@ -637,8 +816,7 @@ class Dashboard(QWidget):
     def _on_timer_timeout(self) -> None:
         if self.store.version == self._seen_version:
             return
-        with self._legend_batch():
-            self._redraw()
+        self._redraw()
 
     def _redraw(self) -> None:
         store = self.store
@@ -658,8 +836,9 @@ class Dashboard(QWidget):
         if self.isVisible():
             metrics = [m for m in store.metrics() if plot_of(m) in self._layout_plots]
             self._draw(store, metrics, self._drawn, self._curve_for)
-            if self.overlay is not None:
-                self._draw(self.overlay[1], metrics, self._overlay_drawn, self._overlay_curve)
+            for run_id, compared in list(self.compared.items()):
+                self._draw(compared, metrics, self._overlay_drawn[run_id],
+                           lambda owner, metric, run_id=run_id: self._overlay_curve(run_id, owner, metric))
             self._place_markers()
             self._follow()
         self.redraws += 1
@@ -677,12 +856,15 @@ class Dashboard(QWidget):
             for (owner, metric), (x, y, smooth) in changed.items():
                 if not len(x):
                     continue
-                if owner not in self.progress_view.bars and not owner.startswith(HOST) and curve_for == self._curve_for:
+                own = curve_for == self._curve_for
+                if owner not in self.progress_view.bars and not owner.startswith(HOST) and own:
                     if owner in store.workers:  # a worker still waiting for its row: next frame
                         drawn.pop((owner, metric), None)
                         self._seen_version = -1
                         continue
-                if (owner, metric) not in (self.curves if curve_for == self._curve_for else self.overlay_curves):
+                if (owner, metric) not in self.curves if own else \
+                        not any(k[1:] == (owner, metric) and self.compared.get(k[0]) is store
+                                for k in self.overlay_curves):
                     if made == NEW_CURVES_PER_FRAME:  # the rest next frame
                         drawn.pop((owner, metric), None)
                         self._seen_version = -1
@@ -700,41 +882,49 @@ class Dashboard(QWidget):
     def _curve_for(self, owner: str, metric: str) -> "_Curve":
         return self._curve(owner, metric)
 
-    def _overlay_curve(self, owner: str, metric: str) -> "_Curve":
-        curve = self.overlay_curves.get((owner, metric))
+    def _overlay_curve(self, run_id: str, owner: str, metric: str) -> "_Curve":
+        """A compared run's curve: dashed, in the run's colour, behind the run shown's."""
+        curve = self.overlay_curves.get((run_id, owner, metric))
         if curve is None:
-            label = self.overlay[0]
-            pen = self._pen(owner, metric, dashed=True)
-            colour = pen.color()
-            colour.setAlpha(150)
-            pen.setColor(colour)
-            name = f"compared: {label}"
+            colour = self.compared_colour(run_id)
+            pen = pg.mkPen(colour, width=2 if metric.startswith(EPOCH) else 1.5, style=Qt.DashLine)
+            name = self._compared_names[run_id]
             curve = _Curve(pen=pen, name=name, skipFiniteCheck=True)
-            curve.metric, curve.owner = metric, f"{label}: {owner}"
+            curve.metric, curve.owner, curve.run_id = metric, owner, run_id
             self._plot(plot_of(metric)).addItem(curve)
             curve.setZValue(-1)
-            self.overlay_curves[(owner, metric)] = curve
-            if name not in self._legend_names:
-                self._legend_names.add(name)
-                self.legend.addItem(curve, name)
+            if name in self.hidden:
+                curve.setVisible(False)
+            self.overlay_curves[(run_id, owner, metric)] = curve
+            if name not in self._series:
+                self._series[name] = ((3, self._compared_index[run_id]), pen, None)
         return curve
 
-    def _curves_of(self, plot_id: str) -> list:
-        return [c for table in (self.curves, self.smooth_curves, self.overlay_curves)
-                for (owner, metric), c in table.items() if plot_of(metric) == plot_id]
+    def _curves_of(self, plot_id: str, compared: bool = True) -> list:
+        """The curves of a plot (``compared``: the compared runs' too)."""
+        own = [c for table in (self.curves, self.smooth_curves) for (_, metric), c in table.items()
+               if plot_of(metric) == plot_id]
+        return own + [c for (_, _, metric), c in self.overlay_curves.items() if plot_of(metric) == plot_id] \
+            if compared else own
 
     def _follow(self) -> None:
-        """Keep each following plot's view around its data (x shared within each group of plots).
+        """Keep each following plot's view around its data: the plots over the same x unit share one x range,
+        the run shown's (a longer compared run does not take it over); hidden series count for nothing. A live
+        run's views leave room ahead; a finished run's fit its data.
 
         A view moves only when the data leaves it, or fills too little of it, and then with
         headroom: steady views let pyqtgraph keep its cached axes and bounds between redraws.
         """
-        groups: dict[bool, list[str]] = {}
+        groups: dict[str, list[str]] = {}
         for plot_id in self._layout_plots:
-            groups.setdefault(plot_id.startswith(SYSTEM), []).append(plot_id)
+            groups.setdefault(self._axis_of(plot_id), []).append(plot_id)
+        ahead = 0.5 if self.live else 0.0
         for group in groups.values():
-            bounds = {p: [c.bounds for c in self._curves_of(p) if c.bounds is not None] for p in group}
-            xs = [b for p in group for b in bounds[p]]
+            bounds = {p: [c.bounds for c in self._curves_of(p) if c.bounds is not None and c.isVisible()]
+                      for p in group}
+            own = [c.bounds for p in group for c in self._curves_of(p, compared=False)
+                   if c.bounds is not None and c.isVisible()]
+            xs = own or [b for p in group for b in bounds[p]]
             if not xs:
                 continue
             x0, x1 = min(b[0] for b in xs), max(b[1] for b in xs)
@@ -744,7 +934,7 @@ class Dashboard(QWidget):
                     vb.disableAutoRange()
                     self.following[plot_id] = True
                     self._views.pop(plot_id, None)
-                ys = [v for b in bounds[plot_id] for v in b[2:4] if v is not None]
+                ys = [v for b in bounds[plot_id] if b[1] >= x0 and b[0] <= x1 for v in b[2:4] if v is not None]
                 if not self.following[plot_id] or not ys:
                     continue
                 y0, y1 = min(ys), max(ys)
@@ -757,8 +947,9 @@ class Dashboard(QWidget):
                     if x_ok and y_ok:
                         continue
                 width = max(x1 - x0, 1.0)
-                least = MIN_X_SPAN if self._axis_of(plot_id) == "step" else 10.0
-                view = ((x0, max(x1 + 0.5 * width, x0 + least)), (y0 - 0.08 * span, y1 + 0.08 * span))
+                least = (MIN_X_SPAN if self._axis_of(plot_id) == "step" else 10.0) if self.live else 0.0
+                end = max(x1 + ahead * width, x0 + least) if self.live else x1 + 0.02 * width
+                view = ((x0 - (0 if self.live else 0.02 * width), end), (y0 - 0.08 * span, y1 + 0.08 * span))
                 self._views[plot_id] = view
                 vb.setRange(xRange=view[0], yRange=view[1], padding=0, update=False)
 
@@ -814,74 +1005,94 @@ class Dashboard(QWidget):
             plot = self.plots[plot_id]
             if plot.sceneBoundingRect().contains(pos):
                 x = plot.getViewBox().mapSceneToView(pos).x()
-                self.readout.setText(self.readout_at(plot_id, x))
+                rows = self.readout_rows(plot_id, x)
+                at = self.plot_area.mapTo(self, self.plot_area.mapFromScene(pos))
+                more = max(0, len(rows) - READOUT_CURVES)
+                self.value_table.show_rows(f"{plot_title(plot_id)} at {self._x_words(plot_id, x)}",
+                                           rows[:READOUT_CURVES], more, at)
                 self._show_hover_line(plot_id, x)
                 return
         self._clear_readout()  # between the plots: nothing is read
 
     def _clear_readout(self) -> None:
-        """No read-out and no line across the plots (the mouse left them; the axis, plots or run changed)."""
-        self.readout.setText("")
+        """No value table and no line across the plots (the mouse left them; the axis, plots or run changed)."""
+        self.value_table.clear_rows()
         for plot, line in self._hover_lines:
             plot.removeItem(line)
         self._hover_lines = []
 
-    def eventFilter(self, watched, event):  # noqa: N802 (Qt's name): the mouse left the plots
-        if event.type() == QEvent.Leave and watched is self.plot_area.viewport():
+    def eventFilter(self, watched, event):  # noqa: N802 (Qt's name): the mouse left the plots; the grid's width
+        if event.type() == QEvent.Leave and watched in (self.plot_area.viewport(), self.plot_scroll.viewport()):
             self._clear_readout()
+        elif event.type() == QEvent.Resize and watched is self.plot_scroll.viewport():
+            if self._layout_plots and self._fitting_columns() != self._columns:
+                self._relayout()
         return super().eventFilter(watched, event)
 
     def _show_hover_line(self, plot_id: str, x: float) -> None:
         for plot, line in self._hover_lines:
             plot.removeItem(line)
         self._hover_lines = []
-        group = plot_id.startswith(SYSTEM)
+        axis = self._axis_of(plot_id)
         for other in self._layout_plots:
-            if other.startswith(SYSTEM) == group:
+            if self._axis_of(other) == axis:
                 line = pg.InfiniteLine(pos=x, angle=90, pen=pg.mkPen("#888", width=1))
                 self.plots[other].addItem(line, ignoreBounds=True)
                 self._hover_lines.append((self.plots[other], line))
 
-    def readout_at(self, plot_id: str, x: float) -> str:
-        """Each curve's value in a plot at ``x`` (the nearest drawn point), as one line."""
+    def _x_words(self, plot_id: str, x: float) -> str:
         axis = self._axis_of(plot_id)
-        where = (f"step {x:.0f}" if axis == "step" else
-                 dt.datetime.fromtimestamp(x).strftime("%H:%M:%S") if axis == "time" else f"{x:.1f} s")
-        parts = []
+        if axis == "step":
+            return f"step {x:.0f}"
+        if axis == "time":
+            try:
+                return dt.datetime.fromtimestamp(x).strftime("%H:%M:%S")
+            except (OverflowError, OSError, ValueError):
+                return "?"
+        return f"{x:.1f} s"
+
+    def readout_rows(self, plot_id: str, x: float) -> list[dict]:
+        """Per visible series of a plot, the point nearest ``x``: {series, colour, value, smoothed, step, time}
+        (smoothed: None without smoothing; step: None for a system sample), the run shown's first."""
+        axis = self._axis_of(plot_id)
+        rows = []
         for curve in [c for c in self._curves_of(plot_id) if c not in self.smooth_curves.values()]:
-            xs, ys = curve.xData, curve.yData
-            if xs is None or not len(xs):
+            if not curve.isVisible() or curve.xData is None or not len(curve.xData):
                 continue
-            i = int(np.clip(np.searchsorted(xs, x), 1, len(xs) - 1)) if len(xs) > 1 else 0
-            if len(xs) > 1 and abs(xs[i - 1] - x) <= abs(xs[i] - x):
-                i -= 1
+            run_id = getattr(curve, "run_id", None)
+            store = self.compared.get(run_id) if run_id else self.store
+            point = store.point_at(curve.owner, curve.metric, x, axis) if store is not None else None
+            if point is None:
+                continue
+            step, when, value = point
+            smoothed = None
             smooth = self.smooth_curves.get((curve.owner, curve.metric))
-            y = float(ys[i])
-            if self.log_y and not plot_id.startswith(SYSTEM):
-                y = 10 ** y if math.isfinite(y) else y
-            words = f"{curve.owner if curve in self.overlay_curves.values() else curve.opts['name']} " \
-                    f"{metric_text(y, 4)}"
-            if smooth is not None and smooth.yData is not None and len(smooth.yData):
-                j = int(np.clip(np.searchsorted(smooth.xData, xs[i]), 0, len(smooth.yData) - 1))
-                sy = float(smooth.yData[j])
-                if self.log_y and math.isfinite(sy):
-                    sy = 10 ** sy
-                words += f" (smoothed {metric_text(sy, 4)})"
-            parts.append(words)
-        more = len(parts) - READOUT_CURVES
-        shown = " · ".join(parts[:READOUT_CURVES]) + (f" · … {more} more" if more > 0 else "")
-        return f"{plot_label(plot_id).split(' (')[0]} at {where}: {shown}" if parts else ""
+            if run_id is None and smooth is not None and smooth.yData is not None and len(smooth.yData):
+                j = int(np.clip(np.searchsorted(smooth.xData, x), 0, len(smooth.yData) - 1))
+                if j and abs(smooth.xData[j - 1] - x) <= abs(smooth.xData[j] - x):
+                    j -= 1
+                smoothed = float(smooth.yData[j])
+                if self.log_y and not plot_id.startswith(SYSTEM):
+                    smoothed = 10 ** smoothed if math.isfinite(smoothed) else smoothed
+            name = curve.opts["name"]
+            series = f"{name}: {self._owner_name(curve.owner, curve.metric)}" if run_id else name
+            rows.append({"series": series, "colour": curve.opts["pen"].color().name(), "value": value,
+                         "smoothed": smoothed, "step": step, "time": when})
+        return rows
 
     # ------------------------------------------------------------ progress, badges, events
 
     def _on_slow_timer_timeout(self) -> None:
         """Progress lines with ETA, badges, the metric list and events: a few times a second is enough."""
         store = self.store
+        if self.series_list.count() != len(self._series) or self._series.keys() != set(self.series_list.names()):
+            self._sync_series()  # curves came or went (a compared run's too)
         if store.version == self._slow_version:
             return
         self._slow_version = store.version
         self._sync_metric_list()
         self._relayout()
+        self._show_empty_state()
         if not self._detached:  # a late batch does not bring the ETA back
             self.progress_view.show_store(store)
         self._show_header()
@@ -890,7 +1101,8 @@ class Dashboard(QWidget):
     def showEvent(self, event):  # noqa: N802 (Qt's name): curves were not fed while hidden
         self._seen_version = self._slow_version = -1
         self._drawn.clear()
-        self._overlay_drawn.clear()
+        for drawn in self._overlay_drawn.values():
+            drawn.clear()
         self.timer.start()
         self.slow_timer.start()
         super().showEvent(event)
@@ -907,6 +1119,12 @@ class Dashboard(QWidget):
 
     def export_png(self, path) -> bool:
         return self.plot_area.grab().save(str(path))
+
+
+def plot_title(plot_id: str) -> str:
+    """A plot card's title: what it shows, with its unit; the system lane's say so."""
+    label = plot_label(plot_id)
+    return f"{label} · system" if plot_id.startswith(SYSTEM) else label
 
 
 def _list_rank(plot_id: str) -> tuple:

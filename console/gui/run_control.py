@@ -60,10 +60,11 @@ class RunControl(QObject):
                       "task_ended", "watchdog_fired", "supervised", "states_changed", "stopped",
                       "ended"):  # _on_session_<event>
             getattr(self.session, event).connect(getattr(self, f"_on_session_{event}"))
-        for event in ("open_requested", "history_loaded", "comparison_loaded", "running_found"):
+        for event in ("open_requested", "history_loaded", "logs_loaded", "comparison_loaded", "running_found"):
             getattr(runs_panel, event).connect(getattr(self, f"_on_runs_panel_{event}"))
         self._runs_found.connect(self._on_self_runs_found)
         dashboard.renamed.connect(self._on_dashboard_renamed)
+        dashboard.comparison_removed.connect(self._on_dashboard_comparison_removed)
         self.detached_from: str | None = None  # the run this window detached from (it goes on there)
         self._log_timer = QTimer(self, singleShot=True, interval=LOG_TAKE_MS)
         self._log_timer.timeout.connect(self._on_log_timer_timeout)
@@ -231,6 +232,7 @@ class RunControl(QObject):
         self.actions_changed.emit()
 
     def _on_session_ended(self) -> None:
+        self.dashboard.set_ended()
         run = self.session.run
         if run is not None:
             failed = [t.name for t in run.tasks if t.phase not in (FINISHED, STOPPED)]
@@ -278,12 +280,33 @@ class RunControl(QObject):
         self.reported.emit(f"Run {run_id}: its whole history")
         self.actions_changed.emit()
 
+    def _on_runs_panel_logs_loaded(self, run_id: str, task: str, said: list) -> None:
+        """The end of a task's logs of the run opened from the history (still the one shown)."""
+        header = self.dashboard.run_header
+        if header is None or header.run_id != run_id or self.session.active:
+            return
+        for stream, words in said:
+            if stream:
+                self.dashboard.events_view.append_log(task, stream, words)
+            else:
+                self.dashboard.events_view.append_lines(task or CONSOLE_TASK, [words])
+
     def _on_runs_panel_comparison_loaded(self, run_id: str, store) -> None:
-        self.dashboard.set_overlay(run_id, store)
-        self.runs_panel.set_compared(run_id if store is not None else None)
-        if store is not None:
-            self.tabs.setCurrentWidget(self.dashboard)
-        self.reported.emit(f"Compared with run {run_id} (dashed)" if store is not None else "No run compared")
+        if store is None:
+            self.dashboard.remove_comparison(run_id)
+        else:
+            info = self.runs_panel.infos.get(run_id)
+            self.dashboard.add_comparison(run_id, store, info.name if info else "")
+        self._show_compared()
+        self.reported.emit(f"Compared with run {run_id} (dashed, in its colour)" if store is not None
+                           else f"Run {run_id} compared no more")
+
+    def _on_dashboard_comparison_removed(self, run_id: str) -> None:
+        self._show_compared()
+        self.reported.emit(f"Run {run_id} compared no more")
+
+    def _show_compared(self) -> None:
+        self.runs_panel.set_compared({r: self.dashboard.compared_colour(r) for r in self.dashboard.compared})
 
     def _on_runs_panel_running_found(self, run) -> None:
         if self.session.active:  # a run started meanwhile: leave it be

@@ -12,10 +12,11 @@ from __future__ import annotations
 import logging
 
 from PySide6.QtCore import Qt, QUrl, Signal
-from PySide6.QtGui import QDesktopServices
+from PySide6.QtGui import QColor, QDesktopServices, QIcon, QPixmap
 from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QMessageBox, QPushButton,
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
+from agent.protocol import LOGS
 from console import text
 from console.catalog import RunInfo, delete_run, load_store, overview
 from console.errors import describe
@@ -34,6 +35,7 @@ METRIC_COLUMNS = {"Loss": "loss", "Accuracy": "accuracy", "Val accuracy": "val_a
 LABELS = {COLUMNS.index("Name"): "name", COLUMNS.index("Notes"): "notes"}  # the person's own, edited in place
 NUMBERS = range(COLUMNS.index("Loss"), COLUMNS.index("Duration") + 1)  # right-aligned
 SETTINGS_WIDTH = 260  # the settings column at first (its cells' tooltips have them whole)
+HISTORY_LOG_BYTES = 64 << 10  # the end of each log of a run opened from the history (tfcc logs has more)
 
 
 class RunsPanel(QWidget):
@@ -41,6 +43,7 @@ class RunsPanel(QWidget):
 
     open_requested = Signal(str)                # the person asked to see a run (the window decides)
     history_loaded = Signal(str, object, list)  # run id, a MetricsStore with its whole history, its tasks
+    logs_loaded = Signal(str, str, list)        # run id, task, [(stream, text)] of the end of its logs (after history)
     comparison_loaded = Signal(str, object)     # run id, its store to overlay (None: the overlay is cleared)
     running_found = Signal(object)              # a run still going that was asked for: a Run to follow live
     deleted = Signal(str)                       # a run was deleted (its id)
@@ -56,7 +59,7 @@ class RunsPanel(QWidget):
         self.ask_host_key = ask_host_key
         self.tensorboards = Servers()
         self.infos: dict[str, RunInfo] = {}
-        self.compared: str | None = None  # the run overlaid on the dashboard
+        self.compared: dict[str, QColor] = {}  # the runs the Dashboard compares, with the colour of each
         self.listing = False
 
         self.table = QTableWidget(0, len(COLUMNS))
@@ -77,7 +80,8 @@ class RunsPanel(QWidget):
         self.open_button = QPushButton("Open")
         self.open_button.setToolTip("Show the run's whole history in the Dashboard (a run still going: follow it)")
         self.compare_button = QPushButton("Compare")
-        self.compare_button.setToolTip("Draw this run's curves dashed behind the run shown (again: no more)")
+        self.compare_button.setToolTip("Draw this run's curves dashed, in a colour of its own, behind the run shown "
+                                       "(several runs can be; again: no more)")
         self.delete_button = QPushButton("Delete…")
         self.delete_button.setToolTip("Delete the run's folders on its hosts and its history here (asks first)")
         self.tensorboard_button = QPushButton("Open TensorBoard")
@@ -148,6 +152,9 @@ class RunsPanel(QWidget):
             for column, value in enumerate(cells):
                 item = QTableWidgetItem(value)
                 item.setData(Qt.UserRole, info.run_id)
+                if column == 0 and info.run_id in self.compared:
+                    item.setIcon(_swatch(self.compared[info.run_id]))
+                    item.setToolTip("Compared on the Dashboard: dashed, in this colour")
                 if column in LABELS:
                     item.setToolTip("Yours to write: F2 (or a click on the selected cell) edits it")
                 else:
@@ -213,7 +220,7 @@ class RunsPanel(QWidget):
         running = chosen is not None and self.infos.get(chosen) is not None and \
             self.infos[chosen].state == RunState.RUNNING
         self.delete_button.setEnabled(chosen is not None and not running)
-        self.compare_button.setText("Uncompare" if chosen is not None and chosen == self.compared else "Compare")
+        self.compare_button.setText("Uncompare" if chosen is not None and chosen in self.compared else "Compare")
 
     # ------------------------------------------------------------ open, compare
 
@@ -239,15 +246,36 @@ class RunsPanel(QWidget):
             self._failed.emit(f"Run {run_id} cannot be opened: {describe(exc)}")
             return
         self.history_loaded.emit(run_id, store, order)
+        self._logs(run_id)
+
+    def _logs(self, run_id: str) -> None:
+        """The end of each task's logs, from its host (a finished run's Logs tab is not blank); a host that does not
+        answer: a line that says so, and how to read them later."""
+        try:
+            run = Run.load(run_id, self.ask_host_key)
+        except Exception as exc:
+            self.logs_loaded.emit(run_id, "", [("", f"The logs could not be read: {describe(exc)}")])
+            return
+        try:
+            for task in run.tasks:
+                try:
+                    logs = run.links[task.host].connect().call(LOGS, run_id=run.run_id, task=task.name,
+                                                               max_bytes=HISTORY_LOG_BYTES)["logs"]
+                    said = [(stream, text.printable(content)) for stream, content in logs.items()
+                            if isinstance(content, str)]
+                except Exception as exc:
+                    said = [("", f"The log could not be read from {task.host}: {describe(exc)} (tfcc logs {run_id} "
+                                 f"{task.name} reads it once the host answers)")]
+                self.logs_loaded.emit(run_id, task.name, said)
+        finally:
+            run.detach()
 
     def _on_compare_button_clicked(self) -> None:
         run_id = self.selected_run()
         if run_id is None:
             return
-        if run_id == self.compared:
-            self.compared = None
+        if run_id in self.compared:
             self.comparison_loaded.emit(run_id, None)
-            self._update_buttons()
             return
         self.reported.emit(f"Loading run {run_id} to compare…")
         self.threads.start("runs-compare", self._compare, run_id)
@@ -260,10 +288,20 @@ class RunsPanel(QWidget):
             return
         self.comparison_loaded.emit(run_id, store)
 
-    def set_compared(self, run_id: str | None) -> None:
-        """The run the Dashboard overlays now (None: none)."""
-        self.compared = run_id
+    def set_compared(self, compared: dict) -> None:
+        """The runs the Dashboard compares now ({run id: its colour}): each marked in the table with its colour."""
+        self.compared = dict(compared)
+        for row in range(self.table.rowCount()):
+            item = self.table.item(row, 0)
+            colour = self.compared.get(item.data(Qt.UserRole))
+            item.setIcon(_swatch(colour) if colour is not None else QIcon())
+            item.setToolTip("Compared on the Dashboard: dashed, in this colour" if colour is not None else "")
         self._update_buttons()
+
+    def compared_rows(self) -> dict[str, str]:
+        """The runs the table marks as compared, with their colour's name (for tests)."""
+        return {self.table.item(r, 0).text(): self.compared[self.table.item(r, 0).text()].name()
+                for r in range(self.table.rowCount()) if not self.table.item(r, 0).icon().isNull()}
 
     # ------------------------------------------------------------ delete
 
@@ -328,3 +366,10 @@ class RunsPanel(QWidget):
     def showEvent(self, event):  # noqa: N802 (Qt's name): the list as it is now, each time it is shown
         super().showEvent(event)
         self.refresh()
+
+
+def _swatch(colour: QColor) -> QIcon:
+    """A square of a compared run's colour."""
+    pixmap = QPixmap(12, 12)
+    pixmap.fill(colour)
+    return QIcon(pixmap)

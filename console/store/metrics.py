@@ -552,6 +552,23 @@ class MetricsStore:
                 else table.arrays(column, self._axis(x, kind))
             return self._shift(xs, x, kind), ys
 
+    def point_at(self, owner: str, metric: str, x: float, axis: str = "step") -> tuple | None:
+        """The row of a metric nearest ``x`` (in ``axis``'s terms): (global step, or None for a system sample; wall
+        time, or None; value), or None without rows. What the value table at the cursor says of a series."""
+        kind, column = self._where(metric)
+        with self._lock:
+            table = self._tables.get((owner, kind))
+            if table is None or column not in table._cols or not len(table):
+                return None
+            xs = self._shift(table.x_of(self._axis(axis, kind)), axis, kind)
+            i = int(np.clip(np.searchsorted(xs, x), 0, len(xs) - 1))
+            if i and abs(xs[i - 1] - x) <= abs(xs[i] - x):
+                i -= 1
+            step = None if kind == "sys" else float(table.x_of("step")[i])
+            when = float(table.x_of("time")[i]) + (self._base or 0.0)
+            value = float(table._cols[column][table._start + i])
+        return step, when if math.isfinite(when) else None, value
+
     @staticmethod
     def _axis(x: str, kind: str) -> str:
         return "time" if kind == "sys" or x != "step" else "step"

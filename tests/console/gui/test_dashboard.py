@@ -392,7 +392,8 @@ def test_smoothing_log_y_and_the_x_axis_change_what_is_drawn(qtbot):
     assert np.allclose(sy, table.smoothed("loss", 0.9, "step"))
     assert np.std(np.diff(sy)) < 0.5 * np.std(np.diff(raw_y)), "smoothed: less jagged"
     assert loss.opts["pen"].color().alpha() < 100, "the raw curve stays, faint, behind"
-    assert "(smoothed " in board.readout_at("loss", 30)
+    rows = board.readout_rows("loss", 30)
+    assert rows[0]["series"] == "cluster" and rows[0]["smoothed"] is not None
 
     board.smoothing_slider.setValue(0)
     board.log_box.setChecked(True)
@@ -417,34 +418,44 @@ def test_smoothing_log_y_and_the_x_axis_change_what_is_drawn(qtbot):
                             "smoothing": 0.0, "log_y": False, "x": "time", "events_width": board.events_width()}
 
 
-def test_the_read_out_names_every_curve_at_the_cursor(qtbot):
+def test_the_value_table_at_the_cursor_has_a_row_per_visible_series(qtbot):
+    """A floating table at the cursor: each visible series of the plot under it, its value, smoothed value, step
+    and wall time; a hidden series has no row."""
     store = MetricsStore()
     _digits_like(store)
     board = _shown_board(qtbot, store)
     _, step_times = store.series("worker-1", "step_time")
-    words = board.readout_at("step_time", 10.2)
-    assert words.startswith("step time at step 10: ")
-    assert f"worker-1 {step_times[9]:.4f}" in words and "worker-0 " in words
-    assert board.readout_at("accuracy", 41).endswith("epoch 0.7000 · validation 0.6500")
-    # the mouse over a plot puts it in the read-out line, with a line across the plots
+    rows = {r["series"]: r for r in board.readout_rows("step_time", 10.2)}
+    assert set(rows) == {"worker-0", "worker-1"}
+    assert rows["worker-1"]["value"] == pytest.approx(float(step_times[9]))
+    assert (rows["worker-1"]["step"], rows["worker-1"]["time"]) == (10.0, 1010.0)
+    assert rows["worker-1"]["smoothed"] is None and rows["worker-1"]["colour"] == worker_color(1).name()
+    accuracy = {r["series"]: r["value"] for r in board.readout_rows("accuracy", 41)}
+    assert accuracy["epoch"] == pytest.approx(0.7) and accuracy["validation"] == pytest.approx(0.65)
+    # the mouse over a plot shows the table beside the cursor, with a line across the plots of its x
     plot = board.plots["loss"]
-    scene_pos = plot.getViewBox().mapViewToScene(pg.Point(30, 1.0))
-    board._on_scene_mouse_moved(scene_pos)
-    assert board.readout.text().startswith("loss at step 30: cluster ")
-    assert len(board._hover_lines) == len(board._layout_plots)
+    board._on_scene_mouse_moved(plot.getViewBox().mapViewToScene(pg.Point(30, 1.0)))
+    table = board.value_table
+    assert table.isVisible() and [r["series"] for r in table.rows] == ["cluster", "epoch", "validation"]
+    assert table.rows[0]["step"] == 30.0 and "loss at step 30" in table.text()
+    assert board.rect().contains(table.geometry()), "inside the dashboard"
+    assert len(board._hover_lines) == len([p for p in board._layout_plots if not p.startswith("sys:")])
+    board.series_list.findItems("worker-1", Qt.MatchExactly)[0].setCheckState(Qt.Unchecked)
+    assert [r["series"] for r in board.readout_rows("step_time", 10.2)] == ["worker-0"]
+    assert not board.curves[("worker-1", "step_time")].isVisible()
 
 
-def test_the_read_out_goes_when_the_mouse_leaves_or_what_it_read_changes(qtbot):
+def test_the_value_table_goes_when_the_mouse_leaves_or_what_it_read_changes(qtbot):
     store = MetricsStore()
     _digits_like(store)
     board = _shown_board(qtbot, store)
 
     def hover():
         board._on_scene_mouse_moved(board.plots["loss"].getViewBox().mapViewToScene(pg.Point(30, 1.0)))
-        assert board.readout.text().startswith("loss at step 30") and board._hover_lines
+        assert board.value_table.isVisible() and board.value_table.rows and board._hover_lines
 
     def cleared():
-        return board.readout.text() == "" and board._hover_lines == []
+        return not board.value_table.isVisible() and board.value_table.rows == [] and board._hover_lines == []
 
     hover()
     board._on_scene_mouse_moved(pg.Point(-50, -50))  # off every plot
@@ -464,6 +475,90 @@ def test_the_read_out_goes_when_the_mouse_leaves_or_what_it_read_changes(qtbot):
     board.set_store(MetricsStore(), ["worker-0"])
     assert cleared(), "another run"
 
+
+def test_plots_are_titled_cards_of_a_least_height_in_a_grid_that_scrolls(qtbot):
+    """Each plot says what it shows in its title (no y label to overprint another's); cards keep a least height,
+    and more than fit make the area scroll; the grid has as many columns as fit; one plot can be shown alone."""
+    store = MetricsStore()
+    _digits_like(store)
+    for i in range(3):
+        store.ingest_system("alpha", {"type": "system", "time": 1001.0 + i, "cpus": 2, "cpu_percent": 40.0,
+                                      "memory_used_bytes": 2e9, "memory_available_bytes": 6e9})
+    board = _shown_board(qtbot, store)
+    board.resize(700, 600)  # one column: five cards of 200 px do not fit 600
+    qtbot.waitUntil(lambda: board._columns == 1, timeout=2000)
+    frame(board)
+    assert board._layout_plots == ["loss", "accuracy", "step_time", "sys:cpu_cores", "sys:memory_gb"]
+    titles = {p: board.plots[p].titleLabel.text for p in board._layout_plots}
+    assert titles["loss"] == "loss" and titles["sys:cpu_cores"] == "CPU (cores busy) · system"
+    for p in board._layout_plots:
+        assert board.plots[p].minimumHeight() >= 200 and not board.plots[p].getAxis("left").labelText, p
+    assert board.plot_area.minimumHeight() >= 5 * 200
+    assert board.plot_scroll.verticalScrollBar().maximum() > 0, "the cards scroll"
+    board.resize(1500, 900)  # wider: cards side by side
+    qtbot.waitUntil(lambda: board._columns >= 2, timeout=2000)
+    cells = board.plot_area.ci.layout
+    assert cells.itemAt(0, 1) is board.plots["accuracy"]
+    board.expand("accuracy")  # a double-click on a plot shows it alone
+    assert board._layout_plots == ["accuracy"] and board.all_button.isVisible()
+    board.expand(None)
+    assert board._layout_plots[:2] == ["loss", "accuracy"] and not board.all_button.isVisible()
+
+
+def test_plots_over_one_x_unit_share_one_range_and_a_finished_run_fits_its_data(qtbot):
+    store = MetricsStore()
+    _digits_like(store)
+    for i in range(40):
+        store.ingest_system("alpha", {"type": "system", "time": 1001.0 + i, "cpus": 2, "cpu_percent": 40.0,
+                                      "memory_used_bytes": 2e9, "memory_available_bytes": 6e9})
+    board = _shown_board(qtbot, store)
+    ranges = {p: board.plots[p].getViewBox().viewRange()[0] for p in board._layout_plots}
+    assert ranges["loss"] == ranges["accuracy"] == ranges["step_time"], "steps: one range"
+    assert ranges["sys:cpu_cores"] == ranges["sys:memory_gb"]
+    low, high = ranges["loss"]
+    assert low <= 1 and 60 <= high <= 62, "a finished run: no empty half ahead"
+    board.x_box.setCurrentIndex(X_AXES.index("relative"))
+    frame(board)
+    assert board.plots["loss"].getViewBox().viewRange()[0] == board.plots["sys:cpu_cores"].getViewBox().viewRange()[0], \
+        "training and system plots over seconds share the range"
+    live = _shown_board(qtbot, store)
+    live.set_store(store, ["worker-0", "worker-1"], live=True)
+    frame(live)
+    assert live.plots["loss"].getViewBox().viewRange()[0][1] > 80, "a live run keeps room ahead"
+    live.set_ended()
+    frame(live)
+    live.timer.timeout.emit()
+    live._seen_version = -1
+    frame(live)
+    assert live.plots["loss"].getViewBox().viewRange()[0][1] <= 62, "ended: it fits its data"
+
+
+def test_a_log_y_axis_labels_decades_only(qtbot):
+    store = MetricsStore()
+    _digits_like(store)
+    board = _shown_board(qtbot, store)
+    board.log_box.setChecked(True)
+    frame(board)
+    axis = board.plots["loss"].getAxis("left")
+    axis.setRange(-3.2, 0.3)
+    values = [-3.0, -2.69897, -2.0, -1.5228787, -1.0, 0.0]
+    assert axis.tickStrings(values, 1, 1) == ["0.001", "", "0.01", "", "0.1", "1"]
+    axis.setRange(-1.0, -0.6)  # less than a decade: every tick says its value
+    assert axis.tickStrings([-0.9, -0.7], 1, 0.1) == ["0.126", "0.2"]
+
+
+def test_the_series_list_names_each_series_once_in_a_stable_order(qtbot):
+    store = MetricsStore()
+    _digits_like(store, workers=3)
+    store.ingest_system("alpha", {"type": "system", "time": 1001.0, "cpus": 2, "cpu_percent": 40.0,
+                                  "memory_used_bytes": 2e9, "memory_available_bytes": 6e9})
+    board = _shown_board(qtbot, store, order=["worker-0", "worker-1", "worker-2"])
+    names = board.series_list.names()
+    assert names == ["cluster", "epoch", "validation", "worker-0", "worker-1", "worker-2", "alpha (host)"], names
+    again = _shown_board(qtbot, store, order=["worker-0", "worker-1", "worker-2"])
+    assert again.series_list.names() == names, "the same order each time"
+    assert not any(isinstance(item, pg.LegendItem) for p in board.plots.values() for item in p.vb.allChildren()), \
+        "no legend over the data"
 
 def test_the_system_lane_draws_each_host_and_task(qtbot):
     store = MetricsStore()
@@ -507,8 +602,9 @@ def test_a_live_run_lays_its_plots_out_at_once_and_a_plot_that_comes_is_added_al
     assert board._layout_plots == ["loss", "accuracy", "step_time", "sys:cpu_cores", "sys:memory_gb"]
     assert removed == [], "the plots laid out stay where they are"
     assert set(board.plots) == made, "no plot made while the run streams"
-    rows = [board.plot_area.ci.layout.itemAt(r, 0) for r in range(5)]
-    assert rows == [board.plots[p] for p in board._layout_plots]
+    cols = board._columns
+    cells = [board.plot_area.ci.layout.itemAt(*divmod(i, cols)) for i in range(5)]
+    assert cells == [board.plots[p] for p in board._layout_plots]
     history = MetricsStore()
     _digits_like(history)
     board.set_store(history, ["worker-0", "worker-1"])  # a finished run: only what it has
@@ -561,20 +657,32 @@ def test_a_pause_in_the_system_samples_is_drawn_as_a_gap(qtbot):
     assert board.curves[("host:alpha", "sys:cpu_cores")].opts["connect"] == "finite"
 
 
-def test_a_finished_run_overlays_dashed_to_compare(qtbot):
-    store, other = MetricsStore(), MetricsStore()
+def test_several_runs_are_compared_each_in_its_colour_with_a_chip_and_the_run_shown_keeps_the_x_range(qtbot):
+    store, longer, other = MetricsStore(), MetricsStore(), MetricsStore()
     _digits_like(store)
+    _digits_like(longer, epochs=6)  # twice as long
     _digits_like(other, epochs=2)
     board = _shown_board(qtbot, store)
-    board.set_overlay("run B", other)
+    board.add_comparison("run-b", longer, "wide batch")
+    board.add_comparison("run-c", other)
     frame(board)
-    curve = board.overlay_curves[("worker-0", "loss")]
-    assert curve.opts["pen"].style() == Qt.DashLine
-    assert np.allclose(curve.getData()[1], other.series("worker-0", "loss")[1])
-    assert curve in board.plots["loss"].items and "run B" in board.readout_at("loss", 10)
-    board.set_overlay("", None)
-    frame(board)
-    assert not board.overlay_curves and curve not in board.plots["loss"].items
+    board.slow_timer.timeout.emit()
+    b, c = board.overlay_curves[("run-b", "worker-0", "loss")], board.overlay_curves[("run-c", "worker-0", "loss")]
+    assert b.opts["pen"].style() == c.opts["pen"].style() == Qt.DashLine
+    colours = {b.opts["pen"].color().name(), c.opts["pen"].color().name()}
+    assert len(colours) == 2 and colours.isdisjoint(worker_color(i).name() for i in range(12))
+    assert np.allclose(b.getData()[1], longer.series("worker-0", "loss")[1])
+    assert board.chip_texts() == ["┅ run wide batch  ✕", "┅ run run-c  ✕"]
+    assert board.series_list.names()[-2:] == ["run wide batch", "run run-c"]
+    assert board.plots["loss"].getViewBox().viewRange()[0][1] <= 62, "the longer compared run does not take x over"
+    rows = {r["series"] for r in board.readout_rows("loss", 10)}
+    assert {"run wide batch: cluster", "run run-c: cluster", "cluster"} <= rows
+    with qtbot.waitSignal(board.comparison_removed, timeout=1000) as removed:
+        board.chips.itemAt(0).widget().click()  # its chip's ×
+    assert removed.args == ["run-b"] and list(board.compared) == ["run-c"]
+    board.slow_timer.timeout.emit()
+    assert b not in board.plots["loss"].items and "run wide batch" not in board.series_list.names()
+    assert board.compared_colour("run-c").name() == c.opts["pen"].color().name(), "its colour stays"
 
 
 def test_the_reading_aids_are_remembered(qtbot, tmp_path):
@@ -611,7 +719,7 @@ def test_the_window_remembers_the_reading_aids_per_user(qtbot, gui_homes):
 
 
 def _legend(board) -> list[str]:
-    return [label.text for _, label in board.legend.items]
+    return board.series_list.names()
 
 
 def test_a_new_store_of_the_same_tasks_keeps_rows_and_legend_and_draws_only_its_own_points(qtbot):
@@ -627,10 +735,11 @@ def test_a_new_store_of_the_same_tasks_keeps_rows_and_legend_and_draws_only_its_
     board.timer.timeout.emit()
     board.slow_timer.timeout.emit()
     bars, legend = dict(board.progress_view.bars), _legend(board)
-    assert bars["worker-0"].value() > 0 and legend == ["worker-0", "worker-1", "cluster"]
+    assert bars["worker-0"].value() > 0 and legend == ["cluster", "worker-0", "worker-1"]
 
     again = MetricsStore()
     board.set_store(again, ["worker-0", "worker-1"])
+    board.slow_timer.timeout.emit()
     assert board.progress_view.bars == bars and _legend(board) == legend
     assert bars["worker-0"].value() == 0 and all(c.getData()[0] is None or len(c.getData()[0]) == 0 for c in board.curves.values())
     feed(again, workers=2, steps=3, rate=1000.0, burst=3).join()
@@ -641,5 +750,6 @@ def test_a_new_store_of_the_same_tasks_keeps_rows_and_legend_and_draws_only_its_
     other = MetricsStore()  # another cluster: its own rows, no name of the last one left in the grid
     board.set_store(other, ["chief-0", "worker-0"])
     qtbot.waitUntil(lambda: board.progress_view.grid.count() == 6, timeout=2000)  # name, bar, state per task
+    board.slow_timer.timeout.emit()
     assert sorted(board.progress_view.bars) == ["chief-0", "worker-0"]
     assert not any("worker-1" in name for name in _legend(board))

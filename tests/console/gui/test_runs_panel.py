@@ -39,17 +39,18 @@ def click(qtbot, button) -> None:
     qtbot.mouseClick(button, Qt.LeftButton)
 
 
-def overlaid_points(window, metric: str = "loss") -> list[int]:
-    return [len(curve.getData()[0]) for (owner, m), curve in window.dashboard.overlay_curves.items()
-            if m == metric and curve.getData()[0] is not None]
+def overlaid_points(window, metric: str = "loss", run_id: str | None = None) -> list[int]:
+    return [len(curve.getData()[0]) for (run, owner, m), curve in window.dashboard.overlay_curves.items()
+            if m == metric and curve.getData()[0] is not None and run_id in (None, run)]
 
 
-def test_two_finished_runs_are_listed_opened_and_overlaid(qtbot, gui_homes, monkeypatch, shots):
+def test_finished_runs_are_listed_opened_and_several_compared(qtbot, gui_homes, monkeypatch, shots):
     finished_run(gui_homes, "run-a", epochs=2, steps=30)
     finished_run(gui_homes, "run-b", epochs=1, steps=20, seed=3.0)
+    finished_run(gui_homes, "run-c", epochs=3, steps=30, seed=2.0)
     monkeypatch.setattr(catalog, "_replay", lambda *a, **k: pytest.fail("the cache is whole: no host is asked"))
     window = open_window(qtbot, gui_homes)
-    rows = show_runs(qtbot, window, 2)
+    rows = show_runs(qtbot, window, 3)[1:]
     assert [r[0] for r in rows] == ["run-b", "run-a"]  # the newest first
     col = {name: COLUMNS.index(name) for name in COLUMNS}
     assert [rows[1][col["State"]], rows[1][col["Cluster"]]] == ["finished", "here: worker-0, worker-1"]
@@ -63,15 +64,15 @@ def test_two_finished_runs_are_listed_opened_and_overlaid(qtbot, gui_homes, monk
     # A run's name and notes are the person's: written in place, kept by this console, listed again
     panel = window.runs_panel
     with qtbot.waitSignal(panel.labelled, timeout=5_000):
-        panel.table.item(1, COLUMNS.index("Name")).setText("baseline\x1b[31m, lr 1e-3")
+        panel.table.item(2, COLUMNS.index("Name")).setText("baseline\x1b[31m, lr 1e-3")
     with qtbot.waitSignal(panel.labelled, timeout=5_000):
-        panel.table.item(1, COLUMNS.index("Notes")).setText("the first one that converged")
+        panel.table.item(2, COLUMNS.index("Notes")).setText("the first one that converged")
     qtbot.waitUntil(lambda: labels.label("run-a") == {"name": "baseline[31m, lr 1e-3",
                                                       "notes": "the first one that converged"}, timeout=5_000)
-    assert not panel.table.item(1, 0).flags() & Qt.ItemIsEditable and panel.table.item(1, 1).flags() & Qt.ItemIsEditable
+    assert not panel.table.item(2, 0).flags() & Qt.ItemIsEditable and panel.table.item(2, 1).flags() & Qt.ItemIsEditable
     panel.refresh()
-    qtbot.waitUntil(lambda: panel.rows()[1][col["Name"]] == "baseline[31m, lr 1e-3", timeout=30_000)
-    assert panel.rows()[1][col["Notes"]] == "the first one that converged" and panel.rows()[0][col["Name"]] == ""
+    qtbot.waitUntil(lambda: panel.rows()[2][col["Name"]] == "baseline[31m, lr 1e-3", timeout=30_000)
+    assert panel.rows()[2][col["Notes"]] == "the first one that converged" and panel.rows()[0][col["Name"]] == ""
 
     window.runs_panel.select("run-a")
     click(qtbot, window.runs_panel.open_button)
@@ -84,18 +85,30 @@ def test_two_finished_runs_are_listed_opened_and_overlaid(qtbot, gui_homes, monk
     assert window.tabs.currentWidget() is window.dashboard
 
     window.tabs.setCurrentWidget(window.runs_panel)
-    window.runs_panel.select("run-b")
-    click(qtbot, window.runs_panel.compare_button)
-    qtbot.waitUntil(lambda: window.dashboard.overlay is not None, timeout=30_000)
-    label, compared = window.dashboard.overlay
-    assert label == "run-b" and compared.points("worker-0", "loss") == 20
+    for run_id in ("run-b", "run-c"):  # two runs compared with run-a, each in its colour
+        window.runs_panel.select(run_id)
+        click(qtbot, window.runs_panel.compare_button)
+        qtbot.waitUntil(lambda: run_id in window.dashboard.compared, timeout=30_000)
+    assert window.tabs.currentWidget() is window.runs_panel, "the Runs tab stays: more can be compared"
+    assert window.dashboard.compared["run-b"].points("worker-0", "loss") == 20
     assert window.dashboard.store is store  # run-a stays the one shown
-    qtbot.waitUntil(lambda: 20 in overlaid_points(window), timeout=10_000)  # drawn dashed behind run-a
+    colours = window.runs_panel.compared_rows()
+    assert set(colours) == {"run-b", "run-c"} and len(set(colours.values())) == 2
+    assert colours["run-b"] == window.dashboard.compared_colour("run-b").name()
+    save_shot(window, shots, "runs-compare-table")
+    window.tabs.setCurrentWidget(window.dashboard)
+    qtbot.waitUntil(lambda: 20 in overlaid_points(window, run_id="run-b") and
+                    90 in overlaid_points(window, run_id="run-c"), timeout=10_000)  # drawn dashed behind run-a
+    assert window.dashboard.chip_texts() == ["┅ run run-b  ✕", "┅ run run-c  ✕"]
     save_shot(window, shots, "runs-compare")
+    window.dashboard.chips.itemAt(1).widget().click()  # run-c's chip: compared no more, in the table too
+    assert list(window.dashboard.compared) == ["run-b"] and set(window.runs_panel.compared_rows()) == {"run-b"}
     window.tabs.setCurrentWidget(window.runs_panel)
+    window.runs_panel.select("run-b")
     assert window.runs_panel.compare_button.text() == "Uncompare"
     click(qtbot, window.runs_panel.compare_button)  # on the compared run again: no more overlay
-    assert window.dashboard.overlay is None and window.runs_panel.compare_button.text() == "Compare"
+    assert not window.dashboard.compared and window.runs_panel.compare_button.text() == "Compare"
+    assert window.runs_panel.compared_rows() == {}
     save_shot(window, shots, "runs-panel")
 
 
@@ -122,6 +135,11 @@ def test_a_run_reopened_after_a_console_restart_shows_its_whole_history(qtbot, g
         [live.points(t, "loss") for t in ("worker-0", "worker-1")]
     assert sorted((e["task"], e["epoch"], e["val_accuracy"]) for e in store.epochs) == \
         sorted((e["task"], e["epoch"], e["val_accuracy"]) for e in live.epochs)
+    # its Logs tab has the end of each task's logs, read from its host (not blank)
+    views = again.dashboard.events_view.log_views
+    qtbot.waitUntil(lambda: {"worker-0", "worker-1"} <= set(views), timeout=30_000)
+    for task in ("worker-0", "worker-1"):
+        qtbot.waitUntil(lambda: "scripted: 3 epochs of 40 steps done" in views[task].toPlainText(), timeout=10_000)
 
 
 def test_delete_asks_first_and_removes_only_after_yes(qtbot, gui_homes, dialogs):
