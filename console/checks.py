@@ -386,7 +386,8 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
                 port = taken[task.host].pop(0) if taken.get(task.host) else None
             tasks.append({"name": name, "host": task.host,  # an evaluator serves nothing: no port to reach
                           "address": format_address(cluster.host(task.host).tf_host, port)
-                          if port and task.in_cluster else None})
+                          if port and task.in_cluster else None,
+                          "picked": task.port == "auto"})  # a port free now: the run picks its own at start
         ok_hosts = [n for n, r in reports.items() if r.ok]
         busy = {(r.name, p["port"]) for r in reports.values() for p in r.ports if not p["free"]}
         listening = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QSplitter, QTableWidget, QTableWidgetItem, QTextBrowser
+from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QTableWidgetItem, QTextBrowser, QVBoxLayout, QWidget
 
 from console.checks import Report, skew
 
@@ -40,15 +40,32 @@ def host_marks(report: Report) -> dict[str, list[str]]:
     return {r.name: problems.get(r.name) or ([] if r.ok else [r.error or "failed"]) for r in report.hosts}
 
 
+NO_CHECK = ("<h3>No check yet</h3><p><b>Run ▸ Check</b> (Ctrl+K) connects to each host of the Setup tab and "
+            "says, per host, its Python, TensorFlow, tf-keras, GPUs, CPUs, free memory and disk, and its clock; "
+            "whether the script and its files are there; and whether every host reaches every task's port.</p>"
+            "<p>Each problem comes with its fix. <b>Deploy &amp; Start</b> (F5) checks the same before it "
+            "starts.</p>")
+
+
 class CheckView(QSplitter):
     """The *Check* tab: a report's details above its reachability matrix, or why there is nothing to check."""
 
     def __init__(self, parent=None):
         super().__init__(Qt.Vertical, parent)
         self.details = QTextBrowser()
+        self.details.setHtml(NO_CHECK)
         self.matrix = QTableWidget()
+        self.matrix_note = QLabel("")  # which ports the matrix tried: the run's, or ones free now
+        self.matrix_note.setWordWrap(True)
+        lower = QWidget()
+        lower_layout = QVBoxLayout(lower)
+        lower_layout.setContentsMargins(0, 0, 0, 0)
+        lower_layout.addWidget(self.matrix_note)
+        lower_layout.addWidget(self.matrix, 1)
         self.addWidget(self.details)
-        self.addWidget(self.matrix)
+        self.addWidget(lower)
+        lower.hide()  # no matrix before a check
+        self._lower = lower
 
     def show_refusal(self, reason: str) -> None:
         """The settings cannot work (``cluster.validate`` said why): nothing was checked."""
@@ -86,13 +103,21 @@ class CheckView(QSplitter):
         self._show_matrix(report)
 
     def _show_matrix(self, report: Report) -> None:
-        """One row per host that connected, one column per task: ok, or why that host could not reach it."""
+        """One row per host that connected, one column per task: ok, or why that host could not reach it. The
+        ports are the run's own, or, for tasks whose port is "auto", ports free now (the note says so)."""
         columns = [t for t in report.tasks if t["address"]]
+        picked = [t["name"] for t in columns if t.get("picked")]
+        self._lower.setVisible(bool(columns))
+        self.matrix_note.setText(
+            "<b>Reachability</b>, on the ports the run will use." if not picked else
+            f"<b>Reachability</b>: {', '.join(picked)} {'has' if len(picked) == 1 else 'have'} the port \"auto\": "
+            "the check tried ports free now (marked auto); the run picks its own free ports at its start.")
         sources = list(report.matrix)
         self.matrix.clear()
         self.matrix.setRowCount(len(sources))
         self.matrix.setColumnCount(len(columns))
-        self.matrix.setHorizontalHeaderLabels([f"{t['name']}\n{t['address']}" for t in columns])
+        self.matrix.setHorizontalHeaderLabels([f"{t['name']}\n{t['address']}{' (auto)' if t.get('picked') else ''}"
+                                               for t in columns])
         self.matrix.setVerticalHeaderLabels([f"from {s}" for s in sources])
         for i, source in enumerate(sources):
             for j, t in enumerate(columns):

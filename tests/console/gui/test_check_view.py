@@ -67,3 +67,23 @@ def test_the_report_shows_what_was_collected_and_the_workload_files_and_comes_fo
         assert shown in page, shown
     assert "Every check passed" not in page
     w.close()
+
+
+def test_before_a_check_the_tab_says_what_to_do_and_the_matrix_says_which_ports_it_tried(qtbot, gui_homes):
+    w = window_on(qtbot, gui_homes)
+    view = w.check_view
+    assert "No check yet" in view.details.toPlainText() and "Ctrl+K" in view.details.toPlainText()
+    assert not view._lower.isVisibleTo(view), "no matrix before a check"
+    tasks = [{"name": "worker-0", "host": "a", "address": "10.0.0.1:2222", "picked": False},
+             {"name": "worker-1", "host": "b", "address": "10.0.0.2:40123", "picked": True}]
+    matrix = {"a": {"10.0.0.2:40123": {"ok": True}}, "b": {"10.0.0.1:2222": {"ok": True}}}
+    hosts = [HostReport("a", "10.0.0.1", ok=True), HostReport("b", "10.0.0.2", ok=True)]
+    w.checker.finished.emit(Report(hosts, tasks, matrix, []))
+    assert view._lower.isVisibleTo(view)
+    headers = [view.matrix.horizontalHeaderItem(i).text() for i in range(view.matrix.columnCount())]
+    assert headers == ["worker-0\n10.0.0.1:2222", "worker-1\n10.0.0.2:40123 (auto)"]
+    note = view.matrix_note.text()
+    assert "worker-1 has the port \"auto\"" in note and "picks its own free ports at its start" in note
+    w.checker.finished.emit(Report(hosts, [dict(t, picked=False) for t in tasks], matrix, []))
+    assert "on the ports the run will use" in view.matrix_note.text()
+    w.close()
