@@ -1,11 +1,11 @@
-"""Take the README's screenshots: the window on the embedded default, during a real run.
+"""Take the README's screenshots: the window on the embedded default, real runs, at 1440x900 and 1280x720.
 
     python scripts/readme_screenshots.py [OUT_DIR]   (default docs/images; offscreen, no display needed)
 
-Starts the two local digits workers from the window, grabs the dashboard in the
-third epoch (validation curves and the system lane) and the cluster diagram, stops
-the run; trains a second, shorter run to its end and grabs the Runs tab and the
-dashboard comparing the two.
+Checks the embedded default's hosts (the Check tab); starts the two local digits workers from the window and grabs
+the Dashboard in their third epoch and the Cluster tab; lets the run end and grabs the Dashboard after it; trains
+two shorter runs (other batch sizes) to their ends, opens the first run and compares the other two with it (the
+Runs tab and the Dashboard). Each view at both sizes: ``<view>-1440x900.png`` and ``<view>-1280x720.png``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+SIZES = ((1440, 900), (1280, 720))
 
 
 def main() -> None:
@@ -36,9 +37,14 @@ def main() -> None:
     app = QApplication([])
     configure_process()
     window = MainWindow(profiles=Profiles(home / "profiles.json"))
-    window.resize(1400, 860)
+    window.resize(*SIZES[0])
     window.show()
-    window.setup.epochs.setValue(8)
+    written = []
+
+    def settle(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:  # a few redraws
+            app.processEvents()
 
     def wait(condition, seconds: float, what: str) -> None:
         end = time.monotonic() + seconds
@@ -47,50 +53,62 @@ def main() -> None:
                 raise SystemExit(f"gave up waiting for {what}")
             app.processEvents()
 
+    def shoot(tab, name: str, before=None) -> None:
+        window.tabs.setCurrentWidget(tab)
+        for width, height in SIZES:
+            window.resize(width, height)
+            settle(0.6)
+            if before is not None:
+                before()
+                settle(0.2)
+            path = out / f"{name}-{width}x{height}.png"
+            window.grab().save(str(path))
+            written.append(path.name)
+        window.resize(*SIZES[0])
+
+    window.act_check.trigger()
+    wait(lambda: not window.checking, 120, "the check")
+    shoot(window.check_view, "check")
+
+    window.setup.epochs.setValue(5)
     window.act_start.trigger()
     store = lambda: window.session.store  # noqa: E731
     wait(lambda: store().progress.get("worker-1") and store().progress["worker-1"].epoch >= 2, 300, "epoch 3")
     wait(lambda: window.run_control.started_event is not None, 30, "the started event")
     wait(lambda: store().points("worker-1", "sys:cpu_cores") >= 5, 30, "the system lane")
-    end = time.monotonic() + 0.5
-    while time.monotonic() < end:  # a few redraws
-        app.processEvents()
-    window.grab().save(str(out / "dashboard.png"))
-    window.tabs.setCurrentWidget(window.diagram)
-    window.diagram._on_task_clicked("worker-0")
-    app.processEvents()
-    window.grab().save(str(out / "diagram.png"))
-    window.run_control.stop()  # Stop without its question (nobody answers it here)
-    wait(lambda: not window.session.active, 60, "the run to stop")
+    shoot(window.dashboard, "dashboard-during")
+    shoot(window.diagram, "cluster", before=lambda: window.diagram._on_task_clicked("worker-0"))
     first = window.session.run.run_id
+    wait(lambda: not window.session.active, 600, "the first run's end")
+    shoot(window.dashboard, "dashboard-after")
 
-    window.tabs.setCurrentWidget(window.dashboard)
-    window.setup.epochs.setValue(4)
-    window.act_start.trigger()
-    wait(lambda: window.session.run is not None and window.session.run.run_id != first, 120, "the second run")
-    second = window.session.run.run_id
-    wait(lambda: not window.session.active, 300, "the second run to end")
+    others = []
+    for batch in (32, 128):  # two more runs, to compare
+        window.setup.epochs.setValue(3)
+        window.setup.batch.setValue(batch)
+        window.act_start.trigger()
+        wait(lambda: window.session.run is not None and window.session.run.run_id not in [first, *others], 120,
+             "the next run")
+        others.append(window.session.run.run_id)
+        wait(lambda: not window.session.active, 600, "the run's end")
     panel = window.runs_panel
     window.tabs.setCurrentWidget(panel)
     panel.refresh()
-    wait(lambda: panel.table.rowCount() == 2, 30, "the runs list")
-    panel.select(second)
-    panel.open_button.click()
-    wait(lambda: window.dashboard.store.points("worker-0", "loss") > 0, 60, "the second run's history")
+    wait(lambda: panel.table.rowCount() == 3, 60, "the runs list")
     panel.select(first)
-    panel.compare_button.click()
-    wait(lambda: window.dashboard.overlay is not None, 60, "the first run's history to compare")
-    window.tabs.setCurrentWidget(window.dashboard)
-    end = time.monotonic() + 1.5
-    while time.monotonic() < end:  # a few redraws
-        app.processEvents()
-    window.grab().save(str(out / "compare.png"))
-    window.tabs.setCurrentWidget(panel)
-    app.processEvents()
-    window.grab().save(str(out / "runs.png"))
+    panel.open_button.click()
+    wait(lambda: window.dashboard.run_header is not None and window.dashboard.run_header.run_id == first, 60,
+         "the first run's history")
+    for run_id in others:
+        window.tabs.setCurrentWidget(panel)
+        panel.select(run_id)
+        panel.compare_button.click()
+        wait(lambda: run_id in window.dashboard.compared, 60, f"run {run_id} to compare")
+    shoot(panel, "runs")
+    shoot(window.dashboard, "compare")
     window.files.dirty = False
     window.close()
-    print(f"wrote dashboard.png, diagram.png, runs.png and compare.png in {out}")
+    print(f"wrote {', '.join(written)} in {out}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFrame, QHBoxLayout, QInputDialog, QLabel, QListWidget,
-                               QListWidgetItem, QPushButton, QScrollArea, QSlider, QSplitter, QStackedWidget,
+                               QListWidgetItem, QPushButton, QScrollArea, QSizePolicy, QSlider, QSplitter,
+                               QStackedWidget,
                                QToolButton, QVBoxLayout, QWidget)
 
 from console.gui.colors import (CLUSTER, EPOCH as EPOCH_PEN, VALIDATION, compared_color, host_encoding,
@@ -200,11 +201,18 @@ class Dashboard(QWidget):
         self.all_button.clicked.connect(self._on_all_button_clicked)
         self.all_button.hide()
         controls.addWidget(self.all_button)
-        # The runs compared with the one shown: a chip each, in its colour, with × to take it away.
-        self.chips = QHBoxLayout()
-        self.chips.setContentsMargins(8, 0, 0, 0)
-        controls.addLayout(self.chips)
         controls.addStretch(1)
+        # The runs compared with the one shown, on a line of their own: a chip each, in its colour, with × to take
+        # it away. The line never widens the window (chips past its width are cut; the Series list has them all).
+        self.chip_row = QWidget()
+        self.chip_row.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        chip_line = QHBoxLayout(self.chip_row)
+        chip_line.setContentsMargins(4, 0, 4, 0)
+        chip_line.addWidget(QLabel("Compared:"))
+        self.chips = QHBoxLayout()
+        chip_line.addLayout(self.chips)
+        chip_line.addStretch(1)
+        self.chip_row.hide()
         self.smoothing_slider.valueChanged.connect(self._on_smoothing_slider_value_changed)
         self.log_box.toggled.connect(self._on_log_box_toggled)
         self.x_box.currentIndexChanged.connect(self._on_x_box_current_index_changed)
@@ -283,6 +291,7 @@ class Dashboard(QWidget):
         left_layout.addWidget(self.notice)
         left_layout.addWidget(self.progress_view)
         left_layout.addLayout(controls)
+        left_layout.addWidget(self.chip_row)
         left_layout.addWidget(plots_row, 1)
         split = self.split = QSplitter(Qt.Horizontal)
         split.addWidget(left)
@@ -360,6 +369,7 @@ class Dashboard(QWidget):
         """The run shown went as far as it goes: each plot fits its data (no room ahead kept)."""
         self.live = False
         self._views.clear()
+        self._seen_version = -1  # the next frame fits them, whether or not more numbers come
 
     def _show_header(self) -> None:
         h = self.run_header
@@ -443,6 +453,7 @@ class Dashboard(QWidget):
                                "border: 1px solid #bbb; border-radius: 9px; padding: 1px 8px }")
             chip.clicked.connect(lambda *_, run_id=run_id: self._on_chip_clicked(run_id))
             self.chips.addWidget(chip)
+        self.chip_row.setVisible(bool(self.compared))
 
     def _on_chip_clicked(self, run_id: str) -> None:
         self.remove_comparison(run_id)

@@ -73,6 +73,7 @@ class SeriesList(QListWidget):
                 if name in self._items:
                     continue
                 item = QListWidgetItem(line_icon(pen, symbol), name)
+                item.setToolTip(name)
                 item.setFlags(item.flags() | Qt.ItemIsUserCheckable)
                 item.setCheckState(Qt.Unchecked if name in hidden else Qt.Checked)
                 row = sum(1 for other, r in self._ranks.items() if (r, other) < (rank, name))

@@ -526,10 +526,7 @@ def test_plots_over_one_x_unit_share_one_range_and_a_finished_run_fits_its_data(
     frame(live)
     assert live.plots["loss"].getViewBox().viewRange()[0][1] > 80, "a live run keeps room ahead"
     live.set_ended()
-    frame(live)
     live.timer.timeout.emit()
-    live._seen_version = -1
-    frame(live)
     assert live.plots["loss"].getViewBox().viewRange()[0][1] <= 62, "ended: it fits its data"
 
 
@@ -663,8 +660,12 @@ def test_several_runs_are_compared_each_in_its_colour_with_a_chip_and_the_run_sh
     _digits_like(longer, epochs=6)  # twice as long
     _digits_like(other, epochs=2)
     board = _shown_board(qtbot, store)
+    least = board.minimumSizeHint().width()
     board.add_comparison("run-b", longer, "wide batch")
     board.add_comparison("run-c", other)
+    board.add_comparison("20261126-013712-0b50b5", other)
+    board.remove_comparison("20261126-013712-0b50b5")
+    assert board.minimumSizeHint().width() <= least, "chips never widen the window"
     frame(board)
     board.slow_timer.timeout.emit()
     b, c = board.overlay_curves[("run-b", "worker-0", "loss")], board.overlay_curves[("run-c", "worker-0", "loss")]
