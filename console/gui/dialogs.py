@@ -234,6 +234,9 @@ def ssh_config_hosts() -> list[dict]:
     return hosts
 
 
+IMPORT_MAX_WIDTH = 1000  # the import list's widest (longer lines: their tooltip has them whole)
+
+
 class ImportDialog(QDialog):
     """Pick hosts from ~/.ssh/config; each becomes a host (its alias as address) with one worker."""
 
@@ -255,7 +258,11 @@ class ImportDialog(QDialog):
             if why:
                 item.setFlags(item.flags() & ~Qt.ItemIsEnabled)
                 item.setText(f"{text}  — {why}")
+            item.setToolTip(item.text())
             self.list.addItem(item)
+        # As wide as its longest line (up to most of a screen): an address is read whole, not clipped.
+        widest = self.list.sizeHintForColumn(0) if entries else 0
+        self.list.setMinimumWidth(min(IMPORT_MAX_WIDTH, max(320, widest + 2 * self.list.frameWidth() + 24)))
         note = QLabel(f"Hosts in {ssh_config_path()}:" if entries
                       else f"No hosts found in {ssh_config_path()}. Add hosts by hand instead.")
         buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)

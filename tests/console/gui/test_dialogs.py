@@ -96,6 +96,22 @@ def test_import_lists_concrete_hosts_of_the_ssh_config(qtbot, tmp_path, monkeypa
     assert d.chosen() == [cl.Host(name="gpu-a", address="gpu-a")]
 
 
+
+def test_the_import_list_shows_long_addresses_whole(qtbot, tmp_path, monkeypatch):
+    config = tmp_path / "ssh_config"
+    long_name = "gpu-node-17.training.research-cluster.example.org"
+    config.write_text(f"Host gpu-17\n  HostName {long_name}\n  User a-rather-long-user-name\n")
+    monkeypatch.setenv("TFCC_SSH_CONFIG", str(config))
+    d = ImportDialog(set())
+    qtbot.addWidget(d)
+    d.show()
+    qtbot.waitExposed(d)
+    item = d.list.item(0)
+    needed = d.list.fontMetrics().horizontalAdvance(item.text())
+    assert d.list.viewport().width() >= needed, "the line is not clipped"
+    assert item.toolTip() == item.text()
+
+
 def test_an_alias_that_cannot_name_a_host_is_imported_under_a_safe_name_and_kept_for_ssh(qtbot, tmp_path,
                                                                                           monkeypatch):
     config = tmp_path / "ssh_config"

@@ -83,7 +83,6 @@ def test_the_supervision_settings_are_the_cluster_files(qtbot, gui_homes):
 def test_every_action_is_in_a_menu_and_the_help_says_the_versions(qtbot, gui_homes, dialogs):
     """File, Run, View and Help menus; Check and Resume look different; exports wait for something to export;
     About names tfcc's version and what it runs on."""
-    from PySide6.QtWidgets import QMessageBox
 
     w = window_on(qtbot, gui_homes)
     assert [a.text() for a in w.menuBar().actions()] == ["&File", "&Run", "&View", "&Help"]
