@@ -126,7 +126,7 @@ def console(stream: str, steps: int, folder: Path, why: bool = False) -> dict:
     os.environ["TFCC_HOME"] = str(folder / "host-home")
     os.environ["TFCC_CONSOLE_HOME"] = str(folder / "console-home")
     sys.path.insert(0, str(ROOT))
-    from PySide6.QtCore import QTimer
+    from PySide6.QtCore import QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication([])
@@ -159,12 +159,13 @@ def console(stream: str, steps: int, folder: Path, why: bool = False) -> dict:
 
     import threading
     samples, stalls = [], []  # --why: the main thread's stack every 2 ms, and what each stall over 100 ms ran
+    sampled = []  # --why: the sampling ends (once the run ended and the window settled)
     if why:
         main_id = threading.get_ident()
 
         def sample():
             import traceback
-            while not ended:
+            while not sampled:
                 frame = sys._current_frames().get(main_id)
                 if frame is not None:
                     where = [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in traceback.extract_stack(frame)
@@ -176,6 +177,7 @@ def console(stream: str, steps: int, folder: Path, why: bool = False) -> dict:
         threading.Thread(target=sample, daemon=True).start()
 
     cpu = [time.thread_time()]
+    modules_before = set(sys.modules)
 
     def tick():
         now, ran = time.perf_counter(), time.thread_time()
@@ -211,14 +213,18 @@ def console(stream: str, steps: int, folder: Path, why: bool = False) -> dict:
     window.session.core.subscribe(count)
     deadline = t0 + 900
 
-    while not ended and time.perf_counter() < deadline:
-        app.processEvents()
+    # The window's own event loop (it waits when it has nothing to do, as the window's does), until the run ends.
+    loop = QEventLoop()
+    window.session.ended.connect(loop.quit)
+    QTimer.singleShot(max(0, int((deadline - time.perf_counter()) * 1000)), loop.quit)
+    if not ended:
+        loop.exec()
     store = window.dashboard.store
     # The dashboard catches up with what the store has (its slow timer: events, progress).
-    settle = time.perf_counter() + 2
-    while time.perf_counter() < settle:
-        app.processEvents()
+    QTimer.singleShot(2000, loop.quit)
+    loop.exec()
     probe.stop()
+    sampled.append(True)
     seconds = (ended[0] if ended else time.perf_counter()) - t0
     why = []
     wanted = Counter({("step", g): 1 for g in range(1, steps + 1)})
@@ -238,7 +244,8 @@ def console(stream: str, steps: int, folder: Path, why: bool = False) -> dict:
               "stalls_over_100": sum(g > 0.1 for g in gaps), "seconds": seconds, "ended": bool(ended),
               "good": good and bool(ended), "why": "; ".join(why), "events_kept": len(store.events),
               "events_seen": store.events.total, "backlog_peak_mb": run.backlog.peak / 2 ** 20 if run else 0,
-              "holds": run.backlog.holds if run else 0, "stalls": stalls}
+              "holds": run.backlog.holds if run else 0, "stalls": stalls,
+              "imported": sorted(set(sys.modules) - modules_before)}
     window.close()
     return result
 
@@ -278,6 +285,8 @@ def main() -> None:
               f"{r['holds']:>4} | {'yes' if r['good'] else 'NO ' + r['why']:<17} | {'yes' if met else 'NO'}")
     print("goals: peak <= 1.5 x clean, no stall over 100 ms, every good record once")
     for stream, r in results.items() if ns.why else ():
+        if r.get("imported"):
+            print(f"\n{stream}: modules first imported while the run went on: {', '.join(r['imported'])}")
         for ms, at, ran, during in r["stalls"]:
             print(f"\n{stream}: {ms} ms at {at} s, the window's thread on a core for {ran} ms of it:")
             for where, n in during:

@@ -11,10 +11,11 @@ from pathlib import Path
 
 from console.errors import TfccError, describe, log_to_file
 
-GIL_SWITCH_SECONDS = 0.001
+GIL_SWITCH_SECONDS = 0.0001
 DEFAULT_SWITCH_SECONDS = sys.getswitchinterval()
 GC_INTERVAL_SECONDS = 0.5  # how often the GUI thread collects garbage
 _collector = None  # the GUI thread's garbage collector, once configure_process ran
+_dispatcher = None  # the GUI thread's event dispatcher, once it says when it wakes (configure_process)
 # Qt platforms that draw without a display server (QT_QPA_PLATFORM=offscreen for tests, vnc, …).
 NO_DISPLAY_PLATFORMS = {"offscreen", "minimal", "minimalegl", "vnc", "linuxfb", "eglfs", "vkkhrdisplay"}
 
@@ -40,10 +41,31 @@ def configure_process() -> None:
     """
     global _collector
     sys.setswitchinterval(GIL_SWITCH_SECONDS)
+    _say_when_awake()
+    # What Python imports on first use while a run's first numbers come (pyqtgraph's numpy.ma; a host name's
+    # encodings.idna on a follow's thread, which holds the import lock): here, at start, not mid-frame (a 30-60
+    # ms stall of the window's thread, bench/hostile_host.py --why).
+    import encodings.idna  # noqa: F401
+    import numpy.ma  # noqa: F401
     if _collector is None:
         from pyqtgraph.util.garbage_collector import GarbageCollector
 
         _collector = GarbageCollector(interval=GC_INTERVAL_SECONDS)
+
+
+def _say_when_awake() -> None:
+    """The console's reading threads give way while this thread works (console.threads): Qt's event dispatcher
+    says when its loop is about to wait again (the window's timers and paints say when they begin)."""
+    global _dispatcher
+    from PySide6.QtCore import QAbstractEventDispatcher, Qt
+
+    from console import threads
+
+    dispatcher = QAbstractEventDispatcher.instance()
+    if dispatcher is None or dispatcher is _dispatcher:
+        return
+    dispatcher.aboutToBlock.connect(threads.WINDOW.idle, Qt.DirectConnection)
+    _dispatcher = dispatcher
 
 
 def restore_process() -> None:
@@ -55,6 +77,13 @@ def restore_process() -> None:
         gc.enable()
         gc.collect()  # here, on the GUI thread: what waited for the timer
     sys.setswitchinterval(DEFAULT_SWITCH_SECONDS)
+    global _dispatcher
+    if _dispatcher is not None:
+        from console import threads
+
+        _dispatcher.aboutToBlock.disconnect(threads.WINDOW.idle)
+        _dispatcher = None
+        threads.WINDOW.idle()
 
 
 # ------------------------------------------------------------------ before any QApplication

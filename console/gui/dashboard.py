@@ -33,6 +33,7 @@ from console.gui.progress_view import ProgressView
 from console.store.metric_ids import DEFAULT_PLOTS, EPOCH, HOST, SYSTEM, X_AXES, is_cluster_wide, plot_label, plot_of
 from console.store.metrics import Marker, MetricsStore
 from console.text import duration_text, marker_label, marker_text, metric_text
+from console.threads import WINDOW
 from trainer.tf_config import TRAINING_ROLES
 
 REFRESH_MS = 33          # at most 30 redraws a second
@@ -134,6 +135,14 @@ class _YAxis(pg.AxisItem):
         return [f"{10.0 ** round(v):g}" if abs(v - round(v)) < 1e-6 else "" for v in values]
 
 
+class _PlotArea(pg.GraphicsLayoutWidget):
+    """The plots' canvas; its paint is the window's work, which the reading threads give way to."""
+
+    def paintEvent(self, event):  # noqa: N802 (Qt's name)
+        WINDOW.busy()
+        super().paintEvent(event)
+
+
 class Dashboard(QWidget):
     view_changed = Signal(dict)  # the person changed a reading aid: view()
     renamed = Signal(str, str)   # the person named the run shown: run id, name
@@ -226,7 +235,7 @@ class Dashboard(QWidget):
         self.series_list.toggled.connect(self._on_series_list_toggled)
 
         # The plots: titled cards with a least height in a grid that scrolls, over the same x per unit.
-        self.plot_area = pg.GraphicsLayoutWidget()
+        self.plot_area = _PlotArea()
         self.plot_area.setBackground("w")
         self.plot_area.ci.layout.setVerticalSpacing(CARD_SPACING)
         self.plot_area.ci.layout.setHorizontalSpacing(CARD_SPACING)
@@ -318,7 +327,10 @@ class Dashboard(QWidget):
     def set_store(self, store: MetricsStore, order: list[str], live: bool = False) -> None:
         """A new run: its store and its tasks in cluster order; ``live``: a run that goes on (its plots that every
         run fills are laid out now, before its numbers stream in)."""
-        self._expected = set(LIVE_PLOTS) if live else set()
+        # A live run: every plot the person wants is laid out now, before its numbers stream in (a plot laid out
+        # as its first numbers came moved every card while the window was busiest); those that stay empty go
+        # when the run ends.
+        self._expected = set(self.shown) | set(LIVE_PLOTS) if live else set()
         self.live = live
         self._set_store(store, order)
 
@@ -368,6 +380,8 @@ class Dashboard(QWidget):
     def set_ended(self) -> None:
         """The run shown went as far as it goes: each plot fits its data (no room ahead kept)."""
         self.live = False
+        self._expected = set()
+        self._slow_version = -1  # the empty plots go at the next tick
         self._views.clear()
         self._seen_version = -1  # the next frame fits them, whether or not more numbers come
 
@@ -827,6 +841,7 @@ class Dashboard(QWidget):
     def _on_timer_timeout(self) -> None:
         if self.store.version == self._seen_version:
             return
+        WINDOW.busy()  # a timer's work: the reading threads give way till the loop waits again (console.threads)
         self._redraw()
 
     def _redraw(self) -> None:
@@ -1095,6 +1110,7 @@ class Dashboard(QWidget):
 
     def _on_slow_timer_timeout(self) -> None:
         """Progress lines with ETA, badges, the metric list and events: a few times a second is enough."""
+        WINDOW.busy()
         store = self.store
         if self.series_list.count() != len(self._series) or self._series.keys() != set(self.series_list.names()):
             self._sync_series()  # curves came or went (a compared run's too)

@@ -21,6 +21,7 @@ from typing import Callable
 
 from agent.protocol import FOLLOW, MAX_LINE, PAUSE, PROTOCOL_VERSION, SYSTEM
 from console.errors import TfccError
+from console.threads import give_way
 
 log = logging.getLogger("console.remote")
 # The most one agent message may hold: a follow's message carries at most MAX_LINE bytes of a file's lines (each
@@ -153,6 +154,7 @@ class AgentClient:
                     break
                 if not raw:
                     break
+                give_way()  # decoding a host's message waits while the window's thread handles its events
                 try:
                     message = json.loads(raw)
                 except (ValueError, RecursionError):  # not JSON, or nested past what a parser takes

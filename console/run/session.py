@@ -27,6 +27,7 @@ from console.states import (FOLLOW_ERROR, RECONNECTED, RECONNECTING, Listener, M
                             TaskState)
 from console.store.cache import CONSOLE_TASK, History
 from console.store.metrics import MetricsStore
+from console.threads import give_way
 from trainer.records import CAPTURED, FROM_PRINT, SCRIPT_WORKLOAD, Batch, Event, RecordType, decode_line, number
 from trainer.tf_config import CHIEF
 
@@ -42,6 +43,7 @@ TF_TASK = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
 TF_SERVING = re.compile(r"Started server with target: grpc://")
 
 
+LINES_PER_PIECE = 500  # a follow's message is decoded and handled this many lines at a time
 BUSY_SECONDS = 0.01   # the session handles messages this long at most without a pause as long (a flood, a
 PAUSE_SECONDS = 0.01  # long history replayed: the window's thread gets the interpreter half the time, whole)
 MAX_KEPT = 5000  # a task's records kept for the snapshot (its events and epochs: a flood of them costs no more)
@@ -262,6 +264,9 @@ class RunSession:
         """After ``BUSY_SECONDS`` of handling without a pause, pause for ``PAUSE_SECONDS``: a host that sends
         more than the console can handle (its backlog held at the agents) leaves the window's thread the
         interpreter a part of the time, whole (Python lets one thread run at a time)."""
+        if give_way():  # the window's thread was handling its events: it went first
+            self._busy_since = time.monotonic()
+            return
         now = time.monotonic()
         if now - self._busy_since >= BUSY_SECONDS:
             time.sleep(PAUSE_SECONDS)
@@ -294,7 +299,11 @@ class RunSession:
             if isinstance(message.get("offset"), int):  # as the cache counts them: the two agree
                 self._read_to[task.name] = message["offset"]
             self._received = True
-            self._records(task, Batch([decode_line(line) for line in message["lines"]]))
+            lines = message["lines"]
+            for start in range(0, len(lines), LINES_PER_PIECE):  # a message of thousands of lines in pieces,
+                if start:                                         # the window's thread first between them
+                    give_way()
+                self._records(task, Batch([decode_line(line) for line in lines[start:start + LINES_PER_PIECE]]))
         elif kind == SYSTEM_QUEUED:  # task is None: the record is the host's
             host, record = message["host"], message["record"]
             if self.store is not None:

@@ -26,6 +26,7 @@ from console.store import snapshot as snapshots
 from console.store.metric_ids import CLUSTER_TASK, EPOCH, HOST, SYSTEM, SYSTEM_METRICS, is_cluster_wide
 from console.store.snapshot import Snapshot
 from console.store.table import Table
+from console.threads import give_way
 from trainer.records import PLACE_FIELDS, Batch, Event, RecordType, number
 
 
@@ -340,6 +341,8 @@ class MetricsStore:
             self.version += 1
         for start in range(0, len(others), self.CHUNK):  # a view waits for one chunk at most, not a flood's whole
             self._lock.hand_over()
+            if start % (8 * self.CHUNK) == 0 and start:
+                give_way()  # a flood of events: the window's thread first, every 256
             with self._lock:
                 self._others(task, others[start:start + self.CHUNK], self.progress[task])
                 self.version += 1

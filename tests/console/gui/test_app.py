@@ -156,3 +156,48 @@ def test_garbage_is_collected_on_the_gui_thread_only_however_much_other_threads_
     finally:
         gc.callbacks.remove(seen)
     assert set(collected_on) == {threading.get_ident()}
+
+
+def test_the_window_says_when_its_thread_handles_events_and_when_it_waits(qtbot):
+    """console.threads.WINDOW is busy while the window's timers and paints work and idle once its loop waits;
+    restore_process leaves it idle (the reading threads then never wait)."""
+
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    from console import threads
+    from console.gui import app as gui_app
+
+    gui_app.configure_process()  # as the window's start-up does (the autouse fixture did already: once is kept)
+    from console.gui.dashboard import Dashboard
+    from console.store.metrics import MetricsStore
+
+    board = Dashboard(MetricsStore())  # a timer of the window's at work: busy till the loop waits again
+    qtbot.addWidget(board)
+    board.store.version += 1
+    board._on_timer_timeout()
+    assert threads.WINDOW.is_busy()
+    loop = QEventLoop()  # the window's loop (QTest's wait never waits: it polls)
+    QTimer.singleShot(20, loop.quit)
+    loop.exec()
+    assert not threads.WINDOW.is_busy(), "the loop waited: idle"
+    board.set_store(MetricsStore(), ["worker-0"], live=True)  # a run: its plots, not the empty state
+    board.show()
+    qtbot.waitExposed(board)
+    threads.WINDOW.idle()
+    board.plot_area.viewport().update()
+    painted = []
+    real = type(board.plot_area).__mro__[1].paintEvent
+
+    def paint(view, event):
+        painted.append(threads.WINDOW.is_busy())
+        real(view, event)
+
+    type(board.plot_area).__mro__[1].paintEvent = paint  # what the plots' paint finds: busy already
+    try:
+        qtbot.waitUntil(lambda: bool(painted), timeout=2000)
+    finally:
+        type(board.plot_area).__mro__[1].paintEvent = real
+    assert painted[0] is True
+    gui_app.restore_process()
+    assert not threads.WINDOW.is_busy()
+    gui_app.configure_process()

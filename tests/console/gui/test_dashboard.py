@@ -579,8 +579,8 @@ def test_the_system_lane_draws_each_host_and_task(qtbot):
 
 
 def test_a_live_run_lays_its_plots_out_at_once_and_a_plot_that_comes_is_added_alone(qtbot, monkeypatch):
-    """Laying every plot out again while numbers stream in stalled the window: a live run's step time and system
-    lane are laid out before its first record, and loss, accuracy and a user's metric take their rows alone."""
+    """Laying plots out while numbers stream in stalled the window: a live run lays out every plot the person wants
+    before its first record (those it leaves empty go when it ends); a plot the person checks later gets its place."""
     store = MetricsStore()
     board = Dashboard(store)
     qtbot.addWidget(board)
@@ -591,21 +591,27 @@ def test_a_live_run_lays_its_plots_out_at_once_and_a_plot_that_comes_is_added_al
     assert made >= {"loss", "accuracy", "step_time", "sys:cpu_cores", "sys:memory_gb"}, "made before a run"
     board.set_store(store, ["worker-0", "worker-1"], live=True)
     frame(board)
-    assert board._layout_plots == ["step_time", "sys:cpu_cores", "sys:memory_gb"]
+    every = ["loss", "accuracy", "step_time", "sys:cpu_cores", "sys:memory_gb"]
+    assert board._layout_plots == every, "laid out before any number"
     removed = []
     monkeypatch.setattr(board.plot_area.ci, "removeItem", lambda item: removed.append(item))
     _digits_like(store)
     frame(board)
-    assert board._layout_plots == ["loss", "accuracy", "step_time", "sys:cpu_cores", "sys:memory_gb"]
-    assert removed == [], "the plots laid out stay where they are"
+    assert board._layout_plots == every and removed == [], "the plots laid out stay where they are"
     assert set(board.plots) == made, "no plot made while the run streams"
     cols = board._columns
     cells = [board.plot_area.ci.layout.itemAt(*divmod(i, cols)) for i in range(5)]
     assert cells == [board.plots[p] for p in board._layout_plots]
+    monkeypatch.undo()
+    board.metric_list.findItems("my_metric", Qt.MatchExactly)[0].setCheckState(Qt.Checked)
+    frame(board)
+    assert board._layout_plots[-3:] == ["my_metric", "sys:cpu_cores", "sys:memory_gb"]
+    board.set_ended()  # the run ended: plots it left empty go
+    board.slow_timer.timeout.emit()
+    assert "sys:cpu_cores" not in board._layout_plots and "loss" in board._layout_plots
     history = MetricsStore()
     _digits_like(history)
     board.set_store(history, ["worker-0", "worker-1"])  # a finished run: only what it has
-    monkeypatch.undo()
     frame(board)
     assert "sys:cpu_cores" not in board._layout_plots
 
