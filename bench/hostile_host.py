@@ -35,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 STREAMS = ("clean", "long-lines", "wide", "flood", "deep", "types", "logs")
 EPOCHS = 20
+WHY_SECONDS = float(os.environ.get("TFCC_WHY_MS", "100")) / 1000  # --why: stalls longer than this
 
 # The fake host's task: a run's records as the trainer writes them, one hostile stream mixed in.
 HOST = r'''
@@ -182,7 +183,7 @@ def console(stream: str, steps: int, folder: Path, why: bool = False) -> dict:
     def tick():
         now, ran = time.perf_counter(), time.thread_time()
         gaps.append(now - last[0] - 0.005)
-        if why and gaps[-1] > 0.1:
+        if why and gaps[-1] > WHY_SECONDS:
             during = Counter(w for t, w in list(samples) if last[0] <= t <= now)
             stalls.append((round(gaps[-1] * 1000), round(now - t0, 2), round((ran - cpu[0]) * 1000),
                            during.most_common(4)))

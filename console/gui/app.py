@@ -30,7 +30,9 @@ def configure_process() -> None:
     Follow threads catching up on a run's history are busy in Python, and PySide6 gives the
     GIL up on every call into Qt: at Python's default 5 ms switch interval, one redraw (a few
     hundred Qt calls) then waited seconds for the GIL. At 1 ms the worst stall while 32
-    workers' histories stream in fell from about 2 s to about 0.6 s (bench/dashboard_load.py).
+    workers' histories stream in fell from about 2 s to about 0.6 s (bench/dashboard_load.py);
+    at 0.1 ms a hostile host's floods stall the window under 100 ms (bench/hostile_host.py: at
+    1 ms, 120-190 ms), the reading threads giving way while it works (console.threads).
 
     Python's cyclic garbage collector runs in whichever thread happens to allocate past its
     threshold. In a follow, SSH or job thread it destroys the window's Qt objects that sit in

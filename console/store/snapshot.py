@@ -18,11 +18,18 @@ from typing import Iterator
 import numpy as np
 
 from console.files import open_private, write_atomically
+from console.threads import give_way
 
 STATE, ARRAYS = "store.json", "store.npz"
 
 
 JSON_PIECE = 500  # list items encoded per call (to_json)
+
+
+def _piece(items: list) -> str:
+    """A piece of a long list as JSON, without its brackets (the window's thread first: console.threads)."""
+    give_way()
+    return json.dumps(items)[1:-1]
 
 
 @dataclass
@@ -60,8 +67,7 @@ class Snapshot:
         parts = []
         for name, value in data.items():
             if isinstance(value, list) and len(value) > JSON_PIECE:
-                value = "[" + ", ".join(json.dumps(value[i:i + JSON_PIECE])[1:-1]
-                                        for i in range(0, len(value), JSON_PIECE)) + "]"
+                value = "[" + ", ".join(_piece(value[i:i + JSON_PIECE]) for i in range(0, len(value), JSON_PIECE)) + "]"
             else:
                 value = json.dumps(value)
             parts.append(f"{json.dumps(name)}: {value}")
@@ -120,6 +126,7 @@ def write(folder, snapshot: Snapshot, tables: Iterator[dict[str, np.ndarray]]) -
     try:
         with open_private(tmp, "wb") as out, zipfile.ZipFile(out, "w", zipfile.ZIP_STORED, allowZip64=True) as npz:
             for i, arrays in enumerate(tables):
+                give_way()  # a run's end: the window's thread first between two tables
                 for name, array in arrays.items():
                     with npz.open(f"{i}.{name}.npy", "w", force_zip64=True) as member:
                         np.lib.format.write_array(member, array, allow_pickle=False)
