@@ -758,6 +758,7 @@ class MetricsStore:
             if first is not None:
                 for owner, kind, arrays in itertools.chain([first], tables):  # read one table, then add it
                     xs, ts = arrays.pop("x"), arrays.pop("t")
+                    give_way()  # a reattach's tables: the window's thread first between two
                     self._lock.hand_over()
                     with self._lock:
                         self._table(owner, kind).extend(xs, ts, arrays)
