@@ -904,6 +904,10 @@ class Dashboard(QWidget):
                 if smooth is not None and curve_for == self._curve_for and not metric.startswith(EPOCH):
                     sx, sy = smooth
                     self._curve(owner, metric, smooth=True).set_points(sx, _logged(sy, log))
+                if own and is_cluster_wide(metric):  # drawn once: from the task that says it now (the first in
+                    for stale in [k for k in self.curves if k[1] == metric and k[0] != owner]:  # order that has)
+                        self._remove_curve(stale)
+                        drawn.pop(stale, None)
 
     def _curve_for(self, owner: str, metric: str) -> "_Curve":
         return self._curve(owner, metric)

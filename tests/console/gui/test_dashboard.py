@@ -692,6 +692,24 @@ def test_several_runs_are_compared_each_in_its_colour_with_a_chip_and_the_run_sh
     assert board.compared_colour("run-c").name() == c.opts["pen"].color().name(), "its colour stays"
 
 
+def test_a_cluster_wide_number_said_first_by_another_worker_is_still_drawn_once(qtbot):
+    """worker-1's epoch can come before worker-0's (a live run lays its plots out before any number): the curve
+    moves to worker-0 once it says it too, and worker-1's goes (the CI met two validation curves)."""
+    store = MetricsStore()
+    board = _shown_board(qtbot, store)
+    board.set_store(store, ["worker-0", "worker-1"], live=True)
+    epoch = {"type": "epoch", "epoch": 0, "time": 1020.0, "loss": 1.0, "accuracy": 0.6, "val_loss": 1.2,
+             "val_accuracy": 0.55}
+    store.ingest("worker-1", [started_record(1, 2, 40, 20), epoch])
+    frame(board)
+    assert ("worker-1", "epoch:val_accuracy") in board.curves
+    store.ingest("worker-0", [started_record(0, 2, 40, 20), epoch])
+    frame(board)
+    drawn = [key for key in board.curves if key[1] == "epoch:val_accuracy"]
+    assert drawn == [("worker-0", "epoch:val_accuracy")]
+    assert board.series_list.names().count("validation") == 1
+
+
 def test_the_reading_aids_are_remembered(qtbot, tmp_path):
     store = MetricsStore()
     _digits_like(store)
