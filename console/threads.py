@@ -20,14 +20,15 @@ BUSY_HOLD_SECONDS = 0.05  # a busy mark lasts this long at most without the loop
 class Window:
     """Whether a window's thread is at work now."""
 
-    def __init__(self):
+    def __init__(self, hold: float = BUSY_HOLD_SECONDS):
         self._idle = threading.Event()
         self._idle.set()
         self._until = 0.0
+        self.hold = hold
 
     def busy(self) -> None:
-        """The window's thread began a piece of its work (till the loop waits again, or ``BUSY_HOLD_SECONDS``)."""
-        self._until = time.monotonic() + BUSY_HOLD_SECONDS
+        """The window's thread began a piece of its work (till the loop waits again, or ``hold`` seconds)."""
+        self._until = time.monotonic() + self.hold
         self._idle.clear()
 
     def idle(self) -> None:

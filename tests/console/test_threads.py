@@ -14,27 +14,30 @@ def test_a_reading_thread_waits_while_the_window_is_busy_and_not_when_it_is_idle
     t0 = time.perf_counter()
     assert window.give_way() is False and time.perf_counter() - t0 < 0.005, "idle: no wait"
     window.busy()
-    waited = []
+    waited, started, done = [], threading.Event(), threading.Event()
 
     def reader():
+        started.set()
         t = time.perf_counter()
         window.give_way(most=5.0)
         waited.append(time.perf_counter() - t)
+        done.set()
 
     thread = threading.Thread(target=reader)
     thread.start()
-    time.sleep(0.02)  # the window's thread works meanwhile
-    assert not waited, "it waits while the window is busy"
+    assert started.wait(5)
+    assert not done.wait(0.02), "it waits while the window is busy"
     window.idle()
+    assert done.wait(5)
     thread.join(5)
-    assert waited and 0.015 <= waited[0] < BUSY_HOLD_SECONDS
+    assert 0.015 <= waited[0] < BUSY_HOLD_SECONDS
     window.busy()
     t0 = time.perf_counter()
     assert window.give_way(most=0.02) is True
     assert 0.015 <= time.perf_counter() - t0 < 1.0, "at most `most`: a window busy for long never stops a reader"
-    window.busy()
-    time.sleep(BUSY_HOLD_SECONDS + 0.01)  # a loop that never says it waits: the mark lapses
-    assert not window.is_busy() and window.give_way() is False
+    lapsing = Window(hold=0.0)  # a loop that never says it waits: the mark lapses after its hold
+    lapsing.busy()
+    assert not lapsing.is_busy() and lapsing.give_way() is False
 
 
 def test_the_store_adding_a_flood_gives_way_to_a_busy_window():
