@@ -476,14 +476,19 @@ def test_the_value_table_goes_when_the_mouse_leaves_or_what_it_read_changes(qtbo
     assert cleared(), "another run"
 
 
+def _host_samples(store: MetricsStore, count: int) -> None:
+    """``count`` system samples of host alpha, a second apart, from the run's first second."""
+    for i in range(count):
+        store.ingest_system("alpha", {"type": "system", "time": 1001.0 + i, "cpus": 2, "cpu_percent": 40.0,
+                                      "memory_used_bytes": 2e9, "memory_available_bytes": 6e9})
+
+
 def test_plots_are_titled_cards_of_a_least_height_in_a_grid_that_scrolls(qtbot):
     """Each plot says what it shows in its title (no y label to overprint another's); cards keep a least height,
     and more than fit make the area scroll; the grid has as many columns as fit; one plot can be shown alone."""
     store = MetricsStore()
     _digits_like(store)
-    for i in range(3):
-        store.ingest_system("alpha", {"type": "system", "time": 1001.0 + i, "cpus": 2, "cpu_percent": 40.0,
-                                      "memory_used_bytes": 2e9, "memory_available_bytes": 6e9})
+    _host_samples(store, 3)
     board = _shown_board(qtbot, store)
     board.resize(700, 600)  # one column: five cards of 200 px do not fit 600
     qtbot.waitUntil(lambda: board._columns == 1, timeout=2000)
@@ -508,9 +513,7 @@ def test_plots_are_titled_cards_of_a_least_height_in_a_grid_that_scrolls(qtbot):
 def test_plots_over_one_x_unit_share_one_range_and_a_finished_run_fits_its_data(qtbot):
     store = MetricsStore()
     _digits_like(store)
-    for i in range(40):
-        store.ingest_system("alpha", {"type": "system", "time": 1001.0 + i, "cpus": 2, "cpu_percent": 40.0,
-                                      "memory_used_bytes": 2e9, "memory_available_bytes": 6e9})
+    _host_samples(store, 40)
     board = _shown_board(qtbot, store)
     ranges = {p: board.plots[p].getViewBox().viewRange()[0] for p in board._layout_plots}
     assert ranges["loss"] == ranges["accuracy"] == ranges["step_time"], "steps: one range"
