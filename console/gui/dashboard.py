@@ -861,15 +861,16 @@ class Dashboard(QWidget):
             self._relayout()
         if self.isVisible():
             metrics = [m for m in store.metrics() if plot_of(m) in self._layout_plots]
-            self._draw(store, metrics, self._drawn, self._curve_for)
+            self._draw(store, metrics, self._drawn)
             for run_id, compared in list(self.compared.items()):
-                self._draw(compared, metrics, self._overlay_drawn[run_id],
-                           lambda owner, metric, run_id=run_id: self._overlay_curve(run_id, owner, metric))
+                self._draw(compared, metrics, self._overlay_drawn[run_id], run_id)
             self._place_markers()
             self._follow()
         self.redraws += 1
 
-    def _draw(self, store: MetricsStore, metrics: list[str], drawn: dict, curve_for) -> None:
+    def _draw(self, store: MetricsStore, metrics: list[str], drawn: dict, run_id: str | None = None) -> None:
+        """Draw what changed in ``store``: the run shown's, or (``run_id``) a compared run's."""
+        own = run_id is None
         made = 0  # curves made this frame: each costs pyqtgraph a few ms, and a run's first records bring many
         by_axis: dict[str, list] = {}
         for metric in metrics:
@@ -882,15 +883,13 @@ class Dashboard(QWidget):
             for (owner, metric), (x, y, smooth) in changed.items():
                 if not len(x):
                     continue
-                own = curve_for == self._curve_for
                 if owner not in self.progress_view.bars and not owner.startswith(HOST) and own:
                     if owner in store.workers:  # a worker still waiting for its row: next frame
                         drawn.pop((owner, metric), None)
                         self._seen_version = -1
                         continue
-                if (owner, metric) not in self.curves if own else \
-                        not any(k[1:] == (owner, metric) and self.compared.get(k[0]) is store
-                                for k in self.overlay_curves):
+                if ((owner, metric) not in self.curves) if own else \
+                        ((run_id, owner, metric) not in self.overlay_curves):
                     if made == NEW_CURVES_PER_FRAME:  # the rest next frame
                         drawn.pop((owner, metric), None)
                         self._seen_version = -1
@@ -899,18 +898,15 @@ class Dashboard(QWidget):
                 log = self.log_y and not metric.startswith(SYSTEM)
                 if metric.startswith(SYSTEM):
                     x, y = _with_gaps(x, y)
-                curve = curve_for(owner, metric)
+                curve = self._curve(owner, metric) if own else self._overlay_curve(run_id, owner, metric)
                 curve.set_points(x, _logged(y, log))
-                if smooth is not None and curve_for == self._curve_for and not metric.startswith(EPOCH):
+                if smooth is not None and own and not metric.startswith(EPOCH):
                     sx, sy = smooth
                     self._curve(owner, metric, smooth=True).set_points(sx, _logged(sy, log))
                 if own and is_cluster_wide(metric):  # drawn once: from the task that says it now (the first in
                     for stale in [k for k in self.curves if k[1] == metric and k[0] != owner]:  # order that has)
                         self._remove_curve(stale)
                         drawn.pop(stale, None)
-
-    def _curve_for(self, owner: str, metric: str) -> "_Curve":
-        return self._curve(owner, metric)
 
     def _overlay_curve(self, run_id: str, owner: str, metric: str) -> "_Curve":
         """A compared run's curve: dashed, in the run's colour, behind the run shown's."""
