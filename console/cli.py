@@ -31,7 +31,7 @@ import time
 import traceback
 
 from agent.protocol import FINISHED, LOGS, TRAINING
-from console import catalog, checks, export
+from console import catalog, checks, export, memory
 from console import cluster as cl
 from console import text
 from console.errors import RunError, TfccError, describe, log_to_file, log_to_terminal
@@ -501,6 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         ns = parser.parse_args(["gui", *argv])
     # Warnings and the tracebacks of threads go to the log file, never to the terminal unless asked for.
     log_to_file()
+    memory.return_freed_arrays()  # a followed run's store, let go, goes back to the system (console/memory.py)
     try:
         with log_to_terminal() if debug or verbose else contextlib.nullcontext():
             code = ns.func(ns)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from console import memory
 from console.errors import TfccError, describe, log_to_file
 
 GIL_SWITCH_SECONDS = 0.0001
@@ -42,6 +43,7 @@ def configure_process() -> None:
     collects on a timer, as pyqtgraph recommends (its GarbageCollector).
     """
     global _collector
+    memory.return_freed_arrays()  # a store the window lets go (another run, a reattach) goes back to the system
     sys.setswitchinterval(GIL_SWITCH_SECONDS)
     _say_when_awake()
     # What Python imports on first use while a run's first numbers come (pyqtgraph's numpy.ma; a host name's
