@@ -11,7 +11,7 @@ import re
 import time
 
 from console.states import RECONNECTING, Mark
-from trainer.records import Event, RecordType
+from trainer.records import PLAN_FIELDS, Event, RecordType
 from trainer.records import number as metric_value  # a record's metric as a float: NaN for none
 
 
@@ -71,12 +71,46 @@ def event_text(r: dict) -> str:
     return str(name)
 
 
+# A backup's plan, field by field (trainer.records.PLAN_FIELDS), as a resume says what changed since it.
+PLAN_WORDS = dict(zip(PLAN_FIELDS, ("workers", "replicas", "per-replica batch", "global batch", "steps per epoch",
+                                    "learning rate", "seed"), strict=True))
+
+
+def _plan_value(value) -> str:
+    number = metric_value(value)
+    if not math.isfinite(number):
+        return "?"
+    return f"{int(number)}" if number == int(number) and abs(number) < 1e15 else f"{number:.6g}"
+
+
+def changes_text(changed) -> str:
+    """A resume's ``changed`` field ({field: [backup's, now]}): ``workers 2 → 1, learning rate 0.004 → 0.002``
+    (a host's record: unknown fields and malformed values are left out)."""
+    if not isinstance(changed, dict):
+        return ""
+    parts = [f"{PLAN_WORDS[k]} {_plan_value(v[0])} → {_plan_value(v[1])}" for k, v in changed.items()
+             if k in PLAN_WORDS and isinstance(v, (list, tuple)) and len(v) == 2]
+    return ", ".join(parts)
+
+
 def resumed_text(r: dict) -> str:
-    """A ``resumed`` event: where an attempt took up training."""
+    """A ``resumed`` event: where an attempt took up training, and what changed since its backup."""
     if r.get("note"):
         return f"attempt {r.get('attempt', '?')}: {r['note']}"
-    return (f"attempt {r.get('attempt', '?')} resumed from its backup of epoch {count(r.get('epoch'))} "
+    text = (f"attempt {r.get('attempt', '?')} resumed from its backup of epoch {count(r.get('epoch'))} "
             f"step {count(r.get('step'))} (step {r.get('global_step')} of the run)")
+    changes = changes_text(r.get("changed"))
+    if changes:
+        text += f"; changed since the backup: {changes}"
+    if r.get("position") is not None:
+        text += f"; the global batch changed: it goes on at step {_plan_value(r.get('position'))} of the new stream"
+    return text
+
+
+def seeded_text(seeding) -> str:
+    """A resume's copy of a backup (``console.run.seeding.Seeding``) to the tasks that lacked it."""
+    return (f"copied {seeding.donor}'s backup of step {seeding.step} to {', '.join(seeding.recipients)}, "
+            "which had none in common with it, so that every task resumes from it")
 
 
 def port_in_use_text(port: dict) -> str:

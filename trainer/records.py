@@ -53,6 +53,11 @@ class Event:
 
 # A user's script run by tfcc's capture (trainer/capture.py) says so in its launched event's workload, and its
 # records that come from no reporter say where they come from in ``captured``.
+# What a backup records of the plan it was made under (trainer.plan's words, and the seed, which orders the input
+# stream); a ``resumed`` event's ``changed`` says which of them differ now: {field: [the backup's, now]}.
+PLAN_FIELDS = ("num_workers", "num_replicas", "per_replica_batch", "global_batch", "steps_per_epoch", "learning_rate",
+               "seed")
+
 SCRIPT_WORKLOAD = "script"
 CAPTURED = "captured"
 FROM_SUMMARY, FROM_PRINT, FROM_SCHEDULE = "summary", "print", "schedule"

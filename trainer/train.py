@@ -89,7 +89,8 @@ def create_strategy(name: str, opts: Options):
     return tf.distribute.get_strategy()
 
 
-def make_datasets(workload, plan, opts: Options):
+def make_datasets(workload, plan, opts: Options, skip: int = 0):
+    """The training stream of global batches (``skip``: where a resumed backup left it) and the validation data."""
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = _AUTOSHARD[opts.autoshard]
     train = workload.train_dataset()
@@ -98,6 +99,8 @@ def make_datasets(workload, plan, opts: Options):
     # splits each global batch between them.
     train = train.shuffle(buffer, seed=opts.seed, reshuffle_each_iteration=True)
     train = train.batch(plan.global_batch, drop_remainder=True).repeat()
+    if skip:  # the same global batches whatever the worker count: a resume goes on where its backup was
+        train = train.skip(skip)
     train = train.prefetch(tf.data.AUTOTUNE).with_options(options)
     val = None
     if workload.val_dataset is not None:
@@ -147,6 +150,15 @@ def compiled_model(workload, plan):
     return model
 
 
+def learning_rate_of(model, planned: float) -> float:
+    """The learning rate ``model``'s optimizer trains at now (``planned`` where it has a schedule)."""
+    rate = getattr(model.optimizer, "learning_rate", None)
+    try:
+        return float(tf.keras.backend.get_value(rate))
+    except (TypeError, ValueError):
+        return planned
+
+
 def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
     """Train this task to the end; returns the final metrics."""
     strategy_name = choose_strategy(opts.strategy, cluster, opts.cpu_devices)
@@ -174,18 +186,21 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
     plan = _plan(opts, cluster, workload, strategy_name, gpus, strategy.num_replicas_in_sync)
 
     tf.keras.utils.set_random_seed(opts.seed)
+    run_dir = opts.run_dir
+    backups = TaskBackups(run_dir / BACKUP_DIR, opts.backup_seconds, writer, multi_worker=cluster.num_workers > 1,
+                          plan={**plan.as_dict(), "seed": opts.seed}, replicas_per_task=plan.replicas_per_worker)
     with strategy.scope():
         model = compiled_model(workload, plan)
         exact_step_loss = instrument_step_loss(model)
-    train_ds, val_ds = make_datasets(workload, plan, opts)
+        skip = backups.restore(model)  # before the input pipeline: it goes on where the backup was
+    train_ds, val_ds = make_datasets(workload, plan, opts, skip=skip)
 
-    run_dir = opts.run_dir
     tb_dir = run_dir / "tensorboard" if cluster.is_chief else _temp_dir(run_dir, cluster, "tensorboard")
     reporter = MetricsReporter(writer, task_type=cluster.task.type, task_index=cluster.task.index,
                                num_workers=cluster.num_workers, report_steps=opts.report)
     callbacks = [
         reporter,  # first: it takes its own keys out of the logs before other callbacks see them
-        TaskBackups(run_dir / BACKUP_DIR, opts.backup_seconds, writer, multi_worker=cluster.num_workers > 1),
+        backups,
         tf.keras.callbacks.TensorBoard(str(tb_dir), update_freq="epoch", profile_batch=0, write_graph=False),
     ]
     if workload.extra_callbacks is not None:
@@ -201,7 +216,8 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
         chief=str(cluster.chief),
         exact_step_loss=exact_step_loss,
         tensorflow=tf.__version__,
-        **plan.as_dict(),
+        # the optimizer's learning rate, which a resume set: the one it trains at
+        **{**plan.as_dict(), "learning_rate": learning_rate_of(model, plan.learning_rate)},
     )
     t0 = time.perf_counter()
     history = model.fit(

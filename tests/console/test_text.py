@@ -43,3 +43,18 @@ def test_backups_are_bookkeeping_not_lines_to_read(capsys):
     assert store.events == []
     Printer(as_json=False).on_event(SessionEvent("records", TaskState("worker-0", "h"), records=[record]))
     assert capsys.readouterr().out == ""
+
+
+def test_a_resume_says_what_changed_since_its_backup():
+    base = {"event": "resumed", "attempt": 2, "epoch": 3, "step": 20, "global_step": 300}
+    assert text.resumed_text(base) == "attempt 2 resumed from its backup of epoch 4 step 21 (step 300 of the run)"
+    changed = {**base, "changed": {"num_workers": [2, 1], "learning_rate": [0.004, 0.002]}}
+    assert text.resumed_text(changed).endswith(
+        "; changed since the backup: workers 2 → 1, learning rate 0.004 → 0.002")
+    moved = {**base, "changed": {"global_batch": [64, 32]}, "position": 600}
+    assert text.resumed_text(moved).endswith(
+        "global batch 64 → 32; the global batch changed: it goes on at step 600 of the new stream")
+    # A host's record: unknown fields and malformed values are left out, never an error.
+    hostile = {**base, "changed": {"rm -rf": [1, 2], "seed": "x", "global_batch": [None, "y"]}}
+    assert text.resumed_text(hostile).endswith("changed since the backup: global batch ? → ?")
+    assert text.resumed_text({**base, "changed": ["x"]}) == text.resumed_text(base)

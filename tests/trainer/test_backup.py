@@ -1,16 +1,28 @@
-"""The choice of the backup every task restores (the real relaunch: tests/trainer/test_report.py)."""
+"""Each task's backups: which one every task restores, and resumes that are exact (the relaunch after a kill
+during a save: tests/trainer/test_report.py)."""
 
 from __future__ import annotations
 
-import numpy as np
+import os
+import shutil
+import signal
+from pathlib import Path
 
-from trainer.backup import newest_common
+import numpy as np
+import pytest
+
+from tests.helpers.localrun import local_cluster, start_local_tasks
+from trainer.backup import KEEP, PLAN_SUFFIX, BackupError, backup_to_restore, keep_newest, newest_common
+
+from .conftest import THREADS, ClusterRun, run_cluster
+from .test_report import wait_until
 
 
 def test_the_newest_backup_every_task_holds_is_restored():
     # worker-1 was killed during its save of step 30: it still has 20, which worker-0 kept too.
     rows = np.array([[20.0, 30.0], [10.0, 20.0]])
     assert newest_common(rows) == 20
+    assert backup_to_restore(rows) == 20
 
 
 def test_tasks_without_a_common_backup_start_over():
@@ -22,3 +34,166 @@ def test_every_replica_of_a_task_is_a_row():
     # Two replicas per worker (GPUs): rows of one task repeat; padding (-1) is no backup.
     rows = np.array([[5.0, -1.0], [5.0, -1.0], [5.0, 10.0], [5.0, 10.0]])
     assert newest_common(rows) == 5
+    assert backup_to_restore(rows, replicas_per_task=2) == 5
+
+
+def test_no_backup_anywhere_starts_over():
+    assert backup_to_restore(np.array([[-1.0, -1.0], [-1.0, -1.0]])) is None
+
+
+def test_a_task_without_backups_never_makes_the_others_delete_theirs():
+    """A new host or a wiped folder: before, every task found no common backup and deleted all of its own."""
+    rows = np.array([[20.0, 30.0], [20.0, 30.0], [-1.0, -1.0], [-1.0, -1.0]])  # worker 1 (two replicas) has none
+    with pytest.raises(BackupError) as caught:
+        backup_to_restore(rows, replicas_per_task=2)
+    line = str(caught.value)
+    assert "1 of the 2 training tasks (#1" in line and "step 30" in line and "nothing was deleted" in line
+    assert "\n" not in line and "start a new run" in line
+
+
+def test_backups_with_no_step_in_common_are_kept_and_said():
+    with pytest.raises(BackupError, match="no step in common.*nothing was deleted"):
+        backup_to_restore(np.array([[30.0, 40.0], [10.0, 20.0]]))
+
+
+def _fake_backup(folder: Path, step: int, plan: bool = True) -> None:
+    (folder / f"backup-{step}.index").write_bytes(b"i")
+    (folder / f"backup-{step}.data-00000-of-00001").write_bytes(b"d")
+    if plan:
+        (folder / f"backup-{step}{PLAN_SUFFIX}").write_text("{}")
+
+
+def test_only_the_newest_backups_stay_those_of_earlier_attempts_too(tmp_path):
+    """tf.train.CheckpointManager lists only its own saves: the backups an attempt found were never deleted."""
+    for step in (10, 20, 30, 40):
+        _fake_backup(tmp_path, step)
+    (tmp_path / f"backup-5{PLAN_SUFFIX}").write_text("{}")  # a plan whose backup never completed
+    keep_newest(tmp_path)
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name != "checkpoint")
+    assert left == sorted(f"backup-{s}{ext}" for s in (30, 40)
+                          for ext in (".index", ".data-00000-of-00001", PLAN_SUFFIX))
+    assert KEEP == 2
+    assert 'model_checkpoint_path: "backup-40"' in (tmp_path / "checkpoint").read_text()
+
+
+# ------------------------------------------------------------------ real relaunches (2 workers, digits)
+
+ARGS = ["--epochs", "2", "--per-replica-batch", "16", "--backup-seconds", "0.3"]
+
+
+def _kill_after_backups(root: Path, cluster: dict, args: list[str], count: int = 2) -> None:
+    tasks = start_local_tasks(cluster, root, args, env=THREADS)
+    run = ClusterRun(tasks)
+    try:
+        wait_until(lambda: all(len(run.events(i, "backed_up")) >= count for i in range(2)),
+                   180, f"{count} backups on both workers", [t.process for t in tasks])
+    finally:
+        for t in tasks:
+            if t.process.poll() is None:
+                os.killpg(t.process.pid, signal.SIGKILL)
+            t.process.wait()
+
+
+def _relaunch(root: Path, cluster: dict, args: list[str]) -> ClusterRun:
+    tasks = start_local_tasks(cluster, root, args, env=THREADS)
+    run = ClusterRun(tasks)
+    try:
+        for t in tasks:
+            t.process.wait(timeout=300)
+    finally:
+        for t in tasks:
+            if t.process.poll() is None:
+                os.killpg(t.process.pid, signal.SIGKILL)
+                t.process.wait()
+    return run
+
+
+def _since_last_launch(run: ClusterRun, index: int) -> list[dict]:
+    records = run.records(index)
+    last = max(j for j, r in enumerate(records) if r.get("event") == "launched")
+    return records[last:]
+
+
+def _backups(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+@pytest.mark.slow
+def test_a_mid_epoch_resume_trains_on_the_same_batches_as_an_uninterrupted_run(tmp_path):
+    """Killed mid-epoch and relaunched: every resumed step's loss equals the uninterrupted run's at that step
+    (before, the input started over: the step after the backup trained on the stream's first batch)."""
+    whole = run_cluster(tmp_path / "whole", 2, ARGS)
+    expected = {r["global_step"]: r["loss"] for r in whole.records(0, "step")}
+    cluster = local_cluster(2)
+    _kill_after_backups(tmp_path / "cut", cluster, ARGS)
+    again = _relaunch(tmp_path / "cut", cluster, ARGS)
+    for i, t in enumerate(again.tasks):
+        assert t.process.returncode == 0, again.stderr(i)[-3000:]
+    after = _since_last_launch(again, 0)
+    resumed = next(r for r in after if r.get("event") == "resumed")
+    steps_per_epoch = next(r for r in after if r.get("event") == "started")["steps_per_epoch"]
+    assert resumed["global_step"] % steps_per_epoch != 0, "the kill came at an epoch's end: no mid-epoch resume"
+    assert "changed" not in resumed  # the same plan
+    resumed_steps = [r for r in after if r["type"] == "step"]
+    assert resumed_steps[0]["global_step"] == resumed["global_step"] + 1
+    assert len(resumed_steps) >= 5
+    for r in resumed_steps:
+        assert r["loss"] == pytest.approx(expected[r["global_step"]], abs=1e-4), r["global_step"]
+    assert after[-1]["event"] == "finished"
+    # Only the newest backups stay (an earlier attempt's too), each with the plan it was made under.
+    for i in range(2):
+        names = _backups(tmp_path / "cut" / f"worker-{i}" / "backup")
+        indexes = [n for n in names if n.endswith(".index")]
+        assert len(indexes) == KEEP, names
+        assert sorted(n for n in names if n.endswith(PLAN_SUFFIX)) == sorted(
+            n.replace(".index", PLAN_SUFFIX) for n in indexes)
+
+
+@pytest.mark.slow
+def test_a_task_with_no_backup_is_refused_and_nothing_deleted_then_a_changed_learning_rate_is_said(tmp_path):
+    cluster = local_cluster(2)
+    _kill_after_backups(tmp_path, cluster, ARGS)
+    kept = tmp_path / "worker-0" / "backup"
+    before = _backups(kept)
+    shutil.rmtree(tmp_path / "worker-1" / "backup")  # a wiped folder, a new host
+
+    refused = _relaunch(tmp_path, cluster, ARGS)
+    assert [t.process.returncode for t in refused.tasks] == [2, 2]
+    line = refused.stderr(1).strip().splitlines()[-1]
+    assert line.startswith("tfcc-trainer: error: 1 of the 2 training tasks (#1") and "nothing was deleted" in line
+    assert _backups(kept) == before  # worker-0 kept every backup
+    assert not any(r["type"] == "step" for r in _since_last_launch(refused, 0))
+
+    # Its folder seeded with a copy of the other's (as the console does), and a new learning rate on resume.
+    shutil.copytree(kept, tmp_path / "worker-1" / "backup", dirs_exist_ok=True)
+    again = _relaunch(tmp_path, cluster, [*ARGS, "--learning-rate", "0.002"])
+    for i, t in enumerate(again.tasks):
+        assert t.process.returncode == 0, again.stderr(i)[-3000:]
+    after = _since_last_launch(again, 0)
+    resumed = next(r for r in after if r.get("event") == "resumed")
+    started = next(r for r in after if r.get("event") == "started")
+    planned = started["learning_rate"]
+    assert resumed["changed"]["learning_rate"][1] == pytest.approx(planned)
+    assert resumed["changed"]["learning_rate"][0] == pytest.approx(planned / 2)  # the backup's: base 0.001
+    assert resumed["learning_rate"] == pytest.approx(planned)  # the optimizer's, after the resume
+
+
+@pytest.mark.slow
+def test_a_two_worker_backup_resumes_on_one_worker_with_the_same_global_batch_and_says_so(tmp_path):
+    """What a shrink to the hosts left needs of the trainer: a 2-worker backup taken up by 1 worker with the same
+    global batch trains on as the 2 workers would have (the same batches, the same weights), and says what
+    changed."""
+    args = ["--epochs", "2", "--global-batch", "32", "--lr-scaling", "none", "--backup-seconds", "0.3"]
+    whole = run_cluster(tmp_path / "whole", 2, args)
+    expected = {r["global_step"]: r["loss"] for r in whole.records(0, "step")}
+    _kill_after_backups(tmp_path / "cut", local_cluster(2), args)
+    alone = _relaunch(tmp_path / "cut", local_cluster(1), args)  # worker-0, in its own folder, alone
+    assert alone.tasks[0].process.returncode == 0, alone.stderr(0)[-3000:]
+    after = _since_last_launch(alone, 0)
+    resumed = next(r for r in after if r.get("event") == "resumed")
+    assert resumed["changed"] == {"num_workers": [2, 1], "num_replicas": [2, 1], "per_replica_batch": [16, 32]}
+    steps = [r for r in after if r["type"] == "step"]
+    assert steps[0]["global_step"] == resumed["global_step"] + 1 and len(steps) >= 5
+    for r in steps:
+        assert r["loss"] == pytest.approx(expected[r["global_step"]], abs=1e-3), r["global_step"]
+    assert after[-1]["event"] == "finished"
