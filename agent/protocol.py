@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import re
 
-PROTOCOL_VERSION = 4  # 2: metrics follow messages carry the file's own lines ("lines"), not records
+PROTOCOL_VERSION = 5  # 2: metrics follow messages carry the file's own lines ("lines"), not records
 # 3: the "system" op streams a host's CPU, memory and GPU load and its tasks' processes
 # 4: "missing_blobs" says which files of a script's workdir a host lacks; "start" takes "workdir"
+# 5: "status" says a task's backups' steps ("backups", a list) and the files of its newest ("backup_files")
 
 # --------------------------------------------------------------------------- operations
 # agent/server.py has one handler per op (Server.op_<name>) and its op table is built from them.
@@ -78,9 +79,23 @@ STREAMS = (METRICS, *LOG_STREAMS)
 # Each file once per host as <home>/blobs/<sha256>; each task's own copy in <task folder>/work/,
 # its cwd, which argv names as "{work_dir}".
 
+RUNS_DIR = "runs"  # <home>/runs/<run id>/<task name>: a task's run folder
 BLOBS_DIR = "blobs"
 WORK_DIR = "work"
 BACKUP_DIR = "backup"  # a task's backups in its run folder (tfcc's trainer writes them; a resume needs them)
+# A backup's files: backup-<global step>.index (written last), .data-<shard>-of-<shards>, and .plan.json (the
+# plan it was made under); the checkpoint list ("checkpoint") names the backups TensorFlow's reader sees.
+BACKUP_INDEX = re.compile(r"^backup-(\d{1,18})\.index$")
+_BACKUP_FILE = re.compile(r"^backup-(\d{1,18})\.(?:index|data-\d{5}-of-\d{5}|plan\.json)$")
+BACKUP_LIST = "checkpoint"
+MAX_BACKUPS_SAID = 16    # a task's newest backups a status says (it keeps two)
+MAX_BACKUP_FILES = 1024  # files of one backup (its data shards)
+
+
+def backup_step(name: str):
+    """The global step of a backup's file ``name`` (None for any other name: a hostile host's, a partial save's)."""
+    found = _BACKUP_FILE.match(name) if isinstance(name, str) else None
+    return int(found.group(1)) if found else None
 
 # --------------------------------------------------------------------------- environment variables
 

@@ -53,7 +53,7 @@ def _check_name(kind: str, value) -> str:
 
 
 def task_dir(run_id: str, task: str) -> Path:
-    return home() / "runs" / _check_name("run id", run_id) / _check_name("task", task)
+    return home() / protocol.RUNS_DIR / _check_name("run id", run_id) / _check_name("task", task)
 
 
 def write_json(path: Path, data) -> None:
@@ -299,6 +299,7 @@ def status(run_id: str, task: str) -> dict:
     else:
         phase = protocol.LOST  # the supervisor vanished without writing exit.json (killed)
     child = (read_json(folder / "child.json") or {}).get("pid") if running and ended is None else None
+    backups = backup_steps(folder)
     sizes = {}
     for name in STREAMS:
         try:
@@ -307,7 +308,8 @@ def status(run_id: str, task: str) -> dict:
             sizes[name] = 0
     return {"run_id": run_id, "task": task, "run_dir": str(folder), "phase": phase,
             "pid": state.get("pid"), "started": state.get("started"), "exit": ended, "sizes": sizes,
-            "stopped": stopped, "stderr_from": state.get("stderr_from", 0), "backups": has_backups(folder),
+            "stopped": stopped, "stderr_from": state.get("stderr_from", 0), "backups": backups,
+            "backup_files": backup_files(folder, backups[-1]) if backups else [],
             # SIGSTOP (a debugger, Ctrl-Z, a scheduler): alive, but it makes no step and answers no peer
             "suspended": proc_state(child) in ("T", "t") if child else False}
 
@@ -330,10 +332,28 @@ def serves(run_id: str, task: str) -> bool:
     return orphan(task_dir(run_id, task)) is not None
 
 
-def has_backups(folder: Path) -> bool:
-    """Whether the task left a backup to resume from (a TensorFlow checkpoint's index in its backup folder)."""
-    backups = folder / protocol.BACKUP_DIR
-    return backups.is_dir() and next(backups.rglob("*.index"), None) is not None
+def backup_steps(folder: Path) -> list:
+    """The global steps of the backups the task left to resume from (each a TensorFlow checkpoint whose index,
+    written last, is in its backup folder), oldest first."""
+    steps = []
+    try:
+        names = os.listdir(folder / protocol.BACKUP_DIR)
+    except OSError:
+        return steps
+    for name in names:
+        found = protocol.BACKUP_INDEX.match(name)
+        if found:
+            steps.append(int(found.group(1)))
+    return sorted(steps)[-protocol.MAX_BACKUPS_SAID:]
+
+
+def backup_files(folder: Path, step) -> list:
+    """The names of the files of the task's backup of ``step`` (its index, data shards and plan)."""
+    try:
+        names = os.listdir(folder / protocol.BACKUP_DIR)
+    except OSError:
+        return []
+    return sorted(n for n in names if protocol.backup_step(n) == step)[:protocol.MAX_BACKUP_FILES]
 
 
 def orphan(folder: Path) -> int | None:
@@ -363,7 +383,7 @@ def stopped_by_request(folder: Path, ended) -> bool:
 
 def run_tasks(run_id: str) -> list:
     """The names of the tasks of ``run_id`` started on this host (those with a spec), sorted."""
-    root = home() / "runs" / _check_name("run id", run_id)
+    root = home() / protocol.RUNS_DIR / _check_name("run id", run_id)
     try:
         return sorted(p.name for p in root.iterdir() if (p / "spec.json").is_file())
     except OSError:  # no such run here
@@ -371,7 +391,7 @@ def run_tasks(run_id: str) -> list:
 
 
 def list_runs() -> list:
-    root = home() / "runs"
+    root = home() / protocol.RUNS_DIR
     out = []
     if not root.is_dir():
         return out
@@ -458,7 +478,7 @@ def remove_run(run_id: str, console: str | None = None) -> dict:
     when a task of it was started by another console. Nothing outside that folder is touched: a symbolic
     link is removed, never followed."""
     run_id = _check_name("run id", run_id)
-    root = home() / "runs"
+    root = home() / protocol.RUNS_DIR
     folder = root / run_id
     if folder.is_symlink():  # not one this agent made: the link goes, never what it points to
         folder.unlink()

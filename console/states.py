@@ -164,7 +164,9 @@ class SessionKind:
     OFFERED = "offered"
     GAVE_UP = "gave_up"
     EXPOSED = "exposed"  # a task serves TensorFlow on a public address (console.exposure): the risk and the fix
-    SUPERVISION = (ALERT, STALLED, FAILURE, HOST_FAILING, RESTARTING, RESTARTED, RESUMED, OFFERED, GAVE_UP, EXPOSED)
+    SEEDED = "seeded"    # a resume copied the backup the tasks resume from to those that lacked it (console.run.seeding)
+    SUPERVISION = (ALERT, STALLED, FAILURE, HOST_FAILING, RESTARTING, RESTARTED, RESUMED, OFFERED, GAVE_UP, EXPOSED,
+                   SEEDED)
     ALARMS = (ALERT, STALLED, FAILURE, HOST_FAILING, OFFERED, GAVE_UP, EXPOSED)  # to look at
     # The console's own notes of a run, kept in its history beside what the tasks sent.
     NOTED = (*SUPERVISION, WATCHDOG)

@@ -77,6 +77,12 @@ class LocalFiles:
     def put(self, local: Path, remote: str) -> None:
         shutil.copyfile(local, remote)
 
+    def get(self, remote: str, local: Path) -> None:
+        shutil.copyfile(remote, local)
+
+    def size(self, path: str) -> int:
+        return os.stat(path).st_size
+
     def rename(self, src: str, dst: str) -> None:
         os.rename(src, dst)
 

@@ -502,6 +502,12 @@ class SFTPFiles:
     def put(self, local: Path, remote: str) -> None:
         self.sftp.put(str(local), remote)
 
+    def get(self, remote: str, local: Path) -> None:
+        self.sftp.get(remote, str(local))
+
+    def size(self, path: str) -> int:
+        return self.sftp.stat(path).st_size
+
     def rename(self, src: str, dst: str) -> None:
         self.sftp.posix_rename(src, dst)
 

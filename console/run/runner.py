@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Callable
 
 from agent.protocol import (CHECK_PORTS, FINISHED, FIREWALL, LOG_MESSAGE, METRICS, METRICS_MESSAGE, NO_SUCH_TASK,
-                            NOT_STARTED, PORTS, RUNNING, START, STATUS, STOP, SYSTEM_MESSAGE, parse_address,
-                            parse_task_name)
+                            NOT_STARTED, PORTS, RUNNING, RUNS_DIR, START, STATUS, STOP, SYSTEM_MESSAGE,
+                            parse_address, parse_task_name)
 from console import cluster as cl
 from console import exposure, text
 from console.errors import RunError, TfccError
@@ -30,10 +30,12 @@ from console.remote.deploy import make_bundle
 from console.remote.link import HostLink
 from console.remote.ssh import SSHError
 from console.run.launch import check_user_file, firewall_request, secret_values, task_command
+from console.run.seeding import Seeding, copy_backup, plan_seeding
 from console.states import FOLLOW_ERROR, RECONNECTED, RECONNECTING, TaskState
 from console.store.manifests import (Manifest, check_run_id, console_id, manifest_path, read_manifest,
                                      write_manifest)
 from console.workdir import Workdir, collect as collect_workdir, excluded_module, human_bytes
+from trainer.tf_config import TRAINING_ROLES
 
 log = logging.getLogger("console.run.runner")
 
@@ -100,6 +102,7 @@ class Run:
                       if any(t.host == h.name for t in cluster.tasks)}
         self.tf_configs: list[str] | None = None
         self.ports_changed: str | None = None  # why the last resume gave the tasks new ports
+        self.seeded: Seeding | None = None     # the backup the last resume copied to tasks that lacked it
         self.exposed: str | None = None        # which tasks serve on a public address: the risk and the fix
         self.workdir: Workdir | None = None    # a script's workdir as collected for the last start
         self._stop = threading.Event()
@@ -159,7 +162,7 @@ class Run:
 
         at_once(list(self.links.items()), connect)
         if resume:
-            self._check_stopped(explicit)
+            self._seed_backups(self._check_stopped(explicit))
             configs = self._with_free_ports(previous)
         else:
             configs = self._new_configs()
@@ -249,7 +252,39 @@ class Run:
         """Start ``tasks`` again in their run folders with the TF_CONFIG they had (the others go on:
         a parameter-server coordinator takes a worker back)."""
         started: list[TaskState] = []
+        if {t.name for t in tasks} >= {t.name for t in self.tasks if t.name in self._training_tasks()}:
+            self._seed_backups(self._statuses())  # a group restart: every training task from one backup
         self._start_tasks(self.tf_configs, True, started, only=tasks)
+
+    def _training_tasks(self) -> set[str]:
+        return {t.name for t in self.tasks if parse_task_name(t.name)[0] in TRAINING_ROLES}
+
+    def _seed_backups(self, statuses: dict[str, dict | None]) -> None:
+        """Before every training task starts again: copy the backup they resume from to each that lacks it
+        (console/run/seeding.py); said in ``self.seeded`` (the session says it)."""
+        self.seeded = None
+        if self.cluster.training.script or self.cluster.parameter_server:
+            return  # a script keeps its own backups; the coordinator alone backs up
+        seeding = plan_seeding(statuses)
+        if seeding is None:
+            return
+        hosts = {t.name: t.host for t in self.tasks}
+        folders = {name: f"{self.links[hosts[name]].home}/{RUNS_DIR}/{self.run_id}/{name}" for name in hosts}
+        copy_backup(seeding, statuses, folders, lambda name: self.links[hosts[name]].transport.files())
+        self.seeded = seeding
+
+    def _statuses(self) -> dict[str, dict | None]:
+        """Each task's status on its host (None: the host has no folder for it)."""
+        statuses: dict[str, dict | None] = {}
+        for task in self.tasks:  # a task that never started (its start failed halfway) has no folder yet
+            try:
+                statuses[task.name] = self.links[task.host].connect().call(STATUS, run_id=self.run_id,
+                                                                           task=task.name)
+            except AgentRequestError as exc:
+                if exc.code != NO_SUCH_TASK:
+                    raise
+                statuses[task.name] = None
+        return statuses
 
     def _start_tasks(self, configs: list[str], resume: bool, started: list["TaskState"],
                      only: list["TaskState"] | None = None) -> None:
@@ -300,19 +335,12 @@ class Run:
                            "own cluster), or start a new run")
         return saved.tf_configs
 
-    def _check_stopped(self, explicit: bool) -> None:
+    def _check_stopped(self, explicit: bool) -> dict[str, dict | None]:
         """A resume's checks, before anything starts: no task runs, not every one finished, no task's folder
-        vanished while others hold backups (the others would drop theirs), some folder is there, and (a person's
-        resume of tfcc's trainer, ``explicit``) some task has a backup to resume from."""
-        statuses: dict[str, dict | None] = {}
-        for task in self.tasks:  # a task that never started (its start failed halfway) has no folder yet
-            try:
-                statuses[task.name] = self.links[task.host].connect().call(STATUS, run_id=self.run_id,
-                                                                           task=task.name)
-            except AgentRequestError as exc:
-                if exc.code != NO_SUCH_TASK:
-                    raise
-                statuses[task.name] = None
+        vanished while others hold backups unless the console can copy one to it (tfcc's trainer under
+        MultiWorkerMirrored: console/run/seeding.py), some folder is there, and (a person's resume of tfcc's
+        trainer, ``explicit``) some task has a backup to resume from. Each task's status."""
+        statuses = self._statuses()
         phases = {name: NOT_STARTED if s is None else s["phase"] for name, s in statuses.items()}
         if all(phase == FINISHED for phase in phases.values()):
             raise RunError(f"run {self.run_id} finished: every task ended well", "start a new run to train again")
@@ -323,7 +351,9 @@ class Run:
                            "before resuming")
         missing = [t for t in self.tasks if statuses[t.name] is None]
         backed_up = [name for name, s in statuses.items() if s is not None and s.get("backups")]
-        if missing and (backed_up or len(missing) == len(self.tasks)):
+        seedable = not self.cluster.training.script and not self.cluster.parameter_server and \
+            all(t.name in self._training_tasks() for t in missing)
+        if missing and (len(missing) == len(self.tasks) or (backed_up and not seedable)):
             where = ", ".join(f"{t.name} on {t.host}" for t in missing)
             raise RunError(f"run {self.run_id} has no run folder any more for {where}: "
                            + ("a resume would start it from nothing, and the other tasks would drop their backups"
@@ -334,6 +364,7 @@ class Run:
             raise RunError(f"no task of run {self.run_id} has a backup yet (it trained less than its "
                            f"backup_seconds, {self.cluster.training.backup_seconds:g} s): there is nothing to resume "
                            "from", "start a new run (tfcc run)")
+        return statuses
 
     # ----------------------------------------------------------------- follow
 

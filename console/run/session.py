@@ -174,6 +174,8 @@ class RunSession:
                 log.exception("taking up run %s from its snapshot", self.run.run_id)
             if self.run.exposed:  # said once a session, first: before the run's first lines
                 self._say(SessionKind.EXPOSED, self.run.exposed)
+            if self.run.seeded is not None:  # a person's resume copied a backup first
+                self._say(SessionKind.SEEDED, f"run {self.run.run_id}: {text.seeded_text(self.run.seeded)}")
             with self._following:
                 if not self._detached.is_set():  # before the loop: it ends when the follows have
                     self._follow_again(None)

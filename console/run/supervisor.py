@@ -543,6 +543,8 @@ class Supervisor:
             return
         attempt = max((t.attempt for t in self.run.tasks), default=self.attempt)
         ports = f" ({self.run.ports_changed})" if self.run.ports_changed else ""
+        if self.run.seeded is not None:
+            self._say(SessionKind.SEEDED, f"run {run_id}: {text.seeded_text(self.run.seeded)}")
         self._say(SessionKind.RESTARTED, f"run {run_id}: attempt {attempt} started, from the newest backup "
                                          f"every task has{ports}")
 

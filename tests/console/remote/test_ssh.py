@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -380,6 +381,57 @@ def test_a_worker_killed_on_its_ssh_host_is_restarted_with_the_group(ssh_hosts, 
         run.stop(grace=0)
     assert [t.phase for t in run.tasks] == ["finished", "finished"], said
     finished = read_records(ssh_hosts.hosts[0].tfcc_home / "runs" / "sshkill" / "worker-0" / "metrics.jsonl")[-1]
+    assert finished["event"] == "finished" and finished["metrics"]["val_accuracy"] >= 0.9
+
+
+@pytest.mark.slow
+def test_a_worker_whose_backups_are_gone_gets_a_copy_from_its_peers_host_and_the_run_goes_on(ssh_hosts, ssh_env):
+    """A wiped disk: worker-1 killed and its backup folder gone. Before, neither task found a backup in common and
+    worker-0 deleted all of its own; now the group restart copies worker-0's newest backup from its host to
+    worker-1's (SFTP, through the console) and both resume from it."""
+    ssh_hosts.known_hosts(ssh_env / "known_hosts")
+    run = Run(two_host_cluster(ssh_hosts, 3), "sshseed")
+    run.start()
+    session = RunSession(run)
+    backups, said, resumed = set(), [], {}
+    cond = threading.Condition()
+
+    def on_event(e):
+        with cond:
+            if e.kind == "records":
+                for r in e.records:
+                    if r.get("event") == "backed_up":
+                        backups.add((e.task.name, r["global_step"]))
+                    elif r.get("event") == "resumed":
+                        resumed[e.task.name] = r
+            elif e.kind in SessionKind.SUPERVISION:
+                said.append((e.kind, e.text))
+            cond.notify_all()
+
+    session.subscribe(on_event)
+    session.follow()
+    h0, h1 = ssh_hosts.hosts
+    folder = h1.tfcc_home / "runs" / "sshseed" / "worker-1"
+    try:
+        with cond:
+            assert cond.wait_for(lambda: len({g for t, g in backups if t == "worker-0"}
+                                             & {g for t, g in backups if t == "worker-1"}) >= 2, 180)
+        child = json.loads((folder / "child.json").read_text())["pid"]
+        h1.exec("kill", "-STOP", str(child))  # no save of its own after the wipe
+        shutil.rmtree(folder / "backup")
+        h1.exec("kill", "-KILL", str(child))
+        with cond:
+            assert cond.wait_for(lambda: len(resumed) == 2, 120), said
+        assert session.wait(300)
+    finally:
+        session.detach()
+        run.stop(grace=0)
+    assert [t.phase for t in run.tasks] == ["finished", "finished"], said
+    step = resumed["worker-0"]["global_step"]
+    assert resumed["worker-1"]["global_step"] == step and step > 0  # the copy, not a start over
+    assert ("seeded", f"run sshseed: copied worker-0's backup of step {step} to worker-1, which had none in common "
+                      "with it, so that every task resumes from it") in said
+    finished = read_records(h0.tfcc_home / "runs" / "sshseed" / "worker-0" / "metrics.jsonl")[-1]
     assert finished["event"] == "finished" and finished["metrics"]["val_accuracy"] >= 0.9
 
 

@@ -203,6 +203,28 @@ def test_a_resume_over_a_vanished_run_folder_refuses_and_drops_nobodys_backups(h
         run.detach()
 
 
+def test_a_resume_of_the_trainers_run_copies_a_backup_into_a_vanished_folder(homes):
+    """The same vanished folder in a run of tfcc's trainer: the resume copies worker-0's backup into a new folder
+    for worker-1 (console/run/seeding.py) and starts both, instead of refusing."""
+    run = quick_run(homes, "regrown", trainer=True)
+    fail(homes, "regrown", "worker-0")
+    folder = homes / "host-home" / "runs" / "regrown" / "worker-0" / "backup"
+    folder.mkdir()
+    for name in ("backup-40.index", "backup-40.data-00000-of-00001", "backup-40.plan.json"):
+        (folder / name).write_bytes(name.encode())
+    shutil.rmtree(homes / "host-home" / "runs" / "regrown" / "worker-1")
+    try:
+        run.start(resume=True, explicit=True)
+        assert (run.seeded.step, run.seeded.donor, run.seeded.recipients) == (40, "worker-0", ["worker-1"])
+        copied = homes / "host-home" / "runs" / "regrown" / "worker-1" / "backup"
+        assert sorted(p.name for p in copied.iterdir()) == ["backup-40.data-00000-of-00001", "backup-40.index",
+                                                            "backup-40.plan.json", "checkpoint"]
+        assert [t.attempt for t in run.tasks] == [2, 1]  # both started: worker-1 in its new folder
+    finally:
+        run.stop(grace=0)
+        run.detach()
+
+
 def test_a_persons_resume_of_a_trainer_run_without_a_backup_refuses_and_a_restart_goes_on(homes):
     run = quick_run(homes, "unsaved", trainer=True)
     fail(homes, "unsaved", "worker-1")
