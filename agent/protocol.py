@@ -85,8 +85,8 @@ WORK_DIR = "work"
 BACKUP_DIR = "backup"  # a task's backups in its run folder (tfcc's trainer writes them; a resume needs them)
 # A backup's files: backup-<global step>.index (written last), .data-<shard>-of-<shards>, and .plan.json (the
 # plan it was made under); the checkpoint list ("checkpoint") names the backups TensorFlow's reader sees.
-BACKUP_INDEX = re.compile(r"^backup-(\d{1,18})\.index$")
-_BACKUP_FILE = re.compile(r"^backup-(\d{1,18})\.(?:index|data-\d{5}-of-\d{5}|plan\.json)$")
+BACKUP_INDEX = re.compile(r"backup-(\d{1,18})\.index\Z")  # match(): from the name's start; \Z: no newline after
+_BACKUP_FILE = re.compile(r"backup-(\d{1,18})\.(?:index|data-\d{5}-of-\d{5}|plan\.json)\Z")
 BACKUP_LIST = "checkpoint"
 MAX_BACKUPS_SAID = 16    # a task's newest backups a status says (it keeps two)
 MAX_BACKUP_FILES = 1024  # files of one backup (its data shards)

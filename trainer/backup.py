@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from agent.protocol import BACKUP_DIR
+from agent.protocol import BACKUP_DIR, BACKUP_INDEX
 from trainer.metrics import MetricsWriter
 from trainer.records import PLAN_FIELDS, Event
 from trainer.tf_config import ConfigError
@@ -108,17 +108,14 @@ def backup_to_restore(rows: np.ndarray, replicas_per_task: int = 1) -> int | Non
 
 
 def backups_in(folder: Path) -> list[int]:
-    """The global steps of the complete backups in ``folder``, oldest first."""
-    state = tf.train.get_checkpoint_state(str(folder))
-    if state is None:
+    """The global steps of the complete backups in ``folder``, oldest first: those whose index is there (TensorFlow
+    writes it last; a save cut short leaves none), as the agent counts them for the console (agent/runs.py), listed
+    in TensorFlow's checkpoint list or not."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
         return []
-    steps = []
-    for path in state.all_model_checkpoint_paths:
-        try:
-            steps.append(int(path.rsplit("-", 1)[1]))
-        except (IndexError, ValueError):
-            continue
-    return sorted(steps)
+    return sorted(int(found.group(1)) for found in map(BACKUP_INDEX.match, names) if found)
 
 
 def _path(folder: Path, step: int) -> str:
@@ -134,24 +131,12 @@ def plan_of(folder: Path, step: int) -> dict:
     return {k: plan[k] for k in PLAN_FIELDS if k in plan} if isinstance(plan, dict) else {}
 
 
-def _on_disk(folder: Path) -> list[int]:
-    """The steps of the backups whose files are in ``folder``, listed or not, oldest first (an index is written
-    last: a save cut short leaves none)."""
-    steps = []
-    for index in glob.glob(str(folder / f"{PREFIX}-*.index")):
-        try:
-            steps.append(int(Path(index).name[len(PREFIX) + 1:-len(".index")]))
-        except ValueError:
-            continue
-    return sorted(steps)
-
-
 def keep_newest(folder: Path, keep: int = KEEP) -> None:
     """Keep this task's ``keep`` newest backups and delete the others, an earlier attempt's too, with their plans.
 
     tf.train.CheckpointManager forgets the backups it found at its start (it lists only its own saves): without
     this they piled up, one or two per attempt."""
-    steps = _on_disk(folder)
+    steps = backups_in(folder)
     kept = steps[-keep:]
     _delete(folder, steps[:-keep] if len(steps) > keep else [])
     _list(folder, kept)
@@ -191,6 +176,10 @@ def keep_only_up_to(folder: Path, step: int | None) -> None:
     for name in glob.glob(str(folder / f"{PREFIX}-*_temp*")):  # a save cut short by a kill
         tf.io.gfile.rmtree(name) if os.path.isdir(name) else os.remove(name)
     _list(folder, kept)
+
+
+def _words(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:160]
 
 
 class TaskBackups(tf.keras.callbacks.Callback):
@@ -236,16 +225,20 @@ class TaskBackups(tf.keras.callbacks.Callback):
                                               backup_step=self._saved_step, train_counter=model._train_counter)
         self.folder.mkdir(parents=True, exist_ok=True)
         step = self._agree_on_backup(backups_in(self.folder))  # a BackupError here: every task, nothing deleted
-        keep_only_up_to(self.folder, step)
+        if step is not None:  # read before anything is deleted: a backup that cannot be taken up is kept
+            try:
+                self.checkpoint.restore(_path(self.folder, step)).assert_existing_objects_matched()
+            except (AssertionError, ValueError) as exc:
+                raise BackupError(f"the backup of step {step} does not fit this model ({_words(exc)}): the model "
+                                  "changed since it was made; start a new run for the new model") from None
+            except tf.errors.OpError as exc:
+                raise BackupError(f"the backup of step {step} cannot be read ({_words(exc)}): its files are damaged "
+                                  f"on this task's host; delete that backup-{step}.* here, or start a new run") from None
+        keep_only_up_to(self.folder, step)  # a newer backup of this task alone: the next saves replace it
         self.manager = tf.train.CheckpointManager(self.checkpoint, str(self.folder), max_to_keep=KEEP,
                                                   checkpoint_name=PREFIX)
         if step is None:
             return 0
-        try:
-            self.checkpoint.restore(_path(self.folder, step)).assert_existing_objects_matched()
-        except (AssertionError, ValueError, tf.errors.OpError) as exc:
-            raise BackupError(f"the backup of step {step} does not fit this model ({' '.join(str(exc).split())[:160]}):"
-                              " the model changed since it was made; start a new run for the new model") from None
         saved = plan_of(self.folder, step)
         changed = {k: [saved[k], self.plan[k]] for k in PLAN_FIELDS
                    if k in saved and k in self.plan and saved[k] != self.plan[k]}
@@ -253,8 +246,6 @@ class TaskBackups(tf.keras.callbacks.Callback):
         batch_then = saved.get("global_batch") or self.plan.get("global_batch")
         batch_now = self.plan.get("global_batch") or batch_then
         position = step * batch_then // batch_now if batch_then and batch_now else step
-        if position != step:
-            model._train_counter.assign(position)
         spe = self.plan.get("steps_per_epoch")
         self.restored = (position // spe, position % spe - 1) if spe else \
             (int(self._saved_epoch.numpy()), int(self._saved_step.numpy()))
@@ -263,6 +254,7 @@ class TaskBackups(tf.keras.callbacks.Callback):
         fields = {"epoch": int(self._saved_epoch.numpy()), "step": int(self._saved_step.numpy()), "global_step": step}
         if position != step:
             fields["position"] = position
+            self._renumber(step, position)
         if changed:
             fields["changed"] = changed
         if learning_rate is not None:
@@ -270,11 +262,25 @@ class TaskBackups(tf.keras.callbacks.Callback):
         self.writer.event(Event.RESUMED, **fields)
         return position
 
+    def _renumber(self, step: int, position: int) -> None:
+        """The global batch changed: backups are numbered by the steps of the stream now. The restored state is
+        saved again as ``backup-<position>`` and the backups numbered in the old steps go (else an old number
+        could outrank the new saves, or be kept in their place). The new one is on disk before any goes."""
+        self._train_counter_at(position)
+        self._epoch, self._global_step = self.restored[0], position
+        self.save(self.restored[1], sweep=False)
+        _delete(self.folder, [s for s in backups_in(self.folder) if s != position])
+        keep_newest(self.folder)
+
+    def _train_counter_at(self, step: int) -> None:
+        self.model._train_counter.assign(step)
+
     def _plan_learning_rate(self, optimizer, changed: dict) -> float | None:
         """Train at the plan's learning rate: a backup restores the optimizer's, made under its own plan. The
         rate the optimizer now has; a difference from the backup's is put in ``changed``."""
         rate = getattr(optimizer, "learning_rate", None) if optimizer is not None else None
-        if rate is None or callable(rate) and not isinstance(rate, tf.Variable):
+        if rate is None or isinstance(getattr(optimizer, "_learning_rate", None),
+                                      tf.keras.optimizers.schedules.LearningRateSchedule):
             return None  # a schedule: it goes by the restored iterations
         restored = float(tf.keras.backend.get_value(rate))
         planned = self.plan.get("learning_rate")
@@ -286,6 +292,7 @@ class TaskBackups(tf.keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         if self.checkpoint is None:
             self.restore(self.model)  # a fit whose input cannot skip: restored at least
+        self._train_counter_at(self._global_step)  # fit set it to 0 just before: the run's steps go on
         self.model._training_state = self
 
     def _agree_on_backup(self, mine: list[int]) -> int | None:
@@ -345,7 +352,8 @@ class TaskBackups(tf.keras.callbacks.Callback):
         log.info("backups every %d steps (%.3f s a step)", every, mine)
         return every
 
-    def save(self, batch: int) -> None:
+    def save(self, batch: int, sweep: bool = True) -> None:
+        """Back up now, as ``backup-<global step>`` with its plan; ``sweep``: then keep only the newest ones."""
         t0 = time.perf_counter()
         self.writer.event(Event.BACKING_UP, global_step=self._global_step)  # the console waits longer meanwhile
         self._saved_epoch.assign(self._epoch)
@@ -353,7 +361,8 @@ class TaskBackups(tf.keras.callbacks.Callback):
         if self.plan:  # first: a backup on disk always has its plan (a plan left by a save cut short goes below)
             Path(_path(self.folder, self._global_step) + PLAN_SUFFIX).write_text(json.dumps(self.plan))
         self.manager.save(checkpoint_number=self._global_step)
-        keep_newest(self.folder)
+        if sweep:
+            keep_newest(self.folder)
         self.writer.event(Event.BACKED_UP, epoch=self._epoch, step=batch, global_step=self._global_step,
                           seconds=time.perf_counter() - t0)
 

@@ -32,7 +32,7 @@ class Event:
     SERVING = "serving"                # a parameter-server worker or ps serves (the coordinator drives it)
     EVALUATING = "evaluating"          # the evaluator waits for the chief's checkpoints
     STARTED = "started"                # training starts: the strategy and the batch plan
-    RESUMED = "resumed"                # an attempt took up its backup (or found none and starts over)
+    RESUMED = "resumed"                # an attempt took up the backup every task holds
     TRAIN_BEGIN = "train_begin"        # a user's script's fit begins (the capture)
     BACKING_UP = "backing_up"          # a backup is being written
     BACKED_UP = "backed_up"            # a backup is on disk

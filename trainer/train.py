@@ -90,16 +90,33 @@ def create_strategy(name: str, opts: Options):
 
 
 def make_datasets(workload, plan, opts: Options, skip: int = 0):
-    """The training stream of global batches (``skip``: where a resumed backup left it) and the validation data."""
+    """The training stream of global batches and the validation data. ``skip``: the global batches a resumed
+    backup had trained on; the stream goes on after them.
+
+    One seed on every worker: all workers see the same order, and sharding splits each global batch between
+    them, so the stream is the same whatever the worker count. Each pass over the data is shuffled with its own
+    seed (the run's seed and the pass's number), so a resume starts at its pass at once and skips within that
+    pass only, never re-reading the passes before (hours of input for a long run). Where the number of examples
+    is not known, or data read from files may be sharded by file (each worker reads its own files: ``auto`` and
+    ``file``), one shuffle reshuffles each pass and a resume skips from the stream's start.
+    """
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = _AUTOSHARD[opts.autoshard]
-    train = workload.train_dataset()
+    data = workload.train_dataset()
     buffer = min(workload.num_examples or 10_000, 10_000)
-    # One seed on every worker: all workers see the same order, and sharding
-    # splits each global batch between them.
-    train = train.shuffle(buffer, seed=opts.seed, reshuffle_each_iteration=True)
-    train = train.batch(plan.global_batch, drop_remainder=True).repeat()
-    if skip:  # the same global batches whatever the worker count: a resume goes on where its backup was
+    per_pass = (workload.num_examples or 0) // plan.global_batch
+    if per_pass and (workload.in_memory or opts.autoshard in ("data", "off")):  # no sharding by file to lose
+        first, skip = divmod(skip, per_pass)
+        seed = tf.constant(opts.seed, tf.int64)
+
+        def one_pass(number):
+            return data.shuffle(buffer, seed=seed * 1_000_003 + number).batch(plan.global_batch, drop_remainder=True)
+
+        train = tf.data.Dataset.range(first, 1 << 62).flat_map(one_pass)
+    else:
+        train = data.shuffle(buffer, seed=opts.seed, reshuffle_each_iteration=True)
+        train = train.batch(plan.global_batch, drop_remainder=True).repeat()
+    if skip:
         train = train.skip(skip)
     train = train.prefetch(tf.data.AUTOTUNE).with_options(options)
     val = None

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import threading
@@ -12,8 +14,9 @@ from pathlib import Path
 
 from console import PROJECT_ROOT
 from console.remote.channel import Channel, tail
-from console.remote.transport import (CopyBudget, UnsafeHome, local_home_problem, makedirs_private, same_file,
+from console.remote.transport import (CopyBudget, CopyTooBig, UnsafeHome, local_home_problem, makedirs_private, same_file,
                                       unsafe_home_problem)
+from console.text import size_text
 
 
 
@@ -77,11 +80,34 @@ class LocalFiles:
     def put(self, local: Path, remote: str) -> None:
         shutil.copyfile(local, remote)
 
-    def get(self, remote: str, local: Path) -> None:
-        shutil.copyfile(remote, local)
+    def get(self, remote: str, local: Path, limit: int) -> int:
+        try:
+            fd = os.open(remote, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a link or a pipe: refused, no wait
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise FileNotFoundError(f"{remote} is a link, not a regular file") from None
+            raise
+        with os.fdopen(fd, "rb") as source, open(local, "wb") as target:
+            info = os.fstat(source.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise FileNotFoundError(f"{remote} is not a regular file")
+            if info.st_size > limit:
+                raise CopyTooBig(f"{remote} holds {size_text(info.st_size)}, more than the {size_text(limit)} tfcc "
+                                 "may copy here", "free some space, or copy it by hand")
+            left = info.st_size  # as listed, and no more
+            while left > 0:
+                chunk = source.read(min(1 << 20, left))
+                if not chunk:
+                    break
+                target.write(chunk)
+                left -= len(chunk)
+            return info.st_size - left
 
     def size(self, path: str) -> int:
-        return os.stat(path).st_size
+        info = os.lstat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise FileNotFoundError(f"{path} is not a regular file")
+        return info.st_size
 
     def rename(self, src: str, dst: str) -> None:
         os.rename(src, dst)

@@ -29,8 +29,9 @@ import paramiko
 
 from console.errors import TfccError
 from console.remote.channel import Channel
-from console.remote.transport import (UNSAFE_OWNER, UNSAFE_WRITABLE, CopyBudget, UnsafeHome, same_file,
+from console.remote.transport import (UNSAFE_OWNER, UNSAFE_WRITABLE, CopyBudget, CopyTooBig, UnsafeHome, same_file,
                                       unsafe_home_problem)
+from console.text import size_text
 
 
 CONNECT_TIMEOUT = 10.0
@@ -502,11 +503,19 @@ class SFTPFiles:
     def put(self, local: Path, remote: str) -> None:
         self.sftp.put(str(local), remote)
 
-    def get(self, remote: str, local: Path) -> None:
-        self.sftp.get(remote, str(local))
+    def get(self, remote: str, local: Path, limit: int) -> int:
+        size = self.size(remote)  # a regular file, not a link: its size as listed, and no more, is read
+        if size > limit:
+            raise CopyTooBig(f"{remote} holds {size_text(size)}, more than the {size_text(limit)} tfcc may copy here",
+                             "free some space, or copy it by hand")
+        self._get(remote, local, size)
+        return size
 
     def size(self, path: str) -> int:
-        return self.sftp.stat(path).st_size
+        info = self.sftp.lstat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise FileNotFoundError(f"{path} is not a regular file")
+        return info.st_size
 
     def rename(self, src: str, dst: str) -> None:
         self.sftp.posix_rename(src, dst)

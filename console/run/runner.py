@@ -252,8 +252,6 @@ class Run:
         """Start ``tasks`` again in their run folders with the TF_CONFIG they had (the others go on:
         a parameter-server coordinator takes a worker back)."""
         started: list[TaskState] = []
-        if {t.name for t in tasks} >= {t.name for t in self.tasks if t.name in self._training_tasks()}:
-            self._seed_backups(self._statuses())  # a group restart: every training task from one backup
         self._start_tasks(self.tf_configs, True, started, only=tasks)
 
     def _training_tasks(self) -> set[str]:

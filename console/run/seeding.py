@@ -21,6 +21,7 @@ from pathlib import Path
 
 from agent.protocol import BACKUP_DIR, BACKUP_LIST, backup_step, parse_task_name
 from console.errors import RunError
+from console.remote.transport import CopyTooBig
 from trainer.tf_config import TRAINING_ROLES
 
 log = logging.getLogger("console.run")
@@ -81,38 +82,45 @@ def copy_backup(seeding: Seeding, statuses: dict[str, dict | None], folders: dic
         raise RunError(f"{seeding.donor}'s backup of step {seeding.step} is not whole on its host ({len(names)} "
                        "files): there is no backup to copy to the tasks that lack one",
                        "start a new run (tfcc run)")
-    source = files_of(seeding.donor)
-    targets = {name: files_of(name) for name in seeding.recipients}
+    names.sort(key=lambda n: n.endswith(".index"))  # the index last: a copy cut short is no backup for anyone
+    opened = []
+
+    def files(task: str):
+        opened.append(files_of(task))
+        return opened[-1]
+
     try:
+        source = files(seeding.donor)
+        targets = {name: files(name) for name in seeding.recipients}
         with tempfile.TemporaryDirectory(prefix="tfcc-seed-") as scratch:
             local = Path(scratch) / "file"
             for name in names:
                 remote = f"{folders[seeding.donor]}/{BACKUP_DIR}/{name}"
-                size = source.size(remote)
                 free = shutil.disk_usage(scratch).free
-                if size + FREE_MARGIN > free:
-                    raise RunError(f"cannot copy {seeding.donor}'s backup file {name} ({size / 1e9:.1f} GB) through "
-                                   f"this machine: {free / 1e9:.1f} GB free in {tempfile.gettempdir()}",
+                try:
+                    source.get(remote, local, max(0, free - FREE_MARGIN))
+                except CopyTooBig as exc:
+                    raise RunError(f"cannot copy {seeding.donor}'s backup through this machine: {exc.cause}, with "
+                                   f"{free / 1e9:.1f} GB free in {tempfile.gettempdir()}",
                                    "free some space there (TMPDIR moves it), or copy the backup folder by hand "
-                                   "and resume")
-                source.get(remote, local)
-                for task, files in targets.items():
+                                   "and resume") from None
+                for task, target in targets.items():
                     folder = f"{folders[task]}/{BACKUP_DIR}"
-                    files.makedirs(folder)
-                    files.put(local, f"{folder}/.{name}.seeding")
-                    files.rename(f"{folder}/.{name}.seeding", f"{folder}/{name}")
+                    target.makedirs(folder)
+                    target.put(local, f"{folder}/.{name}.seeding")
+                    target.rename(f"{folder}/.{name}.seeding", f"{folder}/{name}")
                 local.unlink()
-            # Last, the checkpoint list: the task's own backups and the copy (a copy cut short is no backup).
-            for task, files in targets.items():
+            # Last, the checkpoint list: the task's own backups and the copy.
+            for task, target in targets.items():
                 folder = f"{folders[task]}/{BACKUP_DIR}"
                 local.write_text(checkpoint_list(sorted(_steps(statuses.get(task)) | {seeding.step})))
-                files.put(local, f"{folder}/.{BACKUP_LIST}.seeding")
-                files.rename(f"{folder}/.{BACKUP_LIST}.seeding", f"{folder}/{BACKUP_LIST}")
+                target.put(local, f"{folder}/.{BACKUP_LIST}.seeding")
+                target.rename(f"{folder}/.{BACKUP_LIST}.seeding", f"{folder}/{BACKUP_LIST}")
     except OSError as exc:
         raise RunError(f"cannot copy {seeding.donor}'s backup of step {seeding.step} to "
                        f"{', '.join(seeding.recipients)} ({exc.strerror or exc})",
                        "check the hosts' free disk and the connection, then resume again") from None
     finally:
-        for files in (source, *targets.values()):
-            files.close()
+        for each in opened:
+            each.close()
     log.info("copied %s's backup of step %d to %s", seeding.donor, seeding.step, ", ".join(seeding.recipients))

@@ -85,8 +85,8 @@ def _kill_after_backups(root: Path, cluster: dict, args: list[str], count: int =
     tasks = start_local_tasks(cluster, root, args, env=THREADS)
     run = ClusterRun(tasks)
     try:
-        wait_until(lambda: all(len(run.events(i, "backed_up")) >= count for i in range(2)),
-                   180, f"{count} backups on both workers", [t.process for t in tasks])
+        wait_until(lambda: all(len(run.events(i, "backed_up")) >= count for i in range(len(tasks))),
+                   180, f"{count} backups on every worker", [t.process for t in tasks])
     finally:
         for t in tasks:
             if t.process.poll() is None:
@@ -197,3 +197,29 @@ def test_a_two_worker_backup_resumes_on_one_worker_with_the_same_global_batch_an
     for r in steps:
         assert r["loss"] == pytest.approx(expected[r["global_step"]], abs=1e-3), r["global_step"]
     assert after[-1]["event"] == "finished"
+
+
+@pytest.mark.slow
+def test_a_resume_with_a_larger_global_batch_numbers_its_backups_in_the_new_steps(tmp_path):
+    """The global batch doubled on resume: the stream goes on at half the step number, and the backups are
+    numbered in the new steps from there (an old, higher number would outrank every new save: each later resume
+    would go back to it). The run's step counter goes on too (TensorBoard's step)."""
+    import tensorflow as tf
+
+    args = ["--epochs", "2", "--backup-seconds", "0.3"]
+    cluster = local_cluster(1)
+    _kill_after_backups(tmp_path, cluster, [*args, "--global-batch", "16"], count=3)
+    folder = tmp_path / "worker-0" / "backup"
+    again = _relaunch(tmp_path, cluster, [*args, "--global-batch", "32"])
+    assert again.tasks[0].process.returncode == 0, again.stderr(0)[-3000:]
+    after = _since_last_launch(again, 0)
+    resumed = next(r for r in after if r.get("event") == "resumed")
+    step = resumed["global_step"]
+    assert resumed["position"] == step * 16 // 32 and resumed["changed"]["global_batch"] == [16, 32]
+    assert next(r for r in after if r["type"] == "step")["global_step"] == resumed["position"] + 1
+    saved = [r["global_step"] for r in after if r.get("event") == "backed_up"]
+    assert saved[0] == resumed["position"]  # the restored state, saved again under its new number
+    left = sorted(int(p.name.split("-")[1].split(".")[0]) for p in folder.glob("backup-*.index"))
+    assert left == saved[-KEEP:]  # the newest saves, none of the old numbers
+    newest = str(folder / f"backup-{left[-1]}")
+    assert tf.train.load_variable(newest, "train_counter/.ATTRIBUTES/VARIABLE_VALUE") == left[-1]

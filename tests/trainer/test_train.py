@@ -182,3 +182,34 @@ def test_every_example_is_seen_exactly_once_per_epoch(idrun):
     # Reshuffled between epochs, and the two workers never train on the same example in a step.
     assert ids[0][0] != ids[0][steps_per_epoch]
     assert all(not set(a) & set(b) for a, b in zip(*ids))
+
+
+def test_a_resumed_stream_goes_on_at_its_batch_without_reading_the_passes_before():
+    """The training stream, resumed at any global step, yields the batches the whole stream has there; a resume
+    in a later pass over the data reads that pass only (before, every skipped batch was read again)."""
+    from types import SimpleNamespace
+
+    import tensorflow as tf
+
+    from trainer.train import make_datasets
+
+    reads = []
+
+    def counted(x):
+        reads.append(1)
+        return x
+
+    def train_dataset():
+        return tf.data.Dataset.range(10).map(lambda x: tf.py_function(counted, [x], tf.int64))
+
+    workload = SimpleNamespace(train_dataset=train_dataset, num_examples=10, in_memory=True, val_dataset=None)
+    plan, opts = SimpleNamespace(global_batch=3), SimpleNamespace(autoshard="auto", seed=7)
+    whole = [b.numpy().tolist() for b in make_datasets(workload, plan, opts)[0].take(12)]
+    assert sorted(sum(whole[:3], [])) != sum(whole[:3], [])  # shuffled
+    assert whole[:3] != whole[3:6]  # each pass in its own order
+    for skip in range(9):
+        resumed = make_datasets(workload, plan, opts, skip=skip)[0]
+        assert [b.numpy().tolist() for b in resumed.take(3)] == whole[skip:skip + 3], skip
+    reads.clear()
+    next(iter(make_datasets(workload, plan, opts, skip=3 * 3 + 1)[0]))  # pass 3's second batch
+    assert len(reads) < 30  # pass 3 (and what prefetch reads ahead of it), not passes 0-2 as well: 30 and more

@@ -9,6 +9,7 @@ import pytest
 
 from console.errors import RunError
 from console.remote.local import LocalFiles
+from console.remote.transport import CopyTooBig
 from console.run.seeding import Seeding, copy_backup, plan_seeding
 
 
@@ -78,3 +79,24 @@ def test_a_donor_whose_backup_is_not_whole_is_said_and_nothing_copied(tmp_path):
         copy_backup(plan_seeding(statuses), statuses, {"worker-0": str(donor), "worker-1": str(tmp_path / "w1")},
                     lambda task: LocalFiles())
     assert not (tmp_path / "w1").exists()
+
+
+def test_a_donor_host_that_links_a_backup_file_elsewhere_or_sends_too_much_copies_nothing(tmp_path):
+    """A hostile donor: a backup file that is a link to a file outside its folder, or larger than this machine
+    may hold: refused, and no recipient gets anything."""
+    donor = _donor(tmp_path)
+    secret = tmp_path / "secret"
+    secret.write_text("not a backup")
+    data = donor / "backup" / "backup-30.data-00000-of-00001"
+    data.unlink()
+    data.symlink_to(secret)
+    files = ["backup-30.data-00000-of-00001", "backup-30.index"]
+    statuses = {"worker-0": status(30, files=files), "worker-1": status()}
+    folders = {"worker-0": str(donor), "worker-1": str(tmp_path / "w1")}
+    with pytest.raises(RunError, match="cannot copy worker-0's backup of step 30 to worker-1"):
+        copy_backup(plan_seeding(statuses), statuses, folders, lambda task: LocalFiles())
+    assert not (tmp_path / "w1").exists()
+    with pytest.raises(CopyTooBig, match="holds 2.9 KB, more than the 1000 B tfcc may copy here"):
+        data.unlink()
+        data.write_bytes(b"d" * 3000)
+        LocalFiles().get(str(data), tmp_path / "here", 1000)
