@@ -329,7 +329,11 @@ class TaskBackups(tf.keras.callbacks.Callback):
         if self.every is None:
             if self._steps == PROBE_STEPS:
                 self.every = self._agree_on_interval()
-                self._next_save = (self._global_step // self.every + 1) * self.every
+                # The first steps hold no epoch's end (its validation): their pace can make the first backup
+                # come late (40 s into a 30 s interval, and a kill before it redid everything). The first one comes
+                # at the current epoch's end at the latest; the interval is measured again there, ends included.
+                first = min(self.every, steps) if steps else self.every
+                self._next_save = (self._global_step // first + 1) * first
             return
         if self._global_step >= self._next_save:  # the same steps on every task
             self.save(batch)
