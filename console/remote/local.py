@@ -14,9 +14,8 @@ from pathlib import Path
 
 from console import PROJECT_ROOT
 from console.remote.channel import Channel, tail
-from console.remote.transport import (CopyBudget, CopyTooBig, UnsafeHome, local_home_problem, makedirs_private, same_file,
-                                      unsafe_home_problem)
-from console.text import size_text
+from console.remote.transport import (CopyBudget, UnsafeHome, copy_first, local_home_problem, makedirs_private,
+                                      refuse_past, same_file, unsafe_home_problem)
 
 
 
@@ -91,17 +90,8 @@ class LocalFiles:
             info = os.fstat(source.fileno())
             if not stat.S_ISREG(info.st_mode):
                 raise FileNotFoundError(f"{remote} is not a regular file")
-            if info.st_size > limit:
-                raise CopyTooBig(f"{remote} holds {size_text(info.st_size)}, more than the {size_text(limit)} tfcc "
-                                 "may copy here", "free some space, or copy it by hand")
-            left = info.st_size  # as listed, and no more
-            while left > 0:
-                chunk = source.read(min(1 << 20, left))
-                if not chunk:
-                    break
-                target.write(chunk)
-                left -= len(chunk)
-            return info.st_size - left
+            refuse_past(remote, info.st_size, limit)
+            return copy_first(source, target, info.st_size)
 
     def size(self, path: str) -> int:
         info = os.lstat(path)

@@ -29,9 +29,8 @@ import paramiko
 
 from console.errors import TfccError
 from console.remote.channel import Channel
-from console.remote.transport import (UNSAFE_OWNER, UNSAFE_WRITABLE, CopyBudget, CopyTooBig, UnsafeHome, same_file,
-                                      unsafe_home_problem)
-from console.text import size_text
+from console.remote.transport import (UNSAFE_OWNER, UNSAFE_WRITABLE, CopyBudget, UnsafeHome, copy_first, refuse_past,
+                                      same_file, unsafe_home_problem)
 
 
 CONNECT_TIMEOUT = 10.0
@@ -505,11 +504,8 @@ class SFTPFiles:
 
     def get(self, remote: str, local: Path, limit: int) -> int:
         size = self.size(remote)  # a regular file, not a link: its size as listed, and no more, is read
-        if size > limit:
-            raise CopyTooBig(f"{remote} holds {size_text(size)}, more than the {size_text(limit)} tfcc may copy here",
-                             "free some space, or copy it by hand")
-        self._get(remote, local, size)
-        return size
+        refuse_past(remote, size, limit)
+        return self._get(remote, local, size)
 
     def size(self, path: str) -> int:
         info = self.sftp.lstat(path)
@@ -558,17 +554,11 @@ class SFTPFiles:
                 copied += 1
         return copied
 
-    def _get(self, source: str, target: Path, size: int) -> None:
-        """The first ``size`` bytes of the host's ``source`` into ``target`` (read by the megabyte)."""
+    def _get(self, source: str, target: Path, size: int) -> int:
+        """The first ``size`` bytes of the host's ``source`` into ``target``; the bytes copied."""
         with self.sftp.open(source, "rb") as src, open(target, "wb") as dst:
             src.prefetch(size)
-            left = size
-            while left > 0:
-                chunk = src.read(min(1 << 20, left))
-                if not chunk:
-                    break
-                dst.write(chunk)
-                left -= len(chunk)
+            return copy_first(src, dst, size)
 
     def close(self) -> None:
         self.sftp.close()

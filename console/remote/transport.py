@@ -70,6 +70,26 @@ class CopyBudget:
                              "look at it on its host, or raise the cap")
 
 
+def refuse_past(path: str, size: int, limit: int) -> None:
+    """A ``Files.get`` of ``path`` (``size`` bytes as listed) refuses it past ``limit``."""
+    if size > limit:
+        raise CopyTooBig(f"{path} holds {size_text(size)}, more than the {size_text(limit)} tfcc may copy here",
+                         "free some space, or copy it by hand")
+
+
+def copy_first(source, target, size: int) -> int:
+    """The first ``size`` bytes of the open file ``source`` into ``target``, read by the megabyte (a file that grew
+    since it was listed is copied as listed); the bytes copied."""
+    left = size
+    while left > 0:
+        chunk = source.read(min(1 << 20, left))
+        if not chunk:
+            break
+        target.write(chunk)
+        left -= len(chunk)
+    return size - left
+
+
 def same_file(path: Path, size, mtime) -> bool:
     """Whether ``path`` is a regular file of ``size`` bytes last changed at ``mtime`` (whole seconds)."""
     try:
