@@ -85,7 +85,7 @@ WORK_DIR = "work"
 BACKUP_DIR = "backup"  # a task's backups in its run folder (tfcc's trainer writes them; a resume needs them)
 # A backup's files: backup-<global step>.index (written last), .data-<shard>-of-<shards>, and .plan.json (the
 # plan it was made under); the checkpoint list ("checkpoint") names the backups TensorFlow's reader sees.
-BACKUP_INDEX = re.compile(r"backup-(\d{1,18})\.index\Z")  # match(): from the name's start; \Z: no newline after
+_BACKUP_INDEX = re.compile(r"backup-(\d{1,18})\.index\Z")  # match(): from the name's start; \Z: no newline after
 _BACKUP_FILE = re.compile(r"backup-(\d{1,18})\.(?:index|data-\d{5}-of-\d{5}|plan\.json)\Z")
 BACKUP_LIST = "checkpoint"
 MAX_BACKUPS_SAID = 16    # a task's newest backups a status says (it keeps two)
@@ -96,6 +96,19 @@ def backup_step(name: str):
     """The global step of a backup's file ``name`` (None for any other name: a hostile host's, a partial save's)."""
     found = _BACKUP_FILE.match(name) if isinstance(name, str) else None
     return int(found.group(1)) if found else None
+
+
+def backup_steps(names) -> list:
+    """The global steps of the whole backups among a backup folder's file ``names`` (those whose index is there:
+    TensorFlow writes it last, so a save cut short has none), oldest first."""
+    return sorted(int(found.group(1)) for found in map(_BACKUP_INDEX.match, names) if found)
+
+
+def backup_list(steps) -> str:
+    """TensorFlow's checkpoint list (``BACKUP_LIST``) naming the backups of ``steps``, the newest last, by names
+    relative to its folder (a folder copied to another task or host names its own files)."""
+    names = [f"backup-{s}" for s in sorted(steps)]
+    return f'model_checkpoint_path: "{names[-1]}"\n' + "".join(f'all_model_checkpoint_paths: "{n}"\n' for n in names)
 
 # --------------------------------------------------------------------------- environment variables
 

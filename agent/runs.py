@@ -333,18 +333,11 @@ def serves(run_id: str, task: str) -> bool:
 
 
 def backup_steps(folder: Path) -> list:
-    """The global steps of the backups the task left to resume from (each a TensorFlow checkpoint whose index,
-    written last, is in its backup folder), oldest first."""
-    steps = []
+    """The global steps of the backups the task left to resume from, oldest first (the newest few)."""
     try:
-        names = os.listdir(folder / protocol.BACKUP_DIR)
+        return protocol.backup_steps(os.listdir(folder / protocol.BACKUP_DIR))[-protocol.MAX_BACKUPS_SAID:]
     except OSError:
-        return steps
-    for name in names:
-        found = protocol.BACKUP_INDEX.match(name)
-        if found:
-            steps.append(int(found.group(1)))
-    return sorted(steps)[-protocol.MAX_BACKUPS_SAID:]
+        return []
 
 
 def backup_files(folder: Path, step) -> list:

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from agent.protocol import BACKUP_DIR, BACKUP_INDEX
+from agent.protocol import BACKUP_DIR, BACKUP_LIST, backup_list, backup_steps
 from trainer.metrics import MetricsWriter
 from trainer.records import PLAN_FIELDS, Event
 from trainer.tf_config import ConfigError
@@ -108,14 +108,12 @@ def backup_to_restore(rows: np.ndarray, replicas_per_task: int = 1) -> int | Non
 
 
 def backups_in(folder: Path) -> list[int]:
-    """The global steps of the complete backups in ``folder``, oldest first: those whose index is there (TensorFlow
-    writes it last; a save cut short leaves none), as the agent counts them for the console (agent/runs.py), listed
-    in TensorFlow's checkpoint list or not."""
+    """The global steps of the complete backups in ``folder``, oldest first, as the agent counts them for the
+    console (agent.protocol.backup_steps), listed in TensorFlow's checkpoint list or not."""
     try:
-        names = os.listdir(folder)
+        return backup_steps(os.listdir(folder))
     except OSError:
         return []
-    return sorted(int(found.group(1)) for found in map(BACKUP_INDEX.match, names) if found)
 
 
 def _path(folder: Path, step: int) -> str:
@@ -150,16 +148,13 @@ def keep_newest(folder: Path, keep: int = KEEP) -> None:
 
 
 def _list(folder: Path, steps: list[int]) -> None:
-    """Make ``steps`` the backups TensorFlow's checkpoint list names (none: no list), by names relative to the
-    folder (a folder copied to another task or host names its own files), replaced at once."""
-    state = folder / "checkpoint"
+    """Make ``steps`` the backups TensorFlow's checkpoint list names (none: no list), replaced at once."""
+    state = folder / BACKUP_LIST
     if not steps:
         state.unlink(missing_ok=True)
         return
-    names = [f"{PREFIX}-{s}" for s in steps]
-    text = f'model_checkpoint_path: "{names[-1]}"\n' + "".join(f'all_model_checkpoint_paths: "{n}"\n' for n in names)
-    partial = folder / ".checkpoint.partial"
-    partial.write_text(text)
+    partial = folder / f".{BACKUP_LIST}.partial"
+    partial.write_text(backup_list(steps))
     os.replace(partial, state)
 
 

@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.protocol import BACKUP_DIR, BACKUP_LIST, backup_step, parse_task_name
+from agent.protocol import BACKUP_DIR, BACKUP_LIST, backup_list, backup_step, parse_task_name
 from console.errors import RunError
 from console.remote.transport import CopyTooBig
 from trainer.tf_config import TRAINING_ROLES
@@ -59,17 +59,6 @@ def plan_seeding(statuses: dict[str, dict | None]) -> Seeding | None:
     newest = max(max(steps) for steps in training.values() if steps)
     donor = min(name for name, steps in training.items() if newest in steps)
     return Seeding(newest, donor, sorted(name for name, steps in training.items() if newest not in steps))
-
-
-def backup_folder(status: dict) -> str:
-    return f"{status['run_dir']}/{BACKUP_DIR}"
-
-
-def checkpoint_list(steps: list[int]) -> str:
-    """TensorFlow's checkpoint list naming ``steps`` (relative names; the newest last), as trainer/backup.py
-    writes it."""
-    names = [f"backup-{s}" for s in sorted(steps)]
-    return f'model_checkpoint_path: "{names[-1]}"\n' + "".join(f'all_model_checkpoint_paths: "{n}"\n' for n in names)
 
 
 def copy_backup(seeding: Seeding, statuses: dict[str, dict | None], folders: dict[str, str], files_of) -> None:
@@ -113,7 +102,7 @@ def copy_backup(seeding: Seeding, statuses: dict[str, dict | None], folders: dic
             # Last, the checkpoint list: the task's own backups and the copy.
             for task, target in targets.items():
                 folder = f"{folders[task]}/{BACKUP_DIR}"
-                local.write_text(checkpoint_list(sorted(_steps(statuses.get(task)) | {seeding.step})))
+                local.write_text(backup_list(_steps(statuses.get(task)) | {seeding.step}))
                 target.put(local, f"{folder}/.{BACKUP_LIST}.seeding")
                 target.rename(f"{folder}/.{BACKUP_LIST}.seeding", f"{folder}/{BACKUP_LIST}")
     except OSError as exc:
