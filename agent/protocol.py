@@ -58,10 +58,11 @@ LOST = "lost"                     # its supervisor vanished without recording th
 ERROR = "error"                   # the console cannot follow it any more (the agent refused, a key changed)
 NOT_STARTED = "not started"       # a task of a resumed run that has no folder on its host yet
 STOPPED = "stopped"               # ended by a stop someone asked for (the console's word, from the end's ``stopped``)
+LEFT = "left the run"             # an elastic run went on without it (its host lost, or failing): the console's word
 
 AGENT_PHASES = (RUNNING, FINISHED, FAILED, LOST)
 ALIVE = (RUNNING, WAITING, TRAINING)   # its process runs on its host
-ENDED = (FINISHED, FAILED, LOST, ERROR, STOPPED)
+ENDED = (FINISHED, FAILED, LOST, ERROR, STOPPED, LEFT)
 
 # --------------------------------------------------------------------------- a task's streams
 # Files in the task's run folder, followed from byte offsets.

@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from agent.protocol import ENDED, FAILED, FINISHED, LOST, NO_SUCH_TASK, NOT_STARTED, REMOVE, RUNNING, STATUS
+from agent.protocol import ENDED, FAILED, FINISHED, LEFT, LOST, NO_SUCH_TASK, NOT_STARTED, REMOVE, RUNNING, STATUS
 from console import cluster as cl
 from console import text
 from console.errors import RunError, TfccError, state_dir
@@ -146,6 +146,7 @@ class RunInfo:
     notes: str = ""                                # the person's notes on it
     settings: str = ""                             # its key settings in words (text.settings_text)
     manifest_problem: bool = False                 # its manifest is missing or damaged: its hosts are not asked
+    resizes: list = field(default_factory=list)    # an elastic run's changes of size (the manifest's)
 
     @property
     def cluster_text(self) -> str:
@@ -159,7 +160,12 @@ class RunInfo:
         return {"run_id": self.run_id, "state": self.state, "hosts": self.hosts, "workload": self.workload,
                 "start": self.start, "end": self.end, "duration": self.duration, "metrics": self.metrics,
                 "phases": self.phases, "note": self.note, "name": self.name, "notes": self.notes,
-                "settings": self.settings}
+                "settings": self.settings, "resizes": self.resizes}
+
+    @property
+    def sizes_text(self) -> str:
+        """An elastic run's changes of size in words ("" for none); see ``text.resizes_text``."""
+        return text.resizes_text(self.tasks, self.resizes)
 
 
 def run_info(run_id: str, labels: dict | None = None) -> RunInfo:
@@ -178,6 +184,7 @@ def run_info(run_id: str, labels: dict | None = None) -> RunInfo:
             manifest = read_manifest(run_id)  # checked: a damaged one says so, and what to do
             for name, host in manifest.tasks:
                 info.hosts.setdefault(host, []).append(name)
+            info.resizes = manifest.resizes
             info.settings = text.settings_text(manifest.cluster)
             created = json.loads(path.read_text(encoding="utf-8")).get("created")
             info.start = created if isinstance(created, (int, float)) else None
@@ -215,9 +222,9 @@ def ask_hosts(infos: list[RunInfo], ask_host_key=None, timeout: float = HOST_ASK
     lock = threading.Lock()
 
     def ask(info: RunInfo, run) -> None:
-        phases, stopped = {}, []
+        phases, stopped = {name: LEFT for name in run.left}, []
         try:
-            for task in run.tasks:
+            for task in run.members:
                 status = run.links[task.host].connect().call(STATUS, timeout=timeout, run_id=run.run_id,
                                                              task=task.name)
                 phases[task.name] = status["phase"]

@@ -305,6 +305,8 @@ def cmd_runs(ns) -> int:
                             for m in RUN_METRICS)
         print(f"{info.run_id:<{width}}  {info.state:<8}  {text.start_text(info.start):<16}  "
               f"{text.duration_text(info.duration):>8}  {metrics}  {info.cluster_text or '-'}", flush=True)
+        if info.sizes_text:
+            print(f"{'':<{width}}  size: {info.sizes_text}")
         if info.phases is not None and info.state != RunState.FINISHED:
             print(f"{'':<{width}}  tasks now: " + ", ".join(f"{t} {p}" for t, p in info.phases.items()))
         if info.note:

@@ -9,6 +9,7 @@ TF_CONFIG from the cluster.
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 import stat
 import sys
@@ -104,6 +105,10 @@ class Training:
     backup_seconds: float = DEFAULT_BACKUP_SECONDS  # each task backs up about this often (a restart redoes less)
     stop_on_nan: bool = False  # stop the run at its first non-finite loss (else: an alert, and it goes on)
     firewall: bool = False     # each agent admits only the cluster's hosts to its tasks' ports (nftables, root)
+    # The fewest training tasks the run may go on with (0: off): a host lost for good, or one that causes failure
+    # after failure, leaves the run, which restarts on the hosts left with the same global batch; it comes back
+    # at the next backup once it answers again (console/run/supervisor.py).
+    elastic: int = 0
 
     def trainer_args(self) -> list[str]:
         """Options for ``python -m trainer`` (or, with ``script``, just ``args``)."""
@@ -115,6 +120,8 @@ class Training:
                "--learning-rate", repr(self.learning_rate), "--lr-scaling", self.lr_scaling,
                "--strategy", self.strategy, "--communication", self.communication,
                "--autoshard", self.autoshard, "--backup-seconds", repr(self.backup_seconds)]
+        if self.elastic:
+            out += ["--elastic"]
         if self.model_file:
             out += ["--model-file", self.model_file]
         else:
@@ -141,11 +148,12 @@ class Cluster:
             names.append(f"{task.role}-{index}")
         return names
 
-    def tf_cluster(self, ports: list[int] | None = None) -> dict[str, list[str]]:
-        """The TF_CONFIG cluster; ``ports`` resolves ``"auto"`` (one per task, in order)."""
+    def tf_cluster(self, ports: list[int] | None = None, members: set[int] | None = None) -> dict[str, list[str]]:
+        """The TF_CONFIG cluster; ``ports`` resolves ``"auto"`` (one per task, in order); ``members``: the
+        indexes of the tasks in the run now (an elastic run that lost some: None for all)."""
         spec: dict[str, list[str]] = {}
         for i, task in enumerate(self.tasks):
-            if not task.in_cluster:
+            if not task.in_cluster or (members is not None and i not in members):
                 continue
             port = ports[i] if ports is not None else task.port
             if port == "auto":
@@ -153,9 +161,23 @@ class Cluster:
             spec.setdefault(task.role, []).append(f"{self.host(task.host).tf_host}:{port}")
         return spec
 
-    def tf_config(self, index: int, ports: list[int] | None = None) -> str:
-        role, number = self.task_names()[index].rsplit("-", 1)
-        return make_tf_config(self.tf_cluster(ports), role, int(number))
+    def tf_config(self, index: int, ports: list[int] | None = None, members: set[int] | None = None) -> str:
+        """Task ``index``'s TF_CONFIG. Among ``members`` (see ``tf_cluster``) a task keeps its name and run
+        folder, and its index counts the members of its role before it: worker-2 is worker 1 of two."""
+        role = self.tasks[index].role
+        number = sum(1 for i, t in enumerate(self.tasks[:index])
+                     if t.role == role and (members is None or i in members))
+        return make_tf_config(self.tf_cluster(ports, members), role, number)
+
+    def replicas(self, index: int) -> int:
+        """The replicas task ``index`` trains on as far as the file tells: its GPUs, else one (all the
+        host's GPUs when it lists none: the trainer then checks what it finds)."""
+        return max(1, len(self.tasks[index].gpus))
+
+    @property
+    def training_tasks(self) -> list[int]:
+        """The indexes of the tasks that train in step (chief and workers)."""
+        return [i for i, t in enumerate(self.tasks) if t.role in TRAINING_ROLES]
 
     @property
     def parameter_server(self) -> bool:
@@ -240,7 +262,7 @@ _TYPES = {
                "epochs": int, "per_replica_batch": int,
                "global_batch": int, "learning_rate": float, "lr_scaling": str, "strategy": str, "communication": str,
                "autoshard": str, "max_restarts": int, "backup_seconds": float,
-               "stop_on_nan": bool, "firewall": bool},
+               "stop_on_nan": bool, "firewall": bool, "elastic": int},
 }
 
 
@@ -471,6 +493,7 @@ def validate(cluster: Cluster) -> None:
     problem = backup_seconds_problem(t.backup_seconds)
     if problem:
         raise ClusterFileError(f"training.backup_seconds is {t.backup_seconds}; {problem}")
+    _elastic_rules(cluster)
     if t.model_file and t.script:
         raise ClusterFileError("training sets both model_file and script; keep one of them")
     both = sorted(set(t.env) & set(t.secret_env))
@@ -485,6 +508,48 @@ def validate(cluster: Cluster) -> None:
                                "shipped with your script: name the script, or remove workdir")
     if t.workload == "file" and not t.model_file:
         raise ClusterFileError("training.workload is \"file\" but training.model_file is empty; name your model file")
+
+
+def text_list(numbers: list[int]) -> str:
+    """``[1, 2]`` as "1 or 2"."""
+    words = [str(n) for n in numbers]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+def _elastic_rules(cluster: Cluster) -> None:
+    """``elastic`` (the fewest training tasks a run goes on with): at most the training tasks there are, and
+    the global batch split evenly over every size it may shrink to (the trainer keeps it when it shrinks)."""
+    t = cluster.training
+    if not t.elastic:
+        return
+    training = cluster.training_tasks
+    if t.elastic < 0 or t.elastic > len(training):
+        raise ClusterFileError(f"training.elastic is {t.elastic}, but the cluster has {len(training)} training "
+                               f"task{'s' if len(training) != 1 else ''} (chief and workers); set it to the fewest the "
+                               f"run may go on with, 1 to {len(training)}, or 0 to restart only on every host")
+    if cluster.parameter_server:
+        raise ClusterFileError("training.elastic shrinks a run that trains in step (MultiWorkerMirrored); "
+                               "parameter-server training goes on without a lost worker by itself: remove elastic")
+    if t.script:
+        return  # a script sets its own batch: it gets the new TF_CONFIG and does what it does with it
+    # One replica per task unless its gpus say more: the file cannot tell more (the trainer checks at each start).
+    per_task = {cluster.replicas(i) for i in training}
+    if len(per_task) > 1:
+        raise ClusterFileError("training.elastic needs the same number of gpus on every training task (the "
+                               "global batch is split evenly over whichever are left): list as many for each")
+    each = per_task.pop()
+    total = len(training) * each
+    batch = t.global_batch or t.per_replica_batch * total
+    sizes = [n for n in range(t.elastic, len(training) + 1) if batch % (n * each)]
+    if sizes:
+        step = math.lcm(*range(t.elastic * each, total + 1, each))
+        ways = [f"make it a multiple of {step}" + (f" (training.global_batch = {max(step, round(batch / step) * step)})"
+                                                 if step <= MAX_BATCH else "")]
+        if max(sizes) < len(training):
+            ways.append(f"raise elastic to {max(sizes) + 1}")
+        raise ClusterFileError(f"the global batch {batch} cannot be kept on {text_list(sizes)} training tasks "
+                               f"(training.elastic is {t.elastic}): it must split evenly over their replicas; "
+                               + ", or ".join(ways))
 
 
 def _evaluator_rules(cluster: Cluster, roles: dict[str, list[str]]) -> None:

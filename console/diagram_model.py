@@ -30,6 +30,7 @@ class TaskBox:
     devices: list[str]
     tf_config: str | None   # None while its port is "auto" and no run has picked one
     variables: list[dict] = field(default_factory=list)  # a ps: the variables a run placed on it (its started event)
+    left: bool = False      # an elastic run goes on without it (no replica, no TF_CONFIG now)
 
 
 @dataclass
@@ -88,17 +89,22 @@ class BatchSplit:
 
 
 def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, started: dict | None = None,
-            addresses: dict[str, str] | None = None) -> tuple[list[HostBox], BatchSplit]:
+            addresses: dict[str, str] | None = None, left=frozenset()) -> tuple[list[HostBox], BatchSplit]:
     """The diagram's content. ``gpus_by_host`` comes from a check; ``started`` is a run's
-    "started" event; ``addresses`` maps task names to the host:port a run gave them."""
+    "started" event; ``addresses`` maps task names to the host:port a run gave them; ``left``: the tasks an
+    elastic run goes on without (the batch splits over the others, the first of which may be the chief now)."""
     gpus_by_host = gpus_by_host or {}
     addresses = addresses or {}
     names = cluster.task_names()
     t = cluster.training
     pss = cluster.parameter_server
     # The replicas' holders: under parameter-server training the workers (the chief coordinates).
-    workers = [n for n in names if parse_task_name(n)[0] in ((WORKER,) if pss else TRAINING_ROLES)]
+    workers = [n for n in names if parse_task_name(n)[0] in ((WORKER,) if pss else TRAINING_ROLES) and n not in left]
+    # An elastic run that went on without the chief's task: the first worker left leads (TF_CONFIG's worker 0).
     chief = chief_name(names)
+    if chief in left:
+        chief = next((n for n in names if parse_task_name(n)[0] == WORKER and n not in left), None)
+    members = {i for i, n in enumerate(names) if n not in left}
     ports = []
     for name, task in zip(names, cluster.tasks):
         ports.append(parse_address(addresses[name])[1] if name in addresses else task.port)
@@ -112,8 +118,8 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
             count = _count(started.get("replicas_per_worker")) or 1
         else:
             count = replicas_per_worker(strategy, gpus, 1)
-        if pss and task.role != WORKER or not task.in_cluster:
-            devices = []  # the coordinator, the ps and an evaluator hold no replica of training
+        if pss and task.role != WORKER or not task.in_cluster or name in left:
+            devices = []  # the coordinator, the ps, an evaluator and a task that left hold no replica of training
         elif gpus and strategy in ("mirrored", "multi_worker_mirrored", "parameter_server"):
             ids = task.gpus or list(range(gpus))
             devices = [f"GPU {g}" for g in ids[:count]]
@@ -127,8 +133,9 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
         if started is not None and task.role == PS:
             index = parse_task_name(name)[1]
             held = [v for v in started.get("variables") or [] if v.get("ps") == index]
+        config = cluster.tf_config(i, ports, members) if resolved and name not in left else None
         boxes[task.host].tasks.append(TaskBox(name, task.role, task.host, address, name == chief, devices,
-                                              cluster.tf_config(i, ports) if resolved else None, held))
+                                              config, held, name in left))
     per_worker = max(device_counts) if device_counts else 1
     reported = _batch_plan(started)
     if reported is not None:

@@ -3,9 +3,9 @@
 The one door a task's phase changes through and its transition table, what supervision marks on a task, a
 run's states, and what a run session tells its listeners.
 
-A task's phase (``agent.protocol``'s words) changes only in ``TaskState.change`` (an edge of ``TRANSITIONS``)
-or ``TaskState.relaunch`` (the only way back from an ended phase); every change is told to the task's
-``on_change``. Nothing else assigns a phase.
+A task's phase (``agent.protocol``'s words) changes only in ``TaskState.change`` (an edge of ``TRANSITIONS``),
+``TaskState.relaunch`` (the only way back from an ended phase) or ``TaskState.leave`` (an elastic run goes on
+without it, whatever its phase); every change is told to the task's ``on_change``. Nothing else assigns a phase.
 """
 
 from __future__ import annotations
@@ -13,22 +13,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from agent.protocol import (ENDED, ERROR, FAILED, FINISHED, LOST, RUNNING, STARTING, STOPPED, STREAMS, TRAINING,
-                            WAITING)
+from agent.protocol import (ENDED, ERROR, FAILED, FINISHED, LEFT, LOST, RUNNING, STARTING, STOPPED, STREAMS,
+                            TRAINING, WAITING)
 
 # --------------------------------------------------------------------------- a task's phase
+
+_ENDS = tuple(p for p in ENDED if p != LEFT)  # a process's ends; leaving the run is ``TaskState.leave``'s
 
 TRANSITIONS: dict[str, frozenset] = {
     # STARTING -> RUNNING: its agent follows it; -> WAITING: its launched record; -> TRAINING: its cluster
     # formed (an earlier attempt's record, read after a relaunch); -> an end: it ended before anything came.
-    STARTING: frozenset({RUNNING, WAITING, TRAINING, *ENDED}),
+    STARTING: frozenset({RUNNING, WAITING, TRAINING, *_ENDS}),
     # RUNNING -> WAITING: the trainer launched; -> TRAINING: a script's capture saw training at once.
-    RUNNING: frozenset({WAITING, TRAINING, *ENDED}),
-    WAITING: frozenset({TRAINING, *ENDED}),
+    RUNNING: frozenset({WAITING, TRAINING, *_ENDS}),
+    WAITING: frozenset({TRAINING, *_ENDS}),
     # TRAINING -> WAITING: a later attempt's launch, read in a run's history from its first record.
-    TRAINING: frozenset({WAITING, *ENDED}),
+    TRAINING: frozenset({WAITING, *_ENDS}),
     # An ended task changes no more: only TaskState.relaunch takes it back to STARTING.
     FINISHED: frozenset(), FAILED: frozenset(), LOST: frozenset(), ERROR: frozenset(), STOPPED: frozenset(),
+    LEFT: frozenset(),
 }
 
 
@@ -78,6 +81,16 @@ class TaskState:
             self.on_change(self, old, phase)
         return True
 
+    def leave(self) -> None:
+        """An elastic run goes on without the task (its host was lost, or kept failing): it ends here, whatever
+        it was doing; ``relaunch`` takes it back when it rejoins."""
+        old = self._phase
+        if old == LEFT:
+            return
+        self._phase = LEFT
+        if self.on_change is not None:
+            self.on_change(self, old, LEFT)
+
     def relaunch(self) -> None:
         """The task starts again (a restart, or a parameter-server worker taken back): a new launch."""
         old = self._phase
@@ -106,7 +119,8 @@ class Mark:
     RESTARTING = "restarting"
     STOPPING = "stopping"  # a stop was asked for: it gets SIGTERM, then SIGKILL after the grace
     STOPPED = "stopped"    # that stop ended it
-    ALL = (RUNNING, STALLED, FAILED, RESTARTING, STOPPING, STOPPED)
+    LEFT = "left"          # an elastic run went on without it (its host lost, or failing): it rejoins when back
+    ALL = (RUNNING, STALLED, FAILED, RESTARTING, STOPPING, STOPPED, LEFT)
     CALM = (STOPPING, STOPPED)  # asked for: no alarm
 
 
@@ -126,7 +140,11 @@ class RunState:
 
 
 def run_state(phases: list[str], stopped: list[bool]) -> str:
-    """A run's state from its tasks' phases (and whether a stop someone asked for ended each)."""
+    """A run's state from its tasks' phases (and whether a stop someone asked for ended each); the tasks that
+    left an elastic run count for nothing while others are in it."""
+    kept = [(p, s) for p, s in zip(phases, stopped) if p != LEFT]
+    if kept and len(kept) < len(phases):
+        phases, stopped = [p for p, _ in kept], [s for _, s in kept]
     if not phases or any(p not in ENDED for p in phases):
         return RunState.RUNNING
     if all(p == FINISHED for p in phases):
@@ -143,7 +161,7 @@ class SessionKind:
     """A ``SessionEvent``'s kind."""
 
     RECORDS = "records"                    # a batch of a task's decoded records (``records``, ``batch``)
-    TRAINING_STARTED = "training_started"  # the run's first ``started`` event (in ``records``)
+    TRAINING_STARTED = "training_started"  # the run's first ``started`` event, or the first after a change of size
     LOG = "log"                            # a task's output (``stream``, ``text``)
     CONNECTION = "connection"              # a task's follow lost or regained its host (``message``, ``text``)
     PHASE = "phase"                        # a task's phase changed (``message``: ``from``, ``to``)
@@ -165,8 +183,9 @@ class SessionKind:
     GAVE_UP = "gave_up"
     EXPOSED = "exposed"  # a task serves TensorFlow on a public address (console.exposure): the risk and the fix
     SEEDED = "seeded"    # a resume copied the backup the tasks resume from to those that lacked it (console.run.seeding)
+    RESIZED = "resized"  # an elastic run went on without some tasks, or took them back (training.elastic)
     SUPERVISION = (ALERT, STALLED, FAILURE, HOST_FAILING, RESTARTING, RESTARTED, RESUMED, OFFERED, GAVE_UP, EXPOSED,
-                   SEEDED)
+                   SEEDED, RESIZED)
     ALARMS = (ALERT, STALLED, FAILURE, HOST_FAILING, OFFERED, GAVE_UP, EXPOSED)  # to look at
     # The console's own notes of a run, kept in its history beside what the tasks sent.
     NOTED = (*SUPERVISION, WATCHDOG)

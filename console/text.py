@@ -107,10 +107,28 @@ def resumed_text(r: dict) -> str:
     return text
 
 
+def resizes_text(names: list[str], resizes: list) -> str:
+    """An elastic run's changes of size (its manifest's ``resizes``: {"at", "tasks", "why"}), from its tasks
+    ``names``: ``3 tasks → 2 (worker-2 left: its host did not answer for 30 s) → 3 (worker-2 back: tfcch2 answers
+    again)``; "" for none."""
+    parts, before = [], list(names)
+    for change in resizes:
+        now = change.get("tasks") if isinstance(change, dict) else None
+        if not isinstance(now, list):
+            continue
+        gone, back = [t for t in before if t not in now], [t for t in now if t not in before]
+        who = "; ".join(w for w in (f"{', '.join(gone)} left" if gone else "",
+                                    f"{', '.join(back)} back" if back else "") if w)
+        why = str(change.get("why") or "")
+        parts.append(f"{len(now)} ({who}: {why})" if who else f"{len(now)} ({why})")
+        before = now
+    return f"{len(names)} tasks → " + " → ".join(parts) if parts else ""
+
+
 def seeded_text(seeding) -> str:
     """A resume's copy of a backup (``console.run.seeding.Seeding``) to the tasks that lacked it."""
     return (f"copied {seeding.donor}'s backup of step {seeding.step} to {', '.join(seeding.recipients)}, "
-            "which had none in common with it, so that every task resumes from it")
+            "which lacked it, so that every task resumes from it")
 
 
 def port_in_use_text(port: dict) -> str:
@@ -144,7 +162,7 @@ def connection_text(host: str, message: dict) -> str:
 
 
 STATE_BADGES = {Mark.STALLED: "STALLED", Mark.FAILED: "FAILED", Mark.RESTARTING: "restarting",
-                Mark.STOPPING: "stopping…", Mark.STOPPED: "stopped"}
+                Mark.STOPPING: "stopping…", Mark.STOPPED: "stopped", Mark.LEFT: "LEFT THE RUN"}
 STOPPING_WORDS = "stop asked by you: every task gets SIGTERM, then SIGKILL after {grace:g} s"
 STOPPED_BY_YOU = "stopped by you"
 STOPPED_ELSEWHERE = "stopped on request (tfcc stop, or another console)"
@@ -221,7 +239,9 @@ def after_training_text(r: dict) -> str:
 def marker_text(marker) -> str:
     """A marker on the plots' time axis (console.store.metrics.Marker), as its tooltip says it."""
     if marker.kind == marker.RESTART:
-        return f"attempt {marker.attempt} took up training at step {int(marker.step)}"
+        changes = changes_text(marker.changed)
+        return (f"attempt {marker.attempt} took up training at step {int(marker.step)}"
+                + (f"; changed since the backup: {changes}" if changes else ""))
     if marker.kind == marker.STALL:
         return f"{marker.task} stalled: {marker.words}"
     return (f"{marker.task}: {marker.metric} is {metric_text(marker.value)} at step "
@@ -229,9 +249,13 @@ def marker_text(marker) -> str:
 
 
 def marker_label(marker) -> str:
-    """A marker's short label on the plot: ``attempt 2``, ``stall``, ``NaN``."""
+    """A marker's short label on the plot: ``attempt 2`` (``attempt 3: 2 workers`` when an elastic run changed size),
+    ``stall``, ``NaN``."""
     if marker.kind == marker.RESTART:
-        return f"attempt {marker.attempt}"
+        workers = (marker.changed or {}).get("num_workers")
+        size = (f": {_plan_value(workers[1])} workers" if isinstance(workers, (list, tuple)) and len(workers) == 2
+                else "")
+        return f"attempt {marker.attempt}{size}"
     return {marker.STALL: "stall", marker.NAN: "NaN"}.get(marker.kind, marker.kind)
 
 

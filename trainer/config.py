@@ -114,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="linear: x replicas (default); sqrt: x sqrt(replicas); none")
     t.add_argument("--backup-seconds", type=_seconds, default=DEFAULT_BACKUP_SECONDS,
                    help=f"back up about every so many seconds of training (default {DEFAULT_BACKUP_SECONDS:g})")
+    t.add_argument("--elastic", action="store_true",
+                   help="the run may go on with fewer or more workers (tfcc's elastic): every attempt keeps the "
+                   "first one's global batch and learning rate, whatever its number of workers")
     t.add_argument("--seed", type=int, default=1234, help="shuffle and initialisation seed, the same on every worker")
     t.add_argument("--eval-checkpoints", type=Path, default=None,
                    help="parameter-server training with an evaluator: the folder (relative to --run-dir) where the "
@@ -159,6 +162,7 @@ class Options:
     learning_rate: float
     lr_scaling: str
     backup_seconds: float
+    elastic: bool
     seed: int
     eval_checkpoints: Path | None
     strategy: str

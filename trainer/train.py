@@ -6,6 +6,8 @@ TF_CONFIG and the options before this module imports TensorFlow.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import math
 import os
@@ -20,7 +22,7 @@ import tensorflow as tf
 
 from agent.protocol import BACKUP_DIR
 from trainer import workloads
-from trainer.backup import TaskBackups
+from trainer.backup import TaskBackups, backups_in, plan_of
 from trainer.config import Options
 from trainer.metrics import MetricsWriter
 from trainer.plan import check_autoshard, choose_strategy, plan_batches, replicas_per_worker
@@ -45,6 +47,7 @@ _COMMUNICATION = {
     "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
 }
 MODEL_NAME = "model.keras"
+ELASTIC_PLAN = "elastic-plan.json"  # an elastic run's global batch and learning rate, from its first attempt
 
 
 def configure_runtime(opts: Options) -> None:
@@ -176,6 +179,53 @@ def learning_rate_of(model, planned: float) -> float:
         return planned
 
 
+def kept_plan(opts: Options) -> tuple[Options, dict | None]:
+    """An elastic run (``--elastic``) keeps its first attempt's global batch and learning rate whatever its
+    number of workers: the options that say so, and the plan kept (None before the run had one). The plan is
+    that of the task's newest backup (a backup copied in by the console has its plan), else the one its first
+    attempt wrote in the run folder (a shrink before the first backup). A task that shrank or grew so goes on
+    with the same stream of global batches (its backup's position holds) and the same rate."""
+    if not opts.elastic:
+        return opts, None
+    folder = opts.run_dir / BACKUP_DIR
+    steps = backups_in(folder)
+    kept = plan_of(folder, steps[-1]) if steps else {}
+    if not {"global_batch", "learning_rate"} <= set(kept):
+        try:
+            kept = json.loads((opts.run_dir / ELASTIC_PLAN).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return opts, None
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"the elastic plan {opts.run_dir / ELASTIC_PLAN} cannot be read ({exc}); delete it "
+                              "to plan the batch from this attempt's workers") from None
+    try:
+        batch, rate = int(kept["global_batch"]), float(kept["learning_rate"])
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError(f"the elastic plan in {opts.run_dir} names no global batch and learning rate; delete "
+                          f"{ELASTIC_PLAN} to plan the batch from this attempt's workers") from None
+    return dataclasses.replace(opts, global_batch=batch, learning_rate=rate, lr_scaling="none"), kept
+
+
+def keep_plan(opts: Options, plan) -> None:
+    """The first attempt of an elastic run writes its global batch and learning rate (see ``kept_plan``)."""
+    partial = opts.run_dir / f".{ELASTIC_PLAN}.partial"
+    partial.write_text(json.dumps({"global_batch": plan.global_batch, "learning_rate": plan.learning_rate,
+                                   "num_workers": plan.num_workers}), encoding="utf-8")
+    os.replace(partial, opts.run_dir / ELASTIC_PLAN)
+
+
+def elastic_plan(opts: Options, kept: dict | None, make):
+    """``make()``'s plan; an elastic run's kept global batch that does not split over the replicas left is
+    said as the run's, not as an option the person gave."""
+    try:
+        return make()
+    except ConfigError as exc:
+        if kept is None:
+            raise
+        raise ConfigError(f"this elastic run keeps the global batch of its first attempt ({kept['global_batch']} "
+                          f"on {kept.get('num_workers', '?')} workers), which cannot be kept here: {exc}") from None
+
+
 def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
     """Train this task to the end; returns the final metrics."""
     strategy_name = choose_strategy(opts.strategy, cluster, opts.cpu_devices)
@@ -189,18 +239,22 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
     gpus = len(tf.config.list_physical_devices("GPU"))
     strategy_name = choose_strategy(opts.strategy, cluster, gpus or opts.cpu_devices)
     workload = None
+    opts, kept = kept_plan(opts)
     if opts.workload != "file":
         # Built-in data needs no TensorFlow op: check the batch plan before
         # MultiWorkerMirroredStrategy() waits for the other tasks.
         workload = workloads.load(opts)
-        _plan(opts, cluster, workload, strategy_name, gpus)
+        elastic_plan(opts, kept, lambda: _plan(opts, cluster, workload, strategy_name, gpus))
     if cluster.is_distributed:
         check_port_free(cluster)
     strategy = create_strategy(strategy_name, opts)  # MWMS: waits here until every task has joined
     writer.event(Event.CLUSTER_FORMED, strategy=strategy_name, num_replicas=strategy.num_replicas_in_sync)
     if workload is None:
         workload = workloads.load(opts)  # user code may run TensorFlow ops: only now
-    plan = _plan(opts, cluster, workload, strategy_name, gpus, strategy.num_replicas_in_sync)
+    plan = elastic_plan(opts, kept, lambda: _plan(opts, cluster, workload, strategy_name, gpus,
+                                                  strategy.num_replicas_in_sync))
+    if opts.elastic and kept is None:
+        keep_plan(opts, plan)
 
     tf.keras.utils.set_random_seed(opts.seed)
     run_dir = opts.run_dir
@@ -251,6 +305,8 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
         shutil.rmtree(tb_dir, ignore_errors=True)
 
     final = {k: float(v[-1]) for k, v in history.history.items() if v}
+    if not final and val_ds is not None:  # resumed from the backup of its last step: nothing left to train
+        final = {f"val_{k}": float(v) for k, v in model.evaluate(val_ds, verbose=0, return_dict=True).items()}
     model_path = None
     if opts.save:
         # Every worker must take part in saving (variables are read collectively);

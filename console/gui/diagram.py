@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (QGraphicsItem, QGraphicsRectItem, QGraphicsScene,
 
 from console import cluster as cl
 from console.gui.colors import worker_color
+from console.states import Mark
 from console.text import size_text, state_text, variables_text
 from console.diagram_model import BatchSplit, HostBox, picture
 from trainer.tf_config import CHIEF, EVALUATOR, PS, TRAINING_ROLES, WORKER
@@ -41,7 +42,7 @@ ROLE_WORDS = {(CHIEF, True): "chief: coordinates, runs fit", (PS, True): "ps: ho
               (EVALUATOR, False): "evaluator: reads the chief's"}
 MIN_SCALE = 0.7  # the diagram is drawn no smaller than this to fit its view
 EXCHANGE = "pull variables, push gradients"  # what a worker and a ps of parameter-server training trade
-STATE_COLOURS = {"failed": "#b00020", "stalled": "#c25e00", "restarting": "#1f5fbf"}
+STATE_COLOURS = {Mark.FAILED: "#b00020", Mark.STALLED: "#c25e00", Mark.RESTARTING: "#1f5fbf", Mark.LEFT: "#555555"}
 
 
 class ClusterDiagram(QWidget):
@@ -86,6 +87,7 @@ class ClusterDiagram(QWidget):
         self._gpus: dict[str, int] = {}
         self._started: dict | None = None
         self._addresses: dict[str, str] = {}
+        self._left: frozenset = frozenset()  # the tasks the run goes on without (an elastic run)
         self._run_cluster: cl.Cluster | None = None  # the cluster the run's numbers are of
         self.selected: str | None = None             # the task clicked (its TF_CONFIG below)
         self._items: dict[str, QGraphicsRectItem] = {}
@@ -102,11 +104,13 @@ class ClusterDiagram(QWidget):
             self._gpus = gpus_by_host
         self._redraw()
 
-    def set_run(self, started: dict | None, addresses: dict[str, str] | None = None) -> None:
+    def set_run(self, started: dict | None, addresses: dict[str, str] | None = None, left=frozenset()) -> None:
         """A run's "started" event (None: back to the settings) and the addresses it gave its tasks, of the
-        cluster drawn now. Settings changed since (``set_cluster``) are drawn; the run's numbers a line below."""
+        cluster drawn now, and the tasks it goes on without (an elastic run). Settings changed since
+        (``set_cluster``) are drawn; the run's numbers a line below."""
         self._started = started
         self._addresses = addresses or {}
+        self._left = frozenset(left) if started is not None else frozenset()
         self._run_cluster = copy.deepcopy(self._cluster) if started is not None else None
         self._redraw()
 
@@ -126,7 +130,7 @@ class ClusterDiagram(QWidget):
             return
         of_run = self._started is not None and self._run_cluster == self._cluster
         self.hosts, self.split = picture(self._cluster, self._gpus, self._started if of_run else None,
-                                         self._addresses if of_run else {})
+                                         self._addresses if of_run else {}, self._left if of_run else frozenset())
         if self._started is not None and not of_run and self._run_cluster is not None:
             _, ran = picture(self._run_cluster, self._gpus, self._started, self._addresses)
             self.last_run.setText(f"The last run: {ran.label} (the settings have changed since)")
@@ -179,7 +183,7 @@ class ClusterDiagram(QWidget):
 
     def _draw_batch(self, split: BatchSplit, names: list[str]) -> float:
         roles = (WORKER,) if split.asynchronous else TRAINING_ROLES  # the replicas' holders
-        workers = [n for n in names if n.split("-")[0] in roles]
+        workers = [n for n in names if n.split("-")[0] in roles and n not in self._left]
         width = max(TASK_W * 2 + PAD, len(workers) * max(1, split.replicas_per_worker) * 56.0)
         self.batch_label = self._text(split.label, 0, 0, 12, True)
         if split.problem:
@@ -250,7 +254,8 @@ class ClusterDiagram(QWidget):
             item.setPos(tx, ty)
             item.setPen(QPen(QColor("#b8860b") if task.is_chief else QColor("#333"), 3 if task.is_chief else 1,
                              Qt.DashLine if task.role == cl.EVALUATOR else Qt.SolidLine))
-            item.setBrush(QBrush(colour.lighter(165) if task.role != cl.EVALUATOR else QColor("#fafafa")))
+            item.setBrush(QBrush(QColor("#e0e0e0") if task.left else colour.lighter(165) if task.role != cl.EVALUATOR
+                                 else QColor("#fafafa")))
             self.boxes[task.name] = QRectF(tx, ty, TASK_W, TASK_H)
             self._items[task.name] = item
             if task.name == self.selected:
@@ -265,6 +270,7 @@ class ClusterDiagram(QWidget):
             self._text(title, 6, 4, 10, True, QColor("#8a6d00") if task.is_chief else None, item)
             chief = f"{task.role}, the chief" if script else f"{task.role}, chief: saves the model"
             role = ROLE_WORDS.get((task.role, asynchronous)) or (chief if task.is_chief else task.role)
+            role = f"{task.role}: left the run" if task.left else role
             self._text(role, 6, 24, 8, parent=item)
             self._text(task.address or ("checkpoints, apart from training" if task.role == cl.EVALUATOR else ""),
                        6, 40, 8, color=QColor("#444"), parent=item)

@@ -196,7 +196,7 @@ class RunControl(QObject):
         addresses = {t.name: t.address for t in run.tasks if t.address} if run else {}
         if run is not None:
             self.diagram.set_cluster(copy.deepcopy(run.cluster), self.gpus_by_host())
-        self.diagram.set_run(r, addresses)
+        self.diagram.set_run(r, addresses, set(run.left) if run is not None else ())
         said = [r["strategy"]] if r.get("strategy") else []
         said += [f"global batch {r['global_batch']}"] if r.get("global_batch") else []  # a loop's has none
         self.reported.emit("Training: " + ", ".join(said) if said else "Training started")

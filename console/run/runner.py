@@ -101,8 +101,13 @@ class Run:
         self.links = {h.name: HostLink(h, ask_host_key) for h in cluster.hosts
                       if any(t.host == h.name for t in cluster.tasks)}
         self.tf_configs: list[str] | None = None
+        # An elastic run's tasks that it goes on without (name -> why), and each change of its size, oldest first
+        # ({"at", "tasks", "why"}): kept in the manifest.
+        self.left: dict[str, str] = {}
+        self.resizes: list[dict] = []
         self.ports_changed: str | None = None  # why the last resume gave the tasks new ports
         self.seeded: Seeding | None = None     # the backup the last resume copied to tasks that lacked it
+        self.joining: set[str] = set()         # tasks that rejoin at the next start (they get the newest backup)
         self.exposed: str | None = None        # which tasks serve on a public address: the risk and the fix
         self.workdir: Workdir | None = None    # a script's workdir as collected for the last start
         self._stop = threading.Event()
@@ -119,12 +124,56 @@ class Run:
         saved = read_manifest(run_id)
         run = cls(saved.cluster, run_id, ask_host_key)
         run.tf_configs = saved.tf_configs
+        run.left, run.resizes = dict(saved.left), list(saved.resizes)
+        for task in run.tasks:
+            if task.name in run.left:
+                task.leave()
         for task, config in zip(run.tasks, run.tf_configs):
             try:
                 task.address = task_address(task.name, config)
             except (KeyError, IndexError, TypeError, ValueError):
                 task.address = "?"
         return run
+
+    # ----------------------------------------------------------------- members
+
+    @property
+    def members(self) -> list[TaskState]:
+        """The tasks in the run now: all but those an elastic run went on without."""
+        return [t for t in self.tasks if t.name not in self.left]
+
+    def _member_indexes(self) -> set[int]:
+        return {i for i, t in enumerate(self.tasks) if t.name not in self.left}
+
+    def _links_of(self, tasks: list[TaskState]) -> list[tuple[str, HostLink]]:
+        hosts = {t.host for t in tasks}
+        return [(name, link) for name, link in self.links.items() if name in hosts]
+
+    def leave(self, tasks: list[TaskState], why: str) -> None:
+        """An elastic run goes on without ``tasks`` (``why``: in words): they are followed no more and get no
+        TF_CONFIG; the next start gives the others one without them (the manifest says so from now)."""
+        for task in tasks:
+            self.left[task.name] = why
+            task.leave()
+        self._resized(why)
+
+    def rejoin(self, tasks: list[TaskState], why: str) -> None:
+        """``tasks`` are in the run again from its next start (which copies the others' newest backup to them
+        first: what they kept from before they left is older)."""
+        for task in tasks:
+            self.left.pop(task.name, None)
+            self.joining.add(task.name)
+        self._resized(why)
+
+    def _resized(self, why: str) -> None:
+        self.resizes.append({"at": time.time(), "tasks": [t.name for t in self.members], "why": why})
+        if self.tf_configs is not None:
+            self._write_manifest(self.tf_configs)
+        log.info("run %s: %s; its tasks now: %s", self.run_id, why, ", ".join(t.name for t in self.members))
+
+    def _write_manifest(self, configs: list[str]) -> None:
+        write_manifest(Manifest(self.run_id, self.cluster, [(t.name, t.host) for t in self.tasks], configs,
+                                dict(self.left), list(self.resizes)))
 
     # ----------------------------------------------------------------- start
 
@@ -160,10 +209,11 @@ class Run:
             if workdir is not None:
                 link.upload_blobs(workdir, progress)
 
-        at_once(list(self.links.items()), connect)
+        at_once(self._links_of(self.members), connect)
         if resume:
             self._seed_backups(self._check_stopped(explicit))
-            configs = self._with_free_ports(previous)
+            self.joining.clear()
+            configs = self._with_free_ports(self._member_configs(previous))
         else:
             configs = self._new_configs()
         self.tf_configs = configs
@@ -212,10 +262,28 @@ class Run:
                 for i, port in zip(auto, free):
                     ports[i] = port
 
-        at_once(list(self.links.items()), pick)
-        configs = [self.cluster.tf_config(i, ports) for i in range(len(self.tasks))]
-        write_manifest(Manifest(self.run_id, self.cluster, [(t.name, t.host) for t in self.tasks], configs))
+        at_once(self._links_of(self.members), pick)
+        return self._configs_for(ports)
+
+    def _configs_for(self, ports: list) -> list[str]:
+        """Each member's TF_CONFIG with ``ports`` (a left task keeps its last one: none is given to it); kept in
+        the manifest."""
+        members = self._member_indexes()
+        configs = [self.cluster.tf_config(i, ports, members) if i in members
+                   else (self.tf_configs[i] if self.tf_configs else self.cluster.tf_config(i, ports))
+                   for i in range(len(self.tasks))]
+        self._write_manifest(configs)
         return configs
+
+    def _member_configs(self, configs: list[str]) -> list[str]:
+        """A resume's TF_CONFIGs: the run's own while its members are the same; after a change of its size, one
+        for each member of the run now, on the ports each task had."""
+        members = self._member_indexes()
+        ports = [parse_address(a)[1] if a else None for a in (task_address(t.name, c)
+                                                              for t, c in zip(self.tasks, configs))]
+        if all(self.cluster.tf_config(i, ports, members) == configs[i] for i in members):
+            return configs
+        return self._configs_for(ports)
 
     def _with_free_ports(self, configs: list[str]) -> list[str]:
         """A resume keeps the run's TF_CONFIG while its ports are free; when another process took one
@@ -224,13 +292,14 @@ class Run:
         addresses = [task_address(t.name, c) for t, c in zip(self.tasks, configs)]
         ports = [parse_address(a)[1] if a else None for a in addresses]  # an evaluator has none
         taken: dict[int, dict] = {}
+        members = self._member_indexes()
 
         def check(name: str, link: HostLink) -> None:
-            mine = [i for i, t in enumerate(self.tasks) if t.host == name and ports[i] is not None]
+            mine = [i for i, t in enumerate(self.tasks) if t.host == name and ports[i] is not None and i in members]
             answers = link.connect().call(CHECK_PORTS, ports=[ports[i] for i in mine])["ports"]
             taken.update((i, a) for i, a in zip(mine, answers) if not a["free"])
 
-        at_once(list(self.links.items()), check)
+        at_once(self._links_of(self.members), check)
         if not taken:
             return configs
         words = "; ".join(f"{self.tasks[i].name} on {self.tasks[i].host}: {text.port_in_use_text(a)}"
@@ -259,11 +328,12 @@ class Run:
 
     def _seed_backups(self, statuses: dict[str, dict | None]) -> None:
         """Before every training task starts again: copy the backup they resume from to each that lacks it
-        (console/run/seeding.py); said in ``self.seeded`` (the session says it)."""
+        (console/run/seeding.py), and to each task that rejoins the run the newest of the others; said in
+        ``self.seeded`` (the session says it)."""
         self.seeded = None
         if self.cluster.training.script or self.cluster.parameter_server:
             return  # a script keeps its own backups; the coordinator alone backs up
-        seeding = plan_seeding(statuses)
+        seeding = plan_seeding(statuses, self.joining)
         if seeding is None:
             return
         hosts = {t.name: t.host for t in self.tasks}
@@ -274,7 +344,7 @@ class Run:
     def _statuses(self) -> dict[str, dict | None]:
         """Each task's status on its host (None: the host has no folder for it)."""
         statuses: dict[str, dict | None] = {}
-        for task in self.tasks:  # a task that never started (its start failed halfway) has no folder yet
+        for task in self.members:  # a task that never started (its start failed halfway) has no folder yet
             try:
                 statuses[task.name] = self.links[task.host].connect().call(STATUS, run_id=self.run_id,
                                                                            task=task.name)
@@ -311,7 +381,7 @@ class Run:
             started.append(task)
 
         at_once([(i, task, spec) for i, (task, spec) in enumerate(zip(self.tasks, self.cluster.tasks))
-                 if only is None or task in only], start)
+                 if (task in only if only is not None else task.name not in self.left)], start)
 
     def _previous_configs(self, resume: bool) -> list[str] | None:
         """For a resume, the run's TF_CONFIGs; for a new run, None (and the id must be new)."""
@@ -347,11 +417,11 @@ class Run:
             raise RunError(f"{', '.join(running)} of run {self.run_id} still running",
                            f"follow it with tfcc attach {self.run_id}, or stop it with tfcc stop {self.run_id} "
                            "before resuming")
-        missing = [t for t in self.tasks if statuses[t.name] is None]
+        missing = [t for t in self.members if statuses[t.name] is None]
         backed_up = [name for name, s in statuses.items() if s is not None and s.get("backups")]
         seedable = not self.cluster.training.script and not self.cluster.parameter_server and \
             all(t.name in self._training_tasks() for t in missing)
-        if missing and (len(missing) == len(self.tasks) or (backed_up and not seedable)):
+        if missing and (len(missing) == len(self.members) or (backed_up and not seedable)):
             where = ", ".join(f"{t.name} on {t.host}" for t in missing)
             raise RunError(f"run {self.run_id} has no run folder any more for {where}: "
                            + ("a resume would start it from nothing, and the other tasks would drop their backups"
@@ -368,8 +438,9 @@ class Run:
 
     def follow(self, on_message: Callable[[TaskState, dict], None], poll: float = 0.2,
                only: list[TaskState] | None = None) -> None:
-        """Follow every task (or ``only`` these) on its own thread until it ends; reconnects after a drop."""
-        for task in (self.tasks if only is None else only):
+        """Follow every task in the run (or ``only`` these) on its own thread until it ends or leaves the run;
+        reconnects after a drop."""
+        for task in (self.members if only is None else only):
             thread = threading.Thread(target=self._follow_task, args=(task, on_message, poll),
                                       name=f"tfcc-follow-{task.name}", daemon=True)
             thread.start()
@@ -402,7 +473,7 @@ class Run:
             if kind in (METRICS_MESSAGE, LOG_MESSAGE):
                 self.backlog.delivered(current["follow"], message)
 
-        while not self._stop.is_set():
+        while not self._stop.is_set() and task.name not in self.left:
             client = None
             try:
                 client = link.connect()
@@ -413,7 +484,7 @@ class Run:
                                       "after": round(time.monotonic() - outage, 1)})
                     outage = None
                 while not handle.done.wait(0.5):
-                    if self._stop.is_set():
+                    if self._stop.is_set() or task.name in self.left:
                         link.close(client)
                         return
                 if handle.end is not None:
@@ -438,7 +509,10 @@ class Run:
                 outage = time.monotonic()
                 on_message(task, {"type": RECONNECTING, "host": task.host, "error": error,
                                   "first": not backoff["heard"]})
-            self._stop.wait(backoff["delay"])
+            deadline = time.monotonic() + backoff["delay"]  # the pause before the next try, ended by a leave
+            while time.monotonic() < deadline and task.name not in self.left:
+                if self._stop.wait(min(0.2, max(0.0, deadline - time.monotonic()))):
+                    return
             backoff["delay"] = min(backoff["delay"] * 2, 5.0)
 
     def sample_system(self, on_system: Callable[[str, dict], None], interval: float = 1.0) -> None:
@@ -541,21 +615,21 @@ class Run:
         return at_once([(t,) for t in tasks], stop)
 
     def stop(self, grace: float = 10.0) -> list[dict]:
-        """Stop every task; their answers in order, or the first error once every host had its go."""
-        answers = self._send_stop(self.tasks, grace)
+        """Stop every task in the run; their answers in order, or the first error once every host had its go."""
+        answers = self._send_stop(self.members, grace)
         for answer in answers:
             if isinstance(answer, TfccError):
                 raise answer
         return answers
 
     def stop_each(self, grace: float = 10.0, only: list[TaskState] | None = None, done: bool = False) -> list[str]:
-        """Stop every task (or ``only`` these), whatever fails; the hosts where a stop had no answer."""
-        tasks = self.tasks if only is None else only
+        """Stop every task in the run (or ``only`` these), whatever fails; the hosts where a stop had no answer."""
+        tasks = self.members if only is None else only
         return [task.host for task, answer in zip(tasks, self._send_stop(tasks, grace, done))
                 if isinstance(answer, TfccError)]
 
     def status(self) -> list[dict]:
-        return at_once([(t,) for t in self.tasks], lambda task: self.links[task.host].connect().call(
+        return at_once([(t,) for t in self.members], lambda task: self.links[task.host].connect().call(
             STATUS, run_id=self.run_id, task=task.name))
 
     def detach(self) -> None:
@@ -577,9 +651,14 @@ def exposure_words(cluster: cl.Cluster) -> str | None:
 
 
 def task_address(name: str, tf_config: str) -> str:
-    """A task's host:port in its TF_CONFIG; "" for a task outside the training cluster (an evaluator)."""
+    """A task's host:port in its TF_CONFIG (by the TF_CONFIG's own task: in an elastic run that shrank, worker-2
+    may be worker 1); "" for a task outside the training cluster (an evaluator). ``name``: for older manifests."""
+    config = json.loads(tf_config)
     role, index = parse_task_name(name)
-    cluster = json.loads(tf_config)["cluster"]
+    own = config.get("task")
+    if isinstance(own, dict) and isinstance(own.get("type"), str) and isinstance(own.get("index"), int):
+        role, index = own["type"], own["index"]
+    cluster = config["cluster"]
     return cluster[role][index] if role in cluster else ""
 
 

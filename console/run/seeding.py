@@ -46,19 +46,28 @@ def _steps(status: dict | None) -> set[int]:
     return {s for s in said if isinstance(s, int) and not isinstance(s, bool) and s >= 0}
 
 
-def plan_seeding(statuses: dict[str, dict | None]) -> Seeding | None:
+def plan_seeding(statuses: dict[str, dict | None], joining=frozenset()) -> Seeding | None:
     """Which backup goes where, from each training task's status (None: no run folder on its host).
 
     Nothing when every task already holds one backup in common, or none has any. Else the newest backup of any
-    task goes to every training task that lacks it (a task without a folder too)."""
+    task goes to every training task that lacks it (a task without a folder too). ``joining``: tasks that rejoin
+    an elastic run: what they kept from before they left is older than what the others trained since, so they
+    get the others' newest backup whatever they hold (and the others keep theirs)."""
     training = {name: _steps(s) for name, s in statuses.items() if parse_task_name(name)[0] in TRAINING_ROLES}
     if len(training) < 2 or not any(training.values()):
         return None
-    if set.intersection(*training.values()):
+    staying = [steps for name, steps in training.items() if name not in joining and steps]
+    if joining and staying:
+        newest = max(max(steps) for steps in staying)
+    elif set.intersection(*training.values()):
         return None
-    newest = max(max(steps) for steps in training.values() if steps)
-    donor = min(name for name, steps in training.items() if newest in steps)
-    return Seeding(newest, donor, sorted(name for name, steps in training.items() if newest not in steps))
+    else:
+        newest = max(max(steps) for steps in training.values() if steps)
+    recipients = sorted(name for name, steps in training.items() if newest not in steps)
+    if not recipients:
+        return None
+    donor = min(name for name, steps in training.items() if newest in steps and name not in joining)
+    return Seeding(newest, donor, recipients)
 
 
 def copy_backup(seeding: Seeding, statuses: dict[str, dict | None], folders: dict[str, str], files_of) -> None:

@@ -57,6 +57,11 @@ def _thin(kept: list[dict]) -> None:
     kept[:] = older[-half:] + kept[-half:]
 
 
+def _resized(before: dict, now: dict) -> bool:
+    """Whether a ``started`` event says the run trains on another number of workers than ``before`` did."""
+    return now.get("attempt") != before.get("attempt") and now.get("num_workers") != before.get("num_workers")
+
+
 def _trains(record: dict) -> bool:
     """Whether a step or epoch record shows training under way: any but a printed line that names no
     epoch or step (a script may print a value before its cluster forms)."""
@@ -80,7 +85,8 @@ class RunSession:
             task.on_change = self._on_task_changed
         self._script = bool(run.cluster.training.script)
         self._tf_log: dict[str, str] = {}         # task -> the end of its stderr while its cluster forms
-        self.started_record: dict | None = None  # the run's first "started" event (its batch plan)
+        # The run's first "started" event (its batch plan), or the first after an elastic run changed size.
+        self.started_record: dict | None = None
         self._listeners: list[Listener] = []
         # What it receives, kept in this console's state folder (console.store.cache); None: not kept.
         self.history: History | None = History(run)
@@ -145,7 +151,7 @@ class RunSession:
         self.supervisor.wake.set()
         if self.store is not None:  # every task says "stopping…" at once (the store: any thread may ask)
             self.store.note(CONSOLE_TASK, Mark.STOPPING, text.STOPPING_WORDS.format(grace=grace))
-            for task in self.run.tasks:
+            for task in self.run.members:
                 if not task.ended:
                     self.store.set_state(task.name, Mark.STOPPING, text.STOPPING_WORDS.format(grace=grace))
         return self.run.stop(grace)
@@ -391,8 +397,10 @@ class RunSession:
                 self._up(task)
             elif name == Event.BACKING_UP:
                 supervisor.backing_up(task)
+            elif name == Event.BACKED_UP and ingest:
+                supervisor.backed_up(task, r)
             elif name == Event.STARTED:
-                if self.started_record is None:
+                if self.started_record is None or _resized(self.started_record, r):
                     self.started_record = r
                 supervisor.started(task, r)
             elif name == Event.FAILED:

@@ -23,14 +23,15 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from agent.protocol import FAILED, FINISHED, LOGS, LOST, STARTING, STATUS, STDERR, TRAINING, parse_task_name, task_name
+from agent.protocol import (FAILED, FINISHED, LOGS, LOST, STARTING, STATUS, STDERR, TRAINING, parse_task_name,
+                            task_name)
 from console import text
 from console.diagnosis import CONSEQUENCES, diagnose
 from console.errors import TfccError
 from console.run.runner import Run
 from console.states import Mark, SessionKind, TaskState
 from trainer.records import CAPTURED, number
-from trainer.tf_config import CHIEF, EVALUATOR, WORKER
+from trainer.tf_config import CHIEF, EVALUATOR, TRAINING_ROLES, WORKER
 
 log = logging.getLogger("console.run.supervisor")
 
@@ -39,6 +40,8 @@ STALL_FLOOR = 15.0  # seconds without a step that are never a stall, however qui
 RESTART, OFFER = "restart", "offer"  # what a session does with failures that happened before it followed
 LOST_PEER = "lost contact with another task of the cluster"  # how trainer.train words an UnavailableError
 SUSPENDED = "is stopped (SIGSTOP: a debugger, Ctrl-Z or a job scheduler froze it) and answers no peer"
+LOST_AFTER = 30.0  # an elastic run goes on without a host that has not answered for this long after a failure
+PROBE_SECONDS = 10.0  # how often an elastic run asks whether a host it went on without answers again
 
 
 # ============================================================================ judging a failure
@@ -126,12 +129,15 @@ class HostStreaks:
     def __init__(self):
         self.streak: dict[str, int] = {}
 
-    def failed(self, culprits: list[str]) -> list[str]:
-        """Count a failure caused on ``culprits``; the words for each host now at ``SAY_AFTER`` or more."""
+    def failed(self, culprits: list[str]) -> list[tuple[str, int]]:
+        """Count a failure caused on ``culprits``; each host now at ``SAY_AFTER`` or more, with its count."""
         self.streak = {host: self.streak.get(host, 0) + 1 for host in culprits}
-        return [f"host {host} caused the last {n} failures in a row: check it (memory, disk, GPU, network; "
-                f"tfcc check), or move its tasks to another host" for host, n in self.streak.items()
-                if n >= self.SAY_AFTER]
+        return [(host, n) for host, n in self.streak.items() if n >= self.SAY_AFTER]
+
+    @staticmethod
+    def words(host: str, n: int) -> str:
+        return (f"host {host} caused the last {n} failures in a row: check it (memory, disk, GPU, network; "
+                "tfcc check), or move its tasks to another host")
 
 
 def backoff(restart: int) -> float:
@@ -148,13 +154,13 @@ def waiting_report(run: Run, after: float, stragglers: str = "") -> str | None:
     TensorFlow's own wait is silent for up to an hour. ``stragglers``: the tasks TensorFlow itself
     said it still waits for (its coordination service's log), when it said so.
     """
-    waiting = [t for t in run.tasks if t.launched_at is not None and not t.cluster_formed and not t.ended]
-    if not waiting or any(t.cluster_formed or t.phase == FINISHED for t in run.tasks):
+    waiting = [t for t in run.members if t.launched_at is not None and not t.cluster_formed and not t.ended]
+    if not waiting or any(t.cluster_formed or t.phase == FINISHED for t in run.members):
         return None  # a task that trained to its end had its cluster
     waited = time.time() - min(t.launched_at for t in waiting)
     if waited < after:
         return None
-    missing = [t for t in run.tasks if t.launched_at is None or t.ended]
+    missing = [t for t in run.members if t.launched_at is None or t.ended]
     names = ", ".join(t.name for t in waiting)
     if missing:
         who = "; ".join(f"{t.name} at {t.address} on host {t.host} "
@@ -261,6 +267,15 @@ class Supervisor:
         self._captured: set[str] = set()
         self._opened = time.monotonic()
         self._opened_at = time.time()  # failures that ended before this were found, not seen
+        # An elastic run (training.elastic): how long a host may not answer before the run goes on without it,
+        # and the hosts it went on without that answer again (they rejoin at the next backup).
+        self.lost_after = LOST_AFTER
+        self.probe_seconds = PROBE_SECONDS
+        self._back: set[str] = set()
+        self._probing: dict[str, threading.Thread] = {}
+        self._probed = 0.0
+        self._grow_due = False
+        self._backups: dict[str, object] = {}  # task -> the global step of its newest backup this attempt
 
     @property
     def settled(self) -> bool:
@@ -291,6 +306,16 @@ class Supervisor:
     def backing_up(self, task: TaskState) -> None:
         if task.name in self._pace:
             self._pace[task.name].saving = True  # a save of a big model can take long: no stall
+
+    def backed_up(self, task: TaskState, record: dict) -> None:
+        """A backup is on disk: once every training task has the same one, the moment an elastic run takes back
+        the hosts that answer again."""
+        self._backups[task.name] = record.get("global_step")
+        if self._back and self.run.left:
+            steps = {self._backups.get(t.name) for t in self._training_members()}
+            # The backup at training's end leaves nothing to train on more tasks.
+            end = number(self._steps_per_epoch.get(task.name)) * self._epochs.get(task.name, math.inf)
+            self._grow_due = len(steps) == 1 and None not in steps and number(record.get("global_step")) < end
 
     def failed_event(self, task: TaskState, record: dict) -> None:
         self._failed_event[task.name] = str(record.get("error") or "")
@@ -354,7 +379,7 @@ class Supervisor:
     def tick(self) -> None:
         """What the session's thread does after each batch: the watchdogs, and supervision when a task failed."""
         for step in (self._check_stalls, self._stop_at_nan, self._end_servers, self._supervise,
-                     self._check_watchdog):
+                     self._check_watchdog, self._probe_the_left, self._grow):
             try:
                 step()
             except Exception:
@@ -481,14 +506,26 @@ class Supervisor:
         # TensorFlow ignores SIGTERM while it waits: SIGKILL soon after. Every follow of this attempt
         # must deliver its end: one still reconnecting to a host would read beside the next attempt's.
         unstopped = self.run.stop_each(grace=2)
+        lost = self._lost(unstopped) if unstopped and self.elastic else []
+        if lost:  # the run goes on without them: their follows end, and no restart waits for them
+            unstopped = []
+            self._leave(lost, "its host did not answer for "
+                              f"{self.lost_after:.0f} s after the failure")
         if not self.run.wait(60):
-            unstopped = unstopped or [t.host for t in self.run.tasks if not t.ended]
+            unstopped = unstopped or [t.host for t in self.run.members if not t.ended]
         self._drain()  # the other tasks' ends: those that failed on their own are judged with the first
         failed += [t for t in self._failed if t not in failed]
         self._failed = []
-        verdict = self._judge(failed)
-        for line in self._hosts.failed(verdict.culprits):
-            self._say(SessionKind.HOST_FAILING, line)
+        verdict = self._judge([t for t in failed if t.name not in self.run.left])
+        gone = {t.host for t in lost}
+        for host, count in self._hosts.failed([h for h in verdict.culprits if h not in gone]):
+            words = HostStreaks.words(host, count)
+            if self.elastic and verdict.retryable and self._can_leave(host):
+                self._say(SessionKind.HOST_FAILING, words + "; the run goes on without it")
+                self._leave([t for t in self.run.members if t.host == host],
+                            f"its host caused the last {count} failures in a row")
+                continue
+            self._say(SessionKind.HOST_FAILING, words)
         run_id = self.run.run_id
         if self.found_failures == OFFER and all(self._ended_before_following(t) for t in failed):
             self.given_up = True  # a person decides: the window offers Resume
@@ -497,14 +534,15 @@ class Supervisor:
                                               else "fix the cause above, then Resume starts every task again from "
                                                    "their backups"))
             return
-        self.given_up = not verdict.retryable or self.restarts_left <= 0 or bool(unstopped)
+        retryable = verdict.retryable or bool(lost)
+        self.given_up = not retryable or self.restarts_left <= 0 or bool(unstopped)
         if unstopped:  # a restart beside a task that may still run would make two of it
             hosts = ", ".join(sorted(set(unstopped)))
             self._say(SessionKind.GAVE_UP, f"run {run_id} failed and its tasks on {hosts} could not be stopped for "
                                            f"sure (no answer); once {hosts} answers: tfcc stop {run_id}, then "
-                                           f"tfcc resume {run_id}")
+                                           f"tfcc resume {run_id}" + self._shrink_hint(unstopped))
             return
-        if not verdict.retryable:
+        if not retryable:
             self._say(SessionKind.GAVE_UP, f"run {run_id} failed; a restart would fail the same way: fix the cause "
                                            f"above, then tfcc resume {run_id}")
             return
@@ -522,31 +560,163 @@ class Supervisor:
             self.given_up = True
             return
         self.restarts_left -= 1
+        self._next_attempt(f"restart {self.attempt}: from the newest common backup",
+                           "attempt {attempt} started, from the newest backup every task has")
+
+    def _next_attempt(self, mark: str, started: str) -> bool:
+        """Start every task of the run again from their backups (a restart, or an elastic run's change of size);
+        ``mark``: what each task shows meanwhile; ``started``: what is said once they started (``{attempt}``
+        filled in). Whether they started."""
+        run_id = self.run.run_id
         self.attempt += 1
-        for task in self.run.tasks:
-            self._mark(task, Mark.RESTARTING, f"restart {self.attempt - 1}: from the newest common backup")
-        self._relaunching(self.run.tasks)
+        self._backups.clear()
+        for task in self.run.members:
+            self._mark(task, Mark.RESTARTING, mark)
+        self._relaunching(self.run.members)
         self._pace.clear()
         self._opened = time.monotonic()  # the watchdog gives the new attempt its own time
         self.warned = False
         try:
             self.run.start(resume=True)
         except TfccError as exc:
+            self.given_up = True
             self._say(SessionKind.GAVE_UP, f"run {run_id} could not be restarted: {exc}")
-            for task in self.run.tasks:
+            for task in self.run.members:
                 task.change(FAILED)
-            return
+            return False
         self._follow(None)
         if self.stop_requested:  # Stop came while the tasks were starting: they stop too
             self.given_up = True
             self.run.stop_each(grace=2)
-            return
-        attempt = max((t.attempt for t in self.run.tasks), default=self.attempt)
+            return False
+        attempt = max((t.attempt for t in self.run.members), default=self.attempt)
         ports = f" ({self.run.ports_changed})" if self.run.ports_changed else ""
         if self.run.seeded is not None:
             self._say(SessionKind.SEEDED, f"run {run_id}: {text.seeded_text(self.run.seeded)}")
-        self._say(SessionKind.RESTARTED, f"run {run_id}: attempt {attempt} started, from the newest backup "
-                                         f"every task has{ports}")
+        self._say(SessionKind.RESTARTED, f"run {run_id}: {started.format(attempt=attempt)}{ports}")
+        return True
+
+    # ------------------------------------------------------------ an elastic run: shrink and grow
+
+    @property
+    def elastic(self) -> int:
+        """The fewest training tasks the run may go on with (training.elastic; 0: it never changes size)."""
+        return self.run.cluster.training.elastic
+
+    def _training_members(self, without: str = "") -> list[TaskState]:
+        return [t for t in self.run.members if parse_task_name(t.name)[0] in TRAINING_ROLES and t.host != without]
+
+    def _can_leave(self, host: str) -> bool:
+        """Whether the run keeps at least its ``elastic`` training tasks without ``host``'s."""
+        return len(self._training_members(without=host)) >= self.elastic
+
+    def _shrink_hint(self, hosts: list[str]) -> str:
+        if not self.elastic:
+            return ""
+        return (f"; the run could not go on without {', '.join(sorted(set(hosts)))}: fewer than its elastic "
+                f"{self.elastic} training tasks would be left")
+
+    def _lost(self, unstopped: list[str]) -> list[TaskState]:
+        """The tasks of the hosts in ``unstopped`` that still do not answer a stop after ``lost_after`` s (asked
+        again meanwhile), where the run keeps its ``elastic`` training tasks without them: lost for good."""
+        deadline = time.monotonic() + self.lost_after
+        hosts = set(unstopped)
+        while hosts and time.monotonic() < deadline:
+            if self.wake.wait(min(2.0, max(0.0, deadline - time.monotonic()))) or self.stop_requested:
+                return []
+            tasks = [t for t in self.run.members if t.host in hosts]
+            hosts = set(self.run.stop_each(grace=2, only=tasks))
+        lost = []
+        for host in sorted(hosts):
+            if self._can_leave(host):
+                lost += [t for t in self.run.members if t.host == host]
+        return lost
+
+    def _leave(self, tasks: list[TaskState], why: str) -> None:
+        """The run goes on without ``tasks`` (said, and shown on each); they rejoin at a backup once their host
+        answers again."""
+        hosts = sorted({t.host for t in tasks})
+        self.run.leave(tasks, why)
+        self._back -= set(hosts)
+        for task in tasks:
+            self._mark(task, Mark.LEFT, why)
+        self._say(SessionKind.RESIZED, f"run {self.run.run_id} goes on with {len(self._training_members())} "
+                                       f"training tasks: {', '.join(f'{t.name} on {t.host}' for t in tasks)} left "
+                                       f"the run ({why}); the same global batch is split over the tasks left; "
+                                       f"{'they rejoin' if len(tasks) > 1 else 'it rejoins'} at the next backup "
+                                       f"once {', '.join(hosts)} answers again")
+
+    def _probe_the_left(self) -> None:
+        """Ask, now and then, each host the run went on without whether it answers again (on a thread of its own:
+        a host that does not answer holds nobody up)."""
+        if (not self.run.left or self.given_up or self.stop_requested or self.restarting
+                or time.monotonic() - self._probed < self.probe_seconds):
+            return
+        self._probed = time.monotonic()
+        hosts = {t.host for t in self.run.tasks if t.name in self.run.left} - self._back
+        for host in sorted(hosts):
+            if host in self._probing and self._probing[host].is_alive():
+                continue
+            thread = threading.Thread(target=self._probe, args=(host,), name=f"tfcc-probe-{host}", daemon=True)
+            self._probing[host] = thread
+            thread.start()
+
+    def _probe(self, host: str) -> None:
+        try:
+            self.run.links[host].connect()
+        except Exception as exc:  # any failure: it does not answer yet
+            log.info("run %s: host %s does not answer yet (%s)", self.run.run_id, host, exc)
+            self.run.links[host].drop()
+            return
+        log.info("run %s: host %s answers again", self.run.run_id, host)
+        self._back.add(host)
+
+    def _grow(self) -> None:
+        """A backup was just made and hosts the run went on without answer again: the run restarts with their
+        tasks too, from that backup (copied to them first)."""
+        if not self._grow_due:
+            return
+        self._grow_due = False
+        if self.given_up or self.stop_requested or self.restarting or self._failed:
+            return
+        joining = [t for t in self.run.tasks if t.name in self.run.left and t.host in self._back]
+        if not joining:
+            return
+        if any(not t.cluster_formed or t.ended for t in self.run.members):
+            self._grow_due = True  # an attempt still forming, or ending: the next backup
+            return
+        hosts = sorted({t.host for t in joining})
+        self.restarting = True
+        try:
+            # What ran there before it was lost may still run (a network cut off, not a host down): stopped first.
+            if self.run.stop_each(grace=2, only=joining):
+                self._back -= set(hosts)
+                log.info("run %s: %s answered, then not: not taken back yet", self.run.run_id, ", ".join(hosts))
+                return
+            words = f"{', '.join(hosts)} answers again"
+            self._say(SessionKind.RESIZED, f"run {self.run.run_id}: {words}: restarting with "
+                                           f"{', '.join(t.name for t in joining)} again from the backup just made")
+            self.stop_requested = True  # the ends of this stop are no failures
+            try:
+                unstopped = self.run.stop_each(grace=10)
+                self.run.wait(60)
+                self._drain()
+            finally:
+                self.stop_requested = False
+            self._failed = []
+            if unstopped:
+                self.given_up = True
+                self._say(SessionKind.GAVE_UP, f"run {self.run.run_id}: its tasks on {', '.join(unstopped)} could "
+                                               f"not be stopped to take {', '.join(hosts)} back; once they answer: "
+                                               f"tfcc stop {self.run.run_id}, then tfcc resume {self.run.run_id}")
+                return
+            self._back -= set(hosts)
+            self.run.rejoin(joining, words)
+            self._next_attempt(f"{words}: restarting on {len(self._training_members())} training tasks",
+                               f"attempt {{attempt}} started on {len(self._training_members())} training tasks, "
+                               "from the backup just made")
+        finally:
+            self.restarting = False
 
     def _relaunch_workers(self, failed: list[TaskState]) -> None:
         """Parameter-server training goes on without a worker (the coordinator re-queues its steps and

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.protocol import name_problem
@@ -67,6 +67,10 @@ class Manifest:
     cluster: cl.Cluster
     tasks: list[tuple[str, str]]  # (task name, host name), in cluster order
     tf_configs: list[str]         # each task's TF_CONFIG, as its process got it
+    # An elastic run: the tasks it went on without (name -> why), and each change of its size, oldest first
+    # ({"at": time, "tasks": the names in the run from then, "why": words}).
+    left: dict[str, str] = field(default_factory=dict)
+    resizes: list[dict] = field(default_factory=list)
 
 
 def write_manifest(manifest: Manifest) -> None:
@@ -74,8 +78,10 @@ def write_manifest(manifest: Manifest) -> None:
     make_state_dir(path.parent)
     data = {"run_id": manifest.run_id, "created": time.time(), "console": console_id(),
             "cluster": cl.dumps(manifest.cluster),
-            "tasks": [{"name": name, "host": host, "tf_config": config}
-                      for (name, host), config in zip(manifest.tasks, manifest.tf_configs)]}
+            "tasks": [{"name": name, "host": host, "tf_config": config,
+                       **({"left": manifest.left[name]} if name in manifest.left else {})}
+                      for (name, host), config in zip(manifest.tasks, manifest.tf_configs)],
+            **({"resizes": manifest.resizes} if manifest.resizes else {})}
     write_atomically(path, json.dumps(data, indent=1), mode=0o600)
 
 
@@ -99,9 +105,15 @@ def read_manifest(run_id: str) -> Manifest:
             raise ValueError("its tasks do not match its cluster")
         for t in tasks:
             json.loads(t["tf_config"])
+        left = {t["name"]: t["left"] for t in tasks if "left" in t}
+        resizes = data.get("resizes", [])
+        if (not all(isinstance(why, str) for why in left.values()) or len(left) >= len(tasks)
+                or not isinstance(resizes, list) or not all(isinstance(r, dict) for r in resizes)):
+            raise ValueError("its elastic membership is not one")
     except OSError as exc:
         raise RunError(f"the manifest of run {run_id} ({path}) cannot be read ({exc.strerror})",
                        "check its permissions") from None
     except (ValueError, KeyError, TypeError, cl.ClusterFileError) as exc:
         raise RunError(f"{damaged[0]} ({type(exc).__name__}: {str(exc)[:200]})", damaged[1]) from None
-    return Manifest(run_id, cluster, [(t["name"], t["host"]) for t in tasks], [t["tf_config"] for t in tasks])
+    return Manifest(run_id, cluster, [(t["name"], t["host"]) for t in tasks], [t["tf_config"] for t in tasks],
+                    left, resizes)

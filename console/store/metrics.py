@@ -158,6 +158,7 @@ class Marker:
     value: float | None = None
     attempt: int | None = None
     words: str = ""
+    changed: dict | None = None  # RESTART: what changed since the backup (an elastic run's size: ``num_workers``)
 
 
 def _columns(records: list[dict]) -> dict[str, np.ndarray]:
@@ -492,8 +493,10 @@ class MetricsStore:
         attempt = r.get("attempt")
         if not any(a == attempt for a, _ in self.restarts):
             self.restarts.append((attempt, step))
+            changed = r.get("changed")
             self.markers.append(Marker(Marker.RESTART, task, step, number(r.get("time")),
-                                       attempt=attempt if isinstance(attempt, int) else None))
+                                       attempt=attempt if isinstance(attempt, int) else None,
+                                       changed=changed if isinstance(changed, dict) else None))
 
     def set_state(self, task: str, state: str, words: str = "") -> None:
         """What supervision says of a task now (a ``Mark``; ``RUNNING`` clears it): a badge in the window; a

@@ -9,18 +9,28 @@ import pytest
 from tests.helpers.testhosts import TestHosts, missing_requirements
 
 
-@pytest.fixture(scope="module")
-def ssh_hosts(tmp_path_factory):
-    """Two test hosts, each a network namespace with its own sshd (root only)."""
+def _test_hosts(count: int, tmp_path_factory):
     problem = missing_requirements()
     if problem:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI must run the SSH tests: {problem}")
         pytest.skip(problem)
-    hosts = TestHosts(2, tmp_path_factory.mktemp("hosts"),
+    hosts = TestHosts(count, tmp_path_factory.mktemp("hosts"),
                       env={"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "2"}).up()
     yield hosts
     hosts.down()
+
+
+@pytest.fixture(scope="module")
+def ssh_hosts(tmp_path_factory):
+    """Two test hosts, each a network namespace with its own sshd (root only)."""
+    yield from _test_hosts(2, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def three_ssh_hosts(tmp_path_factory):
+    """Three test hosts (an elastic run loses one and takes it back)."""
+    yield from _test_hosts(3, tmp_path_factory)
 
 
 @pytest.fixture

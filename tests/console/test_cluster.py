@@ -134,3 +134,37 @@ def test_local_host_defaults_to_the_consoles_own_interpreter():
     assert host.python == "" and host.interpreter == sys.executable
     assert cl.Host(name="r", address="10.0.0.9").interpreter == "python3"
     assert cl.Host(name="r", address="10.0.0.9", python="/opt/py/bin/python").interpreter == "/opt/py/bin/python"
+
+
+FOUR_WORKERS = '[[hosts]]\nname = "a"\nlocal = true\n' + '[[tasks]]\nhost = "a"\n' * 4 + "[training]\n"
+
+
+@pytest.mark.parametrize("training, expected", [
+    ("elastic = 5", "training.elastic is 5, but the cluster has 4 training tasks (chief and workers); set it to the "
+                    "fewest the run may go on with, 1 to 4, or 0 to restart only on every host"),
+    ("elastic = -1", "training.elastic is -1"),
+    ("elastic = 2", "the global batch 128 cannot be kept on 3 training tasks (training.elastic is 2): it must split "
+                    "evenly over their replicas; make it a multiple of 12 (training.global_batch = 132), or raise "
+                    "elastic to 4"),
+    ("elastic = 1\nglobal_batch = 30", "the global batch 30 cannot be kept on 4 training tasks"),
+    ("elastic = 2\nstrategy = \"parameter_server\"", "one chief"),
+], ids=["more-than-tasks", "negative", "batch-does-not-split", "global-batch", "parameter-server"])
+def test_elastic_says_what_cannot_be_kept_and_what_to_do(training, expected):
+    with pytest.raises(ClusterFileError) as err:
+        cl.loads(FOUR_WORKERS + training)
+    assert expected in str(err.value)
+
+
+def test_an_elastic_run_that_can_keep_its_batch_is_taken_and_tells_the_trainer():
+    c = cl.loads(FOUR_WORKERS + "elastic = 2\nglobal_batch = 120")
+    assert "--elastic" in c.training.trainer_args()
+    assert "--elastic" not in cl.default().training.trainer_args()
+    assert cl.loads(cl.dumps(c)) == c
+
+
+def test_the_tf_config_of_an_elastic_run_that_shrank_counts_its_members_only():
+    c = cl.loads(FOUR_WORKERS + "elastic = 2\nglobal_batch = 120")
+    ports = [5000, 5001, 5002, 5003]
+    config = json.loads(c.tf_config(3, ports, members={0, 3}))
+    assert config == {"cluster": {"worker": ["localhost:5000", "localhost:5003"]}, "task": {"type": "worker", "index": 1}}
+    assert c.tf_config(1, ports) == c.tf_config(1, ports, members={0, 1, 2, 3})

@@ -132,3 +132,19 @@ def test_a_started_event_without_a_batch_plan_is_unknown_and_does_not_crash():
     # the trainer's own runs too: an old record without its plan
     _, split = picture(make([{"host": "a"}, {"host": "b"}]), started={"strategy": "multi_worker_mirrored"})
     assert not split.known and not split.from_run
+
+
+def test_an_elastic_run_that_lost_its_chief_host_is_drawn_with_the_tasks_left():
+    """worker-0's host lost: worker-1 is the chief now, the batch the run reports splits over the two left, and
+    the task that left holds no replica and has no TF_CONFIG; each other's TF_CONFIG names the members only."""
+    c = make([{"host": "a"}, {"host": "b"}, {"host": "c"}], hosts=("a", "b", "c"), elastic=2)
+    started = {"num_workers": 2, "replicas_per_worker": 1, "per_replica_batch": 24, "global_batch": 48,
+               "strategy": "multi_worker_mirrored"}
+    addresses = {f"worker-{i}": f"10.0.0.{i + 1}:400{i}" for i in range(3)}
+    hosts, split = picture(c, started=started, addresses=addresses, left={"worker-0"})
+    tasks = {t.name: t for h in hosts for t in h.tasks}
+    assert [n for n, t in tasks.items() if t.is_chief] == ["worker-1"]
+    assert tasks["worker-0"].left and tasks["worker-0"].devices == [] and tasks["worker-0"].tf_config is None
+    assert json.loads(tasks["worker-2"].tf_config) == {"cluster": {"worker": ["10.0.0.2:4001", "10.0.0.3:4002"]},
+                                                       "task": {"type": "worker", "index": 1}}
+    assert split.label == "global 48 = 2 workers × 1 replica × 24"

@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from agent.protocol import (ALIVE, ENDED, ERROR, FAILED, FINISHED, LOST, NOT_STARTED, RUNNING, STARTING, STOPPED,
-                            TRAINING, WAITING)
+from agent.protocol import (ALIVE, ENDED, ERROR, FAILED, FINISHED, LEFT, LOST, NOT_STARTED, RUNNING, STARTING,
+                            STOPPED, TRAINING, WAITING)
 from console.states import TRANSITIONS, PhaseError, RunState, TaskState, run_state
 
 ROOT = Path(__file__).resolve().parents[2]
-PHASES = (STARTING, RUNNING, WAITING, TRAINING, FINISHED, FAILED, LOST, ERROR, STOPPED)
+PHASES = (STARTING, RUNNING, WAITING, TRAINING, FINISHED, FAILED, LOST, ERROR, STOPPED, LEFT)
 # The edges a run takes: a launch, its cluster, its end; a resumed run's history read from the first record
 # (a later attempt's launch after training); a task that ends before anything came of it.
 EDGES = {(STARTING, RUNNING), (STARTING, WAITING), (STARTING, TRAINING), (RUNNING, WAITING), (RUNNING, TRAINING),
          (WAITING, TRAINING), (TRAINING, WAITING)} | {(p, end) for p in (STARTING, RUNNING, WAITING, TRAINING)
-                                                      for end in ENDED}
+                                                      for end in ENDED if end != LEFT}
 
 
 def test_the_table_has_every_phase_and_exactly_the_runs_edges():
@@ -48,7 +48,7 @@ def test_a_change_takes_an_edge_of_the_table_or_is_refused_and_told_once(old, ne
 def test_a_relaunch_is_the_way_back_from_an_end_and_starts_afresh(end):
     task = TaskState("worker-1", "here", phase=TRAINING)
     task.launched_at, task.cluster_formed = 12.0, True
-    task.change(end)
+    task.leave() if end == LEFT else task.change(end)
     task.exit = {"returncode": -9}
     told = []
     task.on_change = lambda t, a, b: told.append((a, b))
@@ -56,6 +56,20 @@ def test_a_relaunch_is_the_way_back_from_an_end_and_starts_afresh(end):
     assert (task.phase, task.exit, task.launched_at, task.cluster_formed) == (STARTING, None, None, False)
     assert told == [(end, STARTING)]
     assert task.change(RUNNING)
+
+
+@pytest.mark.parametrize("old", PHASES)
+def test_leaving_an_elastic_run_is_its_own_door_from_any_phase_told_once(old):
+    task = TaskState("worker-2", "here", phase=old)
+    told = []
+    task.on_change = lambda t, a, b: told.append((a, b))
+    if old != LEFT:
+        with pytest.raises(PhaseError):
+            task.change(LEFT)  # not a process's end: only ``leave`` says it
+    task.leave()
+    task.leave()
+    assert task.phase == LEFT and task.ended
+    assert told == ([] if old == LEFT else [(old, LEFT)])
 
 
 def test_a_phase_that_is_no_phase_is_refused():
@@ -78,6 +92,10 @@ def test_a_runs_state_follows_its_tasks():
     assert run_state([LOST, FAILED], [False, False]) == RunState.FAILED
     assert run_state([STOPPED, FINISHED], [False, False]) == RunState.STOPPED  # a stopped phase says it alone
     assert set(ALIVE) & set(ENDED) == set()
+    # An elastic run's state is its members': those that left count for nothing while some are in it.
+    assert run_state([FINISHED, LEFT, FINISHED], [False] * 3) == RunState.FINISHED
+    assert run_state([TRAINING, LEFT], [False] * 2) == RunState.RUNNING
+    assert run_state([FAILED, LEFT], [False] * 2) == RunState.FAILED
 
 
 def phase_assignments(tree: ast.AST) -> list[int]:

@@ -58,3 +58,18 @@ def test_a_resume_says_what_changed_since_its_backup():
     hostile = {**base, "changed": {"rm -rf": [1, 2], "seed": "x", "global_batch": [None, "y"]}}
     assert text.resumed_text(hostile).endswith("changed since the backup: global batch ? → ?")
     assert text.resumed_text({**base, "changed": ["x"]}) == text.resumed_text(base)
+
+
+def test_an_elastic_runs_changes_of_size_and_its_restart_marker_say_who_left_and_came_back():
+    from console.store.metrics import Marker
+    resizes = [{"at": 1.0, "tasks": ["worker-0", "worker-1"], "why": "its host did not answer for 30 s"},
+               {"at": 2.0, "tasks": ["worker-0", "worker-1", "worker-2"], "why": "h2 answers again"}]
+    assert text.resizes_text(["worker-0", "worker-1", "worker-2"], resizes) == (
+        "3 tasks → 2 (worker-2 left: its host did not answer for 30 s) → 3 (worker-2 back: h2 answers again)")
+    assert text.resizes_text(["worker-0"], []) == "" and text.resizes_text(["worker-0"], [{"tasks": 7}]) == ""
+    shrunk = Marker(Marker.RESTART, "worker-0", 29, 0.0, attempt=2,
+                    changed={"num_workers": [3, 2], "per_replica_batch": [16, 24]})
+    assert text.marker_label(shrunk) == "attempt 2: 2 workers"
+    assert text.marker_text(shrunk) == ("attempt 2 took up training at step 29; changed since the backup: workers "
+                                        "3 → 2, per-replica batch 16 → 24")
+    assert text.marker_label(Marker(Marker.RESTART, "worker-0", 29, 0.0, attempt=2)) == "attempt 2"

@@ -101,7 +101,7 @@ class TestHosts:
             self.wait_for_ssh(host)
         return self
 
-    def _make(self, host: TestHost, authorized: Path) -> None:
+    def _make(self, host: TestHost, authorized: Path, new_key: bool = True) -> None:
         host.folder.mkdir(parents=True, exist_ok=True)
         host.tfcc_home.mkdir(exist_ok=True)
         _ip("netns", "add", host.name)
@@ -112,7 +112,8 @@ class TestHosts:
         _ip("-n", host.name, "addr", "add", f"{host.address}/24", "dev", f"{veth}p")
         _ip("-n", host.name, "link", "set", f"{veth}p", "up")
         _ip("-n", host.name, "link", "set", "lo", "up")
-        self.new_host_key(host)
+        if new_key:
+            self.new_host_key(host)
         self.start_sshd(host, authorized)
 
     def new_host_key(self, host: TestHost) -> None:
@@ -170,6 +171,26 @@ class TestHosts:
                     raise RuntimeError(f"sshd on {host.address} exited: "
                                        f"{(host.folder / 'sshd.log').read_text(errors='replace')[-2000:]}")
                 pause.wait(0.05)
+
+    def remove(self, host: TestHost) -> None:
+        """The host gone for good, as a machine that died: its sshd, its tasks and agents killed, its namespace
+        and link deleted (its address answers nothing). Its folder stays (``bring_back`` uses it)."""
+        if host.sshd is not None:
+            host.sshd.kill()
+            host.sshd.wait()
+            host.sshd = None
+        for pid in _ip("netns", "pids", host.name, check=False).stdout.split():
+            try:
+                os.kill(int(pid), 9)
+            except (ProcessLookupError, ValueError):
+                pass
+        _ip("netns", "del", host.name, check=False)
+        _ip("link", "del", f"tfccv{host.index}", check=False)
+
+    def bring_back(self, host: TestHost) -> None:
+        """A removed host up again, at its address, with its host key and its folders (a rebooted machine)."""
+        self._make(host, self.workdir / "authorized_keys", new_key=False)  # a console that knew its key trusts it
+        self.wait_for_ssh(host)
 
     def known_hosts(self, path: Path) -> Path:
         path.write_text("".join(h.host_key_line() + "\n" for h in self.hosts))

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 
 import numpy as np
 import pytest
+
+from trainer.tf_config import ConfigError
 
 from .conftest import DATA, run_cluster
 
@@ -213,3 +216,36 @@ def test_a_resumed_stream_goes_on_at_its_batch_without_reading_the_passes_before
     reads.clear()
     next(iter(make_datasets(workload, plan, opts, skip=3 * 3 + 1)[0]))  # pass 3's second batch
     assert len(reads) < 30  # pass 3 (and what prefetch reads ahead of it), not passes 0-2 as well: 30 and more
+
+
+def test_an_elastic_task_keeps_its_runs_global_batch_and_learning_rate(tmp_path):
+    """``--elastic``: the first attempt's global batch and learning rate hold whatever the workers now (from the
+    newest backup's plan, else from the plan the first attempt wrote); without it, or before any plan, the
+    options hold."""
+    from trainer.backup import PLAN_SUFFIX
+    from trainer.config import parse_options
+    from trainer.train import ELASTIC_PLAN, keep_plan, kept_plan
+    from trainer.plan import plan_batches
+
+    opts = parse_options(["--run-dir", str(tmp_path), "--elastic", "--per-replica-batch", "16"])
+    assert kept_plan(opts) == (opts, None)
+    assert kept_plan(parse_options(["--run-dir", str(tmp_path)]))[1] is None
+    first = plan_batches(per_replica_batch=16, num_workers=3, replicas_per_worker=1, num_examples=1438,
+                         steps_per_epoch=None, base_learning_rate=0.001, lr_rule="linear")
+    keep_plan(opts, first)
+    now, kept = kept_plan(opts)
+    assert (now.global_batch, now.learning_rate, now.lr_scaling) == (48, pytest.approx(0.003), "none")
+    shrunk = plan_batches(per_replica_batch=now.per_replica_batch, global_batch=now.global_batch, num_workers=2,
+                          replicas_per_worker=1, num_examples=1438, steps_per_epoch=None,
+                          base_learning_rate=now.learning_rate, lr_rule=now.lr_scaling)
+    assert (shrunk.per_replica_batch, shrunk.global_batch, shrunk.learning_rate) == (24, 48, pytest.approx(0.003))
+    # A backup's plan comes first (a folder the console seeded has the backup's, not the first attempt's file).
+    backups = tmp_path / "backup"
+    backups.mkdir()
+    (backups / "backup-40.index").write_text("")
+    (backups / f"backup-40{PLAN_SUFFIX}").write_text(json.dumps({"global_batch": 96, "learning_rate": 0.004}))
+    assert kept_plan(opts)[0].global_batch == 96
+    (tmp_path / ELASTIC_PLAN).write_text("{not json")
+    (backups / "backup-40.index").unlink()
+    with pytest.raises(ConfigError, match="delete it to plan the batch from this attempt's workers"):
+        kept_plan(opts)

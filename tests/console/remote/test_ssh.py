@@ -429,8 +429,8 @@ def test_a_worker_whose_backups_are_gone_gets_a_copy_from_its_peers_host_and_the
     assert [t.phase for t in run.tasks] == ["finished", "finished"], said
     step = resumed["worker-0"]["global_step"]
     assert resumed["worker-1"]["global_step"] == step and step > 0  # the copy, not a start over
-    assert ("seeded", f"run sshseed: copied worker-0's backup of step {step} to worker-1, which had none in common "
-                      "with it, so that every task resumes from it") in said
+    assert ("seeded", f"run sshseed: copied worker-0's backup of step {step} to worker-1, which lacked it, so that "
+                      "every task resumes from it") in said
     finished = read_records(h0.tfcc_home / "runs" / "sshseed" / "worker-0" / "metrics.jsonl")[-1]
     assert finished["event"] == "finished" and finished["metrics"]["val_accuracy"] >= 0.9
 

@@ -73,7 +73,8 @@ def test_the_host_of_a_task_that_failed_on_its_own_is_the_culprit_not_its_peers(
 def test_a_host_that_fails_again_and_again_is_named_and_the_count_is_in_a_row():
     streaks = HostStreaks()
     assert streaks.failed(["b"]) == []
-    assert streaks.failed(["b"]) == ["host b caused the last 2 failures in a row: check it (memory, disk, GPU, "
-                                     "network; tfcc check), or move its tasks to another host"]
+    assert streaks.failed(["b"]) == [("b", 2)]
+    assert HostStreaks.words("b", 2) == ("host b caused the last 2 failures in a row: check it (memory, disk, GPU, "
+                                         "network; tfcc check), or move its tasks to another host")
     assert streaks.failed(["a"]) == []          # another host's failure ends b's streak
     assert streaks.failed(["b"]) == []

@@ -1,0 +1,120 @@
+"""An elastic run (console/run/supervisor.py, training.elastic) on real SSH test hosts: a host lost for good is left
+out and the run goes on with the same global batch; the host back, the run takes it back at the next backup."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import pytest
+
+from console import cluster as cl
+from console.run.runner import Run
+from console.run.session import RunSession
+from console.states import SessionKind
+from trainer.metrics import read_records
+
+EPOCHS = 24  # long enough on 2 workers (about 1.3 s an epoch) to take the host back mid-run
+BATCH = 16  # per replica on 3 workers: the global batch 48 is kept on 2 (24 each)
+
+
+def three_host_cluster(hosts, local: bool = False) -> cl.Cluster:
+    if local:
+        machines = [cl.Host(name="here", local=True)]
+        tasks = [cl.Task(host="here") for _ in range(3)]
+    else:
+        machines = [cl.Host(name=h.name, address=h.address, user="root", key=str(hosts.client_key),
+                            python=sys.executable) for h in hosts.hosts]
+        tasks = [cl.Task(host=h.name) for h in hosts.hosts]
+    return cl.Cluster(machines, tasks, cl.Training(epochs=EPOCHS, per_replica_batch=BATCH, backup_seconds=2.0,
+                                                   elastic=2))
+
+
+class Watch:
+    """What a session says and sends, with when, for a test to wait on."""
+
+    def __init__(self, session: RunSession):
+        self.cond = threading.Condition()
+        self.said: list[tuple[float, str, str]] = []
+        self.started: list[tuple[float, str, dict]] = []
+        self.steps: list[tuple[float, str]] = []
+        self.backups: dict[str, set] = {}
+        session.subscribe(self.on_event)
+
+    def on_event(self, e) -> None:
+        now = time.monotonic()
+        with self.cond:
+            if e.kind == SessionKind.RECORDS:
+                for r in e.records:
+                    if r.get("event") == "backed_up":
+                        self.backups.setdefault(e.task.name, set()).add(r["global_step"])
+                    elif r.get("event") == "started":
+                        self.started.append((now, e.task.name, r))
+                    elif r.get("type") == "step":
+                        self.steps.append((now, e.task.name))
+            elif e.kind in SessionKind.SUPERVISION:
+                self.said.append((now, e.kind, e.text))
+            self.cond.notify_all()
+
+    def wait(self, what, timeout: float):
+        with self.cond:
+            assert self.cond.wait_for(what, timeout), [s[1:] for s in self.said]
+
+
+def finished_accuracy(folder) -> float:
+    last = read_records(folder / "metrics.jsonl")[-1]
+    assert last["event"] == "finished", last
+    return last["metrics"]["val_accuracy"]
+
+
+@pytest.mark.slow
+def test_an_elastic_run_goes_on_without_a_lost_host_and_takes_it_back(three_ssh_hosts, ssh_env, tmp_path):
+    hosts = three_ssh_hosts
+    hosts.known_hosts(ssh_env / "known_hosts")
+    run = Run(three_host_cluster(hosts), "elastic1")
+    run.start()
+    session = RunSession(run)
+    session.supervisor.lost_after = 10.0
+    session.supervisor.probe_seconds = 1.0
+    watch = Watch(session)
+    session.follow()
+    gone = hosts.hosts[2]
+    try:
+        watch.wait(lambda: len(set.intersection(*[watch.backups.get(f"worker-{i}", set()) for i in range(3)])) >= 1,
+                   240)
+        hosts.remove(gone)  # sshd and tasks gone for good: nothing answers at its address
+        watch.wait(lambda: any(kind == SessionKind.RESIZED and "goes on with 2" in words
+                               for _, kind, words in watch.said), 240)
+        final = next(at for at, kind, words in watch.said if kind == SessionKind.RESIZED)
+        watch.wait(lambda: any(at > final and r["num_workers"] == 2 for at, _, r in watch.started)
+                   and any(at > final and name == "worker-1" for at, name in watch.steps), 120)
+        shrunk = [r for at, _, r in watch.started if at > final]
+        training = next(at for at, name in watch.steps if at > final)
+        assert training - final < 60, f"{training - final:.0f} s from the loss being final to training on 2"
+        assert {r["global_batch"] for r in shrunk} == {3 * BATCH}  # the same global batch...
+        assert {r["per_replica_batch"] for r in shrunk} == {3 * BATCH // 2}  # ...split over the 2 left
+        assert [t.phase for t in run.tasks][2] == "left the run"
+        hosts.bring_back(gone)
+        watch.wait(lambda: any(r["num_workers"] == 3 and at > training for at, _, r in watch.started), 240)
+        assert session.wait(400)
+    finally:
+        session.detach()
+        run.stop_each(grace=0)
+    said = [s[1:] for s in watch.said]
+    assert [t.phase for t in run.tasks] == ["finished"] * 3, said
+    assert any(kind == SessionKind.RESIZED and "answers again" in words for kind, words in said), said
+    grown = [r for at, _, r in watch.started if r["num_workers"] == 3][-1]
+    assert (grown["global_batch"], grown["per_replica_batch"]) == (3 * BATCH, BATCH)
+    elastic = finished_accuracy(hosts.hosts[0].tfcc_home / "runs" / "elastic1" / "worker-0")
+
+    # The same run, uninterrupted, on this machine: the accuracy within 1 point.
+    whole = Run(three_host_cluster(hosts, local=True), "whole1")
+    whole.start()
+    plain = RunSession(whole)
+    plain.follow()
+    try:
+        assert plain.wait(400)
+    finally:
+        plain.detach()
+    assert abs(elastic - finished_accuracy(ssh_env / "local-home" / "runs" / "whole1" / "worker-0")) <= 0.01
