@@ -86,7 +86,7 @@ def _major_minor(version: str | None) -> str | None:
 def consistency(cluster: cl.Cluster, probes: dict[str, dict]) -> list[Problem]:
     """Rules across hosts, from each host's probe (hosts without one are skipped)."""
     problems = []
-    used = [h for h in cluster.hosts if h.name in probes and any(t.host == h.name for t in cluster.tasks)]
+    used = [h for h in cluster.hosts if h.name in probes and (h.spare or any(t.host == h.name for t in cluster.tasks))]
     for host in used:
         p = probes[host.name]
         if not p.get("tensorflow"):
@@ -297,7 +297,8 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
                 count = done_steps[0]
             on_progress(count, len(used) + 1, what)
 
-    used = [h for h in cluster.hosts if any(t.host == h.name for t in cluster.tasks)]
+    # A spare host is checked too: an elastic run moves a lost host's tasks there.
+    used = [h for h in cluster.hosts if h.spare or any(t.host == h.name for t in cluster.tasks)]
     # Each step of reaching a host (SSH connect, the agent's first answer) within the deadline.
     links = {h.name: HostLink(h, ask_host_key, timeout=deadline) for h in used}
     stages = {h.name: "connecting" for h in used}

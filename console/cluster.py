@@ -53,6 +53,7 @@ class Host:
     port: int = 22             # SSH port
     key: str = ""              # SSH private key file
     python: str = ""           # the interpreter on the host (it needs TensorFlow to train)
+    spare: bool = False        # an elastic run's spare: it runs no task until a host is lost, whose tasks move here
 
     @property
     def interpreter(self) -> str:
@@ -164,6 +165,8 @@ class Cluster:
     def tf_config(self, index: int, ports: list[int] | None = None, members: set[int] | None = None) -> str:
         """Task ``index``'s TF_CONFIG. Among ``members`` (see ``tf_cluster``) a task keeps its name and run
         folder, and its index counts the members of its role before it: worker-2 is worker 1 of two."""
+        if members is not None and index not in members:
+            raise ValueError(f"tasks[{index}] is not a member of the run: it has no TF_CONFIG")
         role = self.tasks[index].role
         number = sum(1 for i, t in enumerate(self.tasks[:index])
                      if t.role == role and (members is None or i in members))
@@ -256,7 +259,8 @@ def _is_loopback(address: str) -> bool:
 
 
 _TYPES = {
-    Host: {"name": str, "address": str, "local": bool, "user": str, "port": int, "key": str, "python": str},
+    Host: {"name": str, "address": str, "local": bool, "user": str, "port": int, "key": str, "python": str,
+           "spare": bool},
     Task: {"host": str, "role": str},
     Training: {"workload": str, "model_file": str, "script": str, "workdir": str, "keras": str, "capture": bool,
                "epochs": int, "per_replica_batch": int,
@@ -518,8 +522,21 @@ def text_list(numbers: list[int]) -> str:
 
 def _elastic_rules(cluster: Cluster) -> None:
     """``elastic`` (the fewest training tasks a run goes on with): at most the training tasks there are, and
-    the global batch split evenly over every size it may shrink to (the trainer keeps it when it shrinks)."""
+    the global batch split evenly over every size it may shrink to (the trainer keeps it when it shrinks).
+    Spare hosts (``spare = true``) run no task and serve an elastic run only; parameter-server training, which
+    goes on without a lost worker by itself, is elastic by moving a lost host's tasks to a spare (a run's own
+    cluster, whose spares were used, has none left: no error)."""
     t = cluster.training
+    spares = [i for i, h in enumerate(cluster.hosts) if h.spare]
+    for i in spares:
+        busy = [j for j, task in enumerate(cluster.tasks) if task.host == cluster.hosts[i].name]
+        if busy:
+            raise ClusterFileError(f"hosts[{i}] ({cluster.hosts[i].name}) is a spare, but tasks[{busy[0]}] runs on "
+                                   "it; a spare runs no task until a host is lost: remove spare, or move the task")
+    if spares and not t.elastic:
+        raise ClusterFileError(f"hosts[{spares[0]}] ({cluster.hosts[spares[0]].name}) is a spare, which only an "
+                               "elastic run uses: set training.elastic (the fewest training tasks to go on with), "
+                               "or remove spare")
     if not t.elastic:
         return
     training = cluster.training_tasks
@@ -528,8 +545,7 @@ def _elastic_rules(cluster: Cluster) -> None:
                                f"task{'s' if len(training) != 1 else ''} (chief and workers); set it to the fewest the "
                                f"run may go on with, 1 to {len(training)}, or 0 to restart only on every host")
     if cluster.parameter_server:
-        raise ClusterFileError("training.elastic shrinks a run that trains in step (MultiWorkerMirrored); "
-                               "parameter-server training goes on without a lost worker by itself: remove elastic")
+        return  # it goes on without a lost worker by itself; elastic moves a lost ps or chief host to a spare
     if t.script:
         return  # a script sets its own batch: it gets the new TF_CONFIG and does what it does with it
     # One replica per task unless its gpus say more: the file cannot tell more (the trainer checks at each start).

@@ -5,14 +5,15 @@ from __future__ import annotations
 import copy
 import json
 
-from PySide6.QtCore import QRectF, Qt
+from PySide6.QtCore import QRectF, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QGuiApplication, QPainter, QPen
 from PySide6.QtWidgets import (QGraphicsItem, QGraphicsRectItem, QGraphicsScene, QGraphicsSimpleTextItem,
-                               QGraphicsView, QLabel, QPlainTextEdit, QPushButton, QSplitter, QVBoxLayout,
+                               QGraphicsView, QLabel, QMenu, QPlainTextEdit, QPushButton, QSplitter, QVBoxLayout,
                                QWidget)
 
 from console import cluster as cl
 from console.gui.colors import worker_color
+from console.run.supervisor import REMOVE_HOST, TAKE_BACK
 from console.states import Mark
 from console.text import size_text, state_text, variables_text
 from console.diagram_model import BatchSplit, HostBox, picture
@@ -24,16 +25,22 @@ SELECTED = QColor("#1f5fbf")  # the outline of the task clicked
 
 
 class _TaskItem(QGraphicsRectItem):
-    def __init__(self, name: str, on_click, *args):
+    def __init__(self, name: str, on_click, *args, on_menu=None):
         super().__init__(*args)
         self.name = name
         self._on_click = on_click
+        self._on_menu = on_menu
         self.setCursor(Qt.PointingHandCursor)
         self.setAcceptHoverEvents(True)
 
     def mousePressEvent(self, event):  # noqa: N802 (Qt's name)
         self._on_click(self.name)
         event.accept()
+
+    def contextMenuEvent(self, event):  # noqa: N802 (Qt's name)
+        if self._on_menu is not None:
+            self._on_menu(self.name, event.screenPos())
+            event.accept()
 
 
 # What a task does, by role, under parameter-server training (True) or synchronous training (False).
@@ -46,7 +53,11 @@ STATE_COLOURS = {Mark.FAILED: "#b00020", Mark.STALLED: "#c25e00", Mark.RESTARTIN
 
 
 class ClusterDiagram(QWidget):
-    """Draws a cluster; ``set_cluster`` follows the settings, ``set_run`` a run's own numbers."""
+    """Draws a cluster; ``set_cluster`` follows the settings, ``set_run`` a run's own numbers. An elastic run's
+    task offers (right click) to go on without its host, or to take back a host the run went on without:
+    ``host_asked(what, host)`` (``REMOVE_HOST`` or ``TAKE_BACK``)."""
+
+    host_asked = Signal(str, str)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -250,7 +261,8 @@ class ClusterDiagram(QWidget):
         for i, task in enumerate(host.tasks):
             tx, ty = x + PAD + i * (TASK_W + PAD), y + 18 + 2 * PAD
             colour = worker_color(names.index(task.name))
-            item = _TaskItem(task.name, self._on_task_clicked, QRectF(0, 0, TASK_W, TASK_H))
+            item = _TaskItem(task.name, self._on_task_clicked, QRectF(0, 0, TASK_W, TASK_H),
+                             on_menu=self._on_task_menu if self._elastic_run else None)
             item.setPos(tx, ty)
             item.setPen(QPen(QColor("#b8860b") if task.is_chief else QColor("#333"), 3 if task.is_chief else 1,
                              Qt.DashLine if task.role == cl.EVALUATOR else Qt.SolidLine))
@@ -260,7 +272,8 @@ class ClusterDiagram(QWidget):
             self._items[task.name] = item
             if task.name == self.selected:
                 item.setPen(QPen(SELECTED, 4))
-            item.setToolTip(task.tf_config or "TF_CONFIG is written when the run picks the ports")
+            item.setToolTip("left the run: no TF_CONFIG now (right click: take its host back)" if task.left else
+                            task.tf_config or "TF_CONFIG is written when the run picks the ports")
             self.scene.addItem(item)
             if task.is_chief:  # a big crown on the chief's box, and one in its title
                 crown = self._text(CROWN, tx + TASK_W - 30, ty - 22, 20, color=QColor("#c89600"))
@@ -300,6 +313,29 @@ class ClusterDiagram(QWidget):
                 rect.setBrush(QBrush(colour.lighter(115)))
                 self._text(device, 4, 5, 8, parent=rect)
         return width
+
+    @property
+    def _elastic_run(self) -> bool:
+        """Whether a run's own numbers are drawn, of an elastic cluster (a person may change its hosts)."""
+        return self._started is not None and self._run_cluster is not None and bool(self._run_cluster.training.elastic)
+
+    def host_actions(self, name: str) -> list[tuple[str, str, str]]:
+        """What a right click on task ``name`` offers: (words, what, host)."""
+        task = next((t for h in self.hosts for t in h.tasks if t.name == name), None)
+        if task is None or not self._elastic_run:
+            return []
+        if task.left:
+            return [(f"Take {task.host} back (at the next backup)", TAKE_BACK, task.host)]
+        return [(f"Go on without {task.host} (restart on the other hosts)", REMOVE_HOST, task.host)]
+
+    def _on_task_menu(self, name: str, where) -> None:
+        actions = self.host_actions(name)
+        if not actions:
+            return
+        menu = QMenu(self)
+        for words, what, host in actions:
+            menu.addAction(words, lambda what=what, host=host: self.host_asked.emit(what, host))
+        menu.exec(where)
 
     def _on_task_clicked(self, name: str) -> None:
         task = next((t for h in self.hosts for t in h.tasks if t.name == name), None)

@@ -101,6 +101,8 @@ class HostDialog(QDialog):
         self.task_port = QLineEdit(str(tasks[0].port) if tasks else "auto")
         self.gpus = QLineEdit(",".join(map(str, tasks[0].gpus)) if tasks else "")
         self.gpus.setPlaceholderText("all it has (or e.g. 0,1)")
+        self.spare = QCheckBox("a spare: runs no task until an elastic run loses a host, whose tasks move here")
+        self.spare.setChecked(host.spare)
         self.chief = QCheckBox("its first task is the chief (else worker 0 is)")
         self.chief.setChecked(bool(tasks) and tasks[0].role == CHIEF)
         # Each field's problem under it, once the person edited that field (a new dialog shows none; OK's
@@ -114,7 +116,7 @@ class HostDialog(QDialog):
                        ("SSH key", key_row), ("", e[self.key]), ("Python", self.python), ("", e[self.python]),
                        ("Workers on this host", self.workers), ("Parameter servers", self.ps),
                        ("Task port", self.task_port), ("", e[self.task_port]), ("GPUs per task", self.gpus),
-                       ("", e[self.gpus]), ("", self.chief), ("", self.evaluator))
+                       ("", e[self.gpus]), ("", self.chief), ("", self.evaluator), ("", self.spare))
         self.buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
@@ -124,7 +126,7 @@ class HostDialog(QDialog):
         for edit in (self.name, self.address, self.user, self.key, self.python, self.task_port, self.gpus):
             edit.textEdited.connect(lambda _text, edit=edit: self._on_field_edited(edit))  # the person's, not ours
             edit.textChanged.connect(self._on_field_changed)
-        for box in (self.local, self.chief, self.evaluator):
+        for box in (self.local, self.chief, self.evaluator, self.spare):
             box.toggled.connect(self._on_field_changed)
         for spin in (self.ssh_port, self.workers, self.ps):
             spin.valueChanged.connect(self._on_field_changed)
@@ -200,13 +202,16 @@ class HostDialog(QDialog):
         local = self.local.isChecked()
         return cl.Host(name=self.name.text().strip(), address=self.address.text().strip(), local=local,
                        user="" if local else self.user.text().strip(), port=self.ssh_port.value(),
-                       key="" if local else self.key.text().strip(), python=self.python.text().strip())
+                       key="" if local else self.key.text().strip(), python=self.python.text().strip(),
+                       spare=self.spare.isChecked())
 
     def tasks(self) -> list[cl.Task]:
         name = self.name.text().strip()
         port = parse_port(self.task_port.text())
         gpus = parse_gpus(self.gpus.text())
         out = []
+        if self.spare.isChecked():
+            return out  # a spare runs nothing until a host is lost
         for i in range(self.workers.value()):
             task_port = port if port == "auto" else port + i
             out.append(cl.Task(host=name, role=CHIEF if i == 0 and self.chief.isChecked() else WORKER,

@@ -20,7 +20,7 @@ from console import checks
 from console import cluster as cl
 from console.run.runner import Run
 from console.run.session import RunSession
-from console.run.supervisor import OFFER, RESTART, WATCHDOG_SECONDS
+from console.run.supervisor import OFFER, REMOVE_HOST, RESTART, WATCHDOG_SECONDS
 from console.states import SessionEvent, SessionKind
 from console.store.cache import CONSOLE_TASK
 from console.store.manifests import new_run_id
@@ -179,7 +179,17 @@ class RunBridge(QObject):
     def resumable(self) -> bool:
         """The run ended with tasks that did not finish (failed, stopped, given up): Resume can go on."""
         core = self.core
-        return core is not None and core.settled and any(t.phase != FINISHED for t in core.run.tasks)
+        return core is not None and core.settled and any(t.phase != FINISHED for t in core.run.members)
+
+    def ask_host(self, what: str, host: str) -> None:
+        """A person asks an elastic run to go on without ``host`` (REMOVE_HOST) or to take it back (TAKE_BACK):
+        queued for supervision (no wait); a RunError says at once why it cannot be."""
+        if self.core is None:
+            return
+        if what == REMOVE_HOST:
+            self.core.remove_host(host)
+        else:
+            self.core.take_back(host)
 
     def start(self, cluster: cl.Cluster, run_id: str | None = None) -> None:
         self.detach()  # a previous run, ended or not: stop following it

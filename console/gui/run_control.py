@@ -16,12 +16,13 @@ from PySide6.QtWidgets import QMessageBox, QTabWidget, QWidget
 from agent.protocol import FAILED, FINISHED, STOPPED
 from console import cluster as cl
 from console.catalog import running_runs
-from console.errors import describe
+from console.errors import TfccError, describe
 from console import text
 from console.gui.dashboard import Dashboard, RunHeader
 from console.gui.events_view import LOG_TAKE_MS
 from console.gui.diagram import ClusterDiagram
 from console.gui.jobs import RunBridge, Threads
+from console.run.supervisor import REMOVE_HOST
 from console.gui.runs_panel import RunsPanel
 from console.states import RunState, SessionKind, run_state
 from console.store.labels import set_label
@@ -63,6 +64,7 @@ class RunControl(QObject):
         for event in ("open_requested", "history_loaded", "logs_loaded", "comparison_loaded", "running_found"):
             getattr(runs_panel, event).connect(getattr(self, f"_on_runs_panel_{event}"))
         self._runs_found.connect(self._on_self_runs_found)
+        diagram.host_asked.connect(self._on_diagram_host_asked)
         dashboard.renamed.connect(self._on_dashboard_renamed)
         dashboard.comparison_removed.connect(self._on_dashboard_comparison_removed)
         self.detached_from: str | None = None  # the run this window detached from (it goes on there)
@@ -90,6 +92,15 @@ class RunControl(QObject):
     def stop(self) -> None:
         self.reported.emit("Stopping every task (SIGTERM, then SIGKILL after 10 s)…")
         self.session.stop()
+
+    def _on_diagram_host_asked(self, what: str, host: str) -> None:
+        try:
+            self.session.ask_host(what, host)
+        except TfccError as exc:
+            self.reported.emit(describe(exc))
+            return
+        self.reported.emit(f"Going on without {host}: every other task restarts from its newest backup…"
+                           if what == REMOVE_HOST else f"Taking {host} back at the next backup once it answers…")
 
     def resume(self) -> None:
         run = self.session.run

@@ -131,6 +131,14 @@ class SetupForm(QWidget):
         self.backup_seconds.setRange(0.1, MAX_BACKUP_SECONDS)
         self.backup_seconds.setSuffix(" s")
         self.backup_seconds.setToolTip("Each task backs up about this often: a restart redoes at most this much")
+        self.elastic = QSpinBox()
+        self.elastic.setRange(0, 1024)
+        self.elastic.setPrefix("elastic: ")
+        self.elastic.setSpecialValueText("elastic: off")
+        self.elastic.setToolTip("The fewest training tasks the run goes on with (off: a restart needs every host). "
+                                "A host lost for good, or failing again and again, leaves the run (its tasks move "
+                                "to a spare host when one is listed), which restarts on the others with the same "
+                                "global batch; it rejoins at a backup once it answers again")
         self.stop_on_nan = QCheckBox("stop at NaN")
         self.stop_on_nan.setToolTip("Stop the run at its first non-finite loss (else: an alert, and it goes on)")
         self.backup_label = QLabel("backup every")  # tfcc's trainer backs up; a script keeps its own
@@ -150,7 +158,8 @@ class SetupForm(QWidget):
                 ("Epochs", self.epochs), ("Batch", batch_row), ("Learning rate", self.lr),
                 ("LR scaling", self.lr_rule), ("Strategy", self.strategy), ("Communication", self.communication),
                 ("Autoshard", self.autoshard),
-                ("Restarts", _row(self.max_restarts, self.backup_label, self.backup_seconds, self.stop_on_nan)),
+                ("Restarts", _row(self.max_restarts, self.backup_label, self.backup_seconds, self.elastic,
+                                  self.stop_on_nan)),
                 ("", self.batch_label))
         for label, field in rows:
             form.addRow(label, field)
@@ -158,7 +167,7 @@ class SetupForm(QWidget):
         for combo in (self.workload, self.batch_mode, self.lr_rule, self.strategy, self.communication, self.autoshard,
                       self.keras):
             combo.currentIndexChanged.connect(self._on_training_edited)
-        for spin in (self.epochs, self.batch, self.lr, self.max_restarts, self.backup_seconds):
+        for spin in (self.epochs, self.batch, self.lr, self.max_restarts, self.backup_seconds, self.elastic):
             spin.valueChanged.connect(self._on_training_edited)
         for check in (self.stop_on_nan, self.capture):
             check.toggled.connect(self._on_training_edited)
@@ -195,6 +204,7 @@ class SetupForm(QWidget):
             self.autoshard.setCurrentText(t.autoshard)
             self.max_restarts.setValue(t.max_restarts)
             self.backup_seconds.setValue(t.backup_seconds)
+            self.elastic.setValue(t.elastic)
             self.stop_on_nan.setChecked(t.stop_on_nan)
         finally:
             self._loading = False
@@ -242,6 +252,7 @@ class SetupForm(QWidget):
         t.autoshard = self.autoshard.currentText()
         t.max_restarts = self.max_restarts.value()
         t.backup_seconds = self.backup_seconds.value()
+        t.elastic = self.elastic.value()
         t.stop_on_nan = self.stop_on_nan.isChecked()
         self._show_workload_rows()
         self._refresh_batch_line()

@@ -11,6 +11,7 @@ manifest (console.store.manifests) lets a later console attach to it, stop it or
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import threading
@@ -19,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable
 
-from agent.protocol import (CHECK_PORTS, FINISHED, FIREWALL, LOG_MESSAGE, METRICS, METRICS_MESSAGE, NO_SUCH_TASK,
+from agent.protocol import (CHECK_PORTS, FINISHED, FIREWALL, LOST, LOG_MESSAGE, METRICS, METRICS_MESSAGE, NO_SUCH_TASK,
                             NOT_STARTED, PORTS, RUNNING, RUNS_DIR, START, STATUS, STOP, SYSTEM_MESSAGE,
                             parse_address, parse_task_name)
 from console import cluster as cl
@@ -108,6 +109,8 @@ class Run:
         self.ports_changed: str | None = None  # why the last resume gave the tasks new ports
         self.seeded: Seeding | None = None     # the backup the last resume copied to tasks that lacked it
         self.joining: set[str] = set()         # tasks that rejoin at the next start (they get the newest backup)
+        self.moved: set[str] = set()           # tasks moved to a spare host since the last start (no folder there)
+        self._ask_host_key = ask_host_key
         self.exposed: str | None = None        # which tasks serve on a public address: the risk and the fix
         self.workdir: Workdir | None = None    # a script's workdir as collected for the last start
         self._stop = threading.Event()
@@ -165,6 +168,29 @@ class Run:
             self.joining.add(task.name)
         self._resized(why)
 
+    def spares(self) -> list[str]:
+        """The spare hosts no task runs on (an elastic run moves a lost host's tasks to one)."""
+        busy = {t.host for t in self.tasks}
+        return [h.name for h in self.cluster.hosts if h.spare and h.name not in busy]
+
+    def move(self, host: str, spare: str, why: str) -> list[TaskState]:
+        """Every task of ``host`` runs on the spare host ``spare`` from the next start (with new TF_CONFIGs for
+        all: a task's address changed); the run's cluster and manifest say so. The tasks moved."""
+        self.cluster = copy.deepcopy(self.cluster)  # the run's own from now: the settings it came from stay
+        self.cluster.host(spare).spare = False      # it runs tasks now: a spare no more
+        moved = []
+        for task, spec in zip(self.tasks, self.cluster.tasks):
+            if task.host == host:
+                if not task.ended:  # what ran on the lost host is gone with it: its follow ends
+                    task.change(LOST)
+                spec.host = task.host = spare
+                moved.append(task)
+                self.moved.add(task.name)
+        if spare not in self.links:
+            self.links[spare] = HostLink(self.cluster.host(spare), self._ask_host_key)
+        self._resized(f"{', '.join(t.name for t in moved)} moved from {host} to the spare host {spare} ({why})")
+        return moved
+
     def _resized(self, why: str) -> None:
         self.resizes.append({"at": time.time(), "tasks": [t.name for t in self.members], "why": why})
         if self.tf_configs is not None:
@@ -213,7 +239,9 @@ class Run:
         if resume:
             self._seed_backups(self._check_stopped(explicit))
             self.joining.clear()
-            configs = self._with_free_ports(self._member_configs(previous))
+            # Tasks moved to a spare host: new addresses, so a new TF_CONFIG for every task.
+            configs = self._new_configs() if self.moved else self._with_free_ports(self._member_configs(previous))
+            self.moved.clear()
         else:
             configs = self._new_configs()
         self.tf_configs = configs
@@ -417,7 +445,9 @@ class Run:
             raise RunError(f"{', '.join(running)} of run {self.run_id} still running",
                            f"follow it with tfcc attach {self.run_id}, or stop it with tfcc stop {self.run_id} "
                            "before resuming")
-        missing = [t for t in self.members if statuses[t.name] is None]
+        # A task moved to a spare host has no folder there yet: it starts afresh (a worker of tfcc's trainer gets
+        # a copy of the newest backup first).
+        missing = [t for t in self.members if statuses[t.name] is None and t.name not in self.moved]
         backed_up = [name for name, s in statuses.items() if s is not None and s.get("backups")]
         seedable = not self.cluster.training.script and not self.cluster.parameter_server and \
             all(t.name in self._training_tasks() for t in missing)
@@ -456,6 +486,7 @@ class Run:
         (``reconnecting``) and of its end (``reconnected``).
         """
         link = self.links[task.host]
+        host = task.host  # a task an elastic run moves to a spare host is followed there by a new follow
         backoff = {"delay": 0.2, "heard": False}  # reset by the first message a follow delivers
         outage: float | None = None
         current = {"follow": None}  # the follow now delivering (held by the backlog when it is over its mark)
@@ -473,7 +504,10 @@ class Run:
             if kind in (METRICS_MESSAGE, LOG_MESSAGE):
                 self.backlog.delivered(current["follow"], message)
 
-        while not self._stop.is_set() and task.name not in self.left:
+        def gone() -> bool:
+            return task.name in self.left or task.host != host
+
+        while not self._stop.is_set() and not gone():
             client = None
             try:
                 client = link.connect()
@@ -484,7 +518,7 @@ class Run:
                                       "after": round(time.monotonic() - outage, 1)})
                     outage = None
                 while not handle.done.wait(0.5):
-                    if self._stop.is_set() or task.name in self.left:
+                    if self._stop.is_set() or gone():
                         link.close(client)
                         return
                 if handle.end is not None:
@@ -510,7 +544,7 @@ class Run:
                 on_message(task, {"type": RECONNECTING, "host": task.host, "error": error,
                                   "first": not backoff["heard"]})
             deadline = time.monotonic() + backoff["delay"]  # the pause before the next try, ended by a leave
-            while time.monotonic() < deadline and task.name not in self.left:
+            while time.monotonic() < deadline and not gone():
                 if self._stop.wait(min(0.2, max(0.0, deadline - time.monotonic()))):
                     return
             backoff["delay"] = min(backoff["delay"] * 2, 5.0)

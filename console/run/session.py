@@ -21,8 +21,10 @@ import time
 from agent.protocol import (END, ENDED, ERROR, FAILED, FINISHED, FOLLOWING, LOG_MESSAGE, LOST, METRICS,
                             METRICS_MESSAGE, RUNNING, STARTING, STDERR, STOPPED, TRAINING, WAITING, task_name)
 from console import text
+from console.errors import RunError
 from console.run.runner import Run
-from console.run.supervisor import OFFER, RESTART, WATCHDOG_SECONDS, Supervisor  # noqa: F401  (OFFER: its choices)
+from console.run.supervisor import (OFFER, REMOVE_HOST, RESTART, TAKE_BACK, WATCHDOG_SECONDS,  # noqa: F401
+                                    Supervisor)  # (OFFER: its choices)
 from console.states import (FOLLOW_ERROR, RECONNECTED, RECONNECTING, Listener, Mark, SessionEvent, SessionKind,
                             TaskState)
 from console.store.cache import CONSOLE_TASK, History
@@ -144,6 +146,20 @@ class RunSession:
         self.run.detach()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(5)
+
+    def remove_host(self, host: str) -> None:
+        """Go on without ``host`` now (an elastic run: its tasks leave, the others restart from their newest
+        backup); a RunError that says why not, at once, when the run cannot (supervision does it on its thread)."""
+        problem = self.supervisor.removal_problem(host)
+        if problem:
+            raise RunError(f"run {self.run.run_id} cannot go on without {host}: {problem}")
+        self.supervisor.ask(REMOVE_HOST, host)
+
+    def take_back(self, host: str) -> None:
+        """Take back ``host``, which the run goes on without: its tasks rejoin at the next backup once it answers."""
+        if not any(t.host == host for t in self.run.tasks if t.name in self.run.left):
+            raise RunError(f"run {self.run.run_id} has no task on {host} that left it")
+        self.supervisor.ask(TAKE_BACK, host)
 
     def stop(self, grace: float = 10.0) -> list[dict]:
         """Stop every task (the person asked: their ends are no failures to restart from)."""

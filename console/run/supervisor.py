@@ -42,6 +42,8 @@ LOST_PEER = "lost contact with another task of the cluster"  # how trainer.train
 SUSPENDED = "is stopped (SIGSTOP: a debugger, Ctrl-Z or a job scheduler froze it) and answers no peer"
 LOST_AFTER = 30.0  # an elastic run goes on without a host that has not answered for this long after a failure
 PROBE_SECONDS = 10.0  # how often an elastic run asks whether a host it went on without answers again
+REMOVE_HOST, TAKE_BACK = "remove", "take back"  # what a person may ask of an elastic run's host
+REMOVED_BY_YOU = "removed by you"  # why a task left that its host is not asked again for (until taken back)
 
 
 # ============================================================================ judging a failure
@@ -272,6 +274,7 @@ class Supervisor:
         self.lost_after = LOST_AFTER
         self.probe_seconds = PROBE_SECONDS
         self._back: set[str] = set()
+        self._asked: list[tuple[str, str]] = []  # a person's asks, (REMOVE_HOST | TAKE_BACK, host), for the next tick
         self._probing: dict[str, threading.Thread] = {}
         self._probed = 0.0
         self._grow_due = False
@@ -379,7 +382,7 @@ class Supervisor:
     def tick(self) -> None:
         """What the session's thread does after each batch: the watchdogs, and supervision when a task failed."""
         for step in (self._check_stalls, self._stop_at_nan, self._end_servers, self._supervise,
-                     self._check_watchdog, self._probe_the_left, self._grow):
+                     self._check_watchdog, self._on_asks, self._probe_the_left, self._grow):
             try:
                 step()
             except Exception:
@@ -506,11 +509,9 @@ class Supervisor:
         # TensorFlow ignores SIGTERM while it waits: SIGKILL soon after. Every follow of this attempt
         # must deliver its end: one still reconnecting to a host would read beside the next attempt's.
         unstopped = self.run.stop_each(grace=2)
-        lost = self._lost(unstopped) if unstopped and self.elastic else []
-        if lost:  # the run goes on without them: their follows end, and no restart waits for them
-            unstopped = []
-            self._leave(lost, "its host did not answer for "
-                              f"{self.lost_after:.0f} s after the failure")
+        lost: list[TaskState] = []
+        if unstopped and self.elastic:  # a host lost for good: its tasks move to a spare, or the run goes on without
+            unstopped, lost = self._replace_lost(self._lost(unstopped))
         if not self.run.wait(60):
             unstopped = unstopped or [t.host for t in self.run.members if not t.ended]
         self._drain()  # the other tasks' ends: those that failed on their own are judged with the first
@@ -520,12 +521,15 @@ class Supervisor:
         gone = {t.host for t in lost}
         for host, count in self._hosts.failed([h for h in verdict.culprits if h not in gone]):
             words = HostStreaks.words(host, count)
-            if self.elastic and verdict.retryable and self._can_leave(host):
+            why = f"its host caused the last {count} failures in a row"
+            if self.elastic and verdict.retryable and self.run.spares():
+                self._say(SessionKind.HOST_FAILING, words + "; its tasks move to a spare host")
+                self._move(host, self.run.spares()[0], why.replace("its host", host))
+            elif self.elastic and verdict.retryable and self._can_leave(host):
                 self._say(SessionKind.HOST_FAILING, words + "; the run goes on without it")
-                self._leave([t for t in self.run.members if t.host == host],
-                            f"its host caused the last {count} failures in a row")
-                continue
-            self._say(SessionKind.HOST_FAILING, words)
+                self._leave([t for t in self.run.members if t.host == host], why)
+            else:
+                self._say(SessionKind.HOST_FAILING, words)
         run_id = self.run.run_id
         if self.found_failures == OFFER and all(self._ended_before_following(t) for t in failed):
             self.given_up = True  # a person decides: the window offers Resume
@@ -534,7 +538,7 @@ class Supervisor:
                                               else "fix the cause above, then Resume starts every task again from "
                                                    "their backups"))
             return
-        retryable = verdict.retryable or bool(lost)
+        retryable = verdict.retryable or bool(lost) or bool(self.run.moved)
         self.given_up = not retryable or self.restarts_left <= 0 or bool(unstopped)
         if unstopped:  # a restart beside a task that may still run would make two of it
             hosts = ", ".join(sorted(set(unstopped)))
@@ -607,18 +611,21 @@ class Supervisor:
         return [t for t in self.run.members if parse_task_name(t.name)[0] in TRAINING_ROLES and t.host != without]
 
     def _can_leave(self, host: str) -> bool:
-        """Whether the run keeps at least its ``elastic`` training tasks without ``host``'s."""
-        return len(self._training_members(without=host)) >= self.elastic
+        """Whether the run keeps at least its ``elastic`` training tasks without ``host``'s (parameter-server
+        training moves a lost host's tasks, never goes on without them: its coordinator or a ps is needed)."""
+        return not self.run.cluster.parameter_server and len(self._training_members(without=host)) >= self.elastic
 
     def _shrink_hint(self, hosts: list[str]) -> str:
         if not self.elastic:
             return ""
+        if self.run.cluster.parameter_server:
+            return f"; no spare host was left to move {', '.join(sorted(set(hosts)))}'s tasks to"
         return (f"; the run could not go on without {', '.join(sorted(set(hosts)))}: fewer than its elastic "
-                f"{self.elastic} training tasks would be left")
+                f"{self.elastic} training tasks would be left, and no spare host")
 
-    def _lost(self, unstopped: list[str]) -> list[TaskState]:
-        """The tasks of the hosts in ``unstopped`` that still do not answer a stop after ``lost_after`` s (asked
-        again meanwhile), where the run keeps its ``elastic`` training tasks without them: lost for good."""
+    def _lost(self, unstopped: list[str]) -> list[str]:
+        """The hosts in ``unstopped`` that still do not answer a stop after ``lost_after`` s (asked again
+        meanwhile): lost for good."""
         deadline = time.monotonic() + self.lost_after
         hosts = set(unstopped)
         while hosts and time.monotonic() < deadline:
@@ -626,15 +633,42 @@ class Supervisor:
                 return []
             tasks = [t for t in self.run.members if t.host in hosts]
             hosts = set(self.run.stop_each(grace=2, only=tasks))
-        lost = []
-        for host in sorted(hosts):
-            if self._can_leave(host):
-                lost += [t for t in self.run.members if t.host == host]
-        return lost
+        return sorted(hosts)
 
-    def _leave(self, tasks: list[TaskState], why: str) -> None:
+    def _replace_lost(self, hosts: list[str]) -> tuple[list[str], list[TaskState]]:
+        """Each host lost for good: its tasks move to a spare host when one is listed, else the run goes on
+        without them when it keeps its ``elastic`` training tasks. The hosts neither could help (their tasks may
+        still run there: no restart beside them), and the tasks that left."""
+        kept, left = [], []
+        why = f"its host did not answer for {self.lost_after:.0f} s after the failure"
+        for host in hosts:
+            tasks = [t for t in self.run.members if t.host == host]
+            spares = self.run.spares()
+            if spares:
+                self._move(host, spares[0], why.replace("its host", host))
+            elif self._can_leave(host):
+                self._leave(tasks, why)
+                left += tasks
+            else:
+                kept.append(host)
+        return kept, left
+
+    def _move(self, host: str, spare: str, why: str) -> None:
+        """Every task of the lost ``host`` runs on ``spare`` from the next attempt (said, and shown on each)."""
+        moved = self.run.move(host, spare, why)
+        names = ", ".join(t.name for t in moved)
+        coordinator = any(self._coordinates(t) for t in moved)
+        starts_over = (f"; {names} start{'s' if len(moved) == 1 else ''} there afresh"
+                       + (" (the coordinator's backups were on that host: training starts over)" if coordinator
+                          else ""))
+        for task in moved:
+            self._mark(task, Mark.RESTARTING, f"moved to the spare host {spare} ({why})")
+        self._say(SessionKind.RESIZED, f"run {self.run.run_id}: {names} moved from {host} to the spare host {spare} "
+                                       f"({why}){starts_over}")
+
+    def _leave(self, tasks: list[TaskState], why: str, again: str = "") -> None:
         """The run goes on without ``tasks`` (said, and shown on each); they rejoin at a backup once their host
-        answers again."""
+        answers again (``again``: when else)."""
         hosts = sorted({t.host for t in tasks})
         self.run.leave(tasks, why)
         self._back -= set(hosts)
@@ -644,7 +678,70 @@ class Supervisor:
                                        f"training tasks: {', '.join(f'{t.name} on {t.host}' for t in tasks)} left "
                                        f"the run ({why}); the same global batch is split over the tasks left; "
                                        f"{'they rejoin' if len(tasks) > 1 else 'it rejoins'} at the next backup "
-                                       f"once {', '.join(hosts)} answers again")
+                                       + (again or f"once {', '.join(hosts)} answers again"))
+
+    # ------------------------------------------------------------ a person's remove and take back
+
+    def removal_problem(self, host: str) -> str | None:
+        """Why the run cannot go on without ``host`` now (one line that says what to do), or None."""
+        if not self.elastic:
+            return ("the run is not elastic: set training.elastic in its cluster file (the fewest training tasks "
+                    "it goes on with) for a new run")
+        if not any(t.host == host for t in self.run.members):
+            return f"no task of the run runs on {host}"
+        if not self._can_leave(host):
+            return (f"without {host} the run would have fewer than its elastic {self.elastic} training tasks"
+                    if not self.run.cluster.parameter_server else
+                    "parameter-server training moves a lost host's tasks to a spare, never goes on without them")
+        if self.given_up or self.stop_requested or all(t.ended for t in self.run.members):
+            return "the run is not running"
+        return None
+
+    def ask(self, what: str, host: str) -> None:
+        """A person asks (any thread): ``REMOVE_HOST`` (the run goes on without it, now) or ``TAKE_BACK`` (one it
+        goes on without, at the next backup once it answers); done on the session's thread at its next tick."""
+        self._asked.append((what, host))
+
+    def _on_asks(self) -> None:
+        while self._asked:
+            what, host = self._asked.pop(0)
+            if what == TAKE_BACK:
+                for task in self.run.tasks:
+                    if task.host == host and self.run.left.get(task.name) == REMOVED_BY_YOU:
+                        self.run.left[task.name] = "taken back by you: it rejoins at the next backup"
+                self._probed = 0.0  # ask it now
+                continue
+            problem = self.removal_problem(host)
+            if problem or self.restarting:
+                self._say(SessionKind.ALERT, f"run {self.run.run_id}: cannot go on without {host}: "
+                                             f"{problem or 'a restart is under way; ask again once it is done'}")
+                continue
+            self.restarting = True
+            try:
+                unstopped = self._stop_for_resize()
+                leaving = [t for t in self.run.members if t.host == host]
+                if [h for h in unstopped if h != host]:
+                    self.given_up = True
+                    self._say(SessionKind.GAVE_UP, f"run {self.run.run_id}: its tasks on {', '.join(unstopped)} "
+                                                   f"could not be stopped to go on without {host}; once they answer: "
+                                                   f"tfcc stop {self.run.run_id}, then tfcc resume {self.run.run_id}")
+                    return
+                self._leave(leaving, REMOVED_BY_YOU, again="once you take it back")
+                self._next_attempt(f"going on without {host}: restarting on {len(self._training_members())} "
+                                   "training tasks",
+                                   f"attempt {{attempt}} started on {len(self._training_members())} training tasks, "
+                                   f"without {host}")
+            finally:
+                self.restarting = False
+
+    def _stop_for_resize(self) -> list[str]:
+        """Stop every member before the run restarts with other members: their ends say ``stopped`` (no failure to
+        judge); the hosts that did not answer."""
+        unstopped = self.run.stop_each(grace=10)
+        self.run.wait(60)
+        self._drain()
+        self._failed = []
+        return unstopped
 
     def _probe_the_left(self) -> None:
         """Ask, now and then, each host the run went on without whether it answers again (on a thread of its own:
@@ -653,7 +750,8 @@ class Supervisor:
                 or time.monotonic() - self._probed < self.probe_seconds):
             return
         self._probed = time.monotonic()
-        hosts = {t.host for t in self.run.tasks if t.name in self.run.left} - self._back
+        hosts = {t.host for t in self.run.tasks if t.name in self.run.left
+                 and self.run.left[t.name] != REMOVED_BY_YOU} - self._back
         for host in sorted(hosts):
             if host in self._probing and self._probing[host].is_alive():
                 continue
@@ -696,14 +794,7 @@ class Supervisor:
             words = f"{', '.join(hosts)} answers again"
             self._say(SessionKind.RESIZED, f"run {self.run.run_id}: {words}: restarting with "
                                            f"{', '.join(t.name for t in joining)} again from the backup just made")
-            self.stop_requested = True  # the ends of this stop are no failures
-            try:
-                unstopped = self.run.stop_each(grace=10)
-                self.run.wait(60)
-                self._drain()
-            finally:
-                self.stop_requested = False
-            self._failed = []
+            unstopped = self._stop_for_resize()
             if unstopped:
                 self.given_up = True
                 self._say(SessionKind.GAVE_UP, f"run {self.run.run_id}: its tasks on {', '.join(unstopped)} could "

@@ -358,6 +358,13 @@ MANIFESTS = {
     "tf-config-not-json": (json.dumps({**json.loads(manifest("broken")),
                                        "tasks": [{"name": "worker-0", "host": "local", "tf_config": "{"}]}).encode(),
                            "stop"),
+    "left-not-words": (json.dumps({**json.loads(manifest("broken")),
+                                   "tasks": [{**json.loads(manifest("broken"))["tasks"][0], "left": 7}]}).encode(),
+                       "attach"),
+    "every-task-left": (json.dumps({**json.loads(manifest("broken")),
+                                    "tasks": [{**json.loads(manifest("broken"))["tasks"][0], "left": "gone"}]}).encode(),
+                        "resume"),
+    "resizes-not-a-list": (json.dumps({**json.loads(manifest("broken")), "resizes": "3 → 2"}).encode(), "stop"),
 }
 
 

@@ -528,3 +528,24 @@ def test_what_a_task_writes_reaches_the_terminal_as_text_never_as_escape_sequenc
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out
     assert "\\x1b]0;owned\\x07\\x1b[2Jcleared" in out and "50%\n100%" in out and "\\x1b[31mred\\x1b[0m" in out
+
+
+def test_runs_says_each_change_of_an_elastic_runs_size(homes, capsys):
+    import dataclasses
+
+    from console.store.manifests import read_manifest, write_manifest
+    from tests.helpers.scripted import finished_run
+
+    finished_run(homes, "grew", epochs=1, steps=5)
+    saved = read_manifest("grew")
+    resizes = [{"at": 1.0, "tasks": ["worker-0"], "why": "its host did not answer for 30 s after the failure"},
+               {"at": 2.0, "tasks": ["worker-0", "worker-1"], "why": "here answers again"}]
+    write_manifest(dataclasses.replace(saved, resizes=resizes))
+    assert main(["runs", "--timeout", "5"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("grew"))
+    assert lines[at + 1].split(None, 1)[1] == (
+        "size: 2 tasks → 1 (worker-1 left: its host did not answer for 30 s after the failure) → 2 (worker-1 back: "
+        "here answers again)")
+    assert main(["runs", "--json", "--timeout", "5"]) == 0
+    assert {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}["grew"]["resizes"] == resizes

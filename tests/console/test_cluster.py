@@ -168,3 +168,25 @@ def test_the_tf_config_of_an_elastic_run_that_shrank_counts_its_members_only():
     config = json.loads(c.tf_config(3, ports, members={0, 3}))
     assert config == {"cluster": {"worker": ["localhost:5000", "localhost:5003"]}, "task": {"type": "worker", "index": 1}}
     assert c.tf_config(1, ports) == c.tf_config(1, ports, members={0, 1, 2, 3})
+
+
+PS_CLUSTER = ('[[hosts]]\nname = "a"\naddress = "10.0.0.1"\n[[hosts]]\nname = "b"\naddress = "10.0.0.2"\n'
+              '[[hosts]]\nname = "c"\naddress = "10.0.0.3"\nspare = true\n'
+              '[[tasks]]\nhost = "a"\nrole = "chief"\n[[tasks]]\nhost = "a"\n[[tasks]]\nhost = "b"\nrole = "ps"\n')
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda t: t + "[training]\nelastic = 1\n", None),
+    (lambda t: t, "hosts[2] (c) is a spare, which only an elastic run uses: set training.elastic"),
+    (lambda t: t.replace("spare = true\n", "") + "[training]\nelastic = 1\n", None),  # its spare used
+    (lambda t: t.replace('host = "b"\nrole = "ps"', 'host = "c"\nrole = "ps"') + "[training]\nelastic = 1\n",
+     "hosts[2] (c) is a spare, but tasks[2] runs on it; a spare runs no task until a host is lost"),
+], ids=["ps-with-a-spare", "spare-without-elastic", "ps-elastic-spare-used", "busy-spare"])
+def test_spare_hosts_serve_an_elastic_run_and_run_nothing(edit, expected):
+    if expected is None:
+        c = cl.loads(edit(PS_CLUSTER))
+        assert cl.loads(cl.dumps(c)) == c
+        return
+    with pytest.raises(ClusterFileError) as err:
+        cl.loads(edit(PS_CLUSTER))
+    assert expected in str(err.value)

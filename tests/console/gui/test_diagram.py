@@ -73,3 +73,35 @@ def test_after_a_run_the_diagram_follows_the_form_with_the_runs_numbers_below(qt
     assert config["task"] == {"type": "worker", "index": 1} and len(config["cluster"]["worker"]) == 2
     diagram.copy_button.click()
     assert json.loads(QGuiApplication.clipboard().text()) == config
+
+
+def test_an_elastic_run_that_went_on_without_a_host_is_drawn_so_and_offers_it_back(qtbot, tmp_path):
+    """worker-2's host left: its box says so (grey, no replica), the batch splits over the 2 left; a right click
+    offers to take the host back, on the others to go on without theirs; a run that is not elastic offers
+    nothing."""
+    hosts = [cl.Host(name=n, address=f"10.0.0.{i + 1}") for i, n in enumerate(("a", "b", "c"))]
+    cluster = cl.Cluster(hosts, [cl.Task(host=h.name, port=4000) for h in hosts],
+                         cl.Training(per_replica_batch=16, elastic=2))
+    diagram = ClusterDiagram()
+    qtbot.addWidget(diagram)
+    diagram.resize(1280, 720)
+    diagram.set_cluster(cluster)
+    assert diagram.host_actions("worker-0") == []  # the settings, no run: nothing to ask
+    started = {"num_workers": 2, "replicas_per_worker": 1, "per_replica_batch": 24, "global_batch": 48,
+               "strategy": "multi_worker_mirrored"}
+    diagram.set_states({"worker-2": ("left", "its host did not answer for 30 s after the failure")})
+    diagram.set_run(started, {f"worker-{i}": f"10.0.0.{i + 1}:4000" for i in range(3)}, {"worker-2"})
+    shown = texts(diagram)
+    assert diagram.batch_label.text() == "global 48 = 2 workers × 1 replica × 24"
+    assert "worker: left the run" in shown and "LEFT THE RUN" in shown and "worker-2: 24" not in shown
+    assert diagram.host_actions("worker-2") == [("Take c back (at the next backup)", "take back", "c")]
+    assert diagram.host_actions("worker-0") == [("Go on without a (restart on the other hosts)", "remove", "a")]
+    asked = []
+    diagram.host_asked.connect(lambda what, host: asked.append((what, host)))
+    diagram.host_asked.emit(*diagram.host_actions("worker-2")[0][1:])
+    assert asked == [("take back", "c")]
+    diagram.grab().save(str(tmp_path / "elastic.png"))
+    cluster.training.elastic = 0
+    diagram.set_cluster(cluster)
+    diagram.set_run(started, {f"worker-{i}": f"10.0.0.{i + 1}:4000" for i in range(3)})
+    assert diagram.host_actions("worker-0") == []

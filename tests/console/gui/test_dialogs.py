@@ -164,3 +164,12 @@ def test_a_host_can_hold_the_evaluator_beside_its_chief(qtbot):
     assert [t.role for t in d.tasks()] == ["chief", "ps", "evaluator"]
     again = dialog(qtbot, host=d.host(), tasks=d.tasks())
     assert (again.workers.value(), again.ps.value(), again.evaluator.isChecked()) == (1, 1, True)
+
+
+def test_a_spare_host_is_kept_and_runs_no_task(qtbot):
+    spare = dialog(qtbot, host=cl.Host(name="gpu9", address="10.0.0.19", spare=True), tasks=[])
+    assert spare.spare.isChecked() and spare.host().spare and spare.tasks() == []
+    plain = dialog(qtbot, host=cl.Host(name="gpu1", address="10.0.0.11"))
+    assert not plain.host().spare and len(plain.tasks()) == 1
+    plain.spare.setChecked(True)
+    assert plain.host().spare and plain.tasks() == []

@@ -106,3 +106,14 @@ def test_a_scripts_keys_round_trip_through_the_form_and_the_file(form, qtbot, tm
     form.workload.setCurrentText("digits")
     assert (t.script, t.workdir) == ("", "") and t.keras == "tf-keras"
     cl.validate(form.cluster)
+
+
+def test_elastic_is_edited_in_the_form_and_kept(form, qtbot):
+    assert form.elastic.value() == 0 and form.elastic.text() == "elastic: off"
+    with qtbot.waitSignal(form.cluster_changed):
+        form.elastic.setValue(1)
+    assert form.cluster.training.elastic == 1 and form.elastic.text() == "elastic: 1"
+    elastic = cl.default()
+    elastic.training.elastic = 2
+    form.set_cluster(elastic)
+    assert form.elastic.value() == 2

@@ -3,6 +3,7 @@ out and the run goes on with the same global batch; the host back, the run takes
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -10,9 +11,11 @@ import time
 import pytest
 
 from console import cluster as cl
+from console.errors import RunError
 from console.run.runner import Run
 from console.run.session import RunSession
 from console.states import SessionKind
+from console.store.manifests import read_manifest
 from trainer.metrics import read_records
 
 EPOCHS = 24  # long enough on 2 workers (about 1.3 s an epoch) to take the host back mid-run
@@ -118,3 +121,80 @@ def test_an_elastic_run_goes_on_without_a_lost_host_and_takes_it_back(three_ssh_
     finally:
         plain.detach()
     assert abs(elastic - finished_accuracy(ssh_env / "local-home" / "runs" / "whole1" / "worker-0")) <= 0.01
+
+
+@pytest.mark.slow
+def test_parameter_server_training_moves_a_lost_ps_host_to_the_spare_and_finishes(three_ssh_hosts, ssh_env):
+    """Chief and worker on one host, the ps on another, a spare third: the ps host removed for good, the ps
+    task moves to the spare (every task gets a TF_CONFIG with its new address), the coordinator takes up its
+    backup, and the run finishes there."""
+    hosts = three_ssh_hosts
+    hosts.known_hosts(ssh_env / "known_hosts")
+    a, b, c = hosts.hosts
+    machines = [cl.Host(name=h.name, address=h.address, user="root", key=str(hosts.client_key),
+                        python=sys.executable, spare=h is c) for h in hosts.hosts]
+    tasks = [cl.Task(host=a.name, role="chief"), cl.Task(host=a.name), cl.Task(host=b.name, role="ps")]
+    run = Run(cl.Cluster(machines, tasks, cl.Training(epochs=12, elastic=1)), "spare1")
+    run.start()
+    session = RunSession(run)
+    session.supervisor.lost_after = 10.0
+    watch = Watch(session)
+    epochs = []
+    session.subscribe(lambda e: epochs.extend(r for r in e.records if r.get("type") == "epoch")
+                      if e.kind == SessionKind.RECORDS and e.task.name == "chief-0" else None)
+    session.follow()
+    try:
+        watch.wait(lambda: len(epochs) >= 2, 240)
+        hosts.remove(b)
+        watch.wait(lambda: any(kind == SessionKind.RESIZED and "moved" in words for _, kind, words in watch.said),
+                   240)
+        assert session.wait(400)
+    finally:
+        session.detach()
+        run.stop_each(grace=0)
+        hosts.bring_back(b)
+    said = [s[1:] for s in watch.said]
+    assert ("resized", f"run spare1: ps-0 moved from {b.name} to the spare host {c.name} ({b.name} did not answer "
+                       "for 10 s after the failure); ps-0 starts there afresh") in said
+    assert {t.name: (t.host, t.phase) for t in run.tasks} == {
+        "chief-0": (a.name, "finished"), "worker-0": (a.name, "finished"), "ps-0": (c.name, "finished")}, said
+    config = json.loads((c.tfcc_home / "runs" / "spare1" / "ps-0" / "tf_config.json").read_text())
+    assert config["cluster"]["ps"] == [run.tasks[2].address] and run.tasks[2].address.startswith(c.address)
+    assert finished_accuracy(a.tfcc_home / "runs" / "spare1" / "chief-0") >= 0.9
+    assert read_manifest("spare1").tasks == [("chief-0", a.name), ("worker-0", a.name), ("ps-0", c.name)]
+
+
+@pytest.mark.slow
+def test_a_person_removes_a_host_from_a_running_elastic_run_and_takes_it_back(ssh_env):
+    """Two local hosts: "there" removed by a person, the run goes on with the two tasks left at once; taken back,
+    its task rejoins at the next backup; every task finishes. A run that cannot go on without a host says why."""
+    machines = [cl.Host(name="here", local=True), cl.Host(name="there", local=True)]
+    tasks = [cl.Task(host="here"), cl.Task(host="here"), cl.Task(host="there")]
+    run = Run(cl.Cluster(machines, tasks, cl.Training(epochs=EPOCHS, per_replica_batch=BATCH, backup_seconds=2.0,
+                                                     elastic=2)), "byhand1")
+    run.start()
+    session = RunSession(run)
+    session.supervisor.probe_seconds = 1.0
+    watch = Watch(session)
+    session.follow()
+    try:
+        watch.wait(lambda: len(watch.steps) >= 10, 240)
+        with pytest.raises(RunError, match="cannot go on without here: without here the run would have fewer than "
+                                           "its elastic 2 training tasks"):
+            session.remove_host("here")
+        session.remove_host("there")
+        watch.wait(lambda: any(r["num_workers"] == 2 for _, _, r in watch.started), 240)
+        assert run.tasks[2].phase == "left the run" and run.left == {"worker-2": "removed by you"}
+        removed = next(at for at, _, r in watch.started if r["num_workers"] == 2)
+        watch.wait(lambda: any(at > removed and name == "worker-1" for at, name in watch.steps), 120)
+        session.take_back("there")
+        watch.wait(lambda: any(r["num_workers"] == 3 and at > removed for at, _, r in watch.started), 240)
+        assert session.wait(400)
+    finally:
+        session.detach()
+        run.stop_each(grace=0)
+    said = [s[1:] for s in watch.said]
+    assert [t.phase for t in run.tasks] == ["finished"] * 3, said
+    assert ("resized", "run byhand1 goes on with 2 training tasks: worker-2 on there left the run (removed by you); "
+                       "the same global batch is split over the tasks left; it rejoins at the next backup once you "
+                       "take it back") in said

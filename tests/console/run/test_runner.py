@@ -276,3 +276,25 @@ def test_delete_leaves_another_consoles_tasks_and_a_process_without_its_supervis
         lingering.detach()
     assert wait_until(lambda: catalog.delete_run("orphaned") is not None, 30)
     assert not folder.exists()
+
+
+def test_an_elastic_runs_members_are_kept_in_its_manifest_and_loaded_again(homes):
+    """Who left and each change of size survive the console: a later console's Run follows, starts and stops
+    the members only, and the task that left is in the phase that says so."""
+    from console.store.manifests import Manifest, write_manifest
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here", port=5000 + i) for i in range(3)],
+                         cl.Training(elastic=2))
+    configs = [cluster.tf_config(0, members={0, 2}), cluster.tf_config(1), cluster.tf_config(2, members={0, 2})]
+    resizes = [{"at": 1.0, "tasks": ["worker-0", "worker-2"], "why": "removed by you"}]
+    write_manifest(Manifest("el", cluster, [(n, "here") for n in cluster.task_names()], configs,
+                            {"worker-1": "removed by you"}, resizes))
+    run = Run.load("el")
+    assert run.left == {"worker-1": "removed by you"} and run.resizes == resizes
+    assert [t.name for t in run.members] == ["worker-0", "worker-2"]
+    assert [t.phase for t in run.tasks] == ["starting", "left the run", "starting"]
+    assert [t.address for t in run.tasks] == ["localhost:5000", "localhost:5001", "localhost:5002"]
+    assert json.loads(configs[2])["task"] == {"type": "worker", "index": 1}  # worker-2 is worker 1 of 2
+    run.rejoin([run.tasks[1]], "here answers again")
+    again = read_manifest("el")
+    assert again.left == {} and [r["tasks"] for r in again.resizes] == [["worker-0", "worker-2"],
+                                                                         ["worker-0", "worker-1", "worker-2"]]
