@@ -222,9 +222,12 @@ def ask_hosts(infos: list[RunInfo], ask_host_key=None, timeout: float = HOST_ASK
     lock = threading.Lock()
 
     def ask(info: RunInfo, run) -> None:
-        phases, stopped = {name: LEFT for name in run.left}, []
+        phases, stopped = {}, []
         try:
-            for task in run.members:
+            for task in run.tasks:  # a task an elastic run went on without: its host is not asked
+                if task.name in run.left:
+                    phases[task.name], stopped = LEFT, stopped + [False]
+                    continue
                 status = run.links[task.host].connect().call(STATUS, timeout=timeout, run_id=run.run_id,
                                                              task=task.name)
                 phases[task.name] = status["phase"]

@@ -159,7 +159,11 @@ def _follow(run: Run, printer: Printer, stop_on_exit: bool, watchdog: float = WA
               file=sys.stderr)
         return 130
     session.detach()
-    failed = [t for t in run.tasks if t.phase != FINISHED]
+    failed = [t for t in run.members if t.phase != FINISHED]
+    for t in run.tasks:
+        if t.name in run.left:
+            print(f"tfcc: {t.name} on {t.host} left the run ({run.left[t.name]}); the others went on without it",
+                  file=sys.stderr)
     for t in failed:
         print(f"tfcc: {t.name} on {t.host} ended {text.outcome_text(t.phase, t.exit)}; "
               f"its log: tfcc logs {run.run_id} {t.name}", file=sys.stderr)
@@ -215,9 +219,15 @@ def cmd_attach(ns) -> int:
 
 def cmd_stop(ns) -> int:
     run = Run.load(ns.run)
-    for task, result in zip(run.tasks, run.stop(grace=ns.grace)):
+    for task, result in zip(run.members, run.stop(grace=ns.grace)):
         state = "stopped" if result["stopped"] else "was not running"
         print(f"{task.name} on {task.host}: {state}{' (killed after the grace period)' if result.get('killed') else ''}")
+    left = [t for t in run.tasks if t.name in run.left]  # may still run where a network cut it off: asked too
+    silent = run.stop_each(grace=ns.grace, only=left) if left else []
+    for task in left:
+        print(f"{task.name} on {task.host}: left the run earlier; "
+              + ("its host does not answer (if it comes back, tfcc stop again)" if task.host in silent
+                 else "not running there now"))
     run.detach()
     return 0
 

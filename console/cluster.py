@@ -556,13 +556,14 @@ def _elastic_rules(cluster: Cluster) -> None:
     each = per_task.pop()
     total = len(training) * each
     batch = t.global_batch or t.per_replica_batch * total
-    sizes = [n for n in range(t.elastic, len(training) + 1) if batch % (n * each)]
+    # The sizes it may shrink to (the full size's split is the trainer's own rule, said with or without elastic).
+    sizes = [n for n in range(t.elastic, len(training)) if batch % (n * each)]
     if sizes:
         step = math.lcm(*range(t.elastic * each, total + 1, each))
         ways = [f"make it a multiple of {step}" + (f" (training.global_batch = {max(step, round(batch / step) * step)})"
                                                  if step <= MAX_BATCH else "")]
-        if max(sizes) < len(training):
-            ways.append(f"raise elastic to {max(sizes) + 1}")
+        ways.append(f"raise elastic to {max(sizes) + 1}" + (" (it then never goes on with fewer tasks)"
+                                                           if max(sizes) + 1 == len(training) else ""))
         raise ClusterFileError(f"the global batch {batch} cannot be kept on {text_list(sizes)} training tasks "
                                f"(training.elastic is {t.elastic}): it must split evenly over their replicas; "
                                + ", or ".join(ways))

@@ -161,7 +161,7 @@ class SessionKind:
     """A ``SessionEvent``'s kind."""
 
     RECORDS = "records"                    # a batch of a task's decoded records (``records``, ``batch``)
-    TRAINING_STARTED = "training_started"  # the run's first ``started`` event, or the first after a change of size
+    TRAINING_STARTED = "training_started"  # the first ``started`` event of each attempt (its batch plan)
     LOG = "log"                            # a task's output (``stream``, ``text``)
     CONNECTION = "connection"              # a task's follow lost or regained its host (``message``, ``text``)
     PHASE = "phase"                        # a task's phase changed (``message``: ``from``, ``to``)

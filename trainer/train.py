@@ -222,8 +222,11 @@ def elastic_plan(opts: Options, kept: dict | None, make):
     except ConfigError as exc:
         if kept is None:
             raise
+        why = str(exc).split("; ")[0].replace("--global-batch", "the global batch")
         raise ConfigError(f"this elastic run keeps the global batch of its first attempt ({kept['global_batch']} "
-                          f"on {kept.get('num_workers', '?')} workers), which cannot be kept here: {exc}") from None
+                          f"on {kept.get('num_workers', '?')} workers), which cannot be kept here ({why}); resume it "
+                          "on a number of workers it splits over, or start a new run with a global batch that splits "
+                          "over every size it may take (training.global_batch)") from None
 
 
 def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:

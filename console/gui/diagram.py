@@ -328,14 +328,20 @@ class ClusterDiagram(QWidget):
             return [(f"Take {task.host} back (at the next backup)", TAKE_BACK, task.host)]
         return [(f"Go on without {task.host} (restart on the other hosts)", REMOVE_HOST, task.host)]
 
-    def _on_task_menu(self, name: str, where) -> None:
+    def task_menu(self, name: str) -> QMenu | None:
+        """The menu a right click on task ``name`` opens (None: nothing to offer)."""
         actions = self.host_actions(name)
         if not actions:
-            return
+            return None
         menu = QMenu(self)
         for words, what, host in actions:
             menu.addAction(words, lambda what=what, host=host: self.host_asked.emit(what, host))
-        menu.exec(where)
+        return menu
+
+    def _on_task_menu(self, name: str, where) -> None:
+        menu = self.task_menu(name)
+        if menu is not None:
+            menu.exec(where)
 
     def _on_task_clicked(self, name: str) -> None:
         task = next((t for h in self.hosts for t in h.tasks if t.name == name), None)

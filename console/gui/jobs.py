@@ -143,7 +143,7 @@ class RunBridge(QObject):
     start_failed = Signal(str)            # why, in words
     _start_failed_for = Signal(object, str)  # the session whose start failed, why (to the UI thread)
     deploy_progressed = Signal(str, int, int)  # host, bytes sent, bytes total
-    training_started = Signal(dict)       # the run's first "started" record (its batch plan), again on a resize
+    training_started = Signal(dict)       # each attempt's first "started" record (its batch plan)
     logs_received = Signal()              # tasks wrote: ``take_logs`` has their lines (said once till taken)
     task_ended = Signal(str, str)         # task, how it ended in words (console.text)
     watchdog_fired = Signal(str)

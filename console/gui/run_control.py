@@ -246,8 +246,8 @@ class RunControl(QObject):
         self.dashboard.set_ended()
         run = self.session.run
         if run is not None:
-            failed = [t.name for t in run.tasks if t.phase not in (FINISHED, STOPPED)]
-            stopped = any(t.phase == STOPPED for t in run.tasks)
+            failed = [t.name for t in run.members if t.phase not in (FINISHED, STOPPED)]
+            stopped = any(t.phase == STOPPED for t in run.members)
             self._show_header(run_state([t.phase for t in run.tasks], [t.phase == STOPPED for t in run.tasks]))
             self.reported.emit(f"Run {run.run_id} " + (
                 f"ended; not finished: {', '.join(failed)} (Resume starts every task again from their backups)"

@@ -26,7 +26,7 @@ from agent.protocol import (CHECK_PORTS, FINISHED, FIREWALL, LOST, LOG_MESSAGE, 
 from console import cluster as cl
 from console import exposure, text
 from console.errors import RunError, TfccError
-from console.remote.channel import AgentRequestError
+from console.remote.channel import AgentRequestError, AgentTimeout
 from console.remote.deploy import make_bundle
 from console.remote.link import HostLink
 from console.remote.ssh import SSHError
@@ -127,10 +127,7 @@ class Run:
         saved = read_manifest(run_id)
         run = cls(saved.cluster, run_id, ask_host_key)
         run.tf_configs = saved.tf_configs
-        run.left, run.resizes = dict(saved.left), list(saved.resizes)
-        for task in run.tasks:
-            if task.name in run.left:
-                task.leave()
+        run._take_membership(saved)
         for task, config in zip(run.tasks, run.tf_configs):
             try:
                 task.address = task_address(task.name, config)
@@ -199,7 +196,21 @@ class Run:
 
     def _write_manifest(self, configs: list[str]) -> None:
         write_manifest(Manifest(self.run_id, self.cluster, [(t.name, t.host) for t in self.tasks], configs,
-                                dict(self.left), list(self.resizes)))
+                                dict(self.left), list(self.resizes), sorted(self.moved)))
+
+    def _take_membership(self, saved: Manifest) -> None:
+        """What the manifest says of an elastic run's members (who left, each change of size, who moved to a spare
+        and has no folder there yet): a resume or a later console goes on from there."""
+        self.left, self.resizes, self.moved = dict(saved.left), list(saved.resizes), set(saved.moved)
+        for task in self.tasks:
+            if task.name in self.left:
+                task.leave()
+
+    def mark_left(self, name: str, why: str) -> None:
+        """Say anew why task ``name`` is out of the run (a person took its host back: it is asked again)."""
+        self.left[name] = why
+        if self.tf_configs is not None:
+            self._write_manifest(self.tf_configs)
 
     # ----------------------------------------------------------------- start
 
@@ -240,8 +251,8 @@ class Run:
             self._seed_backups(self._check_stopped(explicit))
             self.joining.clear()
             # Tasks moved to a spare host: new addresses, so a new TF_CONFIG for every task.
-            configs = self._new_configs() if self.moved else self._with_free_ports(self._member_configs(previous))
-            self.moved.clear()
+            moved, self.moved = bool(self.moved), set()
+            configs = self._new_configs() if moved else self._with_free_ports(self._member_configs(previous))
         else:
             configs = self._new_configs()
         self.tf_configs = configs
@@ -422,6 +433,7 @@ class Run:
         if not exists:
             raise RunError(f"there is no run {self.run_id} to resume", "tfcc runs lists the runs of this console")
         saved = read_manifest(self.run_id)
+        self._take_membership(saved)  # a run made anew from its cluster (a window's Resume) knows it from here
         theirs = saved.tasks
         ours = [(t.name, t.host) for t in self.tasks]
         if theirs != ours:
@@ -644,6 +656,8 @@ class Run:
                                                             task=task.name, grace=grace, done=done)
             except TfccError as exc:
                 log.warning("could not stop %s of run %s: %s", task.name, self.run_id, exc)
+                if isinstance(exc, AgentTimeout):  # a host gone silent: the next call connects anew (or fails fast)
+                    self.links[task.host].drop()
                 return exc
 
         return at_once([(t,) for t in tasks], stop)

@@ -63,7 +63,8 @@ def plan_seeding(statuses: dict[str, dict | None], joining=frozenset()) -> Seedi
         return None
     else:
         newest = max(max(steps) for steps in training.values() if steps)
-    recipients = sorted(name for name, steps in training.items() if newest not in steps)
+    # A task that rejoins gets the others' copy even of a step it holds: its own may be a save the others cut short.
+    recipients = sorted(name for name, steps in training.items() if newest not in steps or name in joining)
     if not recipients:
         return None
     donor = min(name for name, steps in training.items() if newest in steps and name not in joining)

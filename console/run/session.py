@@ -59,9 +59,10 @@ def _thin(kept: list[dict]) -> None:
     kept[:] = older[-half:] + kept[-half:]
 
 
-def _resized(before: dict, now: dict) -> bool:
-    """Whether a ``started`` event says the run trains on another number of workers than ``before`` did."""
-    return now.get("attempt") != before.get("attempt") and now.get("num_workers") != before.get("num_workers")
+def _later(before: dict, now: dict) -> bool:
+    """Whether a ``started`` event is of a later attempt than ``before`` (an elastic run's new size, a task moved to
+    a spare host: the diagram draws each attempt's own)."""
+    return number(now.get("attempt")) > number(before.get("attempt"))
 
 
 def _trains(record: dict) -> bool:
@@ -87,7 +88,7 @@ class RunSession:
             task.on_change = self._on_task_changed
         self._script = bool(run.cluster.training.script)
         self._tf_log: dict[str, str] = {}         # task -> the end of its stderr while its cluster forms
-        # The run's first "started" event (its batch plan), or the first after an elastic run changed size.
+        # The first "started" event (its batch plan) of the newest attempt.
         self.started_record: dict | None = None
         self._listeners: list[Listener] = []
         # What it receives, kept in this console's state folder (console.store.cache); None: not kept.
@@ -158,7 +159,10 @@ class RunSession:
     def take_back(self, host: str) -> None:
         """Take back ``host``, which the run goes on without: its tasks rejoin at the next backup once it answers."""
         if not any(t.host == host for t in self.run.tasks if t.name in self.run.left):
-            raise RunError(f"run {self.run.run_id} has no task on {host} that left it")
+            away = sorted({t.host for t in self.run.tasks if t.name in self.run.left})
+            raise RunError(f"run {self.run.run_id} has no task on {host} that left it",
+                           f"take back one of the hosts it goes on without: {', '.join(away)}" if away
+                           else "every task is in the run")
         self.supervisor.ask(TAKE_BACK, host)
 
     def stop(self, grace: float = 10.0) -> list[dict]:
@@ -416,7 +420,7 @@ class RunSession:
             elif name == Event.BACKED_UP and ingest:
                 supervisor.backed_up(task, r)
             elif name == Event.STARTED:
-                if self.started_record is None or _resized(self.started_record, r):
+                if self.started_record is None or _later(self.started_record, r):
                     self.started_record = r
                 supervisor.started(task, r)
             elif name == Event.FAILED:

@@ -28,6 +28,7 @@ from agent.protocol import (FAILED, FINISHED, LOGS, LOST, STARTING, STATUS, STDE
 from console import text
 from console.diagnosis import CONSEQUENCES, diagnose
 from console.errors import TfccError
+from console.remote.channel import AgentTimeout
 from console.run.runner import Run
 from console.states import Mark, SessionKind, TaskState
 from trainer.records import CAPTURED, number
@@ -43,7 +44,9 @@ SUSPENDED = "is stopped (SIGSTOP: a debugger, Ctrl-Z or a job scheduler froze it
 LOST_AFTER = 30.0  # an elastic run goes on without a host that has not answered for this long after a failure
 PROBE_SECONDS = 10.0  # how often an elastic run asks whether a host it went on without answers again
 REMOVE_HOST, TAKE_BACK = "remove", "take back"  # what a person may ask of an elastic run's host
-REMOVED_BY_YOU = "removed by you"  # why a task left that its host is not asked again for (until taken back)
+REMOVED_BY_YOU = "removed by you"  # why a task left whose host is not asked again (until a person takes it back)
+FAILING = "its host caused failure after failure"  # the same, for a host that answers but keeps failing
+NOT_ASKED_AGAIN = (REMOVED_BY_YOU, FAILING)
 
 
 # ============================================================================ judging a failure
@@ -429,8 +432,11 @@ class Supervisor:
         """Why a running task makes no step, where its host can tell: its process is stopped, or the
         host does not answer; "" when neither."""
         try:
-            status = self.run.links[task.host].connect().call(STATUS, run_id=self.run.run_id, task=task.name)
+            status = self.run.links[task.host].connect().call(STATUS, timeout=10, run_id=self.run.run_id,
+                                                              task=task.name)
         except TfccError as exc:
+            if isinstance(exc, AgentTimeout):  # gone silent: the next call connects anew (or fails fast)
+                self.run.links[task.host].drop()
             return f"its host does not answer ({exc})"
         if status.get("suspended"):
             return SUSPENDED
@@ -510,8 +516,9 @@ class Supervisor:
         # must deliver its end: one still reconnecting to a host would read beside the next attempt's.
         unstopped = self.run.stop_each(grace=2)
         lost: list[TaskState] = []
-        if unstopped and self.elastic:  # a host lost for good: its tasks move to a spare, or the run goes on without
-            unstopped, lost = self._replace_lost(self._lost(unstopped))
+        found = self._lost(unstopped) if unstopped and self.elastic else None
+        if found is not None:  # a host lost for good: its tasks move to a spare, or the run goes on without them
+            unstopped, lost = self._replace_lost(found)
         if not self.run.wait(60):
             unstopped = unstopped or [t.host for t in self.run.members if not t.ended]
         self._drain()  # the other tasks' ends: those that failed on their own are judged with the first
@@ -521,13 +528,16 @@ class Supervisor:
         gone = {t.host for t in lost}
         for host, count in self._hosts.failed([h for h in verdict.culprits if h not in gone]):
             words = HostStreaks.words(host, count)
-            why = f"its host caused the last {count} failures in a row"
-            if self.elastic and verdict.retryable and self.run.spares():
+            why = f"{FAILING} (the last {count} in a row)"
+            # A coordinator that answers keeps its backups on its host: it is not moved (training would start over).
+            coordinator = any(self._coordinates(t) for t in self.run.members if t.host == host)
+            if self.elastic and verdict.retryable and self.run.spares() and not coordinator:
                 self._say(SessionKind.HOST_FAILING, words + "; its tasks move to a spare host")
                 self._move(host, self.run.spares()[0], why.replace("its host", host))
             elif self.elastic and verdict.retryable and self._can_leave(host):
                 self._say(SessionKind.HOST_FAILING, words + "; the run goes on without it")
-                self._leave([t for t in self.run.members if t.host == host], why)
+                self._leave([t for t in self.run.members if t.host == host], why,
+                            again="once you take it back (right click on its task in the diagram), once fixed")
             else:
                 self._say(SessionKind.HOST_FAILING, words)
         run_id = self.run.run_id
@@ -567,10 +577,11 @@ class Supervisor:
         self._next_attempt(f"restart {self.attempt}: from the newest common backup",
                            "attempt {attempt} started, from the newest backup every task has")
 
-    def _next_attempt(self, mark: str, started: str) -> bool:
+    def _next_attempt(self, mark: str, started: str, fallback=None) -> bool:
         """Start every task of the run again from their backups (a restart, or an elastic run's change of size);
         ``mark``: what each task shows meanwhile; ``started``: what is said once they started (``{attempt}``
-        filled in). Whether they started."""
+        filled in); ``fallback(error)``: when the start fails, what may change before one more try (whether to
+        try). Whether they started."""
         run_id = self.run.run_id
         self.attempt += 1
         self._backups.clear()
@@ -581,7 +592,13 @@ class Supervisor:
         self._opened = time.monotonic()  # the watchdog gives the new attempt its own time
         self.warned = False
         try:
-            self.run.start(resume=True)
+            try:
+                self.run.start(resume=True)
+            except TfccError as exc:
+                if fallback is None or not fallback(exc):
+                    raise
+                log.warning("run %s: %s; starting on the others", run_id, exc)
+                self.run.start(resume=True)
         except TfccError as exc:
             self.given_up = True
             self._say(SessionKind.GAVE_UP, f"run {run_id} could not be restarted: {exc}")
@@ -623,14 +640,14 @@ class Supervisor:
         return (f"; the run could not go on without {', '.join(sorted(set(hosts)))}: fewer than its elastic "
                 f"{self.elastic} training tasks would be left, and no spare host")
 
-    def _lost(self, unstopped: list[str]) -> list[str]:
+    def _lost(self, unstopped: list[str]) -> list[str] | None:
         """The hosts in ``unstopped`` that still do not answer a stop after ``lost_after`` s (asked again
-        meanwhile): lost for good."""
+        meanwhile): lost for good (None: a detach or a stop came meanwhile)."""
         deadline = time.monotonic() + self.lost_after
         hosts = set(unstopped)
         while hosts and time.monotonic() < deadline:
             if self.wake.wait(min(2.0, max(0.0, deadline - time.monotonic()))) or self.stop_requested:
-                return []
+                return None  # detached or stopped meanwhile: nothing is decided
             tasks = [t for t in self.run.members if t.host in hosts]
             hosts = set(self.run.stop_each(grace=2, only=tasks))
         return sorted(hosts)
@@ -688,13 +705,16 @@ class Supervisor:
             return ("the run is not elastic: set training.elastic in its cluster file (the fewest training tasks "
                     "it goes on with) for a new run")
         if not any(t.host == host for t in self.run.members):
-            return f"no task of the run runs on {host}"
+            return (f"no task of the run runs on {host} (it runs on "
+                    f"{', '.join(sorted({t.host for t in self.run.members}))})")
+        if self.run.cluster.parameter_server:
+            return ("parameter-server training does not go on without a host's tasks: stop the run, move them in "
+                    "its cluster file and start a new run (a lost ps or chief host moves to a spare by itself)")
         if not self._can_leave(host):
-            return (f"without {host} the run would have fewer than its elastic {self.elastic} training tasks"
-                    if not self.run.cluster.parameter_server else
-                    "parameter-server training moves a lost host's tasks to a spare, never goes on without them")
+            return (f"without {host} the run would have fewer than its elastic {self.elastic} training tasks; "
+                    "take out another host, or lower elastic in the cluster file of a new run")
         if self.given_up or self.stop_requested or all(t.ended for t in self.run.members):
-            return "the run is not running"
+            return "the run has ended or is stopping: start a new run without it"
         return None
 
     def ask(self, what: str, host: str) -> None:
@@ -707,8 +727,8 @@ class Supervisor:
             what, host = self._asked.pop(0)
             if what == TAKE_BACK:
                 for task in self.run.tasks:
-                    if task.host == host and self.run.left.get(task.name) == REMOVED_BY_YOU:
-                        self.run.left[task.name] = "taken back by you: it rejoins at the next backup"
+                    if task.host == host and self.run.left.get(task.name, "").startswith(NOT_ASKED_AGAIN):
+                        self.run.mark_left(task.name, "taken back by you: it rejoins at the next backup")
                 self._probed = 0.0  # ask it now
                 continue
             problem = self.removal_problem(host)
@@ -751,7 +771,7 @@ class Supervisor:
             return
         self._probed = time.monotonic()
         hosts = {t.host for t in self.run.tasks if t.name in self.run.left
-                 and self.run.left[t.name] != REMOVED_BY_YOU} - self._back
+                 and not self.run.left[t.name].startswith(NOT_ASKED_AGAIN)} - self._back
         for host in sorted(hosts):
             if host in self._probing and self._probing[host].is_alive():
                 continue
@@ -781,8 +801,7 @@ class Supervisor:
         if not joining:
             return
         if any(not t.cluster_formed or t.ended for t in self.run.members):
-            self._grow_due = True  # an attempt still forming, or ending: the next backup
-            return
+            return  # an attempt still forming, or ending: the next backup
         hosts = sorted({t.host for t in joining})
         self.restarting = True
         try:
@@ -803,9 +822,15 @@ class Supervisor:
                 return
             self._back -= set(hosts)
             self.run.rejoin(joining, words)
+
+            def without_them(exc: TfccError) -> bool:
+                """They answered, then could not start: the run goes on without them again (asked anew later)."""
+                self._leave(joining, f"it could not be started again ({exc.cause})")
+                return True
+
             self._next_attempt(f"{words}: restarting on {len(self._training_members())} training tasks",
                                f"attempt {{attempt}} started on {len(self._training_members())} training tasks, "
-                               "from the backup just made")
+                               "from the backup just made", fallback=without_them)
         finally:
             self.restarting = False
 

@@ -71,15 +71,23 @@ class Manifest:
     # ({"at": time, "tasks": the names in the run from then, "why": words}).
     left: dict[str, str] = field(default_factory=dict)
     resizes: list[dict] = field(default_factory=list)
+    moved: list[str] = field(default_factory=list)  # tasks moved to a spare host, with no folder there yet
 
 
 def write_manifest(manifest: Manifest) -> None:
     path = manifest_path(manifest.run_id)
     make_state_dir(path.parent)
-    data = {"run_id": manifest.run_id, "created": time.time(), "console": console_id(),
+    created = time.time()
+    try:  # rewritten (an elastic run's change of size): it was made when the run was
+        kept = json.loads(path.read_text(encoding="utf-8")).get("created")
+        created = kept if isinstance(kept, (int, float)) else created
+    except (OSError, ValueError, AttributeError):
+        pass
+    data = {"run_id": manifest.run_id, "created": created, "console": console_id(),
             "cluster": cl.dumps(manifest.cluster),
             "tasks": [{"name": name, "host": host, "tf_config": config,
-                       **({"left": manifest.left[name]} if name in manifest.left else {})}
+                       **({"left": manifest.left[name]} if name in manifest.left else {}),
+                       **({"moved": True} if name in manifest.moved else {})}
                       for (name, host), config in zip(manifest.tasks, manifest.tf_configs)],
             **({"resizes": manifest.resizes} if manifest.resizes else {})}
     write_atomically(path, json.dumps(data, indent=1), mode=0o600)
@@ -106,6 +114,7 @@ def read_manifest(run_id: str) -> Manifest:
         for t in tasks:
             json.loads(t["tf_config"])
         left = {t["name"]: t["left"] for t in tasks if "left" in t}
+        moved = [t["name"] for t in tasks if t.get("moved") is True]
         resizes = data.get("resizes", [])
         if (not all(isinstance(why, str) for why in left.values()) or len(left) >= len(tasks)
                 or not isinstance(resizes, list) or not all(isinstance(r, dict) for r in resizes)):
@@ -116,4 +125,4 @@ def read_manifest(run_id: str) -> Manifest:
     except (ValueError, KeyError, TypeError, cl.ClusterFileError) as exc:
         raise RunError(f"{damaged[0]} ({type(exc).__name__}: {str(exc)[:200]})", damaged[1]) from None
     return Manifest(run_id, cluster, [(t["name"], t["host"]) for t in tasks], [t["tf_config"] for t in tasks],
-                    left, resizes)
+                    left, resizes, moved)

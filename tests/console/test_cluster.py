@@ -145,10 +145,11 @@ FOUR_WORKERS = '[[hosts]]\nname = "a"\nlocal = true\n' + '[[tasks]]\nhost = "a"\
     ("elastic = -1", "training.elastic is -1"),
     ("elastic = 2", "the global batch 128 cannot be kept on 3 training tasks (training.elastic is 2): it must split "
                     "evenly over their replicas; make it a multiple of 12 (training.global_batch = 132), or raise "
-                    "elastic to 4"),
-    ("elastic = 1\nglobal_batch = 30", "the global batch 30 cannot be kept on 4 training tasks"),
-    ("elastic = 2\nstrategy = \"parameter_server\"", "one chief"),
-], ids=["more-than-tasks", "negative", "batch-does-not-split", "global-batch", "parameter-server"])
+                    "elastic to 4 (it then never goes on with fewer tasks)"),
+    ("elastic = 1\nglobal_batch = 40", "the global batch 40 cannot be kept on 3 training tasks (training.elastic is "
+                                       "1): it must split evenly over their replicas; make it a multiple of 12 "
+                                       "(training.global_batch = 36), or raise elastic to 4"),
+], ids=["more-than-tasks", "negative", "batch-does-not-split", "global-batch"])
 def test_elastic_says_what_cannot_be_kept_and_what_to_do(training, expected):
     with pytest.raises(ClusterFileError) as err:
         cl.loads(FOUR_WORKERS + training)
@@ -168,6 +169,13 @@ def test_the_tf_config_of_an_elastic_run_that_shrank_counts_its_members_only():
     config = json.loads(c.tf_config(3, ports, members={0, 3}))
     assert config == {"cluster": {"worker": ["localhost:5000", "localhost:5003"]}, "task": {"type": "worker", "index": 1}}
     assert c.tf_config(1, ports) == c.tf_config(1, ports, members={0, 1, 2, 3})
+    with pytest.raises(ValueError, match="not a member"):
+        c.tf_config(1, ports, members={0, 3})
+    # The chief's task left: the workers left are the cluster, worker 0 of them leads (TensorFlow's rule).
+    led = cl.loads(FOUR_WORKERS.replace('host = "a"\n', 'host = "a"\nrole = "chief"\n', 1) + "elastic = 2\n"
+                   "global_batch = 120")
+    assert json.loads(led.tf_config(2, ports, members={1, 2})) == {
+        "cluster": {"worker": ["localhost:5001", "localhost:5002"]}, "task": {"type": "worker", "index": 1}}
 
 
 PS_CLUSTER = ('[[hosts]]\nname = "a"\naddress = "10.0.0.1"\n[[hosts]]\nname = "b"\naddress = "10.0.0.2"\n'

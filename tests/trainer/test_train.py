@@ -229,7 +229,6 @@ def test_an_elastic_task_keeps_its_runs_global_batch_and_learning_rate(tmp_path)
 
     opts = parse_options(["--run-dir", str(tmp_path), "--elastic", "--per-replica-batch", "16"])
     assert kept_plan(opts) == (opts, None)
-    assert kept_plan(parse_options(["--run-dir", str(tmp_path)]))[1] is None
     first = plan_batches(per_replica_batch=16, num_workers=3, replicas_per_worker=1, num_examples=1438,
                          steps_per_epoch=None, base_learning_rate=0.001, lr_rule="linear")
     keep_plan(opts, first)

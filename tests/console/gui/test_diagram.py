@@ -98,10 +98,13 @@ def test_an_elastic_run_that_went_on_without_a_host_is_drawn_so_and_offers_it_ba
     assert diagram.host_actions("worker-0") == [("Go on without a (restart on the other hosts)", "remove", "a")]
     asked = []
     diagram.host_asked.connect(lambda what, host: asked.append((what, host)))
-    diagram.host_asked.emit(*diagram.host_actions("worker-2")[0][1:])
-    assert asked == [("take back", "c")]
+    menu = diagram.task_menu("worker-2")  # what a right click opens
+    assert [a.text() for a in menu.actions()] == ["Take c back (at the next backup)"]
+    menu.actions()[0].trigger()
+    diagram.task_menu("worker-1").actions()[0].trigger()
+    assert asked == [("take back", "c"), ("remove", "b")]
     diagram.grab().save(str(tmp_path / "elastic.png"))
     cluster.training.elastic = 0
     diagram.set_cluster(cluster)
     diagram.set_run(started, {f"worker-{i}": f"10.0.0.{i + 1}:4000" for i in range(3)})
-    assert diagram.host_actions("worker-0") == []
+    assert diagram.host_actions("worker-0") == [] and diagram.task_menu("worker-0") is None

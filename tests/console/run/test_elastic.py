@@ -41,7 +41,7 @@ class Watch:
         self.cond = threading.Condition()
         self.said: list[tuple[float, str, str]] = []
         self.started: list[tuple[float, str, dict]] = []
-        self.steps: list[tuple[float, str]] = []
+        self.steps: list[tuple[float, str, int]] = []  # (when, task, attempt)
         self.backups: dict[str, set] = {}
         session.subscribe(self.on_event)
 
@@ -55,7 +55,7 @@ class Watch:
                     elif r.get("event") == "started":
                         self.started.append((now, e.task.name, r))
                     elif r.get("type") == "step":
-                        self.steps.append((now, e.task.name))
+                        self.steps.append((now, e.task.name, r.get("attempt")))
             elif e.kind in SessionKind.SUPERVISION:
                 self.said.append((now, e.kind, e.text))
             self.cond.notify_all()
@@ -90,10 +90,12 @@ def test_an_elastic_run_goes_on_without_a_lost_host_and_takes_it_back(three_ssh_
         watch.wait(lambda: any(kind == SessionKind.RESIZED and "goes on with 2" in words
                                for _, kind, words in watch.said), 240)
         final = next(at for at, kind, words in watch.said if kind == SessionKind.RESIZED)
-        watch.wait(lambda: any(at > final and r["num_workers"] == 2 for at, _, r in watch.started)
-                   and any(at > final and name == "worker-1" for at, name in watch.steps), 120)
-        shrunk = [r for at, _, r in watch.started if at > final]
-        training = next(at for at, name in watch.steps if at > final)
+        watch.wait(lambda: any(r["num_workers"] == 2 for _, _, r in watch.started), 120)
+        attempt = next(r["attempt"] for _, _, r in watch.started if r["num_workers"] == 2)
+        watch.wait(lambda: {name for _, name, a in watch.steps if a == attempt} == {"worker-0", "worker-1"}, 120)
+        shrunk = [r for _, _, r in watch.started if r["attempt"] == attempt]
+        training = max(min(at for at, name, a in watch.steps if a == attempt and name == task)
+                       for task in ("worker-0", "worker-1"))  # both tasks left step again
         assert training - final < 60, f"{training - final:.0f} s from the loss being final to training on 2"
         assert {r["global_batch"] for r in shrunk} == {3 * BATCH}  # the same global batch...
         assert {r["per_replica_batch"] for r in shrunk} == {3 * BATCH // 2}  # ...split over the 2 left
@@ -109,6 +111,8 @@ def test_an_elastic_run_goes_on_without_a_lost_host_and_takes_it_back(three_ssh_
     assert any(kind == SessionKind.RESIZED and "answers again" in words for kind, words in said), said
     grown = [r for at, _, r in watch.started if r["num_workers"] == 3][-1]
     assert (grown["global_batch"], grown["per_replica_batch"]) == (3 * BATCH, BATCH)
+    # The learning rate of 3 replicas (linear: 3 x 0.001), kept on 2 and on 3 again.
+    assert {round(r["learning_rate"], 6) for _, _, r in watch.started} == {0.003}
     elastic = finished_accuracy(hosts.hosts[0].tfcc_home / "runs" / "elastic1" / "worker-0")
 
     # The same run, uninterrupted, on this machine: the accuracy within 1 point.
@@ -158,8 +162,9 @@ def test_parameter_server_training_moves_a_lost_ps_host_to_the_spare_and_finishe
                        "for 10 s after the failure); ps-0 starts there afresh") in said
     assert {t.name: (t.host, t.phase) for t in run.tasks} == {
         "chief-0": (a.name, "finished"), "worker-0": (a.name, "finished"), "ps-0": (c.name, "finished")}, said
-    config = json.loads((c.tfcc_home / "runs" / "spare1" / "ps-0" / "tf_config.json").read_text())
-    assert config["cluster"]["ps"] == [run.tasks[2].address] and run.tasks[2].address.startswith(c.address)
+    for task, host in (("ps-0", c), ("chief-0", a), ("worker-0", a)):  # every task was told the ps's new address
+        config = json.loads((host.tfcc_home / "runs" / "spare1" / task / "tf_config.json").read_text())
+        assert config["cluster"]["ps"] == [run.tasks[2].address] and run.tasks[2].address.startswith(c.address)
     assert finished_accuracy(a.tfcc_home / "runs" / "spare1" / "chief-0") >= 0.9
     assert read_manifest("spare1").tasks == [("chief-0", a.name), ("worker-0", a.name), ("ps-0", c.name)]
 
@@ -186,7 +191,7 @@ def test_a_person_removes_a_host_from_a_running_elastic_run_and_takes_it_back(ss
         watch.wait(lambda: any(r["num_workers"] == 2 for _, _, r in watch.started), 240)
         assert run.tasks[2].phase == "left the run" and run.left == {"worker-2": "removed by you"}
         removed = next(at for at, _, r in watch.started if r["num_workers"] == 2)
-        watch.wait(lambda: any(at > removed and name == "worker-1" for at, name in watch.steps), 120)
+        watch.wait(lambda: any(at > removed and name == "worker-1" for at, name, _ in watch.steps), 120)
         session.take_back("there")
         watch.wait(lambda: any(r["num_workers"] == 3 and at > removed for at, _, r in watch.started), 240)
         assert session.wait(400)

@@ -279,8 +279,9 @@ def test_delete_leaves_another_consoles_tasks_and_a_process_without_its_supervis
 
 
 def test_an_elastic_runs_members_are_kept_in_its_manifest_and_loaded_again(homes):
-    """Who left and each change of size survive the console: a later console's Run follows, starts and stops
-    the members only, and the task that left is in the phase that says so."""
+    """Who left and each change of size survive the console: a later console's Run has the members only, the
+    task that left is in the phase that says so, and a resume after a change of size gives every member a
+    TF_CONFIG of the members on the ports each task had."""
     from console.store.manifests import Manifest, write_manifest
     cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here", port=5000 + i) for i in range(3)],
                          cl.Training(elastic=2))
@@ -294,7 +295,10 @@ def test_an_elastic_runs_members_are_kept_in_its_manifest_and_loaded_again(homes
     assert [t.phase for t in run.tasks] == ["starting", "left the run", "starting"]
     assert [t.address for t in run.tasks] == ["localhost:5000", "localhost:5001", "localhost:5002"]
     assert json.loads(configs[2])["task"] == {"type": "worker", "index": 1}  # worker-2 is worker 1 of 2
+    assert run._member_configs(configs) is configs  # the same members: the run's own TF_CONFIGs
     run.rejoin([run.tasks[1]], "here answers again")
+    grown = run._member_configs(configs)  # worker-1 back: every member's TF_CONFIG on the ports each task had
+    assert [json.loads(c) for c in grown] == [json.loads(cluster.tf_config(i, [5000, 5001, 5002])) for i in range(3)]
     again = read_manifest("el")
     assert again.left == {} and [r["tasks"] for r in again.resizes] == [["worker-0", "worker-2"],
                                                                          ["worker-0", "worker-1", "worker-2"]]
