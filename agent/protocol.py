@@ -83,6 +83,7 @@ STREAMS = (METRICS, *LOG_STREAMS)
 RUNS_DIR = "runs"  # <home>/runs/<run id>/<task name>: a task's run folder
 BLOBS_DIR = "blobs"
 WORK_DIR = "work"
+STOP_MARKER = "stop_requested"  # in a task's folder while a stop someone asked for ends it (its trainer reads it)
 BACKUP_DIR = "backup"  # a task's backups in its run folder (tfcc's trainer writes them; a resume needs them)
 # A backup's files: backup-<global step>.index (written last), .data-<shard>-of-<shards>, and .plan.json (the
 # plan it was made under); the checkpoint list ("checkpoint") names the backups TensorFlow's reader sees.

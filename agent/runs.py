@@ -36,7 +36,7 @@ class AgentError(Exception):
         self.code = code
 
 
-STOP_MARKER = "stop_requested"  # in a task's folder while a stop someone asked for ends it
+STOP_MARKER = protocol.STOP_MARKER
 # Beside it when that stop is the task's normal end (a parameter-server worker or ps after the chief
 # finished: it serves until told): the task then ends finished, not failed.
 DONE_MARKER = "stop_is_end"

@@ -19,12 +19,12 @@ import traceback
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from agent.protocol import METRICS, RUN_DIR_VARIABLE  # noqa: E402
+from agent.protocol import METRICS, RUN_DIR_VARIABLE, STOP_MARKER  # noqa: E402
 from trainer import slurm, workloads  # noqa: E402  (import no TensorFlow)
 from trainer.config import parse_options  # noqa: E402
 from trainer.metrics import MetricsWriter  # noqa: E402
 from trainer.plan import check_autoshard, choose_strategy  # noqa: E402
-from trainer.records import Event  # noqa: E402
+from trainer.records import LOST_PEER, Event  # noqa: E402
 from trainer.tf_config import ClusterConfig, ConfigError, parse_tf_config  # noqa: E402
 
 EXIT_BAD_INPUT = 2
@@ -82,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         except Exception as exc:
             message = train.describe_error(exc)
+            if message.startswith(LOST_PEER) and _stopped(opts.run_dir):
+                return EXIT_FAILED  # a peer went first in a stop of the whole run: the stop ends this task, no failure
             _fail(writer, message, exc)
             return EXIT_FAILED
         return 0
@@ -93,6 +95,18 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         writer.close()
+
+
+def _stopped(run_dir, wait: float = 3.0) -> bool:
+    """Whether a stop someone asked for reaches this task within ``wait`` s (its agent's marker in the run folder):
+    a stop of every task kills them one after the other, and the last ones lose their peers first."""
+    marker = run_dir / STOP_MARKER
+    deadline = time.monotonic() + wait
+    while not marker.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def _fail(writer: MetricsWriter, message: str, exc: BaseException | None) -> None:

@@ -55,6 +55,7 @@ class Event:
 # records that come from no reporter say where they come from in ``captured``.
 # What a backup records of the plan it was made under (trainer.plan's words, and the seed, which orders the input
 # stream); a ``resumed`` event's ``changed`` says which of them differ now: {field: [the backup's, now]}.
+LOST_PEER = "lost contact with another task of the cluster"  # how a trainer says a peer went away (UnavailableError)
 PLAN_FIELDS = ("num_workers", "num_replicas", "per_replica_batch", "global_batch", "steps_per_epoch", "learning_rate",
                "seed")
 

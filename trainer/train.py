@@ -26,7 +26,7 @@ from trainer.backup import TaskBackups, backups_in, plan_of
 from trainer.config import Options
 from trainer.metrics import MetricsWriter
 from trainer.plan import check_autoshard, choose_strategy, plan_batches, replicas_per_worker
-from trainer.records import Event, RecordType
+from trainer.records import LOST_PEER, Event, RecordType
 from trainer.report import CoordinatorReporter, MetricsReporter, instrument_step_loss
 from trainer.tf_config import ClusterConfig, ConfigError
 
@@ -589,6 +589,6 @@ def describe_error(exc: BaseException) -> str:
     if "unshardable source dataset" in text:
         return "--autoshard file needs a dataset read from files (e.g. TFRecords); use --autoshard auto or data"
     if isinstance(exc, tf.errors.UnavailableError):
-        return f"lost contact with another task of the cluster ({first}); restart every task of the run"
+        return f"{LOST_PEER} ({first}); restart every task of the run"
     return f"{type(exc).__name__}: {first}"
 

@@ -128,6 +128,8 @@ class HostDialog(QDialog):
             edit.textChanged.connect(self._on_field_changed)
         for box in (self.local, self.chief, self.evaluator, self.spare):
             box.toggled.connect(self._on_field_changed)
+        self.spare.toggled.connect(self._on_spare_toggled)
+        self._on_spare_toggled(self.spare.isChecked())
         for spin in (self.ssh_port, self.workers, self.ps):
             spin.valueChanged.connect(self._on_field_changed)
         self._on_field_changed()
@@ -192,6 +194,11 @@ class HostDialog(QDialog):
         ok = self.buttons.button(QDialogButtonBox.Ok)
         ok.setEnabled(not problems)
         ok.setToolTip("\n".join(words for _, words in problems))
+
+    def _on_spare_toggled(self, spare: bool) -> None:
+        """A spare runs no task: what would say its tasks is greyed."""
+        for field in (self.workers, self.ps, self.task_port, self.gpus, self.chief, self.evaluator):
+            field.setEnabled(not spare)
 
     def _on_browse_clicked(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "SSH private key", os.path.expanduser("~/.ssh"))

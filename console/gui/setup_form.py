@@ -326,7 +326,7 @@ class SetupForm(QWidget):
             python = host.python or ("this console's Python" if host.local else "python3")
             row_cells = (status, cell(host.name), cell("this machine" if host.local else host.address),
                          cell("" if host.local else host.user), cell(python, host.interpreter),
-                         cell(", ".join(tasks) or "none"))
+                         cell(", ".join(tasks) or ("spare (an elastic run's)" if host.spare else "none")))
             for column, item in enumerate(row_cells):
                 self.hosts_table.setItem(row, column, item)
         names = c.task_names()

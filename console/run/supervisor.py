@@ -31,7 +31,7 @@ from console.errors import TfccError
 from console.remote.channel import AgentTimeout
 from console.run.runner import Run
 from console.states import Mark, SessionKind, TaskState
-from trainer.records import CAPTURED, number
+from trainer.records import CAPTURED, LOST_PEER, number
 from trainer.tf_config import CHIEF, EVALUATOR, TRAINING_ROLES, WORKER
 
 log = logging.getLogger("console.run.supervisor")
@@ -39,7 +39,6 @@ log = logging.getLogger("console.run.supervisor")
 WATCHDOG_SECONDS = 120.0  # how long a cluster may take to form before tfcc says who it waits for
 STALL_FLOOR = 15.0  # seconds without a step that are never a stall, however quick the steps were
 RESTART, OFFER = "restart", "offer"  # what a session does with failures that happened before it followed
-LOST_PEER = "lost contact with another task of the cluster"  # how trainer.train words an UnavailableError
 SUSPENDED = "is stopped (SIGSTOP: a debugger, Ctrl-Z or a job scheduler froze it) and answers no peer"
 LOST_AFTER = 30.0  # an elastic run goes on without a host that has not answered for this long after a failure
 PROBE_SECONDS = 10.0  # how often an elastic run asks whether a host it went on without answers again

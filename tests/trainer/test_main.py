@@ -14,6 +14,8 @@ import pytest
 from trainer.tf_config import make_tf_config
 from trainer.metrics import read_records
 
+from tests.helpers.waiting import wait_until
+
 from .conftest import DATA, THREADS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,3 +116,29 @@ def test_port_in_use(tmp_path):
     line = error_line(proc.stderr)
     assert f"port {port} of task worker:0 (localhost:{port}) is already in use on this host" in line
     assert failed and "already in use" in failed[0]["error"]
+
+
+@pytest.mark.parametrize("stopping", [True, False], ids=["stop-of-the-run", "peer-died"])
+def test_a_peer_lost_in_a_stop_of_the_run_is_no_failure(tmp_path, stopping):
+    """A stop of every task kills them one after the other: the last lose their peer first. A task whose own stop
+    is under way (its agent's marker) ends without a ``failed`` event; a peer that dies on its own is a failure."""
+    from agent.protocol import STOP_MARKER
+    from tests.helpers.localrun import local_cluster, start_local_tasks
+    from tests.trainer.conftest import _kill
+
+    tasks = start_local_tasks(local_cluster(2), tmp_path, ["--workload", "digits", "--epochs", "200"], env=THREADS)
+    try:
+        assert wait_until(lambda: any(r["type"] == "step" for r in (read_records(tasks[1].metrics_path)
+                                                                    if tasks[1].metrics_path.exists() else [])), 180)
+        if stopping:
+            (tasks[1].run_dir / STOP_MARKER).write_text("1")
+        tasks[0].process.kill()
+        tasks[1].process.wait(timeout=120)
+    finally:
+        _kill(tasks)
+    failed = [r for r in read_records(tasks[1].metrics_path) if r.get("event") == "failed"]
+    assert tasks[1].process.returncode != 0
+    if stopping:
+        assert failed == []
+    else:
+        assert failed and failed[0]["error"].startswith("lost contact with another task of the cluster")

@@ -169,7 +169,9 @@ def test_a_host_can_hold_the_evaluator_beside_its_chief(qtbot):
 def test_a_spare_host_is_kept_and_runs_no_task(qtbot):
     spare = dialog(qtbot, host=cl.Host(name="gpu9", address="10.0.0.19", spare=True), tasks=[])
     assert spare.spare.isChecked() and spare.host().spare and spare.tasks() == []
+    assert not spare.workers.isEnabled() and not spare.ps.isEnabled()  # what would say its tasks is greyed
     plain = dialog(qtbot, host=cl.Host(name="gpu1", address="10.0.0.11"))
     assert not plain.host().spare and len(plain.tasks()) == 1
+    assert plain.workers.isEnabled()
     plain.spare.setChecked(True)
-    assert plain.host().spare and plain.tasks() == []
+    assert plain.host().spare and plain.tasks() == [] and not plain.workers.isEnabled()
