@@ -97,9 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         writer.close()
 
 
-def _stopped(run_dir, wait: float = 3.0) -> bool:
+def _stopped(run_dir, wait: float = 1.0) -> bool:
     """Whether a stop someone asked for reaches this task within ``wait`` s (its agent's marker in the run folder):
-    a stop of every task kills them one after the other, and the last ones lose their peers first."""
+    a stop of every task kills them one after the other (milliseconds apart), and the last ones lose their peers
+    first. A real failure is said that much later: kept short, a frozen peer's is named within the same bounds."""
     marker = run_dir / STOP_MARKER
     deadline = time.monotonic() + wait
     while not marker.exists():
