@@ -198,19 +198,7 @@ class TestHosts:
 
     def down(self) -> None:
         for host in self.hosts:
-            if host.sshd is not None:
-                host.sshd.kill()
-                host.sshd.wait()
-                host.sshd = None
-            # Whatever still runs in the namespace (tasks, agents) goes with it.
-            pids = _ip("netns", "pids", host.name, check=False).stdout.split()
-            for pid in pids:
-                try:
-                    os.kill(int(pid), 9)
-                except (ProcessLookupError, ValueError):
-                    pass
-            _ip("netns", "del", host.name, check=False)
-            _ip("link", "del", f"tfccv{host.index}", check=False)
+            self.remove(host)  # whatever still runs in the namespace (tasks, agents) goes with it
         _ip("link", "del", BRIDGE, check=False)
 
 
