@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import re
 
-PROTOCOL_VERSION = 5  # 2: metrics follow messages carry the file's own lines ("lines"), not records
+PROTOCOL_VERSION = 6  # 2: metrics follow messages carry the file's own lines ("lines"), not records
 # 3: the "system" op streams a host's CPU, memory and GPU load and its tasks' processes
 # 4: "missing_blobs" says which files of a script's workdir a host lacks; "start" takes "workdir"
 # 5: "status" says a task's backups' steps ("backups", a list) and the files of its newest ("backup_files")
+# 6: "measure" asks a running task for its step-time breakdown at a step (MEASURE_FILE; docs/why-slow.md)
 
 # --------------------------------------------------------------------------- operations
 # agent/server.py has one handler per op (Server.op_<name>) and its op table is built from them.
@@ -33,8 +34,9 @@ SYSTEM = "system"
 REMOVE = "remove"  # a run's folder on this host, once none of its tasks runs
 MISSING_BLOBS = "missing_blobs"  # which of these sha256s have no blob here yet (a script's workdir)
 PAUSE = "pause"  # a follow (by its request's id) sends nothing more until told to go on: the console is behind
+MEASURE = "measure"  # a running task measures where its step time goes, at a step all its peers measure at too
 OPS = (HELLO, START, FOLLOW, STATUS, LIST, STOP, PORTS, LOGS, PROBE, CHECK_PORTS, LISTEN, RELEASE, CONNECT,
-       SYSTEM, REMOVE, MISSING_BLOBS, PAUSE)
+       SYSTEM, REMOVE, MISSING_BLOBS, PAUSE, MEASURE)
 
 # The messages a follow streams: {"id": N, "type": ...}.
 FOLLOWING = "following"  # the first: the offsets it reads from, and when the agent started the task
@@ -83,6 +85,8 @@ STREAMS = (METRICS, *LOG_STREAMS)
 RUNS_DIR = "runs"  # <home>/runs/<run id>/<task name>: a task's run folder
 BLOBS_DIR = "blobs"
 WORK_DIR = "work"
+MEASURE_FILE = "measure.json"  # in a task's folder: {"ask", "at_step", "asked"}, a breakdown asked for (its trainer
+                               # takes it away once read; docs/why-slow.md)
 STOP_MARKER = "stop_requested"  # in a task's folder while a stop someone asked for ends it (its trainer reads it)
 BACKUP_DIR = "backup"  # a task's backups in its run folder (tfcc's trainer writes them; a resume needs them)
 # A backup's files: backup-<global step>.index (written last), .data-<shard>-of-<shards>, and .plan.json (the
@@ -122,6 +126,7 @@ RUN_DIR_VARIABLE = "TFCC_RUN_DIR"            # its run folder, where it writes M
 RUN_ID_VARIABLE = "TFCC_RUN_ID"
 TASK_VARIABLE = "TFCC_TASK"                  # its task name (task_name below)
 ATTEMPT_VARIABLE = "TFCC_ATTEMPT"            # 1 for its run's first launch, then one more for each relaunch
+MEASURE_VARIABLE = "TFCC_MEASURE"            # "0": its steps carry no flag and it cannot be asked why it is slow
 
 # --------------------------------------------------------------------------- refusals
 # {"id": N, "ok": false, "error": "what is wrong and what to do", "code": <one of these>}

@@ -195,7 +195,7 @@ def start(req: dict) -> dict:
     if entries is not None:
         _workdir_step(workdir.materialise, home(), folder, entries)
     work = workdir.work_dir(folder)
-    for stale in ("exit.json", "state.json", STOP_MARKER, DONE_MARKER):
+    for stale in ("exit.json", "state.json", STOP_MARKER, DONE_MARKER, protocol.MEASURE_FILE):
         try:
             (folder / stale).unlink()
         except FileNotFoundError:
@@ -398,6 +398,25 @@ def list_runs() -> list:
                 except AgentError:
                     continue
     return out
+
+
+# --------------------------------------------------------------------------- measure
+
+
+def measure(run_id: str, task: str, ask, at_step) -> dict:
+    """Leave a breakdown's ask (``MEASURE_FILE``) in a running task's folder: its trainer (tfcc's, or a script's
+    ``fit`` through the capture) looks for it twice a second and measures once every peer has it too (trainer/
+    breakdown.py). ``at_step``: the newest step the console saw (said back in the record)."""
+    if status(run_id, task)["phase"] != protocol.RUNNING:
+        raise AgentError(f"task {task} of run {run_id} is not running here: nothing to measure",
+                         protocol.NO_SUCH_TASK)
+    if not isinstance(ask, str) or not ask or len(ask) > 64 or not ask.isprintable():
+        raise AgentError(f"measure: ask must be a short name, not {ask!r}", protocol.BAD_ARGUMENT)
+    if isinstance(at_step, bool) or not isinstance(at_step, int) or not 0 <= at_step < 1 << 62:
+        raise AgentError(f"measure: at_step must be a step number, not {at_step!r}", protocol.BAD_ARGUMENT)
+    write_json(task_dir(run_id, task) / protocol.MEASURE_FILE, {"ask": ask, "at_step": at_step,
+                                                                 "asked": time.time()})
+    return {"run_id": run_id, "task": task, "ask": ask, "at_step": at_step}
 
 
 # --------------------------------------------------------------------------- stop

@@ -130,6 +130,10 @@ class Server:
             raise AgentError(f"stop: done must be true or false, not {done!r}", protocol.BAD_ARGUMENT)
         return runs.stop(req.get("run_id"), req.get("task"), float(req.get("grace", 10.0)), done)
 
+    def op_measure(self, req):
+        """Ask a running task to measure where its step time goes (docs/why-slow.md)."""
+        return runs.measure(req.get("run_id"), req.get("task"), req.get("ask"), req.get("at_step"))
+
     def op_remove(self, req):
         """Delete a run's folder on this host (every task of it here), refused while a task runs."""
         return runs.remove_run(req.get("run_id"), req.get("console"))

@@ -252,3 +252,141 @@ class Sampler:
         if self.gpus.note and self.gpus.path:
             record["gpu_note"] = self.gpus.note  # nvidia-smi is there but failed: say why, once a sample
         return record
+
+
+# --------------------------------------------------------------------------- what holds a process back
+# (a step-time breakdown's system part: trainer/breakdown.py reads them in its own process)
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def _cgroup_folders(pid="self") -> list:
+    """The cgroup folders whose CPU controller limits ``pid``: its own and each above it, v1 (``cpu``) or v2."""
+    try:
+        with open(f"{PROC}/{pid}/cgroup", encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        names = controllers.split(",")
+        if "cpu" in names:  # v1: mounted as cpu, cpu,cpuacct or cpuacct,cpu
+            mounts = [os.path.join(CGROUP_ROOT, m) for m in ("cpu", "cpu,cpuacct", "cpuacct,cpu")]
+        elif controllers == "":
+            mounts = [CGROUP_ROOT, os.path.join(CGROUP_ROOT, "unified")]
+        else:
+            continue
+        for mount in mounts:
+            if os.path.isdir(mount):
+                folder = os.path.join(mount, path.lstrip("/"))
+                while folder.startswith(mount):
+                    found.append(folder)
+                    if folder == mount:
+                        break
+                    folder = os.path.dirname(folder)
+                break
+    return found
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def cpu_limit(pid="self") -> dict:
+    """The CPU a cgroup lets ``pid`` use: ``{"limit": cores or None, "periods": n, "throttled": n, "where": path}``,
+    the periods and throttled periods counted so far by the tightest limit's cgroup (v1 ``cpu.cfs_quota_us``,
+    v2 ``cpu.max``); ``{}`` without cgroups."""
+    best: dict = {}
+    for folder in _cgroup_folders(pid):
+        limit = None
+        quota = _read(os.path.join(folder, "cpu.cfs_quota_us"))
+        period = _read(os.path.join(folder, "cpu.cfs_period_us"))
+        if quota is not None and period is not None:
+            try:
+                if int(quota) > 0 and int(period) > 0:
+                    limit = int(quota) / int(period)
+            except ValueError:
+                pass
+        else:
+            both = (_read(os.path.join(folder, "cpu.max")) or "").split()
+            if len(both) == 2 and both[0] != "max":
+                try:
+                    limit = int(both[0]) / int(both[1])
+                except (ValueError, ZeroDivisionError):
+                    pass
+        if limit is None or (best and best["limit"] <= limit):
+            continue
+        stat = {}
+        for line in (_read(os.path.join(folder, "cpu.stat")) or "").splitlines():
+            key, _, value = line.partition(" ")
+            if value.strip().isdigit():
+                stat[key] = int(value)
+        best = {"limit": round(limit, 3), "periods": stat.get("nr_periods"), "throttled": stat.get("nr_throttled"),
+                "where": folder}
+    return best
+
+
+def processes() -> dict:
+    """``{pid: (cpu ticks, process group)}`` of every live process, one pass over /proc."""
+    found = {}
+    try:
+        entries = os.listdir(PROC)
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"{PROC}/{entry}/stat", "rb") as f:
+                stat = f.read()
+            fields = stat[stat.rfind(b")") + 2:].split()
+            if fields[0] != b"Z":
+                found[int(entry)] = (int(fields[11]) + int(fields[12]), int(fields[2]))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def _environment_value(pid: int, name: str):
+    raw = None
+    try:
+        with open(f"{PROC}/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    prefix = name.encode() + b"="
+    for item in raw.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix):].decode("utf-8", "replace")
+    return None
+
+
+def busiest_others(before: dict, after: dict, seconds: float, run_id: str | None, least: float = 0.25,
+                   most: int = 3) -> list:
+    """The processes that used the most CPU between two ``processes()`` passes ``seconds`` apart, at least
+    ``least`` of a core each, but for those of run ``run_id`` (their ``TFCC_RUN_ID``) and of this process's
+    group: ``[{"pid", "name", "cpu"}]`` (cores), the busiest first."""
+    if seconds <= 0:
+        return []
+    mine = os.getpgrp()
+    busy = []
+    for pid, (ticks, group) in after.items():
+        if group == mine or pid not in before:
+            continue
+        cores = (ticks - before[pid][0]) / TICKS / seconds
+        if cores >= least:
+            busy.append((cores, pid))
+    out = []
+    for cores, pid in sorted(busy, reverse=True):
+        if run_id is not None and _environment_value(pid, protocol.RUN_ID_VARIABLE) == run_id:
+            continue
+        name = (_read(f"{PROC}/{pid}/comm") or "?").strip()
+        out.append({"pid": pid, "name": name, "cpu": round(cores, 2)})
+        if len(out) >= most:
+            break
+    return out

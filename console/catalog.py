@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from agent.protocol import ENDED, FAILED, FINISHED, LEFT, LOST, NO_SUCH_TASK, NOT_STARTED, REMOVE, RUNNING, STATUS
 from console import cluster as cl
 from console import text
+from console import speed
 from console.errors import RunError, TfccError, state_dir
 from console.remote.channel import AgentRequestError
 from console.run.runner import RECONNECTING, Run, at_once
@@ -147,6 +148,7 @@ class RunInfo:
     settings: str = ""                             # its key settings in words (text.settings_text)
     manifest_problem: bool = False                 # its manifest is missing or damaged: its hosts are not asked
     resizes: list = field(default_factory=list)    # an elastic run's changes of size (the manifest's)
+    speed: dict = field(default_factory=dict)      # its newest breakdown's scaling efficiency (the manifest's)
 
     @property
     def cluster_text(self) -> str:
@@ -160,7 +162,14 @@ class RunInfo:
         return {"run_id": self.run_id, "state": self.state, "hosts": self.hosts, "workload": self.workload,
                 "start": self.start, "end": self.end, "duration": self.duration, "metrics": self.metrics,
                 "phases": self.phases, "note": self.note, "name": self.name, "notes": self.notes,
-                "settings": self.settings, "resizes": self.resizes}
+                "settings": self.settings, "resizes": self.resizes, "speed": self.speed}
+
+    @property
+    def speed_text(self) -> str:
+        """``scaling: 1.87× on 2 workers, 93 % of linear`` from its newest breakdown ("" for none)."""
+        if not self.speed:
+            return ""
+        return speed.scaling_text(self.speed["speedup"], int(self.speed["workers"]), self.speed["efficiency"])
 
     @property
     def sizes_text(self) -> str:
@@ -185,6 +194,7 @@ def run_info(run_id: str, labels: dict | None = None) -> RunInfo:
             for name, host in manifest.tasks:
                 info.hosts.setdefault(host, []).append(name)
             info.resizes = manifest.resizes
+            info.speed = manifest.speed
             info.settings = text.settings_text(manifest.cluster)
             created = json.loads(path.read_text(encoding="utf-8")).get("created")
             info.start = created if isinstance(created, (int, float)) else None

@@ -25,6 +25,7 @@ import contextlib
 import json
 import math
 import os
+import queue
 import sys
 import threading
 import time
@@ -33,7 +34,7 @@ import traceback
 from agent.protocol import FINISHED, LOGS, TRAINING
 from console import catalog, checks, export, memory
 from console import cluster as cl
-from console import text
+from console import speed, text
 from console.errors import RunError, TfccError, describe, log_to_file, log_to_terminal
 from console.run.runner import Run
 from console.run.session import RunSession
@@ -110,6 +111,25 @@ class Printer:
             self.emit(f"{task.name}: {event.text}")
         elif event.kind in (SessionKind.WATCHDOG, *SessionKind.SUPERVISION):
             self.emit(f"tfcc: {event.text}")
+        elif event.kind == SessionKind.EXPLAINED:
+            self.explained(event.message)
+
+    def explained(self, verdict: dict) -> None:
+        """A breakdown's verdict (console.speed.Verdict.as_dict()): the workers' parts, then each finding."""
+        if self.as_json:
+            self.emit(strict_json({**verdict, "type": speed.VERDICT_RECORD}))
+            return
+        rows = [speed.WorkerBreakdown(**{k: v for k, v in w.items() if k != "alone_rate"})
+                for w in verdict.get("workers", [])]
+        took = verdict.get("took")
+        self.emit(f"tfcc: why slow (measured at step {verdict.get('at_step')}"
+                  + (f", {took:.0f} s after asking)" if isinstance(took, (int, float)) else ")"))
+        for line in speed.Verdict(verdict.get("ask", ""), rows, [], verdict.get("kind", "")).table():
+            self.emit(f"  {line}")
+        for line in verdict.get("findings", []):
+            self.emit(f"  {line}")
+        if verdict.get("speedup") is not None and verdict.get("efficiency") is not None:
+            self.emit(f"  {speed.scaling_text(verdict['speedup'], len(rows), verdict['efficiency'])}")
 
     def _record(self, name: str, r: dict) -> None:
         kind = r.get("type")
@@ -139,13 +159,16 @@ class Printer:
             self.emit("  " + " | ".join(parts))
 
 
-def _follow(run: Run, printer: Printer, stop_on_exit: bool, watchdog: float = WATCHDOG_SECONDS) -> int:
+def _follow(run: Run, printer: Printer, stop_on_exit: bool, watchdog: float = WATCHDOG_SECONDS,
+            why_slow: float | None = None) -> int:
     session = RunSession(run, watchdog=watchdog)
     session.subscribe(printer.on_event)
     session.follow()
+    asker = _WhySlow(session, why_slow)
     try:
         last = 0.0
         while not session.wait(timeout=0.5):
+            asker.look()
             if time.monotonic() - last >= 2.0:
                 last = time.monotonic()
                 printer.status_line(run)
@@ -170,6 +193,58 @@ def _follow(run: Run, printer: Printer, stop_on_exit: bool, watchdog: float = WA
     if failed:
         print(f"tfcc: to start the run again from its last backup: tfcc resume {run.run_id}", file=sys.stderr)
     return 1 if failed else 0
+
+
+class _WhySlow:
+    """``--why-slow SECONDS``: ask once, that long after the run's first steps came in (the verdict is printed as
+    it comes, like every event)."""
+
+    def __init__(self, session: RunSession, after: float | None):
+        self.session, self.after = session, after
+        self.training_since: float | None = None
+
+    def look(self) -> None:
+        if self.after is None:
+            return
+        if self.session.measure_problem() is not None:
+            self.training_since = None
+            return
+        now = time.monotonic()
+        if self.training_since is None:
+            self.training_since = now
+        if now - self.training_since >= self.after:
+            self.after = None  # once
+            try:
+                self.session.why_slow()
+                print("tfcc: asked every worker where its step time goes (the verdict follows)", file=sys.stderr)
+            except RunError as exc:
+                print(f"tfcc: {exc}", file=sys.stderr)
+
+
+def cmd_why_slow(ns) -> int:
+    """Attach to a running run quietly, ask its workers where their step time goes, print the verdict, detach."""
+    run = Run.load(ns.run, make_asker(False))
+    session = RunSession(run)
+    printer = Printer(ns.json)
+    verdicts: queue.SimpleQueue = queue.SimpleQueue()
+    session.subscribe(lambda e: verdicts.put(e.message) if e.kind == SessionKind.EXPLAINED else None)
+    session.follow()
+    try:
+        deadline = time.monotonic() + ns.wait
+        while True:  # the session has read where training is (or the run is not training: said at the deadline)
+            if session.measure_problem() is None or time.monotonic() >= deadline or session.wait(0.2):
+                break
+        session.why_slow()  # a RunError (one line: why not, what to do) when it cannot
+        print(f"tfcc: asked every worker of run {run.run_id} where its step time goes; the verdict comes "
+              f"{speed.ANSWER_WORDS}", file=sys.stderr)
+        try:
+            verdict = verdicts.get(timeout=speed.ANSWER_SECONDS + 15)
+        except queue.Empty:
+            raise RunError(f"run {run.run_id} gave no breakdown in time", "is it still training? tfcc runs says")
+        printer.explained(verdict)
+        return 0 if verdict.get("kind") != speed.UNMEASURED else 1
+    finally:
+        session.detach()
 
 
 def make_asker(accept_new: bool):
@@ -202,7 +277,7 @@ def cmd_run(ns) -> int:
     run.start(resume=resume, explicit=resume)
     verb = "resumed" if resume else "started"
     print(f"tfcc: run {run.run_id} {verb}: {len(run.tasks)} tasks on {len(run.links)} host(s)", file=sys.stderr)
-    return _follow(run, Printer(ns.json), ns.stop_on_exit, ns.watchdog)
+    return _follow(run, Printer(ns.json), ns.stop_on_exit, ns.watchdog, ns.why_slow)
 
 
 def cmd_resume(ns) -> int:
@@ -214,7 +289,7 @@ def cmd_resume(ns) -> int:
 
 def cmd_attach(ns) -> int:
     run = Run.load(ns.run, make_asker(False))
-    return _follow(run, Printer(ns.json), stop_on_exit=False)
+    return _follow(run, Printer(ns.json), stop_on_exit=False, why_slow=ns.why_slow)
 
 
 def cmd_stop(ns) -> int:
@@ -317,6 +392,8 @@ def cmd_runs(ns) -> int:
               f"{text.duration_text(info.duration):>8}  {metrics}  {info.cluster_text or '-'}", flush=True)
         if info.sizes_text:
             print(f"{'':<{width}}  size: {info.sizes_text}")
+        if info.speed_text:
+            print(f"{'':<{width}}  {info.speed_text}")
         if info.phases is not None and info.state != RunState.FINISHED:
             print(f"{'':<{width}}  tasks now: " + ", ".join(f"{t} {p}" for t, p in info.phases.items()))
         if info.note:
@@ -433,6 +510,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seconds before saying which task the cluster waits for (default 120)")
     run.add_argument("--accept-new-host-keys", action="store_true",
                      help="trust hosts whose SSH key is not in known_hosts yet (a changed key is always refused)")
+    run.add_argument("--why-slow", type=seconds(0, 86400), metavar="SECONDS",
+                     help="once it has trained this long, ask where each worker's step time goes and print the "
+                          "verdict (docs/why-slow.md)")
     run.set_defaults(func=cmd_run)
     resume = sub.add_parser("resume", help="start a run's tasks again where their backups left off")
     resume.add_argument("run")
@@ -445,7 +525,16 @@ def build_parser() -> argparse.ArgumentParser:
     attach = sub.add_parser("attach", help="follow a run again from its first record")
     attach.add_argument("run")
     attach.add_argument("--json", action="store_true")
+    attach.add_argument("--why-slow", type=seconds(0, 86400), metavar="SECONDS",
+                        help="once it has trained this long, ask where each worker's step time goes (as tfcc run)")
     attach.set_defaults(func=cmd_attach)
+    why = sub.add_parser("why-slow", help="ask a running run's workers where their step time goes: input, "
+                                          "compute, all-reduce, slower peers; the verdict and its fix")
+    why.add_argument("run")
+    why.add_argument("--json", action="store_true", help="print the verdict as one JSON line")
+    why.add_argument("--wait", type=seconds(0, 3600), default=60.0,
+                     help="seconds to wait for the run to be training before asking (default 60)")
+    why.set_defaults(func=cmd_why_slow)
     stop = sub.add_parser("stop", help="stop every task of a run")
     stop.add_argument("run")
     stop.add_argument("--grace", type=seconds(0, 3600), default=10.0, help="seconds between SIGTERM and SIGKILL")

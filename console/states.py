@@ -170,6 +170,8 @@ class SessionKind:
     STATE = "state"                        # what supervision marks on a task now (``message["state"]``, a Mark)
     SYSTEM = "system"                      # a host's load (``host``, ``message``: its agent's system record)
     ENDED = "ended"                        # every task ended and all they sent was handled
+    EXPLAINED = "explained"                # a breakdown asked for came back: ``message`` a console.speed.Verdict's
+                                           # as_dict(), ``text`` its lines (why_slow)
     # Supervision's (``text``; ``message`` has the ``attempt``): ``resumed`` says where an attempt took up
     # training; ``offered`` that a run failed while no console followed it, and how to restart it.
     ALERT = "alert"

@@ -456,7 +456,9 @@ class Capture:
                     with _own_modules():
                         from trainer.report import reporter_for
 
-                    callbacks.append(reporter_for(model, path_or_writer=self.writer, lifecycle=True))
+                    reporter = reporter_for(model, path_or_writer=self.writer, lifecycle=True)
+                    reporter.measure_data = bound.arguments.get("x")  # a breakdown pulls from it when asked
+                    callbacks.append(reporter)
                     bound.arguments["callbacks"] = callbacks
                     args, kwargs = bound.args[1:], bound.kwargs
         except Exception:

@@ -20,8 +20,9 @@ class RecordType:
     ALIVE = "alive"            # a parameter-server worker or ps says it serves, with its CPU and memory
     SYSTEM = "system"          # a host's load (the agent's system op, added by the console; not in the file)
     UNREADABLE = "unreadable"  # what ``decode_line`` makes of a line that is no record: it keeps the line
+    BREAKDOWN = "breakdown"    # where one worker's step time went, measured when asked (trainer/breakdown.py)
     METRICS = (STEP, EPOCH)    # the records that carry training metrics
-    ALL = (STEP, EPOCH, EVENT, ALIVE, SYSTEM, UNREADABLE)
+    ALL = (STEP, EPOCH, EVENT, ALIVE, SYSTEM, UNREADABLE, BREAKDOWN)
 
 
 class Event:

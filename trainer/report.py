@@ -29,7 +29,8 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from agent.protocol import METRICS, RUN_DIR_VARIABLE
+from agent.protocol import MEASURE_VARIABLE, METRICS, RUN_DIR_VARIABLE
+from trainer.breakdown import StepBreakdown
 from trainer.metrics import MetricsWriter, report  # noqa: F401  (report: the loops' one call)
 from trainer.plan import KERAS3, TF_KERAS, observed_batch_plan, strategy_name
 from trainer.records import SCRIPT_WORKLOAD, Event, RecordType
@@ -41,7 +42,10 @@ log = logging.getLogger("trainer.report")
 # element of an output, so a packed vector would not survive.
 STEP_LOSS_KEY = "tfcc_step_loss"
 STEP_EXAMPLES_KEY = "tfcc_step_examples"
-_INTERNAL_KEYS = (STEP_LOSS_KEY, STEP_EXAMPLES_KEY)
+# How many replicas of the cluster have a breakdown's ask (trainer/breakdown.py): each worker's flag, summed with the
+# step's loss, so that every worker learns at the same step that all have it, and measures there.
+STEP_ASKED_KEY = "tfcc_step_asked"
+_INTERNAL_KEYS = (STEP_LOSS_KEY, STEP_EXAMPLES_KEY, STEP_ASKED_KEY)
 
 
 def _to_float(value):
@@ -83,6 +87,18 @@ def instrument_step_loss(model) -> bool:
     # MirroredStrategy traces each local replica's step in its own thread: keep
     # each replica's loss tensor apart by thread.
     traced: dict = {}
+    # Not under parameter-server training: its steps run on remote workers, which cannot read this process's flag
+    # (and no step is shared to measure at).
+    no_flag = ""
+    if strategy_name(getattr(model, "distribute_strategy", None)) == "parameter_server":
+        no_flag = "under parameter-server training no step is shared to measure at"
+    elif os.environ.get(MEASURE_VARIABLE, "1") == "0":
+        no_flag = f"{MEASURE_VARIABLE}=0 turned it off"
+    elif getattr(model, "jit_compile", False) is True or "TPU" in type(model.distribute_strategy).__name__:
+        no_flag = "a step compiled with XLA (jit_compile) or on a TPU cannot read tfcc's flag"
+    asked = None if no_flag else _asked_flag()
+    object.__setattr__(model, "_tfcc_asked", asked)  # past Keras's tracking: no weight of the model
+    object.__setattr__(model, "_tfcc_no_flag", no_flag or ("" if asked is not None else "no flag could be made"))
 
     def compute_loss_and_keep(*args, **kwargs):
         loss = compute_loss(*args, **kwargs)
@@ -103,6 +119,8 @@ def instrument_step_loss(model) -> bool:
             # the sum over every replica of the cluster is the global-batch mean.
             logs[STEP_LOSS_KEY] = reduce.sum(tf.cast(tf.stop_gradient(loss), tf.float32))
             logs[STEP_EXAMPLES_KEY] = reduce.sum(examples)
+        if asked is not None:  # a step of the model's own that calls no compute_loss too
+            logs[STEP_ASKED_KEY] = reduce.sum(tf.identity(asked))
         return logs
 
     model.compute_loss = compute_loss_and_keep
@@ -111,6 +129,23 @@ def instrument_step_loss(model) -> bool:
     _hide_step_outputs(model)
     model._tfcc_instrumented = True
     return True
+
+
+def _asked_flag():
+    """A plain variable of this process (not one of the strategy's: made on a thread of its own, outside its scope),
+    set while a breakdown is asked for here: 0.0 or 1.0. None where one cannot be made."""
+    made: list = []
+
+    def make():
+        try:
+            made.append(tf.Variable(0.0, trainable=False, dtype=tf.float32, name="tfcc_asked"))
+        except Exception:  # noqa: BLE001 - no flag: the breakdown measures at the step asked for instead
+            log.warning("no breakdown flag", exc_info=True)
+
+    thread = threading.Thread(target=make, name="tfcc-flag")
+    thread.start()
+    thread.join()
+    return made[0] if made else None
 
 
 class _StepOutputs:
@@ -252,6 +287,8 @@ class _Reporting:
         self._t_step = 0.0
         self._t_epoch = 0.0
         self._t_train = 0.0
+        self.measure_data = None  # the data fit trains on: a breakdown's input part pulls from it
+        self._breakdown = None
 
     def set_model(self, model):
         super().set_model(model)
@@ -274,6 +311,10 @@ class _Reporting:
                                    num_replicas=strategy.num_replicas_in_sync)
         if self.lifecycle:
             self.writer.event(Event.TRAIN_BEGIN, exact_step_loss=self.exact_loss)
+        if self._coordinated is None and os.environ.get(MEASURE_VARIABLE, "1") != "0":
+            self._breakdown = StepBreakdown(self.writer, self.model, self.measure_data,
+                                            flag=getattr(self.model, "_tfcc_asked", None),
+                                            no_flag=getattr(self.model, "_tfcc_no_flag", ""))
 
     def _started(self, global_batch) -> None:
         """The ``started`` event, once the first step has shown the batch ``fit`` trains with."""
@@ -301,7 +342,7 @@ class _Reporting:
         # waits for the step to complete.
         outputs = getattr(self.model, "_tfcc_outputs", None)
         hidden = outputs.step if outputs is not None else {}
-        loss, examples = (_to_float(hidden.get(key, logs.pop(key, None))) for key in _INTERNAL_KEYS)
+        loss, examples, asked = (_to_float(hidden.get(key, logs.pop(key, None))) for key in _INTERNAL_KEYS)
         # Step time: from the end of the previous step (or the epoch's start) to
         # the end of this one. One hook per step instead of two: under
         # MultiWorkerMirroredStrategy each worker's per-step Python time holds
@@ -338,6 +379,8 @@ class _Reporting:
         if examples:
             self._started(int(examples))
         self.writer.write(record)
+        if self._breakdown is not None and self._breakdown.after_step(self._global_step, step_time, asked, examples):
+            self._t_step = time.perf_counter()  # the measurement's pause is no step's time
 
     def on_epoch_end(self, epoch, logs=None):
         if self._coordinated is not None:
@@ -357,6 +400,8 @@ class _Reporting:
     def on_train_end(self, logs=None):
         if self._coordinated is not None:
             self._coordinated.close()
+        if self._breakdown is not None:
+            self._breakdown.finished()
         if self.lifecycle:
             # The writer stays open for the next fit(); it is drained at exit.
             self.writer.event(Event.TRAIN_END, train_time=time.perf_counter() - self._t_train)
@@ -451,7 +496,7 @@ class CoordinatorReporter(tf.keras.callbacks.Callback):
                 done = batch + 1 - mark_step
                 took = (now - mark_time) / max(1, done)
                 mark_step, mark_time = batch + 1, now
-                loss, examples = (_to_float(values.pop(key, None)) for key in _INTERNAL_KEYS)
+                loss, examples, _ = (_to_float(values.pop(key, None)) for key in _INTERNAL_KEYS)
                 size = int(examples) if examples else self.batch
                 record = {"type": RecordType.STEP, "epoch": epoch, "step": batch,
                           "global_step": epoch * steps + batch + 1 if steps else batch + 1,

@@ -272,6 +272,9 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
     tb_dir = run_dir / "tensorboard" if cluster.is_chief else _temp_dir(run_dir, cluster, "tensorboard")
     reporter = MetricsReporter(writer, task_type=cluster.task.type, task_index=cluster.task.index,
                                num_workers=cluster.num_workers, report_steps=opts.report)
+    # A step-time breakdown, when asked, pulls from a fresh iterator of the same stream (trainer/breakdown.py), from
+    # its start: a resumed run's skip would make its first batch wait for every batch skipped.
+    reporter.measure_data = make_datasets(workload, plan, opts)[0] if skip else train_ds
     callbacks = [
         reporter,  # first: it takes its own keys out of the logs before other callbacks see them
         backups,

@@ -42,3 +42,7 @@ COMPARED = ("#882255", "#117733", "#332288", "#999933", "#AA4499", "#44AA99")
 def compared_color(index: int) -> QColor:
     """The colour of the ``index``-th compared run (in the order they were added)."""
     return QColor(COMPARED[index % len(COMPARED)])
+
+# The parts of a step in "why is it slow?" (console.speed.PARTS): what to act on warm, compute green, the rest grey.
+STEP_PARTS = {"input": "#E69F00", "compute": "#009E73", "communication": "#56B4E9", "peers": "#D55E00",
+              "other": "#BBBBBB"}

@@ -30,6 +30,7 @@ from console.gui.colors import (CLUSTER, EPOCH as EPOCH_PEN, VALIDATION, compare
 from console.gui.events_view import EventsView
 from console.gui.plot_parts import SeriesList, ValueTable
 from console.gui.progress_view import ProgressView
+from console.gui.speed_view import SpeedView
 from console.store.metric_ids import DEFAULT_PLOTS, EPOCH, HOST, SYSTEM, X_AXES, is_cluster_wide, plot_label, plot_of
 from console.store.metrics import Marker, MetricsStore
 from console.text import duration_text, marker_label, marker_text, metric_text
@@ -260,6 +261,7 @@ class Dashboard(QWidget):
         self.progress_view = ProgressView()  # a row per task: progress, badges
         self._slow_version = -1
         self.events_view = EventsView()      # the events and each task's log tail
+        self.speed_view = SpeedView()        # why is it slow? (asked for: the run control wires it)
 
         lists = QSplitter(Qt.Vertical)  # beside the plots: which plots, and which series in them
         for title, widget in (("Plots", self.metric_list), ("Series", self.series_list)):
@@ -302,9 +304,14 @@ class Dashboard(QWidget):
         left_layout.addLayout(controls)
         left_layout.addWidget(self.chip_row)
         left_layout.addWidget(plots_row, 1)
+        right = self.right = QSplitter(Qt.Vertical)  # beside the plots: what happened, and why it is slow
+        right.addWidget(self.events_view)
+        right.addWidget(self.speed_view)
+        right.setStretchFactor(0, 3)
+        right.setStretchFactor(1, 2)
         split = self.split = QSplitter(Qt.Horizontal)
         split.addWidget(left)
-        split.addWidget(self.events_view)
+        split.addWidget(right)
         split.setStretchFactor(0, 1)  # the plots take what the window gains; the events keep their width
         split.setSizes([1000 - EVENTS_WIDTH, EVENTS_WIDTH])
         split.splitterMoved.connect(self._on_split_splitter_moved)
@@ -332,6 +339,8 @@ class Dashboard(QWidget):
         # when the run ends.
         self._expected = set(self.shown) | set(LIVE_PLOTS) if live else set()
         self.live = live
+        self.speed_view.clear(order)
+        self.speed_view.set_available(live)
         self._set_store(store, order)
 
     def _set_store(self, store: MetricsStore, order: list[str]) -> None:
@@ -380,6 +389,7 @@ class Dashboard(QWidget):
     def set_ended(self) -> None:
         """The run shown went as far as it goes: each plot fits its data (no room ahead kept)."""
         self.live = False
+        self.speed_view.set_available(False)
         self._expected = set()
         self._slow_version = -1  # the empty plots go at the next tick
         self._views.clear()

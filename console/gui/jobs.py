@@ -18,6 +18,7 @@ from PySide6.QtCore import QObject, Signal
 from agent.protocol import ERROR, FINISHED
 from console import checks
 from console import cluster as cl
+from console.errors import TfccError, describe
 from console.run.runner import Run
 from console.run.session import RunSession
 from console.run.supervisor import OFFER, REMOVE_HOST, RESTART, WATCHDOG_SECONDS
@@ -151,6 +152,9 @@ class RunBridge(QObject):
     states_changed = Signal()             # what supervision says of the tasks changed (the store has it)
     stopped = Signal()
     ended = Signal()                      # every task has ended
+    why_slow_asked = Signal()             # every training task has the ask: the verdict follows
+    explained = Signal(dict)              # a breakdown asked for came (console.speed.Verdict.as_dict())
+    why_slow_refused = Signal(str)        # the run cannot be asked now: why, and what to do
 
     def __init__(self, threads: Threads, ask_host_key=None, parent=None):
         super().__init__(parent)
@@ -190,6 +194,29 @@ class RunBridge(QObject):
             self.core.remove_host(host)
         else:
             self.core.take_back(host)
+
+    def why_slow(self) -> None:
+        """Ask the run where its workers' step time goes (on a thread: the agents are asked); ``explained`` brings
+        the verdict, ``why_slow_refused`` why it cannot be asked now."""
+        core = self.core
+        if core is None:
+            self.why_slow_refused.emit("No run is followed: start one, or open a running one from the Runs tab")
+            return
+        problem = core.measure_problem()  # what the session knows: no wait
+        if problem:
+            self.why_slow_refused.emit(f"Not now: {problem[0]}; {problem[1]}")
+            return
+        self.threads.start("why-slow", self._why_slow, core)
+
+    def _why_slow(self, core: RunSession) -> None:
+        try:
+            core.why_slow()
+            self.why_slow_asked.emit()
+        except TfccError as exc:
+            self.why_slow_refused.emit(describe(exc))
+        except Exception as exc:  # noqa: BLE001 - said in the window; the log has the traceback
+            log.exception("asking why the run is slow")
+            self.why_slow_refused.emit(f"could not ask: {exc}")
 
     def start(self, cluster: cl.Cluster, run_id: str | None = None) -> None:
         self.detach()  # a previous run, ended or not: stop following it
@@ -254,6 +281,8 @@ class RunBridge(QObject):
                 self.states_changed.emit()
             elif event.kind == SessionKind.ENDED:
                 self.ended.emit()
+            elif event.kind == SessionKind.EXPLAINED:
+                self.explained.emit(event.message)
 
         core.subscribe(on_event)
         return core

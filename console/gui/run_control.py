@@ -17,7 +17,7 @@ from agent.protocol import FAILED, FINISHED, STOPPED
 from console import cluster as cl
 from console.catalog import running_runs
 from console.errors import TfccError, describe
-from console import text
+from console import speed, text
 from console.gui.dashboard import Dashboard, RunHeader
 from console.gui.events_view import LOG_TAKE_MS
 from console.gui.diagram import ClusterDiagram
@@ -59,12 +59,13 @@ class RunControl(QObject):
         self.started_event: dict | None = None  # the run's "started" record, once it came
         for event in ("run_started", "start_failed", "deploy_progressed", "training_started", "logs_received",
                       "task_ended", "watchdog_fired", "supervised", "states_changed", "stopped",
-                      "ended"):  # _on_session_<event>
+                      "ended", "why_slow_asked", "explained", "why_slow_refused"):  # _on_session_<event>
             getattr(self.session, event).connect(getattr(self, f"_on_session_{event}"))
         for event in ("open_requested", "history_loaded", "logs_loaded", "comparison_loaded", "running_found"):
             getattr(runs_panel, event).connect(getattr(self, f"_on_runs_panel_{event}"))
         self._runs_found.connect(self._on_self_runs_found)
         diagram.host_asked.connect(self._on_diagram_host_asked)
+        dashboard.speed_view.asked.connect(self._on_speed_view_asked)
         dashboard.renamed.connect(self._on_dashboard_renamed)
         dashboard.comparison_removed.connect(self._on_dashboard_comparison_removed)
         self.detached_from: str | None = None  # the run this window detached from (it goes on there)
@@ -92,6 +93,22 @@ class RunControl(QObject):
     def stop(self) -> None:
         self.reported.emit("Stopping every task (SIGTERM, then SIGKILL after 10 s)…")
         self.session.stop()
+
+    def _on_speed_view_asked(self) -> None:
+        self.session.why_slow()
+
+    def _on_session_why_slow_asked(self) -> None:
+        self.reported.emit(f"Asked every worker where its step time goes: the verdict comes {speed.ANSWER_WORDS}")
+
+    def _on_session_explained(self, verdict: dict) -> None:
+        self.dashboard.speed_view.show_verdict(verdict)
+        findings = verdict.get("findings") or []
+        if findings:
+            self.reported.emit(f"Why slow: {findings[0]}")
+
+    def _on_session_why_slow_refused(self, words: str) -> None:
+        self.dashboard.speed_view.refused(words)
+        self.reported.emit(words)
 
     def _on_diagram_host_asked(self, what: str, host: str) -> None:
         try:

@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable
 
-from agent.protocol import (CHECK_PORTS, FINISHED, FIREWALL, LOST, LOG_MESSAGE, METRICS, METRICS_MESSAGE, NO_SUCH_TASK,
-                            NOT_STARTED, PORTS, RUNNING, RUNS_DIR, START, STATUS, STOP, SYSTEM_MESSAGE,
+from agent.protocol import (CHECK_PORTS, FINISHED, FIREWALL, LOST, LOG_MESSAGE, MEASURE, METRICS, METRICS_MESSAGE,
+                            NO_SUCH_TASK, NOT_STARTED, PORTS, RUNNING, RUNS_DIR, START, STATUS, STOP, SYSTEM_MESSAGE,
                             parse_address, parse_task_name)
 from console import cluster as cl
 from console import exposure, text
@@ -106,6 +106,7 @@ class Run:
         # ({"at", "tasks", "why"}): kept in the manifest.
         self.left: dict[str, str] = {}
         self.resizes: list[dict] = []
+        self.speed: dict = {}  # the newest breakdown's scaling efficiency (note_speed), kept in the manifest
         self.ports_changed: str | None = None  # why the last resume gave the tasks new ports
         self.seeded: Seeding | None = None     # the backup the last resume copied to tasks that lacked it
         self.joining: set[str] = set()         # tasks that rejoin at the next start (they get the newest backup)
@@ -196,12 +197,20 @@ class Run:
 
     def _write_manifest(self, configs: list[str]) -> None:
         write_manifest(Manifest(self.run_id, self.cluster, [(t.name, t.host) for t in self.tasks], configs,
-                                dict(self.left), list(self.resizes), sorted(self.moved)))
+                                dict(self.left), list(self.resizes), sorted(self.moved), dict(self.speed)))
+
+    def note_speed(self, verdict) -> None:
+        """Keep a breakdown's scaling efficiency (a console.speed.Verdict) in the manifest: ``tfcc runs`` says it."""
+        self.speed = {"speedup": round(verdict.speedup, 3), "efficiency": round(verdict.efficiency, 3),
+                      "workers": len(verdict.workers), "kind": verdict.kind, "time": time.time()}
+        if self.tf_configs is not None:
+            self._write_manifest(self.tf_configs)
 
     def _take_membership(self, saved: Manifest) -> None:
         """What the manifest says of an elastic run's members (who left, each change of size, who moved to a spare
         and has no folder there yet): a resume or a later console goes on from there."""
         self.left, self.resizes, self.moved = dict(saved.left), list(saved.resizes), set(saved.moved)
+        self.speed = dict(saved.speed)
         for task in self.tasks:
             if task.name in self.left:
                 task.leave()
@@ -675,6 +684,20 @@ class Run:
         tasks = self.members if only is None else only
         return [task.host for task, answer in zip(tasks, self._send_stop(tasks, grace, done))
                 if isinstance(answer, TfccError)]
+
+    def measure(self, tasks: list[TaskState], ask: str, at_step=None) -> list[dict | TfccError]:
+        """Ask ``tasks`` (all hosts at once) to measure their step time at global step ``at_step``
+        (trainer/breakdown.py); without it, where each is (``newest_step``, ``step_time``). For each, its agent's
+        answer, or the error that kept it from answering."""
+        def measure(task: TaskState) -> dict | TfccError:
+            try:
+                return self.links[task.host].connect().call(MEASURE, timeout=15, run_id=self.run_id, task=task.name,
+                                                            ask=ask, at_step=at_step)
+            except TfccError as exc:
+                log.warning("could not ask %s of run %s for a breakdown: %s", task.name, self.run_id, exc)
+                return exc
+
+        return at_once([(t,) for t in tasks], measure)
 
     def status(self) -> list[dict]:
         return at_once([(t,) for t in self.members], lambda task: self.links[task.host].connect().call(

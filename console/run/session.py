@@ -19,9 +19,10 @@ import threading
 import time
 
 from agent.protocol import (END, ENDED, ERROR, FAILED, FINISHED, FOLLOWING, LOG_MESSAGE, LOST, METRICS,
-                            METRICS_MESSAGE, RUNNING, STARTING, STDERR, STOPPED, TRAINING, WAITING, task_name)
-from console import text
-from console.errors import RunError
+                            METRICS_MESSAGE, RUNNING, STARTING, STDERR, STOPPED, TRAINING, WAITING, parse_task_name,
+                            task_name)
+from console import speed, text
+from console.errors import RunError, TfccError
 from console.run.runner import Run
 from console.run.supervisor import (OFFER, REMOVE_HOST, RESTART, TAKE_BACK, WATCHDOG_SECONDS,  # noqa: F401
                                     Supervisor)  # (OFFER: its choices)
@@ -31,7 +32,7 @@ from console.store.cache import CONSOLE_TASK, History
 from console.store.metrics import MetricsStore
 from console.threads import give_way
 from trainer.records import CAPTURED, FROM_PRINT, SCRIPT_WORKLOAD, Batch, Event, RecordType, decode_line, number
-from trainer.tf_config import CHIEF
+from trainer.tf_config import CHIEF, WORKER
 
 log = logging.getLogger("console.run.session")
 
@@ -108,6 +109,12 @@ class RunSession:
         self._kept: dict[str, list[dict]] = {}
         self._restored = False   # the store came from a snapshot
         self._received = False   # metrics arrived after that (else the snapshot is still the whole store)
+        # Breakdowns asked for (why_slow): the asks out (a front end's thread starts one), and where training is.
+        self._asks = speed.Asks()
+        self._asking = threading.Lock()
+        self._newest_step = -1
+        self._fits: set[str] = set()  # tasks whose script trains in Keras fit (a breakdown measures in it)
+        self.verdict: speed.Verdict | None = None  # the newest
 
     @property
     def attempt(self) -> int:
@@ -164,6 +171,85 @@ class RunSession:
                            f"take back one of the hosts it goes on without: {', '.join(away)}" if away
                            else "every task is in the run")
         self.supervisor.ask(TAKE_BACK, host)
+
+    def why_slow(self) -> str:
+        """Ask every training task where its step time goes (docs/why-slow.md); the ask's name. The verdict comes
+        as a ``SessionKind.EXPLAINED`` event within ``speed.ANSWER_SECONDS``; a RunError at once that says why
+        when the run cannot be measured now. It waits on the agents: never call it on a window's thread."""
+        problem = self.measure_problem()
+        if problem:
+            raise RunError(f"run {self.run.run_id} cannot say why it is slow now: {problem[0]}", problem[1])
+        name = speed.new_ask()
+        self._ask(name)
+        return name
+
+    def measure_problem(self) -> tuple[str, str] | None:
+        """Why the run's step time cannot be measured now, and what to do; None when it can."""
+        training = self.run.cluster.training
+        if self.run.cluster.parameter_server:
+            return ("under parameter-server training the coordinator hands each step to whichever worker is free, "
+                    "so no step is shared to measure at", "the breakdown measures synchronous training (default, "
+                    "Mirrored, MultiWorkerMirrored); the plots show each worker's pace")
+        if training.script and not training.capture:
+            return ("its script runs without tfcc's capture", "set capture = true in [training] (the default)")
+        if self.run.members and all(t.ended for t in self.run.members):
+            return ("its tasks have ended", f"tfcc resume {self.run.run_id} starts them again from their backups")
+        if self._newest_step < 0 or not self._trainers():
+            return ("it is not training yet", "ask again once its first steps are in")
+        if training.script and not self._fits:
+            return ("its script trains in a loop of its own, not in Keras fit",
+                    "the breakdown measures a Keras fit (or tfcc's trainer); a loop's step time is in the plots")
+        return None
+
+    def _trainers(self) -> list[TaskState]:
+        """The tasks that train and run now (chief and workers): those a breakdown asks."""
+        out = []
+        for task in self.run.members:
+            try:
+                role = parse_task_name(task.name)[0]
+            except ValueError:
+                continue
+            if role in (CHIEF, WORKER) and not task.ended:
+                out.append(task)
+        return out
+
+    def _ask(self, name: str) -> None:
+        tasks = self._trainers()
+        with self._asking:
+            self._asks.start(name, [t.name for t in tasks], self._newest_step)
+        errors = [e if isinstance(e, TfccError) else None
+                  for e in self.run.measure(tasks, name, max(0, self._newest_step))]
+        unasked = [(t.name, e) for t, e in zip(tasks, errors) if e is not None]
+        if unasked:  # the others would wait for it (their asks lapse on their own after a minute)
+            with self._asking:
+                self._asks.forget(name)
+            raise RunError(f"run {self.run.run_id} could not ask {unasked[0][0]} why it is slow: {unasked[0][1]}",
+                           "every training task must be asked at once; is the run still training? (tfcc runs)")
+
+    def _breakdown(self, task: TaskState, record: dict) -> None:
+        """A task's ``breakdown`` record: the verdict once every task asked has answered."""
+        with self._asking:
+            verdict = self._asks.answered(task.name, record)
+        if verdict is not None:
+            self._explained(verdict)
+
+    def _look_at_asks(self) -> None:
+        with self._asking:
+            closed = self._asks.overdue() + self._asks.ended({t.name for t in self.run.tasks if t.ended})
+        for verdict in closed:
+            self._explained(verdict)
+
+    def _explained(self, verdict: speed.Verdict) -> None:
+        self.verdict = verdict
+        lines = verdict.lines()
+        if verdict.scaling_words():
+            try:
+                self.run.note_speed(verdict)
+            except Exception:  # noqa: BLE001 - the verdict is said all the same
+                log.exception("keeping run %s's scaling efficiency", self.run.run_id)
+        if self.store is not None:
+            self.store.note(CONSOLE_TASK, SessionKind.EXPLAINED, " | ".join(lines))
+        self._tell(SessionEvent(SessionKind.EXPLAINED, text="\n".join(lines), message=verdict.as_dict()))
 
     def stop(self, grace: float = 10.0) -> list[dict]:
         """Stop every task (the person asked: their ends are no failures to restart from)."""
@@ -275,6 +361,7 @@ class RunSession:
                 if batch and self.history is not None:
                     self.history.flush()  # once a batch: appends are buffered till here
                 self.supervisor.tick()
+                self._look_at_asks()
                 if not batch and self.run.wait(0) and self._queue.empty():
                     if all(t.ended for t in self.run.tasks):
                         self._tell(SessionEvent(SessionKind.ENDED))
@@ -398,6 +485,11 @@ class RunSession:
                 if not task.cluster_formed and _trains(r):
                     self._formed(task)  # a script whose capture saw training before any strategy
                 supervisor.step(task, r)
+                if ingest and number(r.get("attempt")) == self.attempt:
+                    self._stepped(r)
+            elif kind == RecordType.BREAKDOWN:
+                if ingest:
+                    self._breakdown(task, r)
             elif kind == RecordType.EPOCH:
                 if not task.cluster_formed and _trains(r):
                     self._formed(task)
@@ -427,6 +519,8 @@ class RunSession:
                 supervisor.failed_event(task, r)
             elif name in (Event.TRAIN_BEGIN, Event.TRAIN_END):  # a script's fit: what it does between is its own
                 supervisor.fit(task, name == Event.TRAIN_BEGIN)
+                if name == Event.TRAIN_BEGIN:
+                    self._fits.add(task.name)
             elif name == Event.RESUMED:
                 supervisor.resumed(r)
         if self.store is not None and ingest:
@@ -434,6 +528,12 @@ class RunSession:
         self._tell(SessionEvent(SessionKind.RECORDS, task, records=batch.records, batch=batch))
         if batch.started is not None and batch.started is self.started_record:
             self._tell(SessionEvent(SessionKind.TRAINING_STARTED, task, records=[batch.started]))
+
+    def _stepped(self, record: dict) -> None:
+        """Where training is (the newest global step): a breakdown can be asked for once there is one."""
+        step = number(record.get("global_step"))
+        if math.isfinite(step) and step > self._newest_step:
+            self._newest_step = int(step)
 
     def _formed(self, task: TaskState) -> None:
         """``task``'s cluster has formed: it trains."""

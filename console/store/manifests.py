@@ -72,6 +72,8 @@ class Manifest:
     left: dict[str, str] = field(default_factory=dict)
     resizes: list[dict] = field(default_factory=list)
     moved: list[str] = field(default_factory=list)  # tasks moved to a spare host, with no folder there yet
+    # The newest breakdown's scaling ({"speedup", "efficiency", "workers", "kind", "time"}; console.speed).
+    speed: dict = field(default_factory=dict)
 
 
 def write_manifest(manifest: Manifest) -> None:
@@ -89,7 +91,8 @@ def write_manifest(manifest: Manifest) -> None:
                        **({"left": manifest.left[name]} if name in manifest.left else {}),
                        **({"moved": True} if name in manifest.moved else {})}
                       for (name, host), config in zip(manifest.tasks, manifest.tf_configs)],
-            **({"resizes": manifest.resizes} if manifest.resizes else {})}
+            **({"resizes": manifest.resizes} if manifest.resizes else {}),
+            **({"speed": manifest.speed} if manifest.speed else {})}
     write_atomically(path, json.dumps(data, indent=1), mode=0o600)
 
 
@@ -124,5 +127,9 @@ def read_manifest(run_id: str) -> Manifest:
                        "check its permissions") from None
     except (ValueError, KeyError, TypeError, cl.ClusterFileError) as exc:
         raise RunError(f"{damaged[0]} ({type(exc).__name__}: {str(exc)[:200]})", damaged[1]) from None
+    speed = data.get("speed")  # a note of the newest breakdown: one that is not one is left out, not refused
+    speed = speed if isinstance(speed, dict) and all(isinstance(speed.get(k), (int, float)) and
+                                                     not isinstance(speed.get(k), bool)
+                                                     for k in ("speedup", "efficiency", "workers")) else {}
     return Manifest(run_id, cluster, [(t["name"], t["host"]) for t in tasks], [t["tf_config"] for t in tasks],
-                    left, resizes, moved)
+                    left, resizes, moved, speed)

@@ -447,3 +447,24 @@ def test_remove_refuses_bad_names_and_never_follows_a_link_out(clients, tfcc_hom
     assert client.call("remove", run_id="mixed")["removed"] is True
     assert not (tfcc_home / "runs" / "linked").exists() and not (tfcc_home / "runs" / "mixed").exists()
     assert (outside / "worker-0" / "data").read_text() == "keep me"
+
+
+def test_measure_leaves_its_ask_for_the_trainer(clients, stop_all, tfcc_home):
+    """A breakdown's ask (docs/why-slow.md), in the task's folder for its trainer; refused for a task that does not
+    run and for a bad ask."""
+    client = clients()
+    started = start_fake(client, stop_all, first=10, second=10)
+    folder = Path(started["run_dir"])
+    newest = 10
+    client.call("measure", run_id="r1", task="worker-0", ask="why-1", at_step=newest + 50)
+    ask = json.loads((folder / "measure.json").read_text())
+    assert (ask["ask"], ask["at_step"]) == ("why-1", newest + 50)
+    for bad in ({"ask": "", "at_step": 5}, {"ask": "why-2", "at_step": -1}, {"ask": "why-2", "at_step": True},
+                {"ask": "x\n", "at_step": 5}, {"ask": "why-2"}):
+        with pytest.raises(AgentRequestError) as refused:
+            client.call("measure", run_id="r1", task="worker-0", **bad)
+        assert refused.value.code == "bad-argument"
+    (folder / "release").touch()
+    assert wait_until(lambda: client.call("status", run_id="r1", task="worker-0")["phase"] == "finished", 30)
+    with pytest.raises(AgentRequestError, match="task worker-0 of run r1 is not running here: nothing to measure"):
+        client.call("measure", run_id="r1", task="worker-0", ask="why-3", at_step=10)

@@ -232,3 +232,50 @@ subprocess.Popen([sys.executable, "-c", "import time; held = b'x' * (60 << 20); 
     finally:
         os.killpg(leader.pid, 9)
         leader.wait()
+
+
+def test_a_cgroup_limit_and_its_throttling_are_read(tmp_path, monkeypatch):
+    proc, cgroups = tmp_path / "proc", tmp_path / "cgroup"
+    (proc / "self").mkdir(parents=True)
+    (proc / "self" / "cgroup").write_text("4:memory:/a\n3:cpu,cpuacct:/jobs/task-1\n0::/\n")
+    folder = cgroups / "cpu,cpuacct" / "jobs" / "task-1"
+    folder.mkdir(parents=True)
+    (folder / "cpu.cfs_quota_us").write_text("30000\n")
+    (folder / "cpu.cfs_period_us").write_text("100000\n")
+    (folder / "cpu.stat").write_text("nr_periods 200\nnr_throttled 150\nthrottled_time 123\n")
+    for above in (cgroups / "cpu,cpuacct" / "jobs", cgroups / "cpu,cpuacct"):
+        (above / "cpu.cfs_quota_us").write_text("-1\n")
+        (above / "cpu.cfs_period_us").write_text("100000\n")
+    monkeypatch.setattr(system, "PROC", str(proc))
+    monkeypatch.setattr(system, "CGROUP_ROOT", str(cgroups))
+    assert system.cpu_limit() == {"limit": 0.3, "periods": 200, "throttled": 150, "where": str(folder)}
+    (proc / "self" / "cgroup").write_text("0::/box\n")  # v2
+    (cgroups / "box").mkdir()
+    (cgroups / "box" / "cpu.max").write_text("150000 100000\n")
+    (cgroups / "box" / "cpu.stat").write_text("usage_usec 5\nnr_periods 10\nnr_throttled 1\n")
+    assert system.cpu_limit()["limit"] == 1.5
+    (cgroups / "box" / "cpu.max").write_text("max 100000\n")
+    assert system.cpu_limit() == {}
+
+
+def test_the_busiest_other_processes_are_named_but_not_the_runs_own():
+    busy = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass\n"
+    # Each its own process group, as a task's is (this test's own group is left out: the trainer's own).
+    ours, theirs = (subprocess.Popen([sys.executable, "-c", busy], env={**os.environ, "TFCC_RUN_ID": run},
+                                     start_new_session=True) for run in ("run-a", "run-b"))
+    try:
+        before, start = system.processes(), time.monotonic()
+        seen: dict = {}
+
+        def used_some() -> bool:  # each has used a measurable share of a core (a busy loop: about one each)
+            seen.update(system.processes())
+            return all(seen.get(p.pid, (0,))[0] - before.get(p.pid, (0,))[0] >= 50 for p in (ours, theirs))
+
+        assert wait_until(used_some, 20)
+        busiest = system.busiest_others(before, seen, time.monotonic() - start, "run-a", least=0.1)
+    finally:
+        ours.kill()
+        theirs.kill()
+    pids = [b["pid"] for b in busiest]
+    assert theirs.pid in pids and ours.pid not in pids, busiest
+    assert next(b for b in busiest if b["pid"] == theirs.pid)["name"].startswith("python")

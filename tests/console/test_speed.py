@@ -1,0 +1,147 @@
+"""console.speed: the workers' breakdown records put together, the verdict's words and the scaling efficiency."""
+
+from __future__ import annotations
+
+import pytest
+
+from console import speed
+
+
+def record(step=0.02, compute=0.01, reduce=0.002, pipeline=0.001, batch=64, cpu=None, **more) -> dict:
+    out = {"type": "breakdown", "ask": "a", "at_step": 100, "step_time": step, "compute_time": compute,
+           "all_reduce_time": reduce, "input_time": pipeline, "input": "dataset", "batch": batch, "replicas": 2,
+           "local_replicas": 1, "gradient_bytes": 1_000_000, "cpu": cpu or {"used": 1.0, "cores": 2, "allowed": 2}}
+    out.update(more)
+    return out
+
+
+def test_the_parts_of_each_step_add_up_to_it():
+    rows = speed.breakdowns({"worker-0": record(step=0.1, pipeline=0.002, compute=0.005),
+                             "worker-1": record(step=0.1, pipeline=0.1, compute=0.005)})
+    for row in rows:
+        assert sum(getattr(row, part) for part in speed.PARTS) == pytest.approx(row.step)
+    fast, slow = rows
+    assert slow.input == pytest.approx(0.1 - 0.005 - 0.002)  # its pipeline beyond its compute and all-reduce
+    assert fast.input == 0 and fast.peers == pytest.approx(slow.input)  # the other one waits for it
+
+
+def test_a_slow_pipeline_on_one_worker_is_input_bound_there_with_its_fix():
+    verdict = speed.explain("a", {"worker-0": record(step=0.1, pipeline=0.002, compute=0.005),
+                                  "worker-1": record(step=0.1, pipeline=0.1, compute=0.005)})
+    assert verdict.kind == speed.INPUT_BOUND
+    finding = verdict.findings[0]
+    assert finding.task == "worker-1"
+    assert finding.words.startswith("input-bound on worker-1: 93% of each step waits for its input pipeline, which "
+                                    "gives 10 batches/s where training needs 14")  # 1 / (100 ms - 93 ms)
+    assert "num_parallel_calls=tf.data.AUTOTUNE" in finding.words and ".cache()" in finding.words
+    assert len(verdict.findings) == 1  # the other worker's wait is its, not a straggler of its own
+
+
+def test_a_worker_that_computes_slower_is_the_straggler_and_its_cgroup_is_named():
+    limited = {"used": 0.3, "cores": 2, "allowed": 2, "limit": 0.3, "throttled": 0.9}
+    verdict = speed.explain("a", {"worker-0": record(step=0.06, compute=0.004),
+                                  "worker-1": record(step=0.06, compute=0.016, cpu=limited)})
+    assert verdict.kind == speed.STRAGGLER
+    words = verdict.findings[0].words
+    assert words.startswith("worker-1 is a straggler: its compute takes 16 ms a step, its peers' 4.0 ms, and they "
+                            "wait 72% of each step for it: its cgroup limits it to 0.3 CPU (throttled in 90% of "
+                            "periods)"), words
+
+
+@pytest.mark.parametrize("cpu, cause", [
+    ({"cores": 4, "allowed": 4, "others": [{"pid": 4242, "name": "stress", "cpu": 1.0}]},
+     "its host's CPU is busy with another process: pid 4242 (stress) uses 1.0 CPU — stop it"),
+    ({"cores": 4, "allowed": 1}, "it may use only 1 of its host's 4 cores"),
+    ({"cores": 4, "allowed": 4, "host_busy": 0.97}, "its host's CPU is saturated (97% busy)"),
+    ({"cores": 4, "allowed": 4, "limit": 2.0, "throttled": 0.0}, "a slower CPU or GPU"),  # a limit not reached
+    ({"cores": 4, "allowed": 4, "others": [{"pid": 7, "name": "idle", "cpu": 0.1}]}, "a slower CPU or GPU"),
+])
+def test_what_held_a_stragglers_cpu_is_said(cpu, cause):
+    verdict = speed.explain("a", {"worker-0": record(step=0.06, compute=0.004),
+                                  "worker-1": record(step=0.06, compute=0.016, cpu=cpu)})
+    assert verdict.kind == speed.STRAGGLER and cause in verdict.findings[0].words, verdict.findings[0].words
+
+
+def test_workers_that_wait_on_the_all_reduce_are_communication_bound():
+    verdict = speed.explain("a", {f"worker-{i}": record(step=0.06, compute=0.005, reduce=0.05) for i in range(2)})
+    assert verdict.kind == speed.COMMUNICATION_BOUND
+    assert verdict.findings[0].words.startswith("communication-bound: 83% of each step waits on the all-reduce (1 MB "
+                                                "of gradients in 50 ms) — a larger batch per replica")
+
+
+def test_a_run_whose_workers_compute_is_healthy_and_its_scaling_is_said():
+    verdict = speed.explain("a", {f"worker-{i}": record(step=0.015, compute=0.01, reduce=0.003) for i in range(2)})
+    assert verdict.kind == speed.HEALTHY
+    assert verdict.findings[0].words.startswith("healthy: compute-bound — compute is 67% of each step")
+    # 64 examples / 15 ms together; alone each would train its 32 in its 10 ms compute + 2 ms update/framework.
+    assert verdict.global_rate == pytest.approx(64 / 0.015)
+    assert verdict.efficiency == pytest.approx((64 / 0.015) / (2 * 32 / 0.012))
+    assert verdict.speedup == pytest.approx(2 * verdict.efficiency)
+    assert verdict.lines()[-1] == "scaling: 1.60× on 2 workers, 80% of linear"
+
+
+def test_a_small_model_is_healthy_and_told_where_its_step_goes():
+    verdict = speed.explain("a", {f"worker-{i}": record(step=0.03, compute=0.004, reduce=0.004) for i in range(2)})
+    assert verdict.kind == speed.HEALTHY
+    assert "the update and the framework's own work are 73% of each step" in verdict.findings[0].words
+
+
+def test_a_worker_that_did_not_answer_is_named_and_nothing_measured_says_so():
+    verdict = speed.explain("a", {"worker-0": record()}, missing=["worker-1"])
+    assert verdict.findings[-1].words == "not measured: worker-1 did not answer in time"
+    assert verdict.scaling_words() == ""  # one worker measured
+    assert speed.explain("a", {}).kind == speed.UNMEASURED
+    failed = speed.explain("a", {"worker-0": {"ask": "a", "problems": ["compute: ValueError: no"]}})
+    assert failed.kind == speed.UNMEASURED and "compute: ValueError: no" in failed.findings[0].words
+
+
+def test_an_ask_is_answered_once_every_task_has_and_overdue_after_the_time_allowed():
+    asks = speed.Asks()
+    asks.start("a", ["worker-0", "worker-1"], 100)
+    assert asks.answered("worker-0", record()) is None
+    assert asks.answered("worker-0", record(ask="other")) is None  # another ask's
+    assert asks.answered("ps-0", record()) is None                  # a task not asked
+    verdict = asks.answered("worker-1", record())
+    assert verdict is not None and verdict.at_step == 100 and asks.get("a") is None
+    late = asks.start("b", ["worker-0", "worker-1"], 200)
+    asks.answered("worker-0", record(ask="b"))
+    overdue = asks.overdue(now=late.first + speed.ANSWER_SECONDS)
+    assert [v.missing for v in overdue] == [["worker-1"]] and asks.get("b") is None
+    assert overdue[0].findings[-1].words == "not measured: worker-1 did not answer in time"
+
+
+def test_a_worker_that_could_not_measure_says_why():
+    verdict = speed.explain("a", {"worker-0": {"ask": "a", "problems": ["not measured: no flag"]},
+                                  "worker-1": {"ask": "a", "problems": ["not measured: no flag"]}})
+    assert verdict.kind == speed.UNMEASURED and "not measured: no flag" in verdict.findings[0].words
+
+
+def test_input_not_measured_and_a_part_that_failed_are_said_beside_the_verdict():
+    verdict = speed.explain("a", {"worker-0": record(input=None, pipeline=None),
+                                  "worker-1": record(problems=["compute: ValueError: odd"])})
+    assert verdict.kind == speed.HEALTHY
+    words = [f.words for f in verdict.findings]
+    assert any(w.startswith("input not measured on worker-0 (a generator") for w in words)
+    assert "not measured: compute: ValueError: odd" in words
+
+
+def test_one_worker_has_no_scaling_to_say():
+    verdict = speed.explain("a", {"worker-0": record()})
+    assert verdict.scaling_words() == "" and not verdict.lines()[-1].startswith("scaling")
+
+
+def test_the_table_gives_each_workers_parts():
+    verdict = speed.explain("a", {"worker-0": record(step=0.02, compute=0.01, reduce=0.002)})
+    assert verdict.table() == ["worker-0  step 20 ms: waiting for input 0%, compute 50%, all-reduce 10%, "
+                               "waiting for slower peers 0%, update and framework 40%"]
+
+
+def test_an_ask_whose_task_ended_before_answering_is_closed_with_why():
+    asks = speed.Asks()
+    asks.start("a", ["worker-0", "worker-1"], 100)
+    asks.answered("worker-0", record())
+    assert asks.ended({"worker-0"}) == []  # it answered
+    (verdict,) = asks.ended({"worker-1"})
+    assert verdict.missing == ["worker-1"] and asks.get("a") is None
+    assert verdict.findings[-1].words == ("not measured: worker-1 ended before it answered (the run failed or was "
+                                          "stopped)")
