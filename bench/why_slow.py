@@ -12,7 +12,7 @@ scaling efficiency it reports (docs/why-slow.md).
 
 Root (the SSH test hosts, cgroups, tc).
 
-    python bench/why_slow.py [verdicts] [cost] [scaling] [--repeats 5]
+    python bench/why_slow.py [verdicts] [cost] [scaling] [--repeats 5] [--rounds 6 --steps 200 --workers 1 2]
 """
 
 from __future__ import annotations
@@ -145,13 +145,13 @@ def cost_worker(rounds: int, steps: int) -> None:
         print("RESULT " + json.dumps(results), flush=True)
 
 
-def cost(rounds: int, steps: int) -> None:
+def cost(rounds: int, steps: int, counts=(1, 2)) -> None:
     from tests.helpers.localrun import local_cluster, start_local_tasks
 
     print(f"cost of the breakdown when not asked, {time.strftime('%Y-%m-%d')}: {rounds} paired rounds of {steps} "
           "steps, synthetic CNN, per-replica batch 32, examples/s (both with tfcc's reporter)")
     print(f"{'workers':>7} | {'round':>5} | {'without':>8} | {'available':>9} | {'ratio':>6}")
-    for workers in (1, 2):
+    for workers in counts:
         with tempfile.TemporaryDirectory() as tmp:
             tasks = start_local_tasks(local_cluster(workers), Path(tmp), ["--cost-worker", str(rounds), str(steps)],
                                       env={"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "2"},
@@ -166,6 +166,8 @@ def cost(rounds: int, steps: int) -> None:
             ratios.append(r["available"] / r["without"])
             print(f"{workers:>7} | {i + 1:>5} | {r['without']:>8.0f} | {r['available']:>9.0f} | {ratios[-1]:>6.3f}")
         median = statistics.median(ratios)
+        total = sum(r["available"] for r in results) / sum(r["without"] for r in results)
+        print(f"{workers:>7} | {'total':>5} | {'':>8} | {'':>9} | {total:>6.3f}   (the rounds' examples/s summed)")
         print(f"{workers:>7} | {'median':>5} | {'':>8} | {'':>9} | {median:>6.3f}   goal >= 0.98: "
               f"{'met' if median >= 0.98 else 'MISSED'}")
 
@@ -206,6 +208,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--workers", type=int, nargs="*", default=[1, 2], help="cost: with these worker counts")
     ns = ap.parse_args()
     parts = ns.parts or ["verdicts", "cost", "scaling"]
     unknown = set(parts) - {"verdicts", "cost", "scaling"}
@@ -214,7 +217,7 @@ def main() -> None:
     if "verdicts" in parts:
         verdicts(ns.repeats)
     if "cost" in parts:
-        cost(ns.rounds, ns.steps)
+        cost(ns.rounds, ns.steps, ns.workers)
     if "scaling" in parts:
         scaling()
 

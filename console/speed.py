@@ -26,9 +26,10 @@ STRAGGLER = "straggler"
 COMMUNICATION_BOUND = "communication-bound"
 HEALTHY = "healthy"
 UNMEASURED = "unmeasured"
-KINDS = (INPUT_BOUND, STRAGGLER, COMMUNICATION_BOUND, HEALTHY, UNMEASURED)
+NOTE = "note"  # what the system lane adds (memory, GPUs): a line beside the verdict, not the verdict
+KINDS = (INPUT_BOUND, STRAGGLER, COMMUNICATION_BOUND, HEALTHY, UNMEASURED, NOTE)
 KIND_WORDS = {INPUT_BOUND: "input-bound", STRAGGLER: "a straggler", COMMUNICATION_BOUND: "communication-bound",
-              HEALTHY: "healthy", UNMEASURED: "not measured"}
+              HEALTHY: "healthy", UNMEASURED: "not measured", NOTE: "a note"}
 
 # The parts of a step, in the order a bar draws them.
 PARTS = ("input", "compute", "communication", "peers", "other")
@@ -39,10 +40,13 @@ WAITING = ("input", "communication", "peers")  # the parts a worker spends waiti
 INPUT_SHARE = 0.25        # a worker that waits on its input this much of a step is input-bound
 PEERS_SHARE = 0.25        # peers that wait for one worker this much of a step make it a straggler ...
 STRAGGLER_RATIO = 1.8     # ... when its compute is this many times the others'
-COMMUNICATION_SHARE = 0.35  # the all-reduce takes this much of each step: communication-bound
+COMMUNICATION_SHARE = 0.35  # the all-reduce takes this much of each step, more than any other part: communication-bound
 THROTTLED = 0.05          # a cgroup that throttled this share of its periods held the task back
 OTHER_PROCESS = 0.3       # another process that used this much of a core on a straggler's host is named
 SATURATED = 0.9           # a host this busy has no CPU to spare
+SHORT_OF_MEMORY = 0.05    # a host with less of its memory available than this pages
+SWAPPED = 256 * 2**20     # a host that has swapped this much pages
+GPU_IDLE = 40.0           # a GPU less busy than this (%) while compute is most of the step waits on its host
 
 
 @dataclass
@@ -176,8 +180,10 @@ def breakdowns(records: dict[str, dict]) -> list[WorkerBreakdown]:
 
 def _scaling(rows: list[WorkerBreakdown]) -> tuple[float | None, float | None, float | None]:
     """(global examples a second, speedup against one worker, efficiency): each worker alone would train its share
-    of the global batch in its compute plus the update and framework of its step (no all-reduce, no peers), or
-    at its pipeline's pace for that share if that is slower."""
+    of the global batch in its compute (no all-reduce, no peers), or at its pipeline's pace for that share if that
+    is slower. The update and the framework's own work are left out: alone they are smaller than in a cluster, by
+    how much the probes cannot tell, so the figure is a floor (bench/why_slow.py scaling: within a few points of
+    the throughput measured for a small CNN; lower than measured for a model whose steps are mostly framework)."""
     batch = None
     for row in rows:
         batch = batch or _value(row.record, "batch")
@@ -190,7 +196,7 @@ def _scaling(rows: list[WorkerBreakdown]) -> tuple[float | None, float | None, f
     for row in rows:
         share = batch * max(1, int(_value(row.record, "local_replicas") or 1)) / replicas
         pipeline = (_value(row.record, "input_time") or 0.0) * share / batch
-        alone_step = max(row.compute + row.other, pipeline)
+        alone_step = max(row.compute, pipeline)
         if alone_step <= 0:
             return global_rate, None, None
         row.alone_rate = share / alone_step
@@ -235,10 +241,60 @@ def _cause(row: WorkerBreakdown) -> str:
     return "its host computes slower than its peers' (a slower CPU or GPU) — give it a host like the others'"
 
 
+def _gpu_use(system: dict, task: str) -> float | None:
+    """The mean utilisation (%) of the GPUs ``task`` sees, from its host's system record (None: no GPU known)."""
+    gpus = [g for g in system.get("gpus") or [] if isinstance(g, dict)]
+    seen = ((system.get("tasks") or {}).get(task) or {}).get("gpus")
+    if seen is not None:
+        gpus = [g for g in gpus if g.get("index") in seen or g.get("uuid") in seen]
+    busy = [_value(g, "utilization_percent") for g in gpus]
+    busy = [b for b in busy if b is not None]
+    return statistics.mean(busy) if busy else None
+
+
+def system_notes(rows: list[WorkerBreakdown], systems: dict[str, dict]) -> list[Finding]:
+    """What each worker's host said in the system lane (``systems``: task → its host's newest system record) that
+    the breakdown cannot see: a host short of memory, GPUs idle while compute is most of the step."""
+    notes = []
+    for row in rows:
+        system = systems.get(row.task)
+        if not isinstance(system, dict):
+            continue
+        total, available = _value(system, "memory_total_bytes"), _value(system, "memory_available_bytes")
+        swapped = _value(system, "swap_used_bytes") or 0.0
+        if (total and available is not None and available / total < SHORT_OF_MEMORY) or swapped >= SWAPPED:
+            left = f"{available / total:.0%} of its memory available" if total and available is not None else ""
+            notes.append(Finding(NOTE, f"{row.task}'s host is short of memory ({left}"
+                                       f"{', ' if left and swapped else ''}"
+                                       f"{f'{swapped / 2**30:.1f} GB swapped' if swapped else ''}): its steps may wait "
+                                       f"on the disk — fewer tasks on that host, a smaller batch, or more memory",
+                                 row.task))
+        use = _gpu_use(system, row.task)
+        if use is not None and use < GPU_IDLE and row.share("compute") >= 0.5:
+            notes.append(Finding(NOTE, f"{row.task}'s GPUs were {use:.0f}% busy while compute was "
+                                       f"{row.share('compute'):.0%} of its step: they wait on the host between "
+                                       f"kernels — a larger batch per replica, or jit_compile=True", row.task))
+    return notes
+
+
+def shared_hosts(rows: list[WorkerBreakdown], hosts: dict[str, str]) -> list[Finding]:
+    """Workers measured on one host share its CPU: what each does "alone" is at its share (the scaling figure)."""
+    together: dict[str, list[str]] = {}
+    for row in rows:
+        if row.task in hosts:
+            together.setdefault(hosts[row.task], []).append(row.task)
+    return [Finding(NOTE, f"{' and '.join(tasks) if len(tasks) < 3 else f'{len(tasks)} workers'} share {host}: each is "
+                          f"measured at its share of that host (the scaling figure too); one worker alone there would "
+                          f"have it all — a worker a host scales better", None)
+            for host, tasks in together.items() if len(tasks) > 1]
+
+
 def explain(ask: str, records: dict[str, dict], missing: list[str] | None = None,
-            why_missing: str = "did not answer in time") -> Verdict:
+            why_missing: str = "did not answer in time", systems: dict[str, dict] | None = None,
+            hosts: dict[str, str] | None = None) -> Verdict:
     """The verdict on the ``breakdown`` records of one ask (task name → record); ``missing``: the tasks asked that
-    gave none, and ``why_missing`` in words."""
+    gave none, and ``why_missing`` in words; ``systems``: each task's host's newest system record; ``hosts``: each
+    task's host."""
     rows = breakdowns(records)
     findings: list[Finding] = []
     if not rows:
@@ -263,7 +319,8 @@ def explain(ask: str, records: dict[str, dict], missing: list[str] | None = None
                 f"{slowest.task} is a straggler: its compute takes {_ms(slowest.compute)} a step, its peers' "
                 f"{_ms(typical)}, and they wait {waiting:.0%} of each step for it: {_cause(slowest)}"), slowest.task))
     communication = statistics.mean(r.share("communication") for r in rows)
-    if not findings and len(rows) > 1 and communication >= COMMUNICATION_SHARE:
+    largest = max(PARTS, key=lambda p: statistics.mean(r.share(p) for r in rows))
+    if not findings and len(rows) > 1 and communication >= COMMUNICATION_SHARE and largest == "communication":
         reduce = statistics.median(r.communication for r in rows)
         size = _value(rows[0].record, "gradient_bytes")
         amount = f" ({size / 1e6:.2g} MB of gradients in {_ms(reduce)})" if size else ""
@@ -282,6 +339,8 @@ def explain(ask: str, records: dict[str, dict], missing: list[str] | None = None
                      f"are {other:.0%} of each step, compute {compute:.0%} (a small model: a larger batch per replica "
                      f"gives each step more to do)")
         findings.append(Finding(HEALTHY, words))
+    findings += system_notes(rows, systems or {})
+    findings += shared_hosts(rows, hosts or {})
     unpiped = [r.task for r in rows if r.record.get("input") is None]
     if unpiped:
         findings.append(Finding(UNMEASURED, (
@@ -316,8 +375,10 @@ def new_ask() -> str:
 class Asks:
     """The asks out (the session keeps them under a lock: a front end's thread starts one)."""
 
-    def __init__(self):
+    def __init__(self, context=None):
         self._asks: dict[str, Ask] = {}
+        # () -> {"systems": task -> its host's newest system record, "hosts": task -> its host}
+        self._context = context or dict
 
     def start(self, name: str, tasks: list[str], at_step: int) -> Ask:
         ask = self._asks[name] = Ask(name, list(tasks), at_step)
@@ -359,7 +420,7 @@ class Asks:
 
     def _close(self, ask: Ask, missing: list[str] | None = None, why: str = "did not answer in time") -> Verdict:
         self._asks.pop(ask.name, None)
-        verdict = explain(ask.name, ask.records, list(missing or []), why)
+        verdict = explain(ask.name, ask.records, list(missing or []), why, **self._context())
         verdict.took = time.monotonic() - ask.first
         verdict.at_step = ask.at_step
         return verdict

@@ -7,11 +7,13 @@ worker learns at the same step that all have the ask, and there each one, in the
 
 1. all-reduces tensors the size of its gradients with its peers, as the update does: the communication alone (the
    only collective: every worker arrives at it from the same step, and calls it as many times as the others);
-2. pulls batches from a fresh iterator of its own input (the dataset ``fit`` was given), for about a second and
-   no longer than ``FIRST_BATCH_SECONDS`` for the first: its pipeline alone;
-3. runs its model forward and backward on a replica's share of a batch (the one pulled, else zeros of the data's
-   shape), in its replicas (``strategy.run``), with no update and no all-reduce: its compute alone (the layers'
-   state is put back);
+2. runs its model forward and backward on a replica's share of a global batch of zeros shaped as its data, in its
+   replicas (``strategy.run``), with no update and no all-reduce: its compute alone (the layers' state is put
+   back), on every worker at once as they leave the all-reduce together, for at least ``COMPUTE_SECONDS`` (a CPU
+   quota shows);
+3. pulls batches from a fresh iterator of its own input (the dataset ``fit`` was given), for about a second and
+   no longer than ``FIRST_BATCH_SECONDS`` for the first: its pipeline alone (data of no known shape: the compute
+   runs after it, on the batch pulled);
 4. goes back to training and times real steps (after two, while the cluster settles again), with what held its
    CPU meanwhile: its cgroup's limit and throttling, its allowed cores, the busiest other processes.
 
@@ -42,7 +44,8 @@ LOOK_SECONDS = 0.5      # how often a worker looks for an ask
 PART_SECONDS = 0.8      # the input pipeline is pulled about this long (at least LEAST_REPEATS batches): it is local
 LEAST_REPEATS = 3
 FIRST_BATCH_SECONDS = 15.0  # a fresh iterator's first batch (a shuffle buffer filling) is waited for this long
-REPEATS = 5             # the compute and the all-reduce: this many calls on every worker (see _repeat)
+REPEATS = 5             # the all-reduce: this many calls on every worker (see _repeat); the compute at least this many
+COMPUTE_SECONDS = 0.6   # and for at least this long (a cgroup's CPU quota shows over several of its 0.1 s periods)
 SETTLE_STEPS = 2        # real steps after the measuring that are not timed (the cluster settles again)
 TIMED_SECONDS = 2.0     # then real steps are timed at least this long
 TIMED_STEPS = 5         # and at least this many
@@ -86,6 +89,28 @@ def _repeat(call, times: int) -> float:
     for _ in range(times):
         _sync(call())
     return (time.perf_counter() - start) / times
+
+
+def _repeat_for(call, seconds: float, least: int) -> float:
+    """Seconds one ``call()`` takes, over at least ``least`` calls and ``seconds``: for a call that holds no
+    collective op (long enough for a CPU quota to show: a cgroup's limit throttles by the tenth of a second)."""
+    done, start = 0, time.perf_counter()
+    while True:
+        _sync(call())
+        done += 1
+        took = time.perf_counter() - start
+        if done >= least and took >= seconds:
+            return took / done
+
+
+def _synchronized(model) -> bool:
+    """Whether a layer of ``model`` all-reduces in its forward pass (a synchronized batch norm): its compute must
+    then run as many times on every worker."""
+    layers = getattr(model, "submodules", None)
+    if layers is None and hasattr(model, "_flatten_layers"):
+        layers = list(model._flatten_layers(include_self=False))
+    return any("SyncBatchNormalization" in type(layer).__name__ or getattr(layer, "synchronized", False) is True
+               for layer in layers or ())
 
 
 def _problem(part: str, exc: BaseException) -> str:
@@ -225,23 +250,29 @@ class StepBreakdown:
         except Exception as exc:  # noqa: BLE001 - a part that cannot be measured is said, the rest goes on
             log.warning("measuring the all-reduce", exc_info=True)
             problems.append(_problem("all-reduce", exc))
-        batch = None
-        try:
-            batch = self._input(record)
-        except Exception as exc:  # noqa: BLE001
-            log.warning("measuring the input pipeline", exc_info=True)
-            problems.append(_problem("input", exc))
-        try:
-            self._compute(record, strategy, batch)
-        except Exception as exc:  # noqa: BLE001
-            log.warning("measuring the compute", exc_info=True)
-            problems.append(_problem("compute", exc))
+        # The compute next, on every worker at once as they leave the all-reduce together (one worker's compute
+        # timed while another pulls its input would be timed on a busier machine), on zeros of the data's shape.
+        zeros = self._zeros()
+        if zeros is not None:
+            self._part("compute", problems, self._compute, record, strategy, zeros)
+        batch = self._part("input", problems, self._input, record)
+        if zeros is None and batch is not None:  # no shape to make zeros of: the batch the input probe pulled
+            self._part("compute", problems, self._compute, record, strategy, batch)
         if problems:
             record["problems"] = problems
         record["measure_time"] = time.perf_counter() - began
         log.warning("tfcc: measured in %.1f s (%s)", record["measure_time"], "; ".join(problems) or "every part")
         self._timing = {"record": record, "settle": SETTLE_STEPS, "start": None, "from": None,
                         "cpu": None, "procs": None, "limit": None, "host": None}
+
+    @staticmethod
+    def _part(name: str, problems: list, measure, *args):
+        try:
+            return measure(*args)
+        except Exception as exc:  # noqa: BLE001 - a part that cannot be measured is said, the rest goes on
+            log.warning("measuring the %s", name, exc_info=True)
+            problems.append(_problem(name, exc))
+            return None
 
     def _input(self, record: dict):
         """The pipeline alone: seconds per batch of a fresh iterator (on a thread: a first batch that does not come
@@ -292,11 +323,11 @@ class StepBreakdown:
         return None
 
     def _zeros(self):
-        """A batch of zeros shaped as the dataset's input (its first dimension left to cut), or None."""
-        if not isinstance(self.data, tf.data.Dataset):
-            return None
-        spec = _first_of(self.data.element_spec)
+        """A global batch of zeros shaped as the dataset's input (arrays in memory: their first rows), or None."""
         rows = self._batch or 1
+        if not isinstance(self.data, tf.data.Dataset):
+            return _cut(self.data, rows) if self.data is not None and _rows(self.data) is not None else None
+        spec = _first_of(self.data.element_spec)
 
         def zeros(s):
             shape = s.shape
@@ -313,9 +344,7 @@ class StepBreakdown:
         """Forward and backward on a replica's share of a global batch in every local replica; no update, no
         all-reduce."""
         model = self.model
-        if batch is None:
-            batch = self._zeros()
-        rows = _rows(batch) if batch is not None else None
+        rows = _rows(batch)
         if rows is None:
             return
         per_replica = max(1, math.ceil((record.get("batch") or rows) / self.replicas))
@@ -333,7 +362,10 @@ class StepBreakdown:
         step = tf.function(lambda inputs: strategy.run(forward_backward, args=(inputs,)))
         try:
             _sync(step(x))  # traced
-            record["compute_time"] = _repeat(lambda: step(x), REPEATS)
+            if _synchronized(model):
+                record["compute_time"] = _repeat(lambda: step(x), REPEATS)
+            else:  # local: as long as it takes to show a CPU quota (its count is this worker's own)
+                record["compute_time"] = _repeat_for(lambda: step(x), COMPUTE_SECONDS, REPEATS)
             record["replica_batch"] = _rows(x)
         finally:
             for variable, value in zip(model.non_trainable_variables, kept):

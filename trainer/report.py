@@ -42,9 +42,13 @@ log = logging.getLogger("trainer.report")
 # element of an output, so a packed vector would not survive.
 STEP_LOSS_KEY = "tfcc_step_loss"
 STEP_EXAMPLES_KEY = "tfcc_step_examples"
-# How many replicas of the cluster have a breakdown's ask (trainer/breakdown.py): each worker's flag, summed with the
-# step's loss, so that every worker learns at the same step that all have it, and measures there.
+# How many replicas of the cluster have a breakdown's ask (trainer/breakdown.py): each worker's flag, summed over the
+# replicas with the step's other outputs, so that every worker learns at the same step that all have it, and measures
+# there. It rides in the examples' sum (no output more: under MultiWorkerMirrored each output is an all-reduce of its
+# own): examples + flags x FLAG_UNIT, in float64, exact for any batch and cluster; a step that computes no loss of
+# Keras's has it as an output of its own.
 STEP_ASKED_KEY = "tfcc_step_asked"
+FLAG_UNIT = 2.0 ** 32
 _INTERNAL_KEYS = (STEP_LOSS_KEY, STEP_EXAMPLES_KEY, STEP_ASKED_KEY)
 
 
@@ -114,12 +118,16 @@ def instrument_step_loss(model) -> bool:
         logs = {key: reduce.mean(value) for key, value in logs.items()}
         loss = traced.pop(threading.get_ident(), None)
         if loss is not None:
-            examples = tf.cast(tf.shape(tf.nest.flatten(_first_input(data))[0])[0], tf.float32)
+            size = tf.shape(tf.nest.flatten(_first_input(data))[0])[0]
+            if asked is None:
+                examples = tf.cast(size, tf.float32)
+            else:
+                examples = tf.cast(size, tf.float64) + tf.cast(asked, tf.float64) * FLAG_UNIT
             # This replica's loss is its batch mean divided by num_replicas_in_sync;
             # the sum over every replica of the cluster is the global-batch mean.
             logs[STEP_LOSS_KEY] = reduce.sum(tf.cast(tf.stop_gradient(loss), tf.float32))
             logs[STEP_EXAMPLES_KEY] = reduce.sum(examples)
-        if asked is not None:  # a step of the model's own that calls no compute_loss too
+        elif asked is not None:  # a step of the model's own that calls no compute_loss
             logs[STEP_ASKED_KEY] = reduce.sum(tf.identity(asked))
         return logs
 
@@ -343,6 +351,8 @@ class _Reporting:
         outputs = getattr(self.model, "_tfcc_outputs", None)
         hidden = outputs.step if outputs is not None else {}
         loss, examples, asked = (_to_float(hidden.get(key, logs.pop(key, None))) for key in _INTERNAL_KEYS)
+        if examples is not None and getattr(self.model, "_tfcc_asked", None) is not None:
+            asked, examples = divmod(examples, FLAG_UNIT)
         # Step time: from the end of the previous step (or the epoch's start) to
         # the end of this one. One hook per step instead of two: under
         # MultiWorkerMirroredStrategy each worker's per-step Python time holds

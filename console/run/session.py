@@ -110,7 +110,8 @@ class RunSession:
         self._restored = False   # the store came from a snapshot
         self._received = False   # metrics arrived after that (else the snapshot is still the whole store)
         # Breakdowns asked for (why_slow): the asks out (a front end's thread starts one), and where training is.
-        self._asks = speed.Asks()
+        self._asks = speed.Asks(self._ask_context)
+        self._systems: dict[str, dict] = {}  # host -> its newest system record (the verdict's notes)
         self._asking = threading.Lock()
         self._newest_step = -1
         self._fits: set[str] = set()  # tasks whose script trains in Keras fit (a breakdown measures in it)
@@ -232,6 +233,11 @@ class RunSession:
             verdict = self._asks.answered(task.name, record)
         if verdict is not None:
             self._explained(verdict)
+
+    def _ask_context(self) -> dict:
+        """What a verdict adds to the workers' records: each task's host and that host's newest system record."""
+        return {"systems": {t.name: self._systems[t.host] for t in self.run.tasks if t.host in self._systems},
+                "hosts": {t.name: t.host for t in self.run.tasks}}
 
     def _look_at_asks(self) -> None:
         with self._asking:
@@ -421,6 +427,7 @@ class RunSession:
                 self._records(task, Batch([decode_line(line) for line in lines[start:start + LINES_PER_PIECE]]))
         elif kind == SYSTEM_QUEUED:  # task is None: the record is the host's
             host, record = message["host"], message["record"]
+            self._systems[host] = record
             if self.store is not None:
                 self.store.ingest_system(host, record)
             self._tell(SessionEvent(SessionKind.SYSTEM, host=host, message=record))
