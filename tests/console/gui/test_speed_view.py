@@ -46,6 +46,7 @@ def test_why_slow_shows_an_input_bound_worker_with_its_fix(qtbot, gui_homes, sho
     assert "input-bound" in view.status.text()
     assert window.statusBar().currentMessage().startswith("Why slow: input-bound on worker-1")
     assert len(view.bar_plot.getPlotItem().items) == len(speed.PARTS)  # a stacked bar item per part
+    QApplication.processEvents()  # the layout with the bars' height
     save_shot(window, shots, "window-why-slow-1440")
     window.resize(1280, 720)
     QApplication.processEvents()  # the layout at the new size

@@ -115,7 +115,8 @@ def test_the_command_line_asks_during_tfcc_run_and_tfcc_runs_keeps_the_scaling(h
     start = next(i for i, line in enumerate(lines) if line.startswith("tfcc: why slow (measured at step "))
     assert lines[start + 1].startswith("  worker-0  step ") and lines[start + 2].startswith("  worker-1  step ")
     assert lines[start + 3].startswith("  input-bound on worker-1: ")
-    assert lines[start + 4].startswith("  scaling: ") and lines[start + 4].endswith("of linear")
+    assert lines[start + 4].startswith("  worker-0 and worker-1 share here: ")  # a note: one host, shared
+    assert lines[start + 5].startswith("  scaling: ") and lines[start + 5].endswith("of linear")
     code, out, _ = tfcc(["runs"], capsys)
     assert code == 0 and "  scaling: " in out and "on 2 workers" in out
 
