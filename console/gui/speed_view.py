@@ -14,7 +14,7 @@ from console import speed
 from console.gui.colors import STEP_PARTS, worker_color
 
 HINT = ("Where each worker's step time goes: input, compute, all-reduce, waiting for a slower peer. Every worker "
-        "pauses a few seconds at the same step to measure; the verdict comes in about 10 s.")
+        f"pauses a few seconds at the same step to measure; the verdict comes {speed.ANSWER_WORDS}.")
 BAR_PX = 26       # a worker's row in the bars
 BAR_AXIS_PX = 52  # the bars' axis and margins
 KIND_WORDS = {speed.INPUT_BOUND: "input-bound", speed.STRAGGLER: "a straggler",
@@ -51,6 +51,7 @@ class SpeedView(QWidget):
         self.bar_plot.setXRange(0, 100, padding=0.02)
         self.bar_plot.getAxis("bottom").setLabel("% of the step")
         self.bar_plot.setMinimumHeight(90)
+        self.bar_plot.hide()  # until a breakdown comes: no empty axes
         self.bar_plot.getPlotItem().invertY(True)  # the first worker on top, as everywhere else
         self.bar_plot.getAxis("left").setWidth(64)
         self.legend = QLabel(" ".join(f'<span style="color:{STEP_PARTS[p]}">■</span> {speed.PART_WORDS[p]}'
@@ -89,6 +90,7 @@ class SpeedView(QWidget):
         self.order = list(order or [])
         self.bars, self.findings, self.scaling, self.history = {}, [], "", []
         self.bar_plot.clear()
+        self.bar_plot.hide()
         self.history_plot.clear()
         self.history_plot.hide()
         self.verdict.setText(HINT)
@@ -130,6 +132,7 @@ class SpeedView(QWidget):
     def _draw(self) -> None:
         plot = self.bar_plot
         plot.clear()
+        plot.setVisible(bool(self.bars))
         tasks = list(self.bars)
         left = [0.0] * len(tasks)
         for part in speed.PARTS:

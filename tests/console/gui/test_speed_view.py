@@ -73,15 +73,17 @@ def test_a_refusal_says_why_and_the_button_comes_back(qtbot):
 def test_each_measurement_adds_to_its_history_and_a_new_run_clears_it(qtbot):
     view = SpeedView()
     qtbot.addWidget(view)
+    view.show()
+    assert not view.bar_plot.isVisible() and "in about 5 to 15 s" in view.verdict.text()  # nothing yet: no axes
     for step, waited in ((100, 0.01), (400, 0.03)):
         view.show_verdict({"kind": speed.HEALTHY, "at_step": step, "findings": ["healthy: …"],
                            "workers": [{"task": "worker-0", "step": 0.05, "input": 0.0, "compute": 0.04 - waited,
                                         "communication": waited, "peers": 0.0, "other": 0.01}]})
     assert [s for s, _ in view.history] == [100, 400]
     assert view.history[1][1] == {"worker-0": pytest.approx(60)}  # its share spent waiting (the all-reduce)
-    assert view.history_plot.isVisible() or not view.isVisible()
+    assert view.history_plot.isVisible() and view.bar_plot.isVisible()
     view.clear()
-    assert view.bars == {} and view.history == [] and view.findings == []
+    assert view.bars == {} and view.history == [] and view.findings == [] and not view.bar_plot.isVisible()
 
 
 def test_every_part_of_a_step_has_its_colour():
