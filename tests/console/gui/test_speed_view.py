@@ -18,7 +18,7 @@ from tests.helpers.seeded import script_cluster
 
 
 @pytest.mark.slow
-def test_why_slow_shows_an_input_bound_worker_with_its_fix(qtbot, gui_homes, shots, dialogs):
+def test_why_slow_shows_an_input_bound_worker_with_its_fix(qtbot, gui_homes, shots, dialogs, request):
     window = MainWindow(profiles=Profiles(gui_homes / "profiles.json"))
     qtbot.addWidget(window)
     window.resize(1440, 900)
@@ -28,6 +28,9 @@ def test_why_slow_shows_an_input_bound_worker_with_its_fix(qtbot, gui_homes, sho
     assert not view.button.isEnabled()  # no run yet
     window.act_start.trigger()
     core = lambda: window.session.core  # noqa: E731
+    qtbot.waitUntil(lambda: core() is not None, timeout=10_000)
+    started = core()
+    request.addfinalizer(lambda: started.run.stop_each(grace=0))  # its script trains until stopped: whatever fails
     qtbot.waitUntil(lambda: core() is not None and core().measure_problem() is None, timeout=180_000)
     qtbot.waitUntil(lambda: core()._newest_step >= 20, timeout=60_000)  # its input is slow from the first step
     assert view.button.isEnabled()
