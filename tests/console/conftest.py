@@ -42,3 +42,14 @@ def ssh_env(tmp_path, monkeypatch):
     monkeypatch.setenv("TFCC_CONSOLE_HOME", str(tmp_path / "console-home"))
     monkeypatch.setenv("TFCC_HOME", str(tmp_path / "local-home"))
     return tmp_path
+
+
+@pytest.fixture
+def local_homes(tmp_path, monkeypatch):
+    """Runs on this machine, in the test's own folders: the agent's home, the console's, and small TensorFlow
+    thread pools (two cores)."""
+    monkeypatch.setenv("TFCC_HOME", str(tmp_path / "host-home"))
+    monkeypatch.setenv("TFCC_CONSOLE_HOME", str(tmp_path / "console-home"))
+    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
+    monkeypatch.setenv("TF_NUM_INTEROP_THREADS", "2")
+    return tmp_path

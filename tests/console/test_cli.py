@@ -41,13 +41,9 @@ host = "local"
 
 
 @pytest.fixture
-def homes(tmp_path, monkeypatch):
-    monkeypatch.setenv("TFCC_HOME", str(tmp_path / "host-home"))
-    monkeypatch.setenv("TFCC_CONSOLE_HOME", str(tmp_path / "console-home"))
-    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
-    monkeypatch.setenv("TF_NUM_INTEROP_THREADS", "2")
+def homes(local_homes, monkeypatch):
     monkeypatch.setenv("PATH", os.environ["PATH"])  # tests may narrow it; restored afterwards
-    return tmp_path
+    return local_homes
 
 
 def cluster_file(tmp_path, epochs: int) -> str:

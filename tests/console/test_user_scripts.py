@@ -46,13 +46,9 @@ role = "ps"
 
 
 @pytest.fixture
-def homes(tmp_path, monkeypatch):
-    monkeypatch.setenv("TFCC_HOME", str(tmp_path / "host-home"))
-    monkeypatch.setenv("TFCC_CONSOLE_HOME", str(tmp_path / "console-home"))
-    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
-    monkeypatch.setenv("TF_NUM_INTEROP_THREADS", "2")
+def homes(local_homes, monkeypatch):
     monkeypatch.delenv("TF_USE_LEGACY_KERAS", raising=False)  # what each script gets is tfcc's to say
-    return tmp_path
+    return local_homes
 
 
 def cluster_file(homes: Path, shape: str, tasks: str, training: str = "", script: str = "main.py") -> Path:

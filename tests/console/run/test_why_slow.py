@@ -30,12 +30,8 @@ def kinds(verdict: speed.Verdict) -> list[tuple[str, str | None]]:
 
 
 @pytest.fixture
-def homes(tmp_path, monkeypatch):
-    monkeypatch.setenv("TFCC_HOME", str(tmp_path / "host-home"))
-    monkeypatch.setenv("TFCC_CONSOLE_HOME", str(tmp_path / "console-home"))
-    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
-    monkeypatch.setenv("TF_NUM_INTEROP_THREADS", "2")
-    return tmp_path
+def homes(local_homes):
+    return local_homes
 
 
 @pytest.mark.slow
