@@ -685,10 +685,10 @@ class Run:
         return [task.host for task, answer in zip(tasks, self._send_stop(tasks, grace, done))
                 if isinstance(answer, TfccError)]
 
-    def measure(self, tasks: list[TaskState], ask: str, at_step=None) -> list[dict | TfccError]:
-        """Ask ``tasks`` (all hosts at once) to measure their step time at global step ``at_step``
-        (trainer/breakdown.py); without it, where each is (``newest_step``, ``step_time``). For each, its agent's
-        answer, or the error that kept it from answering."""
+    def measure(self, tasks: list[TaskState], ask: str, at_step: int) -> list[dict | TfccError]:
+        """Give ``tasks`` (all hosts at once) the breakdown's ask ``ask`` (trainer/breakdown.py: they measure once
+        every one has it; ``at_step``, the newest step seen, is said back). For each, its agent's answer, or the
+        error that kept it from answering."""
         def measure(task: TaskState) -> dict | TfccError:
             try:
                 return self.links[task.host].connect().call(MEASURE, timeout=15, run_id=self.run_id, task=task.name,
