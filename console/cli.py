@@ -11,7 +11,7 @@
     tfcc stop RUN              stop every task of a run (SIGTERM, then SIGKILL)
     tfcc logs RUN [TASK]       the end of the tasks' stdout and stderr
     tfcc check [CLUSTER]       hosts, versions, GPUs, ports free and reachable between every pair
-    tfcc export FORMAT [CLUSTER] -o DIR   the cluster as launch scripts, a Slurm job or a Kubeflow TFJob
+    tfcc export FORMAT [CLUSTER] -o DIR   the cluster as launch scripts, a Slurm job, a Kubeflow TFJob or TrainJob
 
 Ctrl-C detaches and leaves the run going (``--stop-on-exit`` stops it instead).
 ``tfcc run`` exits 0 only when every task finished. Errors are one ``tfcc: error:`` line
@@ -443,7 +443,7 @@ def cmd_tensorboard(ns) -> int:
 
 
 def cmd_export(ns) -> int:
-    """Write the cluster as launch scripts, a Slurm batch script or a TFJob manifest (docs/graduation.md)."""
+    """Write the cluster as launch scripts, a Slurm batch script, a TFJob or a TrainJob (docs/graduation.md)."""
     if ns.format not in export.FORMATS:  # before the cluster file: the first mistake on the line is named
         raise export.ExportError(f"unknown export format {ns.format!r}", f"use one of {', '.join(export.FORMATS)}")
     cluster = cl.load(ns.cluster) if ns.cluster else cl.default()
@@ -570,19 +570,24 @@ def build_parser() -> argparse.ArgumentParser:
                        help="copy at most this many GB of logs (default %(default)g)")
     board.add_argument("--accept-new-host-keys", action="store_true")
     board.set_defaults(func=cmd_tensorboard)
-    exp = sub.add_parser("export", help="write the cluster as launch scripts, a Slurm job or a Kubeflow TFJob")
-    exp.add_argument("format", metavar="{scripts,slurm,tfjob}",
-                     help="scripts: a launch script per host; slurm: an sbatch script; tfjob: a Kubeflow TFJob manifest")
+    exp = sub.add_parser("export", help="write the cluster as launch scripts, a Slurm job, a Kubeflow TFJob or "
+                         "a Kubeflow TrainJob")
+    exp.add_argument("format", metavar="{" + ",".join(export.FORMATS) + "}",
+                     help="scripts: a launch script per host; slurm: an sbatch script; tfjob: a Kubeflow TFJob "
+                     "manifest (Training Operator v1); trainjob: a Kubeflow TrainJob and its TrainingRuntime "
+                     "(Trainer v2)")
     exp.add_argument("cluster", nargs="?", help="a cluster file (TOML); default: the embedded default")
     exp.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write into (made if missing)")
     exp.add_argument("--force", action="store_true", help="write into a folder that is not empty, replacing the "
                      "exported files there")
-    exp.add_argument("--image", default="", help="tfjob: the container image (TensorFlow, tf-keras and tfcc's trainer)")
+    exp.add_argument("--image", default="", help="tfjob, trainjob: the container image (TensorFlow, tf-keras and "
+                     "tfcc's trainer)")
     exp.add_argument("--time", default="1:00:00", metavar="LIMIT", help="slurm: the job's time limit (default 1:00:00)")
     exp.add_argument("--port-base", type=count(1, 65535), default=8888, metavar="N",
                      help="slurm: the k-th task on a node listens on this port + k (default 8888)")
     exp.add_argument("--cpus-per-task", type=count(1, 1024), default=4, metavar="N", help="slurm: CPUs per task (default 4)")
-    exp.add_argument("--name", default="tfcc", help="slurm, tfjob: the job's name and its file's (default tfcc)")
+    exp.add_argument("--name", default="tfcc", help="slurm, tfjob, trainjob: the job's name and its file's "
+                     "(default tfcc)")
     exp.set_defaults(func=cmd_export)
     return parser
 

@@ -1,8 +1,8 @@
-"""Export a cluster to plain launch scripts, a Slurm batch script or a Kubeflow TFJob (Qt-free).
+"""Export a cluster to plain launch scripts, a Slurm batch script, a Kubeflow TFJob or a TrainJob (Qt-free).
 
 ``render`` turns a cluster into the files of one format (relative name -> text), which the
 window previews and ``write`` puts in a folder; ``tfcc export`` does both. See
-docs/graduation.md for the three paths side by side.
+docs/graduation.md for the paths side by side.
 
 What each format carries over from the cluster: every task's role (``TF_CONFIG``), the
 training settings (``Training.trainer_args``, or the user's script and its args), the
@@ -13,6 +13,7 @@ restart budget (``max_restarts``). What none can carry is said in the export's n
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -27,19 +28,28 @@ from console.errors import TfccError
 from console.run.launch import GPUS, LEGACY_KERAS, check_user_file, gpu_environment, trainer_args
 from trainer.tf_config import CHIEF, EVALUATOR, PS, ROLES, WORKER
 
-FORMATS = ("scripts", "slurm", "tfjob")
+FORMATS = ("scripts", "slurm", "tfjob", "trainjob")
 FORMAT_LABELS = {"scripts": "launch scripts (one per host)", "slurm": "Slurm batch script (sbatch)",
-                 "tfjob": "Kubeflow TFJob manifest (kubectl apply)"}
+                 "tfjob": "Kubeflow TFJob manifest (Training Operator v1, kubectl apply)",
+                 "trainjob": "Kubeflow TrainJob and its runtime (Trainer v2, kubectl apply)"}
 SLURM_PORT_BASE = 8888      # TensorFlow's SlurmClusterResolver's port base
 TFJOB_PORT = 2222           # the Kubeflow training operator's default port (tfjob-port)
 IMAGE_PLACEHOLDER = "REPLACE-WITH-YOUR-IMAGE"
 SCRIPTS_PORT_BASE = 2222    # scripts: "auto" ports become 2222, 2223, ... on each host (skipping fixed ones)
 STOP_GRACE = 10             # scripts: seconds between SIGTERM and SIGKILL (TensorFlow may catch SIGTERM)
-SLURM_SERVER_WAIT = 60      # slurm, parameter servers: srun ends the servers this long after the chief ended
-TFJOB_ROOT = "/opt/tfcc"    # tfjob: where the image holds tfcc's agent/ and trainer/ (and user/)
-TFJOB_RUNS = "/tfcc-runs"   # tfjob: the volume that holds every task's run folder
+SLURM_SERVER_WAIT = 60      # slurm, parameter servers: srun kills servers still there this long after the chief ended
+TFJOB_ROOT = "/opt/tfcc"    # tfjob, trainjob: where the image holds tfcc's agent/ and trainer/ (and user/)
+TFJOB_RUNS = "/tfcc-runs"   # tfjob, trainjob: the volume that holds every task's run folder
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"  # the operator's label on each pod
 TFJOB_TYPES = {CHIEF: "Chief", PS: "PS", WORKER: "Worker", EVALUATOR: "Evaluator"}
+TRAINER_GROUP = "trainer.kubeflow.org"  # trainjob: Kubeflow Trainer v2's TrainJob and TrainingRuntime
+TRAINER_API = f"{TRAINER_GROUP}/v1alpha1"
+TRAINJOB_PORT = 2222        # trainjob: every task's port (each pod has its own address)
+TRAINJOB_CONTAINER = "tensorflow"  # trainjob: the container of every pod
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"  # JobSet's label on each pod: the TrainJob's name
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # the Job controller's annotation on an Indexed pod
+POD_NAME_SUFFIX = "-abcde"  # the random end of a Job's pod name, as JobSet's webhook counts it (63 in all)
+REFUSED_INPUT = 2           # the exit code of a task that refused its input (a restart would not help)
 SLURM_JOBS = (CHIEF, PS, WORKER)  # trainer.slurm's roles, ranks in this (name) order
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -72,10 +82,10 @@ class FolderNotEmpty(ExportError):
 class Options:
     """What a format needs beyond the cluster."""
 
-    image: str = ""                 # tfjob: the container image (a placeholder and a note when empty)
+    image: str = ""                 # tfjob, trainjob: the container image (a placeholder and a note when empty)
     time_limit: str = "1:00:00"     # slurm: --time
     port_base: int = SLURM_PORT_BASE  # slurm: the first port of each node's tasks
-    name: str = "tfcc"              # the Slurm job's and the TFJob's name
+    name: str = "tfcc"              # the Slurm job's, the TFJob's and the TrainJob's (and its runtime's) name
     cpus_per_task: int = 4          # slurm: --cpus-per-task
 
 
@@ -93,7 +103,8 @@ def render(fmt: str, cluster: cl.Cluster, options: Options | None = None) -> Exp
     the format cannot carry."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r}", f"use one of {', '.join(FORMATS)}")
-    return {"scripts": _scripts, "slurm": _slurm, "tfjob": _tfjob}[fmt](cluster, options or Options())
+    return {"scripts": _scripts, "slurm": _slurm, "tfjob": _tfjob,
+            "trainjob": _trainjob}[fmt](cluster, options or Options())
 
 
 def write(export: Export, folder: str | Path, force: bool = False) -> list[Path]:
@@ -621,6 +632,14 @@ def _slurm(cluster: cl.Cluster, options: Options) -> Export:
                 branches.append(f"{'if' if k == 0 else 'elif'} [ \"$r\" -lt {end} ]; then task={role}-{shift};")
         naming = "r=$SLURM_PROCID\n" + " ".join(branches)
     user = _user_file(cluster)
+    end_servers = ""
+    if cluster.parameter_server:  # the workers and ps serve until told: the chief's end is theirs (SIGTERM)
+        end_servers = ('\nif [ "$task" = chief-0 ] && [ "$code" = 0 ]; then\n'
+                       '  scancel --quiet --signal=TERM "$SLURM_JOB_ID.$SLURM_STEP_ID"  # ends the servers\n'
+                       'fi')
+    uneven_srun = "" if even else (
+        "# The allocation holds at most --ntasks-per-node tasks a node; srun places the tasks over it as it is (it\n"
+        "# would warn that the cap does not multiply to --ntasks, and ignore it).\nunset SLURM_NTASKS_PER_NODE\n")
     body = f"""#
 # {name}.sbatch: a tfcc cluster as one Slurm job (exported by tfcc export slurm).
 # The cluster: {_describe(cluster)}.
@@ -639,16 +658,24 @@ export PYTHONPATH=$TFCC_ROOT${{PYTHONPATH:+:$PYTHONPATH}}
 export TF_USE_LEGACY_KERAS=1  # tf-keras (Keras 2): Keras 3's fit fails under MultiWorkerMirroredStrategy
 export TFCC_RUNS=${{TFCC_RUNS:-$here/runs/${{SLURM_JOB_ID:-local}}}}
 {_environment(cluster, name)}mkdir -p "$TFCC_RUNS" || exit 2
-
+{uneven_srun}
 # What srun runs once per task: its run folder from its rank, its output in files there, its exit code noted.
+# SIGTERM to the step (a stop, the time limit) reaches the task too; TensorFlow may catch it and train on, so
+# the wrapper kills it {STOP_GRACE} s later, and records its end.
 task_wrapper='
 {naming}
 d=$TFCC_RUNS/$task
 mkdir -p "$d" && cd "$d" || exit 2
 export TFCC_RUN_DIR=$d TFCC_TASK=$task
-"$@"{run_dir} </dev/null >>"$d/stdout.log" 2>>"$d/stderr.log"
-code=$?
-echo "$code" >"$d/exit-code"
+trap "kill -TERM \$child 2>/dev/null; (sleep {STOP_GRACE}; kill -KILL \$child 2>/dev/null) &" TERM INT
+"$@"{run_dir} </dev/null >>"$d/stdout.log" 2>>"$d/stderr.log" &
+child=$!
+while :; do
+  wait "$child"
+  code=$?
+  kill -0 "$child" 2>/dev/null || break
+done
+echo "$code" >"$d/exit-code"{end_servers}
 exit "$code"
 '
 
@@ -656,16 +683,20 @@ exit "$code"
 # max_restarts); a task that refused its input (exit code 2) is not restarted.
 max_restarts={t.max_restarts}
 attempt=0
-# Slurm warns this script 120 s before the time limit (--signal=B:TERM@120): the tasks get SIGTERM (they
-# back up on it where they can) and no attempt follows; the job's folder is where a next job goes on.
+# Slurm warns this script 120 s before the time limit (--signal=B:TERM@120): the tasks get SIGTERM and no
+# attempt follows; their last backups (about every {t.backup_seconds:g} s), in the job's folder, are where a next job goes on.
 time_up=0 srun_pid=
-trap 'time_up=1; echo "{name}: the time limit is near: stopping the tasks" >&2; kill -TERM "$srun_pid" 2>/dev/null' TERM
+# The tasks get it from scancel, on this attempt's step (each attempt's srun is the next step, from 0): srun,
+# told SIGTERM, would kill them at once (SIGKILL) before they record their end, so it runs in a session of its
+# own (setsid), where Slurm's signal to this script's process group does not reach it.
+trap '[ "$time_up" = 1 ] || {{ time_up=1; echo "{name}: the time limit is near: stopping the tasks" >&2
+  scancel --quiet --signal=TERM "$SLURM_JOB_ID.$((attempt - 1))" 2>/dev/null || kill -TERM "$srun_pid" 2>/dev/null; }}' TERM
 while :; do
   attempt=$((attempt + 1))
   export TFCC_ATTEMPT=$attempt
   rm -f "$TFCC_RUNS"/*/exit-code
   echo "{name}: attempt $attempt: {len(cluster.tasks)} tasks, run folders in $TFCC_RUNS"
-  {srun} \\
+  setsid {srun} \\
     bash -c "$task_wrapper" tfcc-task \\
     {_words(command)} &
   srun_pid=$!
@@ -680,8 +711,8 @@ while :; do
   fi
 """
     if cluster.parameter_server:
-        body += f"""  if [ "$code" -ne 0 ] && [ "$(cat "$TFCC_RUNS/chief-0/exit-code" 2>/dev/null)" = 0 ]; then
-    code=0  # the chief (the coordinator) finished; srun ended the servers {SLURM_SERVER_WAIT} s later (--wait)
+        body += """  if [ "$code" -ne 0 ] && [ "$(cat "$TFCC_RUNS/chief-0/exit-code" 2>/dev/null)" = 0 ]; then
+    code=0  # the chief (the coordinator) finished: a server killed after it (SIGTERM's grace, --wait) is no failure
   fi
 """
     body += f"""  if [ "$code" -eq 0 ]; then
@@ -703,8 +734,9 @@ done
     if user:
         files[user[0]] = user[1]
     if cluster.parameter_server:
-        notes.append(f"parameter-server training: the workers and ps serve until stopped, so srun ends them "
-                     f"{SLURM_SERVER_WAIT} s after the chief (the first task to end) finished (--wait)")
+        notes.append("parameter-server training: the workers and ps serve until stopped, so when the chief "
+                     "finished its wrapper ends them (scancel --signal=TERM on the step); srun kills any still "
+                     f"there {SLURM_SERVER_WAIT} s after the chief ended (--wait)")
     if any(task.role == PS for task in cluster.tasks) and per_task:
         notes.append("the ps task gets GPUs too under Slurm (one command for all tasks); tfcc gives it none")
     notes.append(f"the tasks' ports are {options.port_base} and up on each node (--port-base): Slurm picks the "
@@ -712,23 +744,30 @@ done
     return Export(files, notes, frozenset({f"{name}.sbatch"}))
 
 
-# --------------------------------------------------------------------------- tfjob
+# --------------------------------------------------------------------------- tfjob and trainjob: Kubernetes
 
 
-def _tfjob(cluster: cl.Cluster, options: Options) -> Export:
-    name = options.name or ""
-    counts = _roles(cluster)
-    longest = max(len(f"{name}-{role}-{counts[role] - 1}") for role in counts)
-    if not _DNS_LABEL.match(name) or longest > 63:
-        raise ExportError(f"the name {name!r} cannot name a TFJob",
+def _escape(arg: str) -> str:
+    """Kubernetes expands $(VAR) in a command and in env values, and makes $$ one $: every $ doubled, a user's
+    own $(...) and $$ reach the task as written."""
+    return arg.replace("$", "$$")
+
+
+def _check_k8s_name(name: str, kind: str, pods: str, longest: str) -> None:
+    """``name`` must be a DNS label that keeps ``longest``, the longest name of its pods, within 63 characters."""
+    if not _DNS_LABEL.match(name) or len(longest) > 63:
+        raise ExportError(f"the name {name!r} cannot name a {kind}",
                           "use lowercase letters, digits and '-', starting with a letter, short enough that "
-                          f"its pods' names ({name}-<role>-<index>) have at most 63 characters")
+                          f"its pods' names ({pods}) have at most 63 characters")
+
+
+def _k8s_image(cluster: cl.Cluster, options: Options, notes: list[str]) -> str:
+    """The container image (the placeholder when none is given), the user's file checked, their notes."""
     image = options.image or IMAGE_PLACEHOLDER
     if any(c.isspace() for c in image):
         raise ExportError(f"the image {image!r} has a space", "give an image reference like registry/tfcc:2.21")
     _user_file(cluster)  # checked as the other exports check it (the image must hold it: not written here)
     t = cluster.training
-    notes = []
     if not options.image:
         notes.append(f"no --image: the manifest names {IMAGE_PLACEHOLDER}; build an image with Python, TensorFlow "
                      f"2.21, tf-keras 2.21 and tfcc's agent/ and trainer/ in {TFJOB_ROOT} (docs/graduation.md) "
@@ -737,24 +776,84 @@ def _tfjob(cluster: cl.Cluster, options: Options) -> Export:
         notes.append(f"the image must hold the script at {TFJOB_ROOT}/user/{Path(t.script).name}")
     elif t.model_file:
         notes.append(f"the image must hold the model file at {TFJOB_ROOT}/user/{Path(t.model_file).name}")
+    return image
 
-    def escape(arg: str) -> str:  # Kubernetes expands $(VAR) in a command: a user's own $( stays as written
-        return arg.replace("$(", "$$(")
 
-    run_dir = f"{TFJOB_RUNS}/$(TFCC_TASK)"
+def _k8s_command(cluster: cl.Cluster) -> list[str]:
+    """Every container's command: the user's script and its args, or tfcc's trainer into its run folder."""
+    t = cluster.training
     if t.script:
-        command = ["python3", escape(f"{TFJOB_ROOT}/user/{Path(t.script).name}"), *map(escape, t.args)]
-    else:
-        model = escape(f"{TFJOB_ROOT}/user/{Path(t.model_file).name}") if t.model_file else None
-        command = ["python3", "-m", "trainer", "--run-dir", run_dir, *map(escape, trainer_args(cluster, model))]
+        return ["python3", _escape(f"{TFJOB_ROOT}/user/{Path(t.script).name}"), *map(_escape, t.args)]
+    model = _escape(f"{TFJOB_ROOT}/user/{Path(t.model_file).name}") if t.model_file else None
+    return ["python3", "-m", "trainer", "--run-dir", f"{TFJOB_RUNS}/$(TFCC_TASK)",
+            *map(_escape, trainer_args(cluster, model))]
+
+
+def _k8s_runs_volume(cluster: cl.Cluster, name: str) -> dict:
+    """The volume of the run folders: a claim every pod shares when an evaluator reads the chief's checkpoints,
+    else each pod's own emptyDir."""
+    if cluster.evaluated:
+        return {"name": "tfcc-runs", "persistentVolumeClaim": {"claimName": f"{name}-runs"}}
+    return {"name": "tfcc-runs", "emptyDir": {}}
+
+
+def _k8s_claim_note(name: str) -> str:
+    return (f"the evaluator reads the chief's checkpoints from a shared volume: create a ReadWriteMany "
+            f"PersistentVolumeClaim named {name}-runs before applying (it holds every task's run folder)")
+
+
+def _k8s_gpus(cluster: cl.Cluster, role: str, notes: list[str], gives: str) -> int:
+    """The GPUs each pod of ``role`` asks for: the most any of its tasks lists (a note when they differ)."""
+    gpus = _gpu_counts(cluster, (role,))
+    most = max(gpus.values())
+    if most and len(set(gpus.values())) > 1:
+        notes.append(f"the {role} tasks list different numbers of GPUs ({_uneven(gpus)}): {gives} the same, {most}")
+    return most
+
+
+def _k8s_user_env(cluster: cl.Cluster, name: str) -> list[dict]:
+    """The cluster's env (values as written) and its secret_env (from the secret ``<name>-secrets``, never written)."""
+    t = cluster.training
+    return ([{"name": key, "value": _escape(value)} for key, value in t.env.items()]
+            + [{"name": key, "valueFrom": {"secretKeyRef": {"name": f"{name}-secrets", "key": key}}}
+               for key in t.secret_env])
+
+
+def _k8s_secrets_note(cluster: cl.Cluster, name: str) -> list[str]:
+    secrets = cluster.training.secret_env
+    if not secrets:
+        return []
+    return [f"the tasks' secrets ({', '.join(secrets)}) come from a Kubernetes secret named {name}-secrets: create "
+            f"it before applying (kubectl create secret generic {name}-secrets "
+            + " ".join(f"--from-literal={key}=..." for key in secrets) + "); tfcc never writes them"]
+
+
+def _k8s_yaml(head: str, *documents: dict) -> str:
+    """``head`` (comment lines), then each document (the second and later after ``---``)."""
+    body = yaml.dump_all(documents, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120,
+                         explicit_start=len(documents) > 1)
+    return head + body
+
+
+# --------------------------------------------------------------------------- tfjob
+
+
+def _tfjob(cluster: cl.Cluster, options: Options) -> Export:
+    name = options.name or ""
+    counts = _roles(cluster)
+    _check_k8s_name(name, "TFJob", f"{name}-<role>-<index>",
+                    max((f"{name}-{role}-{counts[role] - 1}" for role in counts), key=len))
+    notes: list[str] = []
+    image = _k8s_image(cluster, options, notes)
+    t = cluster.training
+    run_dir = f"{TFJOB_RUNS}/$(TFCC_TASK)"
+    command = _k8s_command(cluster)
     if cluster.evaluated:  # the operator lists the evaluator in every TF_CONFIG's cluster: drop it first
         command = ["python3", "-c", _DROP_EVALUATOR, *command]
+    volume = _k8s_runs_volume(cluster, name)
     if cluster.evaluated:
-        volume = {"name": "tfcc-runs", "persistentVolumeClaim": {"claimName": f"{name}-runs"}}
-        notes.append(f"the evaluator reads the chief's checkpoints from a shared volume: create a ReadWriteMany "
-                     f"PersistentVolumeClaim named {name}-runs before applying (it holds every task's run folder)")
+        notes.append(_k8s_claim_note(name))
     else:
-        volume = {"name": "tfcc-runs", "emptyDir": {}}
         notes.append(f"the run folders ({TFJOB_RUNS}/<task>) are on each pod's emptyDir: they survive a restart of "
                      "the container (it resumes from its backups) but not the pod; mount a shared volume there "
                      "to keep the outputs")
@@ -770,24 +869,16 @@ def _tfjob(cluster: cl.Cluster, options: Options) -> Export:
                {"name": "TFCC_RUN_DIR", "value": run_dir}]
         if role == PS:  # it holds variables on its CPU: TensorFlow would take every GPU's memory
             env.append({"name": GPUS, "value": ""})
-        env += [{"name": key, "value": escape(value)} for key, value in t.env.items()]
-        env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": f"{name}-secrets", "key": key}}}
-                for key in t.secret_env]
+        env += _k8s_user_env(cluster, name)
         container = {"name": "tensorflow", "image": image, "command": command, "env": env,
                      "ports": [{"name": "tfjob-port", "containerPort": TFJOB_PORT}],
                      "volumeMounts": [{"name": "tfcc-runs", "mountPath": TFJOB_RUNS}]}
-        gpus = _gpu_counts(cluster, (role,))
-        if max(gpus.values()):
-            container["resources"] = {"limits": {"nvidia.com/gpu": max(gpus.values())}}
-            if len(set(gpus.values())) > 1:
-                notes.append(f"the {role} tasks list different numbers of GPUs ({_uneven(gpus)}): a TFJob gives "
-                             f"every {TFJOB_TYPES[role]} replica the same, {max(gpus.values())}")
+        gpus = _k8s_gpus(cluster, role, notes, f"a TFJob gives every {TFJOB_TYPES[role]} replica")
+        if gpus:
+            container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
         specs[TFJOB_TYPES[role]] = {"replicas": counts[role], "restartPolicy": "OnFailure",
                                     "template": {"spec": {"containers": [container], "volumes": [volume]}}}
-    if t.secret_env:
-        notes.append(f"the tasks' secrets ({', '.join(t.secret_env)}) come from a Kubernetes secret named "
-                     f"{name}-secrets: create it before applying (kubectl create secret generic {name}-secrets "
-                     + " ".join(f"--from-literal={key}=..." for key in t.secret_env) + "); tfcc never writes them")
+    notes += _k8s_secrets_note(cluster, name)
     run_policy = {"backoffLimit": t.max_restarts}
     if EVALUATOR in counts:
         # The operator deletes running pods when the chief succeeds (cleanPodPolicy Running): the
@@ -799,10 +890,123 @@ def _tfjob(cluster: cl.Cluster, options: Options) -> Export:
 # {name}.yaml: a tfcc cluster as a Kubeflow TFJob (exported by tfcc export tfjob).
 # The cluster: {_describe(cluster)}.
 # Apply it with: kubectl apply -f {name}.yaml   (Kubeflow Training Operator v1: TFJob is kubeflow.org/v1;
-# Kubeflow Trainer v2 has no TensorFlow runtime: see docs/graduation.md).
+# for Kubeflow Trainer v2, export a TrainJob instead: tfcc export trainjob, docs/graduation.md).
 # The operator sets TF_CONFIG on the container named tensorflow (port {TFJOB_PORT}, tfjob-port); each pod's task
 # name and run folder come from its replica index. The image needs Python, TensorFlow 2.21, tf-keras 2.21 and
 # tfcc's agent/ and trainer/ in {TFJOB_ROOT}. backoffLimit is the cluster's max_restarts.
 """
-    text = head + yaml.dump(manifest, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)
-    return Export({f"{name}.yaml": text}, notes)
+    return Export({f"{name}.yaml": _k8s_yaml(head, manifest)}, notes)
+
+
+# --------------------------------------------------------------------------- trainjob
+
+# Kubeflow Trainer v2 has no TensorFlow runtime and sets no TF_CONFIG: the TrainJob runs on a plain
+# TrainingRuntime (no mlPolicy) whose JobSet has one replicated job per role, each one Indexed Job of its tasks.
+# JobSet gives each pod the host name <jobset>-<replicated job>-<job index>-<pod index> under a headless service
+# named as the JobSet, which is named as the TrainJob: every address follows from the TrainJob's name. Each
+# container's TF_CONFIG is built from that name (JobSet's label on the pod) and the pod's completion index (the
+# Job controller's annotation) by Kubernetes' $(VAR) expansion of env values, which sees the variables above it.
+
+
+def _trainjob_address(trainjob: str, role: str, index: int) -> str:
+    """The address of task ``role`` ``index`` in the TrainJob named ``trainjob``: its pod's stable host name
+    (replica 0 of the role's replicated job, pod ``index``) under JobSet's headless service, and the port."""
+    return f"{trainjob}-{role}-0-{index}.{trainjob}:{TRAINJOB_PORT}"
+
+
+def _trainjob_tf_config(counts: dict[str, int], role: str) -> str:
+    """The TF_CONFIG env value of ``role``'s pods: every address from $(TFCC_TRAINJOB), the index from $(TFCC_INDEX)
+    (an evaluator is no member of the cluster: tfcc's trainer, like TensorFlow's coordinator, wants it left out)."""
+    cluster = {member: [_trainjob_address("$(TFCC_TRAINJOB)", member, k) for k in range(counts[member])]
+               for member in (CHIEF, WORKER, PS) if counts.get(member)}
+    return f'{{"cluster": {json.dumps(cluster)}, "task": {{"type": {json.dumps(role)}, "index": $(TFCC_INDEX)}}}}'
+
+
+def _trainjob(cluster: cl.Cluster, options: Options) -> Export:
+    name = options.name or ""
+    counts = _roles(cluster)
+    _check_k8s_name(name, "TrainJob", f"{name}-<role>-0-<index>-<5 random characters>",
+                    max((f"{name}-{role}-0-{counts[role] - 1}{POD_NAME_SUFFIX}" for role in counts), key=len))
+    notes: list[str] = []
+    image = _k8s_image(cluster, options, notes)
+    t = cluster.training
+    command = _k8s_command(cluster)
+    volume = _k8s_runs_volume(cluster, name)
+    if cluster.evaluated:
+        notes.append(_k8s_claim_note(name))
+    else:
+        notes.append(f"the run folders ({TFJOB_RUNS}/<task>) are on each pod's emptyDir, which goes with the pod: a "
+                     "restart (it recreates every pod) starts the tasks over, and the outputs are lost with the "
+                     "pods; mount a shared volume there to resume from the backups and keep the outputs")
+    jobs = []
+    for role in (CHIEF, PS, WORKER, EVALUATOR):
+        if not counts.get(role):
+            continue
+        env = [{"name": LEGACY_KERAS, "value": "1"},
+               {"name": "PYTHONPATH", "value": TFJOB_ROOT},
+               {"name": "TFCC_TRAINJOB",
+                "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOBSET_NAME_LABEL}']"}}},
+               {"name": "TFCC_INDEX",
+                "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}}},
+               {"name": "TF_CONFIG", "value": _trainjob_tf_config(counts, role)},
+               {"name": "TFCC_TASK", "value": f"{role}-$(TFCC_INDEX)"},
+               {"name": "TFCC_RUN_DIR", "value": f"{TFJOB_RUNS}/$(TFCC_TASK)"}]
+        gpus = _k8s_gpus(cluster, role, notes, f"a TrainJob gives every pod of its {role} job")
+        if role == PS and not gpus:  # it holds variables on its CPU: TensorFlow would take every GPU's memory
+            env.append({"name": GPUS, "value": ""})
+        env += _k8s_user_env(cluster, name)
+        container = {"name": TRAINJOB_CONTAINER, "image": image, "command": command, "env": env}
+        if role != EVALUATOR:  # it serves nothing
+            container["ports"] = [{"name": "tensorflow", "containerPort": TRAINJOB_PORT}]
+        container["volumeMounts"] = [{"name": "tfcc-runs", "mountPath": TFJOB_RUNS}]
+        if gpus:
+            container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
+        # A failed pod fails its Job (backoffLimit 0, no restart in place), and JobSet's failure policy restarts
+        # every Job; one that refused its input (its exit code) fails the Job for good (PodFailurePolicy).
+        jobs.append({"name": role, "replicas": 1, "template": {"spec": {
+            "parallelism": counts[role], "completions": counts[role], "completionMode": "Indexed",
+            "backoffLimit": 0,
+            "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {
+                "containerName": TRAINJOB_CONTAINER, "operator": "In", "values": [REFUSED_INPUT]}}]},
+            "template": {"spec": {"restartPolicy": "Never", "containers": [container], "volumes": [volume]}}}}})
+    jobset: dict = {}
+    if cluster.parameter_server and counts.get(CHIEF):
+        # The workers and ps serve until stopped: the run is over when the chief (and the evaluator, which
+        # evaluates the last checkpoint, then ends) finished; JobSet then ends the servers.
+        jobset["successPolicy"] = {"operator": "All",
+                                   "targetReplicatedJobs": [CHIEF] + ([EVALUATOR] if cluster.evaluated else [])}
+    jobset["failurePolicy"] = {"maxRestarts": t.max_restarts, "restartStrategy": "Recreate",
+                               "rules": [{"name": "refusedInput", "action": "FailJobSet",
+                                          "onJobFailureReasons": ["PodFailurePolicy"]}]}
+    jobset["network"] = {"enableDNSHostnames": True, "publishNotReadyAddresses": True}
+    jobset["replicatedJobs"] = jobs
+    runtime = {"apiVersion": TRAINER_API, "kind": "TrainingRuntime", "metadata": {"name": name},
+               "spec": {"template": {"spec": jobset}}}
+    trainjob = {"apiVersion": TRAINER_API, "kind": "TrainJob", "metadata": {"name": name},
+                "spec": {"runtimeRef": {"apiGroup": TRAINER_GROUP, "kind": "TrainingRuntime", "name": name}}}
+    notes += _k8s_secrets_note(cluster, name)
+    notes.append(f"restarts: the cluster's max_restarts ({t.max_restarts}) is the JobSet's failurePolicy.maxRestarts: "
+                 "when a task fails, its Job fails (backoffLimit 0) and JobSet recreates every pod, at most that many "
+                 f"times; a task that exits {REFUSED_INPUT} (it refused its input) fails the TrainJob at once")
+    if cluster.parameter_server and counts.get(CHIEF):
+        notes.append("parameter-server training: the TrainJob completes when the chief"
+                     + (" and the evaluator" if cluster.evaluated else "")
+                     + " finished (the JobSet's successPolicy); JobSet then ends the workers and ps, which serve "
+                     "until stopped")
+    notes.append(f"the TrainingRuntime {name} is namespaced: apply the file in the namespace the TrainJob is to run "
+                 "in; the cluster needs Kubeflow Trainer v2 and JobSet")
+    job_names = [job["name"] for job in jobs]
+    head = f"""\
+# {name}.yaml: a tfcc cluster as a Kubeflow Trainer v2 TrainJob and its TrainingRuntime (tfcc export trainjob).
+# The cluster: {_describe(cluster)}.
+# Apply both with: kubectl apply -f {name}.yaml   (trainer.kubeflow.org/v1alpha1: Kubeflow Trainer v2, on JobSet;
+# the runtime first, then the TrainJob, which names it in runtimeRef).
+# Trainer v2 runs TensorFlow only on a plain runtime and sets no TF_CONFIG. This runtime's JobSet has one replicated
+# job per role ({", ".join(job_names)}), each an Indexed Job of the role's tasks, and each container builds its TF_CONFIG
+# from its pod: the label {JOBSET_NAME_LABEL} (the TrainJob's name) gives every task's stable
+# address <trainjob>-<role>-0-<index>.<trainjob>:{TRAINJOB_PORT} (JobSet's headless service), the annotation
+# {COMPLETION_INDEX} the pod's own index; its task name and run folder follow from them.
+# The image needs Python, TensorFlow 2.21, tf-keras 2.21 and tfcc's agent/ and trainer/ in {TFJOB_ROOT}.
+# failurePolicy.maxRestarts is the cluster's max_restarts: when a task fails, JobSet recreates every pod.
+"""
+    return Export({f"{name}.yaml": _k8s_yaml(head, runtime, trainjob)}, notes)

@@ -29,12 +29,16 @@ TFCC_WINDOW_PACKAGES=(
   "libxkbcommon-x11-0 libxkbcommon-x11.so.0"
 )
 
-# The tests' SSH hosts: network namespaces with their own sshd, and nftables for the firewall check.
+# The tests' SSH hosts: network namespaces with their own sshd, and nftables for the firewall check;
+# Slurm (slurmctld, a slurmd per test host, munge) for the tests' Slurm cluster.
 TFCC_TEST_PACKAGES=(
   "openssh-server /usr/sbin/sshd"
   "openssh-client ssh-keygen"
   "iproute2 ip"
   "nftables nft"
+  "slurm-wlm /usr/sbin/slurmctld"
+  "slurm-client /usr/bin/sbatch"
+  "munge /usr/sbin/munged"
 )
 
 # tfcc_missing ENTRY...: prints the package of each entry whose probe finds nothing.

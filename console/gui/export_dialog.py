@@ -20,7 +20,8 @@ class ExportDialog(QDialog):
     the choices change. Accepted, ``chosen()`` has what to write and where (the caller writes it,
     off the UI thread)."""
 
-    OPTIONS_OF = {"scripts": (), "slurm": ("time_limit", "port_base", "name"), "tfjob": ("image", "name")}
+    OPTIONS_OF = {"scripts": (), "slurm": ("time_limit", "port_base", "name"), "tfjob": ("image", "name"),
+                  "trainjob": ("image", "name")}
 
     def __init__(self, cluster: cl.Cluster, folder: Path, parent: QWidget | None = None):
         super().__init__(parent)

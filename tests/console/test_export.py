@@ -23,6 +23,7 @@ from tests.disk import snapshot
 from tests.helpers.cli import tfcc
 from tests.trainer.conftest import THREADS
 from trainer.metrics import read_records
+from trainer.tf_config import TaskId, parse_tf_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "tests" / "data" / "kubeflow.org_tfjobs.v1.9.4.yaml"
@@ -336,8 +337,8 @@ def sbatch_lines(text: str) -> dict[str, str]:
 
 
 def srun_line(text: str) -> str:
-    """The srun command, its continuation lines joined."""
-    start = text.index("  srun ")
+    """The srun command (started in a session of its own), its continuation lines joined."""
+    start = text.index("  setsid srun ") + len("  setsid ")
     end = text.index(" &\n  srun_pid=$!", start)
     return " ".join(part.strip() for part in text[start:end].replace("\\\n", "\n").splitlines())
 
@@ -719,6 +720,343 @@ def test_tfjob_names_must_suit_kubernetes():
             export.render("tfjob", cluster_of(MWMS_THREE), export.Options(name=name))
 
 
+# --------------------------------------------------------------------------- trainjob
+
+TRAINJOB_CRD = ROOT / "tests" / "data" / "trainer.kubeflow.org_trainjobs.v2.3.0.yaml"
+RUNTIME_CRD = ROOT / "tests" / "data" / "trainer.kubeflow.org_trainingruntimes.v2.3.0.yaml"
+# What JobSet (v0.12, which Trainer v2.3 pins) and the Job controller give each pod, written here from their
+# sources rather than taken from console.export: JobSet labels every pod with its JobSet's name (the TrainJob's);
+# an Indexed Job annotates each pod with its completion index and names its host <job name>-<index>, where JobSet
+# names the Job <jobset>-<replicated job>-<job index> and makes the pods' subdomain a headless service named as
+# the JobSet (placement.GenJobName, GetSubdomain).
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def crd_schema(path: Path) -> dict:
+    import yaml
+
+    crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    (version,) = crd["spec"]["versions"]
+    assert version["name"] == "v1alpha1"
+    return version["schema"]["openAPIV3Schema"]
+
+
+@pytest.fixture(scope="module")
+def trainer_schemas() -> dict:
+    return {"TrainJob": crd_schema(TRAINJOB_CRD), "TrainingRuntime": crd_schema(RUNTIME_CRD)}
+
+
+def test_the_runtime_crd_leaves_no_field_of_its_jobset_template_unchecked(trainer_schemas):
+    """The runtime's template is a JobSet spec: its CRD declares every field of it (Trainer inlines JobSet's
+    schema), so ``unknown_fields`` checks the JobSet part of an exported runtime too."""
+    assert "x-kubernetes-preserve-unknown-fields" not in RUNTIME_CRD.read_text()
+    template = trainer_schemas["TrainingRuntime"]["properties"]["spec"]["properties"]["template"]
+    jobset = template["properties"]["spec"]["properties"]
+    assert {"replicatedJobs", "failurePolicy", "successPolicy", "network"} <= set(jobset)
+
+
+def trainjob_of(exported: export.Export) -> tuple[dict, dict]:
+    """The runtime and the TrainJob of an export, in the order the file has them."""
+    import yaml
+
+    (name,) = exported.files
+    runtime, trainjob = yaml.safe_load_all(exported.files[name])
+    return runtime, trainjob
+
+
+def validate_trainjob(exported: export.Export, schemas: dict) -> tuple[dict, dict]:
+    """Both manifests validated against their CRD, the TrainJob's name against the CRD's CEL rules too."""
+    runtime, trainjob = trainjob_of(exported)
+    assert (runtime["apiVersion"], runtime["kind"]) == ("trainer.kubeflow.org/v1alpha1", "TrainingRuntime")
+    assert (trainjob["apiVersion"], trainjob["kind"]) == ("trainer.kubeflow.org/v1alpha1", "TrainJob")
+    validate(runtime, schemas["TrainingRuntime"])
+    validate(trainjob, schemas["TrainJob"])
+    name, checked = trainjob["metadata"]["name"], 0
+    for rule in (v["rule"] for v in schemas["TrainJob"]["x-kubernetes-validations"]):
+        if pattern := re.fullmatch(r"self\.metadata\.name\.matches\('(.+)'\)", rule):
+            assert re.fullmatch(pattern[1], name), (rule, name)
+            checked += 1
+        elif most := re.fullmatch(r"size\(self\.metadata\.name\) <= (\d+)", rule):
+            assert len(name) <= int(most[1]), (rule, name)
+            checked += 1
+    assert checked == 2
+    # The TrainJob runs on the runtime written beside it.
+    assert trainjob["spec"] == {"runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime",
+                                               "name": runtime["metadata"]["name"]}}
+    return runtime, trainjob
+
+
+def replicated_jobs(runtime: dict) -> dict[str, dict]:
+    return {job["name"]: job for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]}
+
+
+def pod_container(job: dict) -> dict:
+    (container,) = job["template"]["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def k8s_expand(text: str, defined: dict[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion of env values and commands (third_party/forked/golang/expansion): $(NAME) of a
+    variable defined before becomes its value, any other stays as written, $$ becomes $."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "$" and i + 1 < len(text):
+            if text[i + 1] == "(" and (end := text.find(")", i + 2)) != -1:
+                name = text[i + 2:end]
+                out.append(defined.get(name, f"$({name})"))
+                i = end + 1
+            else:
+                out.append("$" if text[i + 1] == "$" else text[i:i + 2])
+                i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+@pytest.mark.parametrize("text, expanded", [
+    ("$(A)", "a"), ("x-$(A)-$(B).y", "x-a-b.y"), ("$(NOPE)", "$(NOPE)"), ("$$(A)", "$(A)"), ("$$$(A)", "$a"),
+    ("$$$$", "$$"), ("$A $", "$A $"), ("$(A", "$(A"), ("$(C)", "$(C)")])
+def test_the_stand_in_expands_as_kubernetes_does(text, expanded):
+    """The rules of Kubernetes' expansion: a variable defined before, one that is not, $$, a lone or open $."""
+    assert k8s_expand(text, {"A": "a", "B": "b"}) == expanded
+
+
+def pod_environment(container: dict, labels: dict, annotations: dict, secrets: dict | None = None) -> dict:
+    """The environment the kubelet gives ``container`` in a pod with these labels and annotations: each value
+    expanded against the variables above it, each field reference read from the pod, each secret's key."""
+    env: dict[str, str] = {}
+    for var in container["env"]:
+        if "value" in var:
+            env[var["name"]] = k8s_expand(var["value"], env)
+        elif "fieldRef" in var["valueFrom"]:
+            where, key = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]",
+                                      var["valueFrom"]["fieldRef"]["fieldPath"]).groups()
+            env[var["name"]] = (labels if where == "labels" else annotations)[key]
+        else:
+            ref = var["valueFrom"]["secretKeyRef"]
+            env[var["name"]] = (secrets or {})[ref["name"]][ref["key"]]
+    return env
+
+
+def pods_of(runtime: dict, trainjob: str, secrets: dict | None = None):
+    """(replicated job, pod index, its host name under the subdomain, its environment, its command) for every pod
+    JobSet makes of the runtime for a TrainJob named ``trainjob``."""
+    for name, job in replicated_jobs(runtime).items():
+        assert job["replicas"] == 1  # one Indexed Job per role: its pods are the role's tasks
+        spec = job["template"]["spec"]
+        assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"]
+        for index in range(spec["parallelism"]):
+            host = f"{trainjob}-{name}-0-{index}.{trainjob}"
+            env = pod_environment(pod_container(job), {JOBSET_NAME: trainjob}, {COMPLETION_INDEX: str(index)},
+                                  secrets)
+            command = [k8s_expand(word, env) for word in pod_container(job)["command"]]
+            yield name, index, host, env, command
+
+
+MWMS_CHIEF = """
+[training]
+epochs = 2
+max_restarts = 4
+
+[[hosts]]
+name = "g1"
+address = "10.0.0.1"
+
+[[hosts]]
+name = "g2"
+address = "10.0.0.2"
+
+[[tasks]]
+host = "g1"
+role = "chief"
+gpus = [0, 1]
+
+[[tasks]]
+host = "g1"
+gpus = [2, 3]
+
+[[tasks]]
+host = "g2"
+gpus = [0, 1]
+
+[[tasks]]
+host = "g2"
+gpus = [2, 3]
+"""
+
+
+@pytest.mark.parametrize("text", [MWMS_THREE, MWMS_CHIEF, PS_FULL], ids=["mwms-workers", "mwms-chief", "ps"])
+def test_each_pod_of_a_trainjob_builds_the_tf_config_of_its_task(text, trainer_schemas):
+    """Every pod, with what JobSet and the Job controller give it, gets a TF_CONFIG that tfcc's trainer takes:
+    its own task, and every task of the cluster at the stable host name and port its pod has."""
+    cluster = cluster_of(text)
+    exported = export.render("trainjob", cluster, export.Options(name="digits"))
+    runtime, _ = validate_trainjob(exported, trainer_schemas)
+    names = cluster.task_names()
+    ports = list(range(2222, 2222 + len(names)))  # what tfcc would give each task (only the tasks matter here)
+    expected = {name: parse_tf_config(cluster.tf_config(i, ports)) for i, name in enumerate(names)}
+    for trainjob in ("digits", "digits-again"):  # a second TrainJob on the same runtime gets its own addresses
+        pods = list(pods_of(runtime, trainjob))
+        assert sorted(f"{role}-{index}" for role, index, *_ in pods) == sorted(names)
+        served = {}  # every task's address: its pod's host and its container's port
+        for role, index, host, env, _ in pods:
+            if role != "evaluator":
+                (port,) = pod_container(replicated_jobs(runtime)[role])["ports"]
+                served.setdefault(role, []).append(f"{host}:{port['containerPort']}")
+        for role, index, host, env, command in pods:
+            got = parse_tf_config(env["TF_CONFIG"])
+            task = f"{role}-{index}"
+            assert got.task == TaskId(role, index) == expected[task].task
+            assert got.cluster == served, task  # every task where its pod is, in index order
+            assert {r: len(a) for r, a in got.cluster.items()} == {r: len(a) for r, a in expected[task].cluster.items()}
+            assert got.address == (None if role == "evaluator" else f"{host}:2222")  # this pod's own
+            assert env["TFCC_TASK"] == task and env["TFCC_RUN_DIR"] == f"/tfcc-runs/{task}"
+            assert env["TF_USE_LEGACY_KERAS"] == "1" and env["PYTHONPATH"] == "/opt/tfcc"
+            assert command[command.index("--run-dir") + 1] == f"/tfcc-runs/{task}"
+            assert command[:3] == ["python3", "-m", "trainer"]
+            assert command[5:] == [*cluster.training.trainer_args(),
+                                   *(["--eval-checkpoints", cl.EVAL_CHECKPOINTS] if cluster.evaluated else [])]
+
+
+def test_trainjob_pods_ask_for_their_gpus_and_the_ps_for_none(trainer_schemas):
+    exported = export.render("trainjob", cluster_of(PS_FULL), export.Options(image="reg.example/tfcc:2.21"))
+    runtime, _ = validate_trainjob(exported, trainer_schemas)
+    jobs = replicated_jobs(runtime)
+    assert list(jobs) == ["chief", "ps", "worker", "evaluator"]
+    assert {role: job["template"]["spec"]["parallelism"] for role, job in jobs.items()} == {
+        "chief": 1, "ps": 1, "worker": 2, "evaluator": 1}
+    containers = {role: pod_container(job) for role, job in jobs.items()}
+    assert containers["worker"]["resources"] == {"limits": {"nvidia.com/gpu": 1}}
+    assert [role for role, c in containers.items() if "resources" in c] == ["worker"]
+    assert {"name": "CUDA_VISIBLE_DEVICES", "value": ""} in containers["ps"]["env"]
+    assert [role for role, c in containers.items() if "CUDA_VISIBLE_DEVICES" in str(c["env"])] == ["ps"]
+    assert all(c["image"] == "reg.example/tfcc:2.21" for c in containers.values())
+    assert not any(export.IMAGE_PLACEHOLDER in n for n in exported.notes)
+
+    exported = export.render("trainjob", cluster_of(MWMS_THREE))
+    (container,) = map(pod_container, replicated_jobs(validate_trainjob(exported, trainer_schemas)[0]).values())
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": 2}}
+    assert any("different numbers of GPUs (worker-0 2, worker-1 0, worker-2 0)" in n for n in exported.notes)
+    assert container["image"] == export.IMAGE_PLACEHOLDER and any("--image" in n for n in exported.notes)
+
+
+def test_trainjob_restarts_every_pod_up_to_max_restarts_and_ends_with_the_chief(trainer_schemas):
+    """max_restarts is JobSet's failurePolicy: a failed pod fails its Job, JobSet recreates every pod; a task
+    that refused its input (exit code 2) fails the whole. Under parameter servers the run ends with the chief
+    and the evaluator (the servers never end by themselves); else when every task finished."""
+    runtime, _ = validate_trainjob(export.render("trainjob", cluster_of(PS_FULL)), trainer_schemas)
+    spec = runtime["spec"]["template"]["spec"]
+    assert spec["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["chief", "evaluator"]}
+    policy = spec["failurePolicy"]
+    assert (policy["maxRestarts"], policy["restartStrategy"]) == (0, "Recreate")
+    (rule,) = policy["rules"]
+    assert (rule["action"], rule["onJobFailureReasons"]) == ("FailJobSet", ["PodFailurePolicy"])
+    rule_name = trainer_schemas["TrainingRuntime"]["properties"]["spec"]["properties"]["template"]["properties"][
+        "spec"]["properties"]["failurePolicy"]["properties"]["rules"]["items"]["properties"]["name"]["description"]
+    assert re.fullmatch(re.search(r'regular expression "(.+?)"', rule_name)[1], rule["name"])
+    assert spec["network"] == {"enableDNSHostnames": True, "publishNotReadyAddresses": True}
+    for job in replicated_jobs(runtime).values():
+        job_spec = job["template"]["spec"]
+        assert job_spec["backoffLimit"] == 0 and job_spec["template"]["spec"]["restartPolicy"] == "Never"
+        assert job_spec["podFailurePolicy"] == {"rules": [{"action": "FailJob", "onExitCodes": {
+            "containerName": pod_container(job)["name"], "operator": "In", "values": [2]}}]}
+
+    exported = export.render("trainjob", cluster_of(MWMS_CHIEF))
+    spec = validate_trainjob(exported, trainer_schemas)[0]["spec"]["template"]["spec"]
+    assert "successPolicy" not in spec and spec["failurePolicy"]["maxRestarts"] == 4  # JobSet's default: all
+    assert any("max_restarts (4)" in n and "failurePolicy.maxRestarts" in n for n in exported.notes)
+
+
+def test_a_trainjob_with_an_evaluator_shares_a_claim_and_leaves_it_out_of_the_cluster(trainer_schemas):
+    exported = export.render("trainjob", cluster_of(PS_FULL), export.Options(name="exp1"))
+    runtime, _ = validate_trainjob(exported, trainer_schemas)
+    for job in replicated_jobs(runtime).values():
+        assert job["template"]["spec"]["template"]["spec"]["volumes"] == [
+            {"name": "tfcc-runs", "persistentVolumeClaim": {"claimName": "exp1-runs"}}]
+        assert pod_container(job)["volumeMounts"] == [{"name": "tfcc-runs", "mountPath": "/tfcc-runs"}]
+    assert "ports" not in pod_container(replicated_jobs(runtime)["evaluator"])  # it serves nothing
+    assert any("ReadWriteMany" in n and "exp1-runs" in n for n in exported.notes)
+    (evaluator,) = [env for role, _, _, env, _ in pods_of(runtime, "exp1") if role == "evaluator"]
+    assert "evaluator" not in json.loads(evaluator["TF_CONFIG"])["cluster"]
+
+    runtime, _ = validate_trainjob(export.render("trainjob", cluster_of(MWMS_CHIEF)), trainer_schemas)
+    for job in replicated_jobs(runtime).values():
+        assert job["template"]["spec"]["template"]["spec"]["volumes"] == [{"name": "tfcc-runs", "emptyDir": {}}]
+
+
+def test_a_trainjob_carries_env_secrets_and_a_users_script_word_for_word(homes, capsys, monkeypatch,
+                                                                        trainer_schemas):
+    """Through ``tfcc export trainjob``: the user's env and script args reach the pod as written (Kubernetes
+    expands $(...) in both: the export escapes them); a secret comes from a Kubernetes secret, never the file."""
+    token = "s3cr3t-" + os.urandom(8).hex()
+    monkeypatch.setenv("MY_TOKEN", token)
+    script = homes / "train.py"
+    script.write_text("print('hello')\n")
+    args = ["it's", "$(touch pwned)", "a b", "$$x", "$HOME"]
+    path = homes / "c.toml"
+    path.write_text(f"""
+[training]
+script = {json.dumps(str(script))}
+args = {json.dumps(args)}
+env = {{ PLAIN = "x $(y) $$z" }}
+secret_env = ["MY_TOKEN"]
+
+[[hosts]]
+name = "a"
+address = "10.0.0.1"
+
+[[tasks]]
+host = "a"
+
+[[tasks]]
+host = "a"
+""")
+    out = homes / "k8s"
+    code, stdout, err = tfcc(["export", "trainjob", str(path), "-o", str(out), "--name", "mine",
+                              "--image", "reg.example/t:1"], capsys)
+    assert code == 0, err
+    assert stdout.splitlines()[0] == f"wrote {out / 'mine.yaml'}" and [p.name for p in out.iterdir()] == ["mine.yaml"]
+    text = (out / "mine.yaml").read_text()
+    assert token not in text
+    assert text.startswith("# mine.yaml: a tfcc cluster as a Kubeflow Trainer v2 TrainJob")
+    assert "note: the tasks' secrets (MY_TOKEN) come from a Kubernetes secret named mine-secrets" in stdout
+    assert "note: the image must hold the script at /opt/tfcc/user/train.py" in stdout
+    exported = export.Export({"mine.yaml": text}, [])
+    runtime, trainjob = validate_trainjob(exported, trainer_schemas)
+    assert trainjob["metadata"]["name"] == "mine" and runtime["metadata"]["name"] == "mine"
+    for _, _, _, env, command in pods_of(runtime, "mine", {"mine-secrets": {"MY_TOKEN": token}}):
+        assert env["PLAIN"] == "x $(y) $$z" and env["MY_TOKEN"] == token
+        assert command == ["python3", "/opt/tfcc/user/train.py", *args]
+
+
+def test_trainjob_names_must_suit_kubernetes_and_jobsets_pod_names():
+    """A DNS label, and short enough that JobSet's longest pod name, <name>-<job>-0-<index>-<5 characters>, has
+    at most 63: with PS_FULL's evaluator-0-0 that leaves 43 characters."""
+    cluster = cluster_of(PS_FULL)
+    assert export.render("trainjob", cluster, export.Options(name="x" * 43)).files
+    for name in ("Digits", "9lives", "a_b", "x" * 44, ""):
+        with pytest.raises(export.ExportError, match="cannot name a TrainJob") as refused:
+            export.render("trainjob", cluster, export.Options(name=name))
+        assert "-<role>-0-<index>-<5 random characters>) have at most 63 characters" in str(refused.value)
+
+
+def test_a_bad_trainjob_name_is_one_line_and_writes_nothing(homes, capsys):
+    path = cluster_file(homes, PS_FULL)
+    before = snapshot(homes)
+    assert_refused(*tfcc(["export", "trainjob", path, "-o", str(homes / "out"), "--name", "My_Job"], capsys),
+                   ("the name 'My_Job' cannot name a TrainJob", "use lowercase letters, digits and '-'"))
+    assert snapshot(homes) == before
+
+
+def test_a_users_missing_script_stops_a_trainjob_export():
+    cluster = cluster_of('[training]\nscript = "/nowhere/train.py"\n[[hosts]]\nname = "h"\nlocal = true\n'
+                         '[[tasks]]\nhost = "h"\n')
+    with pytest.raises(export.ExportError, match=re.escape("training.script '/nowhere/train.py' does not exist")):
+        export.render("trainjob", cluster)
+
+
 # --------------------------------------------------------------------------- bad input, through tfcc export
 
 def assert_refused(code, out, err, words) -> None:
@@ -739,7 +1077,7 @@ def cluster_file(tmp_path: Path, text: str) -> str:
 
 BAD_INPUT = {
     "unknown-format": (["export", "kubernetes", "{c}", "-o", "{out}"],
-                       ("unknown export format 'kubernetes'", "use one of scripts, slurm, tfjob")),
+                       ("unknown export format 'kubernetes'", "use one of scripts, slurm, tfjob, trainjob")),
     "evaluator-in-slurm": (["export", "slurm", "{ps}", "-o", "{out}"],
                            ("a Slurm export cannot carry the evaluator", "remove the evaluator")),
     "cluster-file-missing": (["export", "scripts", "{missing}", "-o", "{out}"], ("does not exist", "check the path")),
@@ -793,7 +1131,8 @@ def test_a_folder_that_is_not_empty_is_refused_without_force_and_replaced_with_i
 
 
 def test_the_embedded_default_exports_without_a_cluster_file(homes, capsys):
-    for fmt, name in (("scripts", "launch-local.sh"), ("slurm", "tfcc.sbatch"), ("tfjob", "tfcc.yaml")):
+    for fmt, name in (("scripts", "launch-local.sh"), ("slurm", "tfcc.sbatch"), ("tfjob", "tfcc.yaml"),
+                      ("trainjob", "tfcc.yaml")):
         out = homes / fmt
         code, stdout, err = tfcc(["export", fmt, "-o", str(out)], capsys)
         assert code == 0, err

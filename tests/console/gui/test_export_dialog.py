@@ -4,6 +4,7 @@ and the files are written off the UI thread, never over a folder's files unless 
 from __future__ import annotations
 
 from console import cluster as cl
+from console import export
 from tests.console.gui.conftest import save_shot
 from tests.console.gui.test_window_settings import window_on
 
@@ -38,6 +39,17 @@ def test_the_preview_shows_each_file_of_the_chosen_format_and_its_options(qtbot,
     assert dialog.btn_export.isEnabled()
     dialog.layout().activate()  # the rows hidden meanwhile give their room back before the picture
     save_shot(dialog, shots, "export_dialog")
+
+    assert [dialog.format.itemData(i) for i in range(dialog.format.count())] == list(export.FORMATS)
+    dialog.format.setCurrentIndex(dialog.format.findData("trainjob"))
+    assert dialog.image.isVisible() and dialog.name.isVisible() and not dialog.time_limit.isVisible()
+    assert _names(dialog) == ["tfcc.yaml"]
+    manifests = dialog.text.toPlainText()
+    assert "kind: TrainingRuntime" in manifests and "kind: TrainJob" in manifests and "TF_CONFIG" in manifests
+    assert "image: registry.example/tfcc:1" in manifests  # the image given for the TFJob goes on
+    dialog.name.setText("digits")
+    assert _names(dialog) == ["digits.yaml"] and "name: digits" in dialog.text.toPlainText()
+    assert dialog.btn_export.isEnabled()
     dialog.reject()
     w.close()
 

@@ -67,7 +67,7 @@ def test_a_secret_reaches_the_tasks_environment_and_no_file_no_command_line_no_e
     follow_to_end(RunSession(run), 60)
     assert [t.phase for t in run.tasks] == ["finished", "finished"]
     assert tfcc(["runs", "--json"], capsys)[0] == 0
-    for fmt in ("scripts", "slurm", "tfjob"):
+    for fmt in export.FORMATS:
         export.write(export.render(fmt, cl.load(path)), homes / "exports" / fmt)
     written = list(every_file(homes))
     assert len(written) > 20 and any(p.name == "spec.json" for p in written)
