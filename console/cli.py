@@ -32,7 +32,7 @@ import time
 import traceback
 
 from agent.protocol import FINISHED, LOGS, TRAINING
-from console import catalog, checks, export, memory
+from console import catalog, checks, export, memory, slurm
 from console import cluster as cl
 from console import speed, text
 from console.errors import RunError, TfccError, describe, log_to_file, log_to_terminal
@@ -272,6 +272,11 @@ def cmd_run(ns) -> int:
     given = ns.resume if ns.resume is not None else ns.run_id
     run_id = check_run_id(new_run_id() if given is None else given)  # before anything touches a disk
     cluster = cl.load(ns.cluster) if ns.cluster else cl.default()
+    if cluster.slurm is not None:
+        slurm.preflight(cluster, make_asker(ns.accept_new_host_keys))  # a refusal is its one line: nothing submitted
+        raise RunError(f"Slurm on {cluster.slurm.login} would take this job, but tfcc cannot submit and follow a "
+                       "Slurm job yet", "write it as a batch script with tfcc export slurm and submit that with sbatch "
+                       "(docs/graduation.md)")
     run = Run(cluster, run_id, make_asker(ns.accept_new_host_keys))
     resume = ns.resume is not None
     run.start(resume=resume, explicit=resume)
@@ -313,6 +318,8 @@ def _gib(n) -> str:
 
 def cmd_check(ns) -> int:
     cluster = cl.load(ns.cluster) if ns.cluster else cl.default()
+    if cluster.slurm is not None:
+        return _check_slurm(ns, cluster)
     report = checks.check(cluster, deadline=ns.deadline, ask_host_key=make_asker(ns.accept_new_host_keys))
     if ns.json:
         print(json.dumps(report.as_dict()))
@@ -348,6 +355,24 @@ def cmd_check(ns) -> int:
     for warning in report.warnings:
         print(f"warning: {warning}")
     return 0 if report.ready else 1
+
+
+def _check_slurm(ns, cluster: cl.Cluster) -> int:
+    """A Slurm cluster file's check: its login host's Slurm would take the job (sbatch --test-only)."""
+    answer = slurm.preflight(cluster, make_asker(ns.accept_new_host_keys), timeout=ns.deadline)
+    part = answer.partition(cluster.slurm.partition)
+    if ns.json:
+        print(json.dumps({"ready": True, "login": answer.login, "partition": part.name, "start": answer.start,
+                          "partitions": [vars(p) for p in answer.partitions]}))
+        return 0
+    print(f"{'partition':<16} {'state':<6} {'nodes':>5}  time limit")
+    for p in answer.partitions:
+        print(f"{p.name + ('*' if p.default else ''):<16} {'up' if p.up else 'down':<6} {p.nodes:>5}  {p.time_limit}")
+    s = cluster.slurm
+    print(f"\nready: Slurm on {answer.login} would take the job: {s.nodes} node(s) x {s.tasks_per_node} task(s) in "
+          f"{part.name}, time {s.time}" + (f", expected to start {answer.start}" if answer.start else "")
+          + " (sbatch --test-only: nothing submitted)")
+    return 0
 
 
 def cmd_logs(ns) -> int:
@@ -447,8 +472,9 @@ def cmd_export(ns) -> int:
     if ns.format not in export.FORMATS:  # before the cluster file: the first mistake on the line is named
         raise export.ExportError(f"unknown export format {ns.format!r}", f"use one of {', '.join(export.FORMATS)}")
     cluster = cl.load(ns.cluster) if ns.cluster else cl.default()
-    options = export.Options(image=ns.image, time_limit=ns.time, port_base=ns.port_base, name=ns.name,
-                             cpus_per_task=ns.cpus_per_task)
+    given = export.slurm_options(cluster)  # a Slurm cluster file's time limit and CPUs, unless the line says
+    options = export.Options(image=ns.image, time_limit=ns.time or given.time_limit, port_base=ns.port_base,
+                             name=ns.name, cpus_per_task=ns.cpus_per_task or given.cpus_per_task)
     files = export.render(ns.format, cluster, options)
     for path in export.write(files, ns.output, ns.force):
         print(f"wrote {path}")
@@ -582,10 +608,12 @@ def build_parser() -> argparse.ArgumentParser:
                      "exported files there")
     exp.add_argument("--image", default="", help="tfjob, trainjob: the container image (TensorFlow, tf-keras and "
                      "tfcc's trainer)")
-    exp.add_argument("--time", default="1:00:00", metavar="LIMIT", help="slurm: the job's time limit (default 1:00:00)")
+    exp.add_argument("--time", metavar="LIMIT", help="slurm: the job's time limit (default: the cluster file's "
+                     "[slurm] time, else 1:00:00)")
     exp.add_argument("--port-base", type=count(1, 65535), default=8888, metavar="N",
                      help="slurm: the k-th task on a node listens on this port + k (default 8888)")
-    exp.add_argument("--cpus-per-task", type=count(1, 1024), default=4, metavar="N", help="slurm: CPUs per task (default 4)")
+    exp.add_argument("--cpus-per-task", type=count(1, 1024), metavar="N",
+                     help="slurm: CPUs per task (default: the cluster file's [slurm] cpus_per_task, else 4)")
     exp.add_argument("--name", default="tfcc", help="slurm, tfjob, trainjob: the job's name and its file's "
                      "(default tfcc)")
     exp.set_defaults(func=cmd_export)

@@ -131,10 +131,51 @@ class Training:
 
 
 @dataclass
+class Slurm:
+    """A Slurm cluster instead of hosts: tfcc submits one job from its login host and Slurm picks the nodes
+    (docs/cluster-file.md). Its tasks take ranks in name order (chief, ps, worker), ``tasks_per_node`` a node."""
+
+    login: str                 # the login host: a name, an IP or a ~/.ssh/config alias (SSH)
+    user: str = ""             # SSH, as a host's
+    port: int = 22
+    key: str = ""
+    python: str = ""           # the interpreter the nodes run (default python3)
+    partition: str = ""        # "": the cluster's default partition
+    nodes: int = 1
+    tasks_per_node: int = 1
+    gpus_per_task: int = 0
+    cpus_per_task: int = 4
+    time: str = "1:00:00"      # the job's time limit, as sbatch --time reads it
+    account: str = ""
+    qos: str = ""
+    parameter_servers: int = 0  # parameter-server training: this many of the tasks are ps (rank 0 is the chief)
+
+    @property
+    def task_count(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+    def roles(self) -> list[str]:
+        """Each rank's role, as the trainer's Slurm mode gives them (trainer/slurm.py)."""
+        if not self.parameter_servers:
+            return [WORKER] * self.task_count
+        return [CHIEF] + [PS] * self.parameter_servers + [WORKER] * (self.task_count - 1 - self.parameter_servers)
+
+
+SLURM_NODE = "slurm-node-{}"  # the stand-in hosts of a Slurm cluster's tasks: Slurm picks the real nodes
+# sbatch --time: minutes, minutes:seconds, hours:minutes:seconds, days-hours[:minutes[:seconds]], or no limit.
+SLURM_TIME = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2}"
+                        r"|UNLIMITED|INFINITE|unlimited|infinite)$")
+_SLURM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # a partition's, account's or QOS's name
+MAX_SLURM_NODES = 1024
+MAX_TASKS_PER_NODE = 64
+
+
+@dataclass
 class Cluster:
     hosts: list[Host]
     tasks: list[Task]
     training: Training = field(default_factory=Training)
+    slurm: Slurm | None = None  # set: the hosts and tasks stand in for what Slurm will place (slurm_tasks)
 
     def host(self, name: str) -> Host:
         return next(h for h in self.hosts if h.name == name)
@@ -262,6 +303,9 @@ _TYPES = {
     Host: {"name": str, "address": str, "local": bool, "user": str, "port": int, "key": str, "python": str,
            "spare": bool},
     Task: {"host": str, "role": str},
+    Slurm: {"login": str, "user": str, "port": int, "key": str, "python": str, "partition": str, "nodes": int,
+            "tasks_per_node": int, "gpus_per_task": int, "cpus_per_task": int, "time": str, "account": str,
+            "qos": str, "parameter_servers": int},
     Training: {"workload": str, "model_file": str, "script": str, "workdir": str, "keras": str, "capture": bool,
                "epochs": int, "per_replica_batch": int,
                "global_batch": int, "learning_rate": float, "lr_scaling": str, "strategy": str, "communication": str,
@@ -353,21 +397,74 @@ def loads(text: str, source: str = "cluster file") -> Cluster:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ClusterFileError(f"{source} is not valid TOML: {exc}; correct the file there") from None
-    unknown = sorted(set(data) - {"hosts", "tasks", "training"})
+    unknown = sorted(set(data) - {"hosts", "tasks", "training", "slurm"})
     if unknown:
-        raise ClusterFileError(f"{source} has unknown section {unknown[0]!r}; sections are [[hosts]], [[tasks]], [training]")
+        raise ClusterFileError(f"{source} has unknown section {unknown[0]!r}; sections are [[hosts]], [[tasks]], "
+                               "[training] and, for a Slurm cluster, [slurm]")
     for section in ("hosts", "tasks"):
         if not isinstance(data.get(section, []), list):
             raise ClusterFileError(f"{source}: {section} must be a list of [[{section}]] tables (double brackets), "
                                    f"one per {section[:-1]}")
-    hosts = [_build(Host, h, f"hosts[{i}]") for i, h in enumerate(data.get("hosts", []))]
-    tasks = [_build(Task, t, f"tasks[{i}]") for i, t in enumerate(data.get("tasks", []))]
+    slurm = None
+    if "slurm" in data:
+        if data.get("hosts") or data.get("tasks"):
+            raise ClusterFileError(f"{source} has [slurm] and also [[hosts]] or [[tasks]]; Slurm picks the nodes and "
+                                   "[slurm] says how many tasks run: remove the [[hosts]] and [[tasks]] tables (or "
+                                   "[slurm], to run on hosts of your own)")
+        slurm = _build(Slurm, data["slurm"], "slurm")
+        _slurm_rules(slurm)
+        data = {**data, "hosts": [], "tasks": []}
+        hosts, tasks = slurm_stand_ins(slurm)
+    else:
+        hosts = [_build(Host, h, f"hosts[{i}]") for i, h in enumerate(data.get("hosts", []))]
+        tasks = [_build(Task, t, f"tasks[{i}]") for i, t in enumerate(data.get("tasks", []))]
     if isinstance(data.get("training"), dict) and {"per_replica_batch", "global_batch"} <= set(data["training"]):
         raise ClusterFileError(f"{source}: [training] sets both per_replica_batch and global_batch; keep one of them")
     training = _build(Training, data.get("training", {}), "training")
-    cluster = Cluster(hosts, tasks, training)
+    cluster = Cluster(hosts, tasks, training, slurm)
+    if slurm is not None and slurm.parameter_servers and training.strategy == "auto":
+        training.strategy = "parameter_server"
     validate(cluster)
     return cluster
+
+
+def slurm_stand_ins(slurm: Slurm) -> tuple[list[Host], list[Task]]:
+    """Hosts and tasks that stand in for a Slurm job's: ``tasks_per_node`` tasks on each of ``nodes`` nodes, the
+    roles by rank (the real nodes are Slurm's to pick)."""
+    hosts = [Host(SLURM_NODE.format(i), address=SLURM_NODE.format(i), python=slurm.python)
+             for i in range(slurm.nodes)]
+    gpus = list(range(slurm.gpus_per_task))
+    tasks = [Task(SLURM_NODE.format(rank // slurm.tasks_per_node), role=role, gpus=list(gpus))
+             for rank, role in enumerate(slurm.roles())]
+    return hosts, tasks
+
+
+def _slurm_rules(slurm: Slurm) -> None:
+    problem = address_problem(slurm.login) if slurm.login else "it is empty"
+    if problem:
+        raise ClusterFileError(f"slurm.login is {slurm.login!r}; {problem} (name the host you submit jobs from, "
+                               "as you reach it with ssh)")
+    if not 1 <= slurm.port <= 65535:
+        raise ClusterFileError(f"slurm.port is {slurm.port}; use the login host's SSH port, 1 to 65535")
+    for name, value, low, high in (("nodes", slurm.nodes, 1, MAX_SLURM_NODES),
+                                   ("tasks_per_node", slurm.tasks_per_node, 1, MAX_TASKS_PER_NODE),
+                                   ("gpus_per_task", slurm.gpus_per_task, 0, 64),
+                                   ("cpus_per_task", slurm.cpus_per_task, 1, 1024),
+                                   ("parameter_servers", slurm.parameter_servers, 0, MAX_SLURM_NODES)):
+        problem = count_problem(value, low, high)
+        if problem:
+            raise ClusterFileError(f"slurm.{name} is {value}; {problem}")
+    if not SLURM_TIME.match(slurm.time):
+        raise ClusterFileError(f"slurm.time is {slurm.time!r}, which sbatch does not read; write it like 1:00:00 "
+                               "(hours:minutes:seconds), 90 (minutes) or 2-00:00:00 (days-hours:minutes:seconds)")
+    for name in ("partition", "account", "qos"):
+        value = getattr(slurm, name)
+        if value and not _SLURM_NAME.match(value):
+            raise ClusterFileError(f"slurm.{name} is {value!r}; a Slurm {name}'s name is letters, digits, '.', '_' "
+                                   "and '-' (sinfo and sacctmgr list them), or leave it empty for the default")
+    if slurm.parameter_servers and slurm.task_count < slurm.parameter_servers + 2:
+        raise ClusterFileError(f"slurm: {slurm.task_count} tasks leave no worker beside the chief and "
+                               f"{slurm.parameter_servers} ps; raise nodes or tasks_per_node")
 
 
 def read_text(path: str | Path) -> str:
@@ -592,16 +689,26 @@ def _evaluator_rules(cluster: Cluster, roles: dict[str, list[str]]) -> None:
 
 
 def dumps(cluster: Cluster) -> str:
+    if cluster.slurm is not None:  # its hosts and tasks stand in for Slurm's: [slurm] says them
+        slurm = Slurm(**asdict(cluster.slurm))
+        data = {"training": _training_table(cluster),
+                "slurm": {k: v for k, v in asdict(slurm).items()
+                          if v != getattr(Slurm(login=slurm.login), k) or k == "login"}}
+        return tomli_w.dumps(data)
     data = {
-        "training": {k: v for k, v in asdict(cluster.training).items()
-                     if v not in ("", [], {}) and not (k == "global_batch" and not v)
-                     and not (k == "keras" and v == "auto") and not (k == "capture" and v is True)
-                     and not (k == "firewall" and v is False)
-                     and not (k == "per_replica_batch" and cluster.training.global_batch)},
+        "training": _training_table(cluster),
         "hosts": [{k: v for k, v in asdict(h).items() if v not in ("", [])} for h in cluster.hosts],
         "tasks": [asdict(t) for t in cluster.tasks],
     }
     return tomli_w.dumps(data)
+
+
+def _training_table(cluster: Cluster) -> dict:
+    return {k: v for k, v in asdict(cluster.training).items()
+            if v not in ("", [], {}) and not (k == "global_batch" and not v)
+            and not (k == "keras" and v == "auto") and not (k == "capture" and v is True)
+            and not (k == "firewall" and v is False)
+            and not (k == "per_replica_batch" and cluster.training.global_batch)}
 
 
 def save(cluster: Cluster, path: str | Path) -> None:

@@ -53,9 +53,6 @@ REFUSED_INPUT = 2           # the exit code of a task that refused its input (a 
 SLURM_JOBS = (CHIEF, PS, WORKER)  # trainer.slurm's roles, ranks in this (name) order
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-# Slurm's --time: minutes, minutes:seconds, hours:minutes:seconds, days-hours[:minutes[:seconds]], or no limit.
-_SLURM_TIME = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2}"
-                         r"|UNLIMITED|INFINITE|unlimited|infinite)$")
 # TF_CONFIG of a TFJob lists the evaluator in its cluster; tfcc's trainer (like TensorFlow's coordinator,
 # which would wait for it) wants it left out: every container drops it, then runs the command.
 _DROP_EVALUATOR = ("import json, os, sys; c = json.loads(os.environ['TF_CONFIG']); "
@@ -552,6 +549,20 @@ def _check_name(name: str) -> str:
     return name
 
 
+def slurm_placement(cluster: cl.Cluster) -> list[str]:
+    """sbatch's options for where a Slurm cluster file's job goes (its [slurm] partition, account, QOS)."""
+    slurm = cluster.slurm
+    if slurm is None:
+        return []
+    return [f"--{name}={getattr(slurm, name)}" for name in ("partition", "account", "qos") if getattr(slurm, name)]
+
+
+def slurm_options(cluster: cl.Cluster) -> Options:
+    """The export's options for a Slurm cluster file: its [slurm] time limit and CPUs per task."""
+    slurm = cluster.slurm
+    return Options(time_limit=slurm.time, cpus_per_task=slurm.cpus_per_task) if slurm else Options()
+
+
 def _slurm(cluster: cl.Cluster, options: Options) -> Export:
     if cluster.evaluated:
         raise ExportError("a Slurm export cannot carry the evaluator: the trainer's Slurm mode (like TensorFlow's "
@@ -559,7 +570,7 @@ def _slurm(cluster: cl.Cluster, options: Options) -> Export:
                           "remove the evaluator from the cluster to export it (you can run it by hand beside the "
                           "job, with its TF_CONFIG), or export as scripts or tfjob")
     name = _check_name(options.name)
-    if not _SLURM_TIME.match(options.time_limit or ""):
+    if not cl.SLURM_TIME.match(options.time_limit or ""):
         raise ExportError(f"the time limit {options.time_limit!r} is not one Slurm reads",
                           "write it like 1:00:00 (hours:minutes:seconds), 90 (minutes) or 2-00:00:00 (days-hours:...)")
     if not isinstance(options.cpus_per_task, int) or not 1 <= options.cpus_per_task <= 1024:
@@ -602,6 +613,7 @@ def _slurm(cluster: cl.Cluster, options: Options) -> Export:
             notes.append(f"the tasks list different numbers of GPUs ({_uneven(gpus)}): under Slurm every task "
                          f"gets {per_task} (srun starts the same command for all)")
     lines += ["#SBATCH --signal=B:TERM@120", f"#SBATCH --time={options.time_limit}", f"#SBATCH --output={name}-%j.out"]
+    lines += [f"#SBATCH {option}" for option in slurm_placement(cluster)]
     srun = (f"srun --kill-on-bad-exit=1 --cpus-per-task={options.cpus_per_task}{bind}"
             + (f" --wait={SLURM_SERVER_WAIT}" if cluster.parameter_server else ""))
     if t.script:
@@ -667,7 +679,7 @@ task_wrapper='
 d=$TFCC_RUNS/$task
 mkdir -p "$d" && cd "$d" || exit 2
 export TFCC_RUN_DIR=$d TFCC_TASK=$task
-trap "kill -TERM \$child 2>/dev/null; (sleep {STOP_GRACE}; kill -KILL \$child 2>/dev/null) &" TERM INT
+trap "kill -TERM \\$child 2>/dev/null; (sleep {STOP_GRACE}; kill -KILL \\$child 2>/dev/null) &" TERM INT
 "$@"{run_dir} </dev/null >>"$d/stdout.log" 2>>"$d/stderr.log" &
 child=$!
 while :; do

@@ -198,3 +198,69 @@ def test_spare_hosts_serve_an_elastic_run_and_run_nothing(edit, expected):
     with pytest.raises(ClusterFileError) as err:
         cl.loads(edit(PS_CLUSTER))
     assert expected in str(err.value)
+
+
+# --------------------------------------------------------------------------- a Slurm cluster
+
+SLURM = """
+[training]
+workload = "digits"
+epochs = 2
+
+[slurm]
+login = "login.hpc.example"
+partition = "gpu"
+nodes = 3
+tasks_per_node = 2
+gpus_per_task = 1
+time = "2:00:00"
+account = "lab"
+qos = "normal"
+"""
+
+
+def test_a_slurm_cluster_reads_back_unchanged_and_stands_in_for_slurms_tasks():
+    cluster = cl.loads(SLURM)
+    assert cl.loads(cl.dumps(cluster)) == cluster
+    assert "[[hosts]]" not in cl.dumps(cluster) and "[slurm]" in cl.dumps(cluster)
+    s = cluster.slurm
+    assert (s.login, s.partition, s.nodes, s.tasks_per_node, s.gpus_per_task, s.time, s.account, s.qos) == (
+        "login.hpc.example", "gpu", 3, 2, 1, "2:00:00", "lab", "normal")
+    # tasks_per_node tasks on each node, in rank order (the trainer's Slurm mode places ranks the same way)
+    assert [t.host for t in cluster.tasks] == ["slurm-node-0"] * 2 + ["slurm-node-1"] * 2 + ["slurm-node-2"] * 2
+    assert {t.role for t in cluster.tasks} == {"worker"} and all(t.gpus == [0] for t in cluster.tasks)
+
+
+def test_a_slurm_cluster_with_parameter_servers_gives_the_ranks_their_roles():
+    cluster = cl.loads(SLURM.replace("qos = \"normal\"", "parameter_servers = 2"))
+    assert cluster.training.strategy == "parameter_server"
+    assert [t.role for t in cluster.tasks] == ["chief", "ps", "ps", "worker", "worker", "worker"]
+    assert cluster.task_names() == ["chief-0", "ps-0", "ps-1", "worker-0", "worker-1", "worker-2"]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda t: t + '[[hosts]]\nname = "a"\naddress = "10.0.0.1"\n',
+     "has [slurm] and also [[hosts]] or [[tasks]]; Slurm picks the nodes"),
+    (lambda t: t.replace('login = "login.hpc.example"', 'login = "-oProxyCommand=x"'), "slurm.login is '-oProxyCommand=x'"),
+    (lambda t: t.replace("nodes = 3", "nodes = 0"), "slurm.nodes is 0; it must be from 1 to"),
+    (lambda t: t.replace('time = "2:00:00"', 'time = "two hours"'), "slurm.time is 'two hours', which sbatch does not read"),
+    (lambda t: t.replace('partition = "gpu"', 'partition = "gpu; rm -rf ~"'), "slurm.partition is 'gpu; rm -rf ~'"),
+    (lambda t: t.replace('account = "lab"', 'account = "a\\nb"'), "slurm.account"),
+    (lambda t: t.replace("nodes = 3", "nodes = 1").replace("tasks_per_node = 2", "tasks_per_node = 1")
+     .replace('qos = "normal"', "parameter_servers = 1"), "leave no worker beside the chief and 1 ps"),
+    (lambda t: t.replace('qos = "normal"', 'queue = "x"'), "slurm has unknown key 'queue'"),
+])
+def test_a_bad_slurm_section_is_refused_with_what_to_do(change, message):
+    with pytest.raises(ClusterFileError, match=None) as caught:
+        cl.loads(change(SLURM))
+    assert message in str(caught.value)
+
+
+def test_the_slurm_export_asks_for_the_cluster_files_partition_account_qos_and_gpus():
+    from console import export
+
+    cluster = cl.loads(SLURM)
+    text = export.render("slurm", cluster, export.slurm_options(cluster)).files["tfcc.sbatch"]
+    for line in ("#SBATCH --nodes=3", "#SBATCH --ntasks=6", "#SBATCH --ntasks-per-node=2", "#SBATCH --gres=gpu:2",
+                 "#SBATCH --time=2:00:00", "#SBATCH --partition=gpu", "#SBATCH --account=lab", "#SBATCH --qos=normal"):
+        assert line + "\n" in text

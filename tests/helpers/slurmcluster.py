@@ -19,6 +19,7 @@ By hand:  python -m tests.helpers.slurmcluster up 2 /tmp/tfcc-slurm   (prints ho
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -28,7 +29,8 @@ import threading
 import time
 from pathlib import Path
 
-from tests.helpers.testhosts import SBIN_PATH, SUBNET, TestHosts, missing_requirements as hosts_missing, tool
+from tests.helpers.testhosts import (SBIN_PATH, SUBNET, TestHosts, missing_requirements as hosts_missing, run_tool,
+                                    tool)
 
 # slurmctld runs here and checks that this machine's name is the controller's; it listens on the bridge's address.
 CONTROLLER = socket.gethostname().split(".")[0]
@@ -231,6 +233,22 @@ PartitionName={PARTITION} Nodes={nodes} Default=YES MaxTime={MAX_TIME} State=UP
             job_id, state, reason, nodes, name = line.split("|", 4)
             jobs.append({"id": job_id, "state": state, "reason": reason, "nodes": nodes, "name": name})
         return jobs
+
+    @contextlib.contextmanager
+    def without_slurm(self, host):
+        """``host``'s SSH sessions find none of Slurm's commands (each hidden by /dev/null in its sshd's mount
+        namespace, so not executable), as on a machine without Slurm; the host stays a node."""
+        mounts = f"/proc/{host.sshd.pid}/ns/mnt"
+        hidden = []
+        try:
+            for name in ("sbatch", "squeue", "scancel", "sinfo", "scontrol", "srun"):
+                path = tool(name)
+                run_tool(["nsenter", f"--mount={mounts}", "mount", "--bind", "/dev/null", path], check=True)
+                hidden.append(path)
+            yield host
+        finally:
+            for path in hidden:
+                run_tool(["nsenter", f"--mount={mounts}", "umount", path], check=False)
 
     def cancel_all(self) -> None:
         self.command("scancel", "--full", "--quiet", *[job["id"] for job in self.jobs()], check=False)
