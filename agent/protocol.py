@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import re
 
-PROTOCOL_VERSION = 6  # 2: metrics follow messages carry the file's own lines ("lines"), not records
+PROTOCOL_VERSION = 7  # 2: metrics follow messages carry the file's own lines ("lines"), not records
 # 3: the "system" op streams a host's CPU, memory and GPU load and its tasks' processes
 # 4: "missing_blobs" says which files of a script's workdir a host lacks; "start" takes "workdir"
 # 5: "status" says a task's backups' steps ("backups", a list) and the files of its newest ("backup_files")
 # 6: "measure" asks a running task for its step-time breakdown at a step (MEASURE_FILE; docs/why-slow.md)
+# 7: "submit", "job" and "cancel": a run's tasks as one Slurm job from a login host (agent/slurm.py); "pending"
 
 # --------------------------------------------------------------------------- operations
 # agent/server.py has one handler per op (Server.op_<name>) and its op table is built from them.
@@ -35,8 +36,11 @@ REMOVE = "remove"  # a run's folder on this host, once none of its tasks runs
 MISSING_BLOBS = "missing_blobs"  # which of these sha256s have no blob here yet (a script's workdir)
 PAUSE = "pause"  # a follow (by its request's id) sends nothing more until told to go on: the console is behind
 MEASURE = "measure"  # a running task measures where its step time goes, at a step all its peers measure at too
+SUBMIT = "submit"    # a run's tasks as one Slurm job, submitted from this (login) host
+JOB = "job"          # a Slurm run's job: its state, Slurm's reason, its nodes
+CANCEL = "cancel"    # stop a Slurm run's job
 OPS = (HELLO, START, FOLLOW, STATUS, LIST, STOP, PORTS, LOGS, PROBE, CHECK_PORTS, LISTEN, RELEASE, CONNECT,
-       SYSTEM, REMOVE, MISSING_BLOBS, PAUSE, MEASURE)
+       SYSTEM, REMOVE, MISSING_BLOBS, PAUSE, MEASURE, SUBMIT, JOB, CANCEL)
 
 # The messages a follow streams: {"id": N, "type": ...}.
 FOLLOWING = "following"  # the first: the offsets it reads from, and when the agent started the task
@@ -51,6 +55,7 @@ SYSTEM_MESSAGE = "system"  # one sample (docs/metrics.md, "system")
 # The agent reports RUNNING, FINISHED, FAILED or LOST (AGENT_PHASES); the console adds the others.
 
 STARTING = "starting"             # the console has not heard from the task's agent yet
+PENDING = "pending"               # a Slurm job's task that its node has not started yet (the job waits)
 RUNNING = "running"               # its process runs
 WAITING = "waiting for the cluster"  # the trainer has launched; TensorFlow waits for the other tasks
 TRAINING = "training"             # the cluster has formed
@@ -62,7 +67,7 @@ NOT_STARTED = "not started"       # a task of a resumed run that has no folder o
 STOPPED = "stopped"               # ended by a stop someone asked for (the console's word, from the end's ``stopped``)
 LEFT = "left the run"             # an elastic run went on without it (its host lost, or failing): the console's word
 
-AGENT_PHASES = (RUNNING, FINISHED, FAILED, LOST)
+AGENT_PHASES = (PENDING, RUNNING, FINISHED, FAILED, LOST)
 ALIVE = (RUNNING, WAITING, TRAINING)   # its process runs on its host
 ENDED = (FINISHED, FAILED, LOST, ERROR, STOPPED, LEFT)
 
@@ -85,6 +90,9 @@ STREAMS = (METRICS, *LOG_STREAMS)
 RUNS_DIR = "runs"  # <home>/runs/<run id>/<task name>: a task's run folder
 BLOBS_DIR = "blobs"
 WORK_DIR = "work"
+SLURM_JOB_FILE = "slurm.json"  # in a Slurm run's folder: its job's id, each rank's task, the roles (agent/slurm.py)
+HEARTBEAT_SECONDS = 5.0         # a Slurm task touches <its folder>/heartbeat this often (the login host sees no node)
+HEARTBEAT_STALE = 30.0          # ... and one silent this long without an end is lost
 MEASURE_FILE = "measure.json"  # in a task's folder: {"ask", "at_step", "asked"}, a breakdown asked for (its trainer
                                # takes it away once read; docs/why-slow.md)
 STOP_MARKER = "stop_requested"  # in a task's folder while a stop someone asked for ends it (its trainer reads it)
@@ -141,9 +149,10 @@ ALREADY_RUNNING = "already-running"
 NO_SUCH_TASK = "no-such-task"
 MISSING_BLOB = "missing-blob"          # a start names a workdir file whose blob is not (whole) on the host
 FIREWALL = "firewall"                  # a start's firewall rules could not be set (agent/firewall.py)
+SLURM = "slurm"                        # Slurm's commands refused or are missing (agent/slurm.py)
 AGENT_BUG = "agent-bug"                # an unexpected exception in the agent
 ERROR_CODES = (BAD_REQUEST, UNKNOWN_OP, PROTOCOL_MISMATCH, BAD_NAME, BAD_ARGUMENT, TASK_EXISTS, ALREADY_RUNNING,
-               NO_SUCH_TASK, MISSING_BLOB, FIREWALL, AGENT_BUG)
+               NO_SUCH_TASK, MISSING_BLOB, FIREWALL, SLURM, AGENT_BUG)
 
 
 # --------------------------------------------------------------------------- names and addresses

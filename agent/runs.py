@@ -41,6 +41,9 @@ STOP_MARKER = protocol.STOP_MARKER
 # finished: it serves until told): the task then ends finished, not failed.
 DONE_MARKER = "stop_is_end"
 
+ENDED_FILE = "job_ended"  # in a Slurm run's folder: its batch script ended, or its job was cancelled (agent/slurm.py)
+
+
 def home() -> Path:
     return Path(os.environ.get(protocol.HOME_VARIABLE) or Path.home() / ".tfcc")
 
@@ -289,16 +292,22 @@ def status(run_id: str, task: str) -> dict:
                          protocol.NO_SUCH_TASK)
     state = read_json(folder / "state.json") or {}
     ended = read_json(folder / "exit.json")
-    running = is_same_process(state.get("pid"), state.get("start_time"))
+    remote = remote_phase(folder, state, ended)
+    running = remote == protocol.RUNNING if remote is not None else is_same_process(state.get("pid"),
+                                                                                     state.get("start_time"))
     stopped = stopped_by_request(folder, ended)
     if ended is not None:
         done = ended.get("returncode") == 0 or (stopped and (folder / DONE_MARKER).exists())
         phase = protocol.FINISHED if done else protocol.FAILED
+    elif remote == protocol.PENDING:
+        phase = protocol.PENDING  # a Slurm job's task its node has not started yet
     elif running:
         phase = protocol.RUNNING
     else:
         phase = protocol.LOST  # the supervisor vanished without writing exit.json (killed)
-    child = (read_json(folder / "child.json") or {}).get("pid") if running and ended is None else None
+    # a task on another node: its processes are not this host's to look at
+    child = (read_json(folder / "child.json") or {}).get("pid") if running and ended is None and remote is None \
+        else None
     backups = backup_steps(folder)
     sizes = {}
     for name in STREAMS:
@@ -312,6 +321,26 @@ def status(run_id: str, task: str) -> dict:
             "backup_files": backup_files(folder, backups[-1]) if backups else [],
             # SIGSTOP (a debugger, Ctrl-Z, a scheduler): alive, but it makes no step and answers no peer
             "suspended": proc_state(child) in ("T", "t") if child else False}
+
+
+def remote_phase(folder: Path, state: dict, ended) -> str | None:
+    """The phase of a Slurm run's task seen from the login host (None for a task of this host's own): pending
+    until its node starts it, running while its heartbeat goes on, lost when it stopped without an end."""
+    run = folder.parent
+    if not (run / protocol.SLURM_JOB_FILE).exists():
+        return None
+    if ended is not None:
+        return None  # its end is recorded: runs.status says it
+    if not state:
+        return protocol.LOST if (run / ENDED_FILE).exists() else protocol.PENDING
+    if state.get("node") == socket.gethostname() and not state.get("slurm_node"):
+        return None
+    try:
+        beat = (folder / "heartbeat").stat().st_mtime
+    except OSError:
+        beat = state.get("started") or 0
+    fresh = time.time() - beat < protocol.HEARTBEAT_STALE
+    return protocol.RUNNING if fresh and not (run / ENDED_FILE).exists() else protocol.LOST
 
 
 def started(run_id: str, task: str) -> bool:
@@ -432,6 +461,9 @@ def stop(run_id: str, task: str, grace: float = 10.0, done: bool = False) -> dic
     """
     folder = task_dir(run_id, task)
     state = read_json(folder / "state.json") or {}
+    if (folder.parent / protocol.SLURM_JOB_FILE).exists():
+        raise AgentError(f"task {task} of run {run_id} runs in a Slurm job: stop the job (the cancel op, "
+                         f"tfcc stop {run_id})", protocol.SLURM)
     pid, start_time = state.get("pid"), state.get("start_time")
     if not is_same_process(pid, start_time):
         return {"run_id": run_id, "task": task, "stopped": False, "reason": "not running"}

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 
-from agent import __version__, firewall, ports, probe, protocol, runs, system, workdir
+from agent import __version__, firewall, ports, probe, protocol, runs, slurm, system, workdir
 from agent.protocol import PROTOCOL_VERSION
 from agent.runs import AgentError
 from agent.watch import FolderWatch
@@ -134,6 +134,16 @@ class Server:
         """Ask a running task to measure where its step time goes (docs/why-slow.md)."""
         return runs.measure(req.get("run_id"), req.get("task"), req.get("ask"), req.get("at_step"))
 
+    def op_submit(self, req):
+        """A run's tasks as one Slurm job from this login host (agent/slurm.py)."""
+        return slurm.submit(req)
+
+    def op_job(self, req):
+        return slurm.job(req.get("run_id"))
+
+    def op_cancel(self, req):
+        return slurm.cancel(req.get("run_id"), float(req.get("grace", slurm.GRACE)))
+
     def op_remove(self, req):
         """Delete a run's folder on this host (every task of it here), refused while a task runs."""
         return runs.remove_run(req.get("run_id"), req.get("console"))
@@ -229,7 +239,7 @@ class Server:
                 if time.monotonic() >= look_at_state:
                     # Read the end state first: whatever was written before it is read below.
                     state = runs.status(run_id, task)
-                    ended = state["phase"] != protocol.RUNNING
+                    ended = state["phase"] not in (protocol.RUNNING, protocol.PENDING)
                     look_at_state = time.monotonic() + poll
                 sent = False
                 while going.is_set():

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -19,7 +20,9 @@ from agent.protocol import STDERR, STDOUT
 from agent.runs import drop_firewall, proc_start_time, read_json, write_json
 
 
-def main(argv) -> int:
+def main(argv, grace: float | None = None) -> int:
+    """``grace``: a task told to stop (SIGTERM, SIGINT, SIGHUP) is killed this long after, if it has not ended
+    (TensorFlow may catch SIGTERM): where nothing else will (a Slurm task, agent/slurm.py)."""
     folder = Path(argv[1])
     spec = read_json(folder / "spec.json")
     env = dict(os.environ)
@@ -32,9 +35,17 @@ def main(argv) -> int:
     else:
         env.pop("PYTHONPATH", None)
     received = []
+    running: list = []  # the task's process, once started
+
+    def stopping(signum, frame) -> None:
+        received.append(signum)
+        if grace is not None and running and len(received) == 1:
+            os.kill(running[0].pid, signal.SIGTERM)
+            threading.Timer(grace, _kill, args=(running[0],)).start()
+
     # A stop signals the whole process group: stay alive to record the task's end.
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda signum, frame: received.append(signum))
+        signal.signal(sig, stopping)
     with open(os.devnull, "rb") as devnull, open(folder / STDOUT, "ab") as out, \
             open(folder / STDERR, "ab") as err:
         try:
@@ -45,6 +56,7 @@ def main(argv) -> int:
             write_json(folder / "exit.json", {"returncode": 127, "ended": time.time(),
                                               "error": f"cannot start {spec['argv'][0]!r}: {exc.strerror}"})
             return 127
+        running.append(child)
         write_json(folder / "child.json", {"pid": child.pid, "start_time": proc_start_time(child.pid)})
         while True:
             try:
@@ -62,6 +74,11 @@ def main(argv) -> int:
             print(f"tfcc-supervise: cannot take the firewall rules away: {exc}", file=sys.stderr, flush=True)
     write_json(folder / "exit.json", result)
     return 0
+
+
+def _kill(child: subprocess.Popen) -> None:
+    if child.poll() is None:
+        child.kill()
 
 
 if __name__ == "__main__":

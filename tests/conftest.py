@@ -5,6 +5,8 @@ import os
 
 import pytest
 
+from tests.helpers.slurmcluster import SlurmCluster, missing_requirements as slurm_missing
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ["TF_USE_LEGACY_KERAS"] = "1"  # before any test imports TensorFlow
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -45,3 +47,18 @@ def pytest_runtest_protocol(item, nextitem):
     finally:
         if limit > 0 and _terminal_fd is not None:
             faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory):
+    """A real Slurm cluster: two test hosts that are its nodes (the first also its login host), slurmctld here,
+    munge (tests.helpers.slurmcluster)."""
+    problem = slurm_missing()
+    if problem:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the Slurm tests: {problem}")
+        pytest.skip(problem)
+    cluster = SlurmCluster(2, tmp_path_factory.mktemp("slurm"),
+                           env={"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "2"}).up()
+    yield cluster
+    cluster.down()

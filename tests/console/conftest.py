@@ -6,7 +6,6 @@ import os
 
 import pytest
 
-from tests.helpers.slurmcluster import SlurmCluster, missing_requirements as slurm_missing
 from tests.helpers.testhosts import TestHosts, missing_requirements
 
 
@@ -32,21 +31,6 @@ def ssh_hosts(tmp_path_factory):
 def three_ssh_hosts(tmp_path_factory):
     """Three test hosts (an elastic run loses one and takes it back)."""
     yield from _test_hosts(3, tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def slurm_cluster(tmp_path_factory):
-    """A real Slurm cluster: two test hosts that are its nodes (the first also its login host), slurmctld here,
-    munge (tests.helpers.slurmcluster)."""
-    problem = slurm_missing()
-    if problem:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the Slurm tests: {problem}")
-        pytest.skip(problem)
-    cluster = SlurmCluster(2, tmp_path_factory.mktemp("slurm"),
-                           env={"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "2"}).up()
-    yield cluster
-    cluster.down()
 
 
 @pytest.fixture

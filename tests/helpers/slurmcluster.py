@@ -207,13 +207,13 @@ PartitionName={PARTITION} Nodes={nodes} Default=YES MaxTime={MAX_TIME} State=UP
     # ------------------------------------------------------------------ using it
 
     def command(self, *argv: str, host=None, check: bool = True, timeout: float = 60,
-                env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+                env: dict[str, str] | None = None, input: str | None = None) -> subprocess.CompletedProcess:
         """One of Slurm's commands, run on ``host`` (a test host: in its namespace) or here, in ``env`` (this
         process's by default) with the cluster's configuration."""
         prefix = ["ip", "netns", "exec", host.name] if host is not None else []
         return subprocess.run([*prefix, *argv], env={**(env if env is not None else os.environ),
                                                      "SLURM_CONF": str(self.conf), "PATH": SBIN_PATH},
-                              capture_output=True, text=True, check=check, timeout=timeout)
+                              capture_output=True, text=True, check=check, timeout=timeout, input=input)
 
     def wait_until_idle(self, timeout: float = 60) -> None:
         """Until every node has registered and is idle."""
