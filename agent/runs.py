@@ -318,6 +318,7 @@ def status(run_id: str, task: str) -> dict:
     return {"run_id": run_id, "task": task, "run_dir": str(folder), "phase": phase,
             "pid": state.get("pid"), "started": state.get("started"), "exit": ended, "sizes": sizes,
             "stopped": stopped, "stderr_from": state.get("stderr_from", 0), "backups": backups,
+            "attempt": state.get("attempt"),  # a Slurm task's: its job's script starts it again in this folder
             "backup_files": backup_files(folder, backups[-1]) if backups else [],
             # SIGSTOP (a debugger, Ctrl-Z, a scheduler): alive, but it makes no step and answers no peer
             "suspended": proc_state(child) in ("T", "t") if child else False}

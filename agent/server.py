@@ -222,8 +222,10 @@ class Server:
         offsets = {name: int((req.get("offsets") or {}).get(name, 0)) for name in protocol.STREAMS}
         poll = max(FAST_POLL, float(req.get("poll", 0.2)))
         # "started": when the agent started the task (the watchdog's clock, whatever the task writes).
-        self.send({"id": rid, "ok": True, "type": protocol.FOLLOWING, "offsets": offsets, "started": first["started"]})
+        self.send({"id": rid, "ok": True, "type": protocol.FOLLOWING, "offsets": offsets, "started": first["started"],
+                   "phase": first["phase"]})
         watch = FolderWatch(folder)
+        attempt = first.get("attempt") if first["phase"] == protocol.RUNNING else None  # a Slurm task's (else None)
         unfinished: dict = {}  # stream -> its size when a look found no complete line after its offset
         scans: dict = {name: {} for name in protocol.STREAMS}  # how far a long line being written was read
         pause = FAST_POLL
@@ -240,6 +242,13 @@ class Server:
                     # Read the end state first: whatever was written before it is read below.
                     state = runs.status(run_id, task)
                     ended = state["phase"] not in (protocol.RUNNING, protocol.PENDING)
+                    if attempt is None and state["phase"] == protocol.RUNNING:
+                        attempt = state.get("attempt")
+                    elif not ended and attempt is not None and state.get("attempt") not in (None, attempt):
+                        # A Slurm job's next attempt runs in this folder: the one followed ended with its step
+                        # (killed, no end of its own). The console follows the next one anew.
+                        ended = True
+                        state = {**state, "phase": protocol.LOST, "exit": None}
                     look_at_state = time.monotonic() + poll
                 sent = False
                 while going.is_set():

@@ -93,8 +93,10 @@ def submit(req: dict) -> dict:
         env = {str(k): str(v) for k, v in (entry.get("env") or {}).items()}
         env.update({protocol.RUN_DIR_VARIABLE: str(folder), protocol.RUN_ID_VARIABLE: run_id,
                     protocol.TASK_VARIABLE: name})
+        before = read_json(folder / "spec.json") if (folder / "spec.json").exists() else None
+        attempt = int(before.get("attempt") or 0) if isinstance(before, dict) else 0  # a resubmission counts on
         write_json(folder / "spec.json", {
-            "run_id": run_id, "task": name, "created": time.time(), "attempt": 0, "console": req.get("console"),
+            "run_id": run_id, "task": name, "created": time.time(), "attempt": attempt, "console": req.get("console"),
             "argv": [a.replace("{run_dir}", str(folder)) for a in entry["argv"]], "env": env, "cwd": str(folder),
             "python_path": req.get("python_path") or [], "secret_env": sorted(secrets)})
     (run / ENDED_FILE).unlink(missing_ok=True)
@@ -196,7 +198,7 @@ def task_main(run: Path) -> int:
     write_json(folder / "state.json", {"pid": pid, "pgid": os.getpgid(0), "start_time": proc_start_time(pid),
                                        "started": time.time(), "stderr_from": stderr_from,
                                        "node": socket.gethostname(), "slurm_node": os.environ.get("SLURMD_NODENAME"),
-                                       "job_id": os.environ.get("SLURM_JOB_ID")})
+                                       "job_id": os.environ.get("SLURM_JOB_ID"), "attempt": attempt})
     beating = threading.Event()
     threading.Thread(target=_heartbeat, args=(folder / "heartbeat", beating), daemon=True).start()
     try:

@@ -95,7 +95,7 @@ class Printer:
                 message = event.message
                 self.emit(strict_json({"task": task.name, "host": task.host, "type": message["type"],
                                        **{k: v for k, v in message.items() if k not in ("id", "type")}}))
-            elif event.kind in (SessionKind.WATCHDOG, *SessionKind.SUPERVISION):
+            elif event.kind in (SessionKind.WATCHDOG, SessionKind.JOB, *SessionKind.SUPERVISION):
                 self.emit(strict_json({**event.message, "type": event.kind, "message": event.text}))
             elif event.kind == SessionKind.SYSTEM:  # a host's load (docs/metrics.md); the terminal's lines leave it out
                 self.emit(strict_json({"type": RecordType.SYSTEM, "host": event.host,
@@ -109,7 +109,7 @@ class Printer:
                     self.emit(f"{task.name}: {text.unreadable_text({'raw': strict_json(record)})}")
         elif event.kind in (SessionKind.TASK_ENDED, SessionKind.CONNECTION):
             self.emit(f"{task.name}: {event.text}")
-        elif event.kind in (SessionKind.WATCHDOG, *SessionKind.SUPERVISION):
+        elif event.kind in (SessionKind.WATCHDOG, SessionKind.JOB, *SessionKind.SUPERVISION):
             self.emit(f"tfcc: {event.text}")
         elif event.kind == SessionKind.EXPLAINED:
             self.explained(event.message)
@@ -272,16 +272,18 @@ def cmd_run(ns) -> int:
     given = ns.resume if ns.resume is not None else ns.run_id
     run_id = check_run_id(new_run_id() if given is None else given)  # before anything touches a disk
     cluster = cl.load(ns.cluster) if ns.cluster else cl.default()
-    if cluster.slurm is not None:
-        slurm.preflight(cluster, make_asker(ns.accept_new_host_keys))  # a refusal is its one line: nothing submitted
-        raise RunError(f"Slurm on {cluster.slurm.login} would take this job, but tfcc cannot submit and follow a "
-                       "Slurm job yet", "write it as a batch script with tfcc export slurm and submit that with sbatch "
-                       "(docs/graduation.md)")
-    run = Run(cluster, run_id, make_asker(ns.accept_new_host_keys))
+    asker = make_asker(ns.accept_new_host_keys)
+    if cluster.slurm is not None and ns.resume is None:
+        slurm.preflight(cluster, asker)  # a refusal is its one line: nothing submitted
+    run = Run(cluster, run_id, asker)
     resume = ns.resume is not None
     run.start(resume=resume, explicit=resume)
     verb = "resumed" if resume else "started"
-    print(f"tfcc: run {run.run_id} {verb}: {len(run.tasks)} tasks on {len(run.links)} host(s)", file=sys.stderr)
+    if cluster.slurm is not None:
+        print(f"tfcc: run {run.run_id} {verb}: {len(run.tasks)} tasks, Slurm job {run.job.get('job_id')} from "
+              f"{cluster.slurm.login}", file=sys.stderr)
+    else:
+        print(f"tfcc: run {run.run_id} {verb}: {len(run.tasks)} tasks on {len(run.links)} host(s)", file=sys.stderr)
     return _follow(run, Printer(ns.json), ns.stop_on_exit, ns.watchdog, ns.why_slow)
 
 

@@ -154,6 +154,23 @@ class Slurm:
     def task_count(self) -> int:
         return self.nodes * self.tasks_per_node
 
+    def placement(self) -> list[str]:
+        """sbatch's options for where the job goes: its partition, account and QOS where set."""
+        return [f"--{name}={getattr(self, name)}" for name in ("partition", "account", "qos") if getattr(self, name)]
+
+    def sbatch_options(self) -> list[str]:
+        """sbatch's options for the whole job: its nodes, tasks, CPUs, GPUs, time limit and placement."""
+        options = [f"--nodes={self.nodes}", f"--ntasks-per-node={self.tasks_per_node}", f"--ntasks={self.task_count}",
+                   f"--cpus-per-task={self.cpus_per_task}", f"--time={self.time}"]
+        if self.gpus_per_task:
+            options.append(f"--gres=gpu:{self.gpus_per_task * self.tasks_per_node}")
+        return options + self.placement()
+
+    def jobs(self) -> str:
+        """The roles over the ranks, as the trainer's Slurm mode reads them (chief:1,ps:1,worker:2)."""
+        roles = self.roles()
+        return ",".join(f"{role}:{roles.count(role)}" for role in (CHIEF, PS, WORKER) if role in roles)
+
     def roles(self) -> list[str]:
         """Each rank's role, as the trainer's Slurm mode gives them (trainer/slurm.py)."""
         if not self.parameter_servers:
@@ -437,6 +454,15 @@ def slurm_stand_ins(slurm: Slurm) -> tuple[list[Host], list[Task]]:
     tasks = [Task(SLURM_NODE.format(rank // slurm.tasks_per_node), role=role, gpus=list(gpus))
              for rank, role in enumerate(slurm.roles())]
     return hosts, tasks
+
+
+def slurm_problem(slurm: Slurm) -> str | None:
+    """What is wrong with a [slurm] section (the window's dialog says it), or None."""
+    try:
+        _slurm_rules(slurm)
+    except ClusterFileError as exc:
+        return str(exc)
+    return None
 
 
 def _slurm_rules(slurm: Slurm) -> None:

@@ -92,7 +92,8 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
             addresses: dict[str, str] | None = None, left=frozenset()) -> tuple[list[HostBox], BatchSplit]:
     """The diagram's content. ``gpus_by_host`` comes from a check; ``started`` is a run's
     "started" event; ``addresses`` maps task names to the host:port a run gave them; ``left``: the tasks an
-    elastic run goes on without (the batch splits over the others, the first of which may be the chief now)."""
+    elastic run goes on without (the batch splits over the others, the first of which may be the chief now).
+    A Slurm cluster's tasks stand on stand-in nodes until a run's addresses say which nodes Slurm chose."""
     gpus_by_host = gpus_by_host or {}
     addresses = addresses or {}
     names = cluster.task_names()
@@ -127,14 +128,20 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
             devices = ["CPU"] if count == 1 else [f"CPU {d}" for d in range(count)]
         if name in workers:
             device_counts.append(len(devices))
-        host = cluster.host(task.host)
-        address = format_address(host.tf_host, ports[i]) if task.in_cluster else ""  # an evaluator serves nothing
+        host_name = task.host
+        if cluster.slurm is not None and name in addresses:  # the node Slurm chose for it (its TF_CONFIG says)
+            host_name = parse_address(addresses[name])[0]
+            boxes.setdefault(host_name, HostBox(host_name, host_name))
+            address = addresses[name]
+        else:
+            host = cluster.host(task.host)
+            address = format_address(host.tf_host, ports[i]) if task.in_cluster else ""  # an evaluator serves nothing
         held = []
         if started is not None and task.role == PS:
             index = parse_task_name(name)[1]
             held = [v for v in started.get("variables") or [] if v.get("ps") == index]
         config = cluster.tf_config(i, ports, members) if resolved and name not in left else None
-        boxes[task.host].tasks.append(TaskBox(name, task.role, task.host, address, name == chief, devices,
+        boxes[host_name].tasks.append(TaskBox(name, task.role, host_name, address, name == chief, devices,
                                               config, held, name in left))
     per_worker = max(device_counts) if device_counts else 1
     reported = _batch_plan(started)
@@ -162,7 +169,8 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
             per_replica = t.per_replica_batch
         split = BatchSplit(len(workers), per_worker, per_replica, per_replica * replicas,
                            "parameter_server" if pss else strategy_for(t.strategy, len(workers), 0), False, problem)
-    return [b for b in boxes.values() if b.tasks] + [b for b in boxes.values() if not b.tasks], split
+    idle = [] if cluster.slurm is not None else [b for b in boxes.values() if not b.tasks]  # Slurm: no stand-ins
+    return [b for b in boxes.values() if b.tasks] + idle, split
 
 
 def _count(value) -> int | None:

@@ -25,14 +25,15 @@ import yaml
 
 from console import cluster as cl
 from console.errors import TfccError
-from console.run.launch import GPUS, LEGACY_KERAS, check_user_file, gpu_environment, trainer_args
+from console.run.launch import (GPUS, LEGACY_KERAS, SLURM_PORT_BASE, check_user_file, gpu_environment,
+                               trainer_args)
 from trainer.tf_config import CHIEF, EVALUATOR, PS, ROLES, WORKER
 
 FORMATS = ("scripts", "slurm", "tfjob", "trainjob")
 FORMAT_LABELS = {"scripts": "launch scripts (one per host)", "slurm": "Slurm batch script (sbatch)",
                  "tfjob": "Kubeflow TFJob manifest (Training Operator v1, kubectl apply)",
                  "trainjob": "Kubeflow TrainJob and its runtime (Trainer v2, kubectl apply)"}
-SLURM_PORT_BASE = 8888      # TensorFlow's SlurmClusterResolver's port base
+
 TFJOB_PORT = 2222           # the Kubeflow training operator's default port (tfjob-port)
 IMAGE_PLACEHOLDER = "REPLACE-WITH-YOUR-IMAGE"
 SCRIPTS_PORT_BASE = 2222    # scripts: "auto" ports become 2222, 2223, ... on each host (skipping fixed ones)
@@ -549,14 +550,6 @@ def _check_name(name: str) -> str:
     return name
 
 
-def slurm_placement(cluster: cl.Cluster) -> list[str]:
-    """sbatch's options for where a Slurm cluster file's job goes (its [slurm] partition, account, QOS)."""
-    slurm = cluster.slurm
-    if slurm is None:
-        return []
-    return [f"--{name}={getattr(slurm, name)}" for name in ("partition", "account", "qos") if getattr(slurm, name)]
-
-
 def slurm_options(cluster: cl.Cluster) -> Options:
     """The export's options for a Slurm cluster file: its [slurm] time limit and CPUs per task."""
     slurm = cluster.slurm
@@ -613,7 +606,7 @@ def _slurm(cluster: cl.Cluster, options: Options) -> Export:
             notes.append(f"the tasks list different numbers of GPUs ({_uneven(gpus)}): under Slurm every task "
                          f"gets {per_task} (srun starts the same command for all)")
     lines += ["#SBATCH --signal=B:TERM@120", f"#SBATCH --time={options.time_limit}", f"#SBATCH --output={name}-%j.out"]
-    lines += [f"#SBATCH {option}" for option in slurm_placement(cluster)]
+    lines += [f"#SBATCH {option}" for option in (cluster.slurm.placement() if cluster.slurm else [])]
     srun = (f"srun --kill-on-bad-exit=1 --cpus-per-task={options.cpus_per_task}{bind}"
             + (f" --wait={SLURM_SERVER_WAIT}" if cluster.parameter_server else ""))
     if t.script:

@@ -15,7 +15,6 @@ import shlex
 from dataclasses import dataclass, field
 
 from console import cluster as cl
-from console import export
 from console.errors import TfccError
 from console.remote.ssh import SSHConnection
 
@@ -52,20 +51,10 @@ class Preflight:
         return next((p for p in self.partitions if p.name == wanted), None)
 
 
-def sbatch_test_options(cluster: cl.Cluster) -> list[str]:
-    """``sbatch`` options that ask for the job the cluster file describes (as the export's script asks)."""
-    slurm = cluster.slurm
-    options = [f"--nodes={slurm.nodes}", f"--ntasks-per-node={slurm.tasks_per_node}",
-               f"--ntasks={slurm.task_count}", f"--cpus-per-task={slurm.cpus_per_task}", f"--time={slurm.time}"]
-    if slurm.gpus_per_task:
-        options.append(f"--gres=gpu:{slurm.gpus_per_task * slurm.tasks_per_node}")
-    return options + export.slurm_placement(cluster)
-
-
 def preflight_command(cluster: cl.Cluster) -> str:
     """The one shell command the login host runs: each missing command named, the partitions, the test."""
     missing = " ".join(COMMANDS)
-    test = " ".join(shlex.quote(o) for o in ["sbatch", "--test-only", *sbatch_test_options(cluster),
+    test = " ".join(shlex.quote(o) for o in ["sbatch", "--test-only", *cluster.slurm.sbatch_options(),
                                               "--job-name=tfcc-check", "--wrap=true"])
     return (f'for c in {missing}; do p=$(command -v "$c" 2>/dev/null); [ -n "$p" ] && [ -x "$p" ] || '
             f'echo "{_MARK}missing $c"; done; '

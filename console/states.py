@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from agent.protocol import (ENDED, ERROR, FAILED, FINISHED, LEFT, LOST, RUNNING, STARTING, STOPPED, STREAMS,
-                            TRAINING, WAITING)
+from agent.protocol import (ENDED, ERROR, FAILED, FINISHED, LEFT, LOST, PENDING, RUNNING, STARTING, STOPPED,
+                            STREAMS, TRAINING, WAITING)
 
 # --------------------------------------------------------------------------- a task's phase
 
@@ -23,7 +23,9 @@ _ENDS = tuple(p for p in ENDED if p != LEFT)  # a process's ends; leaving the ru
 TRANSITIONS: dict[str, frozenset] = {
     # STARTING -> RUNNING: its agent follows it; -> WAITING: its launched record; -> TRAINING: its cluster
     # formed (an earlier attempt's record, read after a relaunch); -> an end: it ended before anything came.
-    STARTING: frozenset({RUNNING, WAITING, TRAINING, *_ENDS}),
+    STARTING: frozenset({PENDING, RUNNING, WAITING, TRAINING, *_ENDS}),
+    # PENDING (a Slurm job's task its node has not started) -> RUNNING, WAITING: its node started it.
+    PENDING: frozenset({RUNNING, WAITING, TRAINING, *_ENDS}),
     # RUNNING -> WAITING: the trainer launched; -> TRAINING: a script's capture saw training at once.
     RUNNING: frozenset({WAITING, TRAINING, *_ENDS}),
     WAITING: frozenset({TRAINING, *_ENDS}),
@@ -170,6 +172,7 @@ class SessionKind:
     STATE = "state"                        # what supervision marks on a task now (``message["state"]``, a Mark)
     SYSTEM = "system"                      # a host's load (``host``, ``message``: its agent's system record)
     ENDED = "ended"                        # every task ended and all they sent was handled
+    JOB = "job"                            # a Slurm run's job changed: ``message`` its state, reason, nodes; ``text``
     EXPLAINED = "explained"                # a breakdown asked for came back: ``message`` a console.speed.Verdict's
                                            # as_dict(), ``text`` its lines (why_slow)
     # Supervision's (``text``; ``message`` has the ``attempt``): ``resumed`` says where an attempt took up
@@ -190,7 +193,7 @@ class SessionKind:
                    SEEDED, RESIZED)
     ALARMS = (ALERT, STALLED, FAILURE, HOST_FAILING, OFFERED, GAVE_UP, EXPOSED)  # to look at
     # The console's own notes of a run, kept in its history beside what the tasks sent.
-    NOTED = (*SUPERVISION, WATCHDOG)
+    NOTED = (*SUPERVISION, WATCHDOG, JOB)
 
 
 @dataclass

@@ -312,3 +312,14 @@ def cluster_words(cluster) -> str:
     for name, task in zip(cluster.task_names(), cluster.tasks):
         hosts.setdefault(task.host, []).append(name)
     return hosts_words(hosts)
+
+
+def job_words(job: dict) -> str:
+    """A Slurm run's job in a few words: "Slurm job 12: pending (Resources)", "... running on node[1-2]"."""
+    state = str(job.get("state") or "?").lower()
+    words = f"Slurm job {job.get('job_id', '?')}: {state}"
+    if job.get("reason") and state != "running":
+        words += f" ({job['reason']})"
+    if job.get("nodes"):
+        words += f" on {job['nodes']}"
+    return words

@@ -323,3 +323,91 @@ class FingerprintDialog(QDialog):
         layout.addWidget(text)
         layout.addWidget(buttons)
         self.refuse.setDefault(True)
+
+
+class SlurmDialog(QDialog):
+    """A Slurm cluster instead of hosts: its login host and the job tfcc submits there (the cluster file's
+    [slurm]). OK is enabled only when the settings are valid; whether Slurm would take the job, the check says."""
+
+    def __init__(self, slurm: cl.Slurm | None = None, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setWindowTitle("Edit the Slurm cluster" if slurm else "Add a Slurm cluster")
+        slurm = slurm or cl.Slurm(login="")
+        self.login = QLineEdit(slurm.login)
+        self.login.setPlaceholderText("the host you submit jobs from: name, IP or ~/.ssh/config alias")
+        self.user = QLineEdit(slurm.user)
+        self.user.setPlaceholderText("from ~/.ssh/config, else your user")
+        self.ssh_port = _spin(1, 65535, slurm.port)
+        self.key = QLineEdit(slurm.key)
+        self.key.setPlaceholderText("from ~/.ssh/config or ssh-agent")
+        self.python = QLineEdit(slurm.python)
+        self.python.setPlaceholderText("python3 (the nodes' interpreter, with TensorFlow)")
+        self.partition = QLineEdit(slurm.partition)
+        self.partition.setPlaceholderText("the cluster's default")
+        self.nodes = _spin(1, cl.MAX_SLURM_NODES, slurm.nodes)
+        self.tasks_per_node = _spin(1, cl.MAX_TASKS_PER_NODE, slurm.tasks_per_node)
+        self.gpus_per_task = _spin(0, 64, slurm.gpus_per_task)
+        self.cpus_per_task = _spin(1, 1024, slurm.cpus_per_task)
+        self.time = QLineEdit(slurm.time)
+        self.time.setPlaceholderText("1:00:00 (hours:minutes:seconds), 90 (minutes), 2-00:00:00")
+        self.account = QLineEdit(slurm.account)
+        self.account.setPlaceholderText("your default account")
+        self.qos = QLineEdit(slurm.qos)
+        self.qos.setPlaceholderText("the default QOS")
+        self.parameter_servers = _spin(0, 64, slurm.parameter_servers)
+        self.parameter_servers.setToolTip("Parameter-server training: this many tasks are ps (the first task is the "
+                                          "chief); 0 for synchronous training (MultiWorkerMirrored)")
+        self.error = _error_label()
+        form = form_of(("Login host", self.login), ("SSH user", self.user), ("SSH port", self.ssh_port),
+                       ("SSH key", self.key), ("Python", self.python), ("Partition", self.partition),
+                       ("Nodes", self.nodes), ("Tasks per node", self.tasks_per_node),
+                       ("GPUs per task", self.gpus_per_task), ("CPUs per task", self.cpus_per_task),
+                       ("Time limit", self.time), ("Account", self.account), ("QOS", self.qos),
+                       ("Parameter servers", self.parameter_servers), ("", self.error))
+        self.buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(QLabel("Slurm picks the nodes; tfcc submits one job from the login host and follows every "
+                                "task through it (the nodes share its files)."))
+        layout.addLayout(form)
+        layout.addWidget(self.buttons)
+        for edit in (self.login, self.user, self.key, self.python, self.partition, self.time, self.account, self.qos):
+            edit.textChanged.connect(self._on_field_changed)
+        for spin in (self.ssh_port, self.nodes, self.tasks_per_node, self.gpus_per_task, self.cpus_per_task,
+                     self.parameter_servers):
+            spin.valueChanged.connect(self._on_field_changed)
+        self._on_field_changed()
+
+    def slurm(self) -> cl.Slurm:
+        return cl.Slurm(login=self.login.text().strip(), user=self.user.text().strip(), port=self.ssh_port.value(),
+                        key=self.key.text().strip(), python=self.python.text().strip(),
+                        partition=self.partition.text().strip(), nodes=self.nodes.value(),
+                        tasks_per_node=self.tasks_per_node.value(), gpus_per_task=self.gpus_per_task.value(),
+                        cpus_per_task=self.cpus_per_task.value(), time=self.time.text().strip(),
+                        account=self.account.text().strip(), qos=self.qos.text().strip(),
+                        parameter_servers=self.parameter_servers.value())
+
+    def problem(self) -> str | None:
+        """What keeps OK disabled, in words that say what to do (the cluster file's rules)."""
+        if not self.login.text().strip():
+            return "Login host: type the host you submit Slurm jobs from."
+        key = self.key.text().strip()
+        if key and not os.path.isfile(os.path.expanduser(key)):
+            return f"SSH key: {key} does not exist."
+        return cl.slurm_problem(self.slurm())
+
+    def _on_field_changed(self, *_) -> None:
+        problem = self.problem()
+        self.error.setText(problem or "")
+        self.error.setVisible(bool(problem) and bool(self.login.text().strip()))
+        ok = self.buttons.button(QDialogButtonBox.Ok)
+        ok.setEnabled(problem is None)
+        ok.setToolTip(problem or "")
+
+
+def _spin(low: int, high: int, value: int) -> QSpinBox:
+    spin = QSpinBox()
+    spin.setRange(low, high)
+    spin.setValue(value)
+    return spin

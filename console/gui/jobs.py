@@ -16,7 +16,7 @@ import time
 from PySide6.QtCore import QObject, Signal
 
 from agent.protocol import ERROR, FINISHED
-from console import checks
+from console import checks, slurm
 from console import cluster as cl
 from console.errors import TfccError, describe
 from console.run.runner import Run
@@ -109,6 +109,18 @@ class HostKeyAsker(QObject):
                 self._answered.set()
 
 
+def slurm_report(cluster: cl.Cluster, ask_host_key, deadline: float) -> checks.Report:
+    """A Slurm cluster's check as a check's report: its login host's Slurm would take the job, or the one line
+    that says why not (console.slurm.preflight: nothing is submitted)."""
+    started = time.monotonic()
+    problems = []
+    try:
+        slurm.preflight(cluster, ask_host_key, timeout=max(deadline, 30.0))
+    except TfccError as exc:
+        problems.append(checks.Problem("Slurm", exc.cause, exc.fix or ""))
+    return checks.Report([], [], {}, problems, time.monotonic() - started)
+
+
 class CheckJob(QObject):
     """A pre-flight check on a thread."""
 
@@ -126,8 +138,11 @@ class CheckJob(QObject):
 
     def _run(self, cluster: cl.Cluster, deadline: float) -> None:
         try:
-            report = checks.check(cluster, deadline=deadline, ask_host_key=self.ask_host_key,
-                                  on_progress=lambda d, t, w: self.progressed.emit(d, t, w))
+            if cluster.slurm is not None:
+                report = slurm_report(cluster, self.ask_host_key, deadline)
+            else:
+                report = checks.check(cluster, deadline=deadline, ask_host_key=self.ask_host_key,
+                                      on_progress=lambda d, t, w: self.progressed.emit(d, t, w))
         except Exception as exc:  # a check that cannot even start: say why
             log.exception("check failed")
             self.failed.emit(str(exc))
@@ -275,8 +290,8 @@ class RunBridge(QObject):
                 self.task_ended.emit(event.task.name, event.text)
             elif event.kind == SessionKind.WATCHDOG:
                 self.watchdog_fired.emit(event.text)
-            elif event.kind in SessionKind.SUPERVISION:
-                self.supervised.emit(event.kind, event.text)
+            elif event.kind in SessionKind.SUPERVISION or event.kind == SessionKind.JOB:
+                self.supervised.emit(event.kind, event.text)  # a Slurm job's state: the status bar too
             elif event.kind == SessionKind.STATE:
                 self.states_changed.emit()
             elif event.kind == SessionKind.ENDED:

@@ -17,7 +17,7 @@ from console import cluster as cl
 from console.cluster import KERAS_FLAVOURS, MAX_RESTARTS
 from console.checks import Report
 from console.gui.check_view import cell, host_marks
-from console.gui.dialogs import HostDialog, ImportDialog
+from console.gui.dialogs import HostDialog, ImportDialog, SlurmDialog
 from console.diagram_model import picture
 from trainer.config import COMMUNICATIONS
 from trainer.plan import AUTOSHARD_POLICIES, LR_RULES, MAX_BACKUP_SECONDS, STRATEGIES
@@ -59,6 +59,9 @@ class SetupForm(QWidget):
         self.hosts_table.itemSelectionChanged.connect(self._on_hosts_selection_changed)
         self.btn_add = QPushButton("Add…")
         self.btn_add.clicked.connect(self._on_add_host_clicked)
+        self.btn_slurm = QPushButton("Slurm cluster…")
+        self.btn_slurm.setToolTip("A Slurm cluster instead of hosts: its login host, partition, nodes and time limit")
+        self.btn_slurm.clicked.connect(self._on_slurm_clicked)
         self.btn_import = QPushButton("Import from ~/.ssh/config…")
         self.btn_import.clicked.connect(self._on_import_clicked)
         self.btn_edit = QPushButton("Edit…")
@@ -66,7 +69,7 @@ class SetupForm(QWidget):
         self.btn_remove = QPushButton("Remove")
         self.btn_remove.clicked.connect(self._on_remove_host_clicked)
         buttons = QHBoxLayout()
-        for b in (self.btn_add, self.btn_import, self.btn_edit, self.btn_remove):
+        for b in (self.btn_add, self.btn_slurm, self.btn_import, self.btn_edit, self.btn_remove):
             buttons.addWidget(b)
         self.tasks_table = QTableWidget(0, 5)
         self.tasks_table.setHorizontalHeaderLabels(["Task", "Host", "Role", "Port", "GPUs"])
@@ -313,8 +316,15 @@ class SetupForm(QWidget):
     def _refresh_tables(self) -> None:
         c = self.cluster
         marks = host_marks(self.report) if self.report is not None else {}
-        self.hosts_table.setRowCount(len(c.hosts))
-        for row, host in enumerate(c.hosts):
+        self.hosts_table.setRowCount(1 if c.slurm is not None else len(c.hosts))
+        if c.slurm is not None:  # one row: the login host; Slurm picks the nodes
+            s = c.slurm
+            where = f"partition {s.partition}" if s.partition else "the default partition"
+            row_cells = (cell(""), cell("Slurm"), cell(s.login), cell(s.user), cell(s.python or "python3"),
+                         cell(f"{s.nodes} node(s) × {s.tasks_per_node} task(s), {where}, {s.time}"))
+            for column, item in enumerate(row_cells):
+                self.hosts_table.setItem(0, column, item)
+        for row, host in enumerate([] if c.slurm is not None else c.hosts):
             tasks = [n for n, t in zip(c.task_names(), c.tasks) if t.host == host.name]
             status = cell("")
             if host.name in marks:
@@ -343,12 +353,15 @@ class SetupForm(QWidget):
 
     def _selected_host(self) -> cl.Host | None:
         rows = self.hosts_table.selectionModel().selectedRows()
-        return self.cluster.hosts[rows[0].row()] if rows else None
+        return self.cluster.hosts[rows[0].row()] if rows and self.cluster.slurm is None else None
 
     def _on_hosts_selection_changed(self) -> None:
-        selected = self._selected_host() is not None
+        slurm = self.cluster.slurm is not None
+        selected = self._selected_host() is not None or (slurm and self.hosts_table.selectionModel().hasSelection())
         self.btn_edit.setEnabled(selected)
         self.btn_remove.setEnabled(selected)
+        for button in (self.btn_add, self.btn_import):  # a Slurm cluster has no hosts of its own
+            button.setEnabled(not slurm)
 
     def open_host_dialog(self, host: cl.Host | None = None) -> HostDialog:
         """The add (or edit) dialog, opened (not run) so that the UI goes on; applied on accept."""
@@ -380,12 +393,39 @@ class SetupForm(QWidget):
     def _on_add_host_clicked(self) -> None:
         self.open_host_dialog()
 
+    def _on_slurm_clicked(self) -> None:
+        self.open_slurm_dialog()
+
+    def open_slurm_dialog(self) -> SlurmDialog:
+        """The Slurm cluster's dialog (its settings when the cluster is one), opened; applied on accept: the
+        cluster's hosts and tasks become the Slurm job's."""
+        dialog = SlurmDialog(self.cluster.slurm, self)
+        dialog.accepted.connect(lambda: self._apply_slurm_dialog(dialog))
+        dialog.open()
+        self.slurm_dialog = dialog
+        return dialog
+
+    def _apply_slurm_dialog(self, dialog: SlurmDialog) -> None:
+        slurm = dialog.slurm()
+        self.cluster.slurm = slurm
+        self.cluster.hosts, self.cluster.tasks = cl.slurm_stand_ins(slurm)
+        if slurm.parameter_servers and self.cluster.training.strategy == "auto":
+            self.cluster.training.strategy = "parameter_server"
+        self._on_hosts_edited()
+
     def _on_edit_host_clicked(self, *_) -> None:
+        if self.cluster.slurm is not None:
+            self.open_slurm_dialog()
+            return
         host = self._selected_host()
         if host is not None:
             self.open_host_dialog(host)
 
     def _on_remove_host_clicked(self) -> None:
+        if self.cluster.slurm is not None:  # back to hosts of one's own: none yet
+            self.cluster.slurm, self.cluster.hosts, self.cluster.tasks = None, [], []
+            self._on_hosts_edited()
+            return
         host = self._selected_host()
         if host is None:
             return

@@ -18,6 +18,7 @@ from trainer.workloads import check_model_file
 
 LEGACY_KERAS = "TF_USE_LEGACY_KERAS"   # "1" before TensorFlow loads: tf.keras is tf-keras (Keras 2)
 GPUS = "CUDA_VISIBLE_DEVICES"
+SLURM_PORT_BASE = 8888  # a Slurm task listens on this + k, the k-th on its node (TensorFlow's SlurmClusterResolver's)
 
 
 def check_user_file(path: str, what: str) -> Path:
@@ -118,3 +119,9 @@ def firewall_request(cluster: cl.Cluster, address: str) -> dict | None:
     if not cluster.training.firewall or not address:
         return None
     return {"port": parse_address(address)[1], "peers": exposure.cluster_addresses(cluster)}
+
+
+def slurm_login(slurm: cl.Slurm) -> cl.Host:
+    """The host a Slurm run is submitted from and followed through (its nodes share its files)."""
+    return cl.Host(name=slurm.login, address=slurm.login, user=slurm.user, port=slurm.port, key=slurm.key,
+                   python=slurm.python)

@@ -20,9 +20,9 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable
 
-from agent.protocol import (CHECK_PORTS, FINISHED, FIREWALL, LOST, LOG_MESSAGE, MEASURE, METRICS, METRICS_MESSAGE,
-                            NO_SUCH_TASK, NOT_STARTED, PORTS, RUNNING, RUNS_DIR, START, STATUS, STOP, SYSTEM_MESSAGE,
-                            parse_address, parse_task_name)
+from agent.protocol import (CANCEL, CHECK_PORTS, FINISHED, FIREWALL, JOB, LOST, LOG_MESSAGE, MEASURE, METRICS,
+                            METRICS_MESSAGE, NO_SUCH_TASK, NOT_STARTED, PORTS, RUNNING, RUNS_DIR, START, STATUS, STOP,
+                            SUBMIT, SYSTEM_MESSAGE, parse_address, parse_task_name)
 from console import cluster as cl
 from console import exposure, text
 from console.errors import RunError, TfccError
@@ -30,7 +30,8 @@ from console.remote.channel import AgentRequestError, AgentTimeout
 from console.remote.deploy import make_bundle
 from console.remote.link import HostLink
 from console.remote.ssh import SSHError
-from console.run.launch import check_user_file, firewall_request, secret_values, task_command
+from console.run.launch import (GPUS, SLURM_PORT_BASE, check_user_file, firewall_request, secret_values, slurm_login,
+                               task_command)
 from console.run.seeding import Seeding, copy_backup, plan_seeding
 from console.states import FOLLOW_ERROR, RECONNECTED, RECONNECTING, TaskState
 from console.store.manifests import (Manifest, check_run_id, console_id, manifest_path, read_manifest,
@@ -98,9 +99,15 @@ class Run:
         self.cluster = cluster
         self.run_id = check_run_id(run_id)
         names = cluster.task_names()
-        self.tasks = [TaskState(name, t.host) for name, t in zip(names, cluster.tasks)]
-        self.links = {h.name: HostLink(h, ask_host_key) for h in cluster.hosts
-                      if any(t.host == h.name for t in cluster.tasks)}
+        if cluster.slurm is not None:  # every task is followed through the login host (the nodes share its files)
+            login = slurm_login(cluster.slurm)
+            self.tasks = [TaskState(name, login.name) for name in names]
+            self.links = {login.name: HostLink(login, ask_host_key)}
+        else:
+            self.tasks = [TaskState(name, t.host) for name, t in zip(names, cluster.tasks)]
+            self.links = {h.name: HostLink(h, ask_host_key) for h in cluster.hosts
+                          if any(t.host == h.name for t in cluster.tasks)}
+        self.job: dict = {}  # a Slurm run's job as its login host last said it (``watch_job``)
         self.tf_configs: list[str] | None = None
         # An elastic run's tasks that it goes on without (name -> why), and each change of its size, oldest first
         # ({"at", "tasks", "why"}): kept in the manifest.
@@ -256,6 +263,9 @@ class Run:
                 link.upload_blobs(workdir, progress)
 
         at_once(self._links_of(self.members), connect)
+        if self.cluster.slurm is not None:
+            self._submit(resume)
+            return
         if resume:
             self._seed_backups(self._check_stopped(explicit))
             self.joining.clear()
@@ -280,6 +290,92 @@ class Run:
                            f"had started: {'stopped again' if stopped else 'STILL RUNNING: tfcc stop ' + self.run_id})",
                            (exc.fix + "; then " if exc.fix else "") + f"start it again with tfcc resume {self.run_id}"
                            ) from None
+
+    # ----------------------------------------------------------------- a Slurm run
+
+    def _submit(self, resume: bool) -> None:
+        """A Slurm run's start: one job from the login host, every task a rank of it (agent/slurm.py). A restart
+        (``resume``) while the job's own script still runs submits nothing: the script starts the tasks again
+        (each new attempt's step), and this waits until their folders say so; after the job ended it is
+        submitted again in the same folders (the trainer goes on from its backups)."""
+        link = next(iter(self.links.values()))
+        slurm = self.cluster.slurm
+        if resume:
+            if self.tf_configs is None:
+                self._previous_configs(True)
+            job = self.job_state()
+            if job["state"] in ("PENDING", "RUNNING", "CONFIGURING", "REQUEUED") and not job["script_ended"]:
+                self._await_next_attempt(link)
+                return
+        else:
+            self._previous_configs(False)
+        training = self.cluster.training
+        workdir = (self.workdir or self._collect_workdir()) if training.script else None
+        tasks = []
+        for task, spec in zip(self.tasks, self.cluster.tasks):
+            argv, env = task_command(self.cluster, spec, slurm.python or "python3", link.dist,
+                                     workdir.script if workdir is not None else None)
+            env.pop(GPUS, None)  # Slurm gives each task its GPUs (--gres)
+            tasks.append({"task": task.name, "argv": argv, "env": env})
+        shipped = {"secret_env": secret_values(self.cluster)} if training.secret_env else {}
+        if workdir is not None:
+            raise RunError("a script with its folder cannot run on a Slurm cluster yet",
+                           "export it with tfcc export slurm and submit that (docs/graduation.md)")
+        reply = link.connect().call(SUBMIT, timeout=90, run_id=self.run_id, tasks=tasks, jobs=slurm.jobs(),
+                                    port_base=SLURM_PORT_BASE, sbatch=slurm.sbatch_options(),
+                                    python=slurm.python or "python3", python_path=[link.dist],
+                                    cpus_per_task=slurm.cpus_per_task, max_restarts=training.max_restarts,
+                                    console=console_id(), fresh=not resume, **shipped)
+        self.job = {"job_id": reply["job_id"], "state": "PENDING", "reason": "", "nodes": ""}
+        # Slurm picks the nodes: each task's TF_CONFIG is made on its node (tf_config.json in its folder)
+        self.tf_configs = self.tf_configs or ["{}" for _ in self.tasks]
+        self._write_manifest(self.tf_configs)
+        for task in self.tasks:
+            task.attempt = max(task.attempt, 1)
+        log.info("run %s: submitted as Slurm job %s", self.run_id, reply["job_id"])
+
+    def _await_next_attempt(self, link: HostLink, timeout: float = 120.0) -> None:
+        """Until the job's script has started every task again (their ends of the last attempt are gone)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self._stop.is_set():
+            statuses = [link.connect().call(STATUS, run_id=self.run_id, task=t.name) for t in self.members]
+            if all(s["exit"] is None for s in statuses):
+                return
+            if self.job_state()["script_ended"]:
+                raise RunError(f"Slurm job {self.job.get('job_id')} of run {self.run_id} ended before it "
+                               "restarted its tasks", f"tfcc resume {self.run_id} submits it again")
+            self._stop.wait(1.0)
+        raise RunError(f"Slurm job {self.job.get('job_id')} did not start the tasks of run {self.run_id} again in "
+                       f"{timeout:.0f} s", f"see tfcc logs {self.run_id}; tfcc stop {self.run_id}")
+
+    def job_state(self) -> dict:
+        """A Slurm run's job as its login host says it now: state, Slurm's reason, nodes, whether its script
+        ended."""
+        link = next(iter(self.links.values()))
+        self.job = link.connect().call(JOB, run_id=self.run_id)
+        return self.job
+
+    def watch_job(self, on_job: Callable[[dict], None], interval: float = 2.0) -> None:
+        """A Slurm run: ``on_job(job)`` each time its job's state, reason or nodes change, on a thread of its own,
+        until every task ended or ``detach``."""
+        def watch() -> None:
+            said = None
+            while not self._stop.is_set():
+                try:
+                    job = self.job_state()
+                except TfccError as exc:
+                    log.info("run %s: the job's state: %s", self.run_id, exc)
+                else:
+                    now = (job.get("state"), job.get("reason"), job.get("nodes"))
+                    if now != said:
+                        said = now
+                        on_job(dict(job))
+                if self.tasks and all(t.ended for t in self.members):
+                    return
+                self._stop.wait(interval)
+
+        thread = threading.Thread(target=watch, name=f"tfcc-job-{self.run_id}", daemon=True)
+        thread.start()
 
     def _collect_workdir(self) -> Workdir:
         """The script's workdir, collected and hashed (console.workdir); what was skipped is logged."""
@@ -578,6 +674,8 @@ class Run:
         with backoff, and ends when its tasks' follows have ended, on ``detach``, or when the agent
         refuses; what it streams is no part of ``wait``: a run's end never waits for a sample.
         """
+        if self.cluster.slurm is not None:
+            return  # the nodes' load is not the login host's (not sampled yet)
         with self._sampling:
             for host in self.links:
                 if host in self._samplers:
@@ -672,7 +770,12 @@ class Run:
         return at_once([(t,) for t in tasks], stop)
 
     def stop(self, grace: float = 10.0) -> list[dict]:
-        """Stop every task in the run; their answers in order, or the first error once every host had its go."""
+        """Stop every task in the run; their answers in order, or the first error once every host had its go.
+        A Slurm run: its job is cancelled (``scancel``, after SIGTERM and ``grace``)."""
+        if self.cluster.slurm is not None:
+            answer = next(iter(self.links.values())).connect().call(CANCEL, timeout=grace + 60, run_id=self.run_id,
+                                                                    grace=grace)
+            return [{**answer, "task": t.name} for t in self.members]
         answers = self._send_stop(self.members, grace)
         for answer in answers:
             if isinstance(answer, TfccError):
@@ -681,6 +784,8 @@ class Run:
 
     def stop_each(self, grace: float = 10.0, only: list[TaskState] | None = None, done: bool = False) -> list[str]:
         """Stop every task in the run (or ``only`` these), whatever fails; the hosts where a stop had no answer."""
+        if self.cluster.slurm is not None:
+            return []  # the job's script ends its tasks itself (a failed step, the chief's end): see stop
         tasks = self.members if only is None else only
         return [task.host for task, answer in zip(tasks, self._send_stop(tasks, grace, done))
                 if isinstance(answer, TfccError)]

@@ -19,8 +19,8 @@ import threading
 import time
 
 from agent.protocol import (END, ENDED, ERROR, FAILED, FINISHED, FOLLOWING, LOG_MESSAGE, LOST, METRICS,
-                            METRICS_MESSAGE, RUNNING, STARTING, STDERR, STOPPED, TRAINING, WAITING, parse_task_name,
-                            task_name)
+                            METRICS_MESSAGE, PENDING, RUNNING, STARTING, STDERR, STOPPED, TRAINING, WAITING,
+                            parse_address, parse_task_name, task_name)
 from console import speed, text
 from console.errors import RunError, TfccError
 from console.run.runner import Run
@@ -37,6 +37,7 @@ from trainer.tf_config import CHIEF, WORKER
 log = logging.getLogger("console.run.session")
 
 SYSTEM_QUEUED = "system"  # a host's system record, queued beside the follows' messages
+JOB_QUEUED = "slurm_job"  # a Slurm run's job changed (Run.watch_job), queued likewise
 # TensorFlow's own words (its coordination service's log, on stderr) for a cluster that formed, and for
 # one whose leader still waits (naming the tasks it waits for, on the next line): a script that reports
 # nothing of itself (capture off) is judged by them.
@@ -70,6 +71,19 @@ def _trains(record: dict) -> bool:
     """Whether a step or epoch record shows training under way: any but a printed line that names no
     epoch or step (a script may print a value before its cluster forms)."""
     return record.get(CAPTURED) != FROM_PRINT or "epoch" in record or "step" in record
+
+
+def _launched_address(record: dict) -> str:
+    """A launched record's own address (its cluster's entry for its task), or ""."""
+    try:
+        address = record["cluster"][record["task_type"]][int(record["task_index"])]
+    except (KeyError, IndexError, TypeError, ValueError):
+        return ""
+    try:
+        parse_address(address)
+    except (ValueError, AttributeError):
+        return ""
+    return address[:300]
 
 
 class RunSession:
@@ -112,6 +126,7 @@ class RunSession:
         # Breakdowns asked for (why_slow): the asks out (a front end's thread starts one), and where training is.
         self._asks = speed.Asks(self._ask_context)
         self._systems: dict[str, dict] = {}  # host -> its newest system record (the verdict's notes)
+        self._watching_job = False  # a Slurm run: its job's state is watched (once)
         self._asking = threading.Lock()
         self._newest_step = -1
         self._fits: set[str] = set()  # tasks whose script trains in Keras fit (a breakdown measures in it)
@@ -280,9 +295,13 @@ class RunSession:
         self._queue.put((self.attempt, None, {"type": SYSTEM_QUEUED, "host": host, "record": record}))
 
     def _follow_again(self, tasks: list[TaskState] | None) -> None:
-        """Follow ``tasks`` (None: every task) as the current attempt's, and the hosts' load with them."""
+        """Follow ``tasks`` (None: every task) as the current attempt's, and the hosts' load with them (a Slurm
+        run: its job's state)."""
         self.run.follow(self._follower(self.attempt), self._poll, only=tasks)
         self.run.sample_system(self._on_system, self.system_interval)
+        if self.run.cluster.slurm is not None and not self._watching_job:
+            self._watching_job = True
+            self.run.watch_job(lambda job: self._queue.put((self.attempt, None, {"type": JOB_QUEUED, "job": job})))
 
     def _main(self) -> None:
         try:
@@ -395,7 +414,8 @@ class RunSession:
 
     def _dispatch(self, attempt: int, task: TaskState, message: dict) -> None:
         try:
-            if attempt == self.attempt or message.get("type") in (METRICS_MESSAGE, LOG_MESSAGE, SYSTEM_QUEUED):
+            if attempt == self.attempt or message.get("type") in (METRICS_MESSAGE, LOG_MESSAGE, SYSTEM_QUEUED,
+                                                                  JOB_QUEUED):
                 self._handle(task, message)  # an earlier attempt's records still count, not its ends
         except Exception:  # a bug must not end the session: the log has it
             log.exception("handling a message of %s", task.name if task is not None else message.get("host"))
@@ -425,6 +445,12 @@ class RunSession:
                 if start:                                         # the window's thread first between them
                     give_way()
                 self._records(task, Batch([decode_line(line) for line in lines[start:start + LINES_PER_PIECE]]))
+        elif kind == JOB_QUEUED:  # task is None: a Slurm run's job changed
+            job = message["job"]
+            words = f"run {self.run.run_id}: {text.job_words(job)}"
+            if self.store is not None:  # the window's events list says it
+                self.store.note(CONSOLE_TASK, SessionKind.JOB, words)
+            self._tell(SessionEvent(SessionKind.JOB, text=words, message=job))
         elif kind == SYSTEM_QUEUED:  # task is None: the record is the host's
             host, record = message["host"], message["record"]
             self._systems[host] = record
@@ -435,8 +461,8 @@ class RunSession:
             started = number(message.get("started"))
             if task.launched_at is None and math.isfinite(started):
                 task.launched_at = started  # the agent started it: user scripts count too
-            if task.phase == STARTING:
-                task.change(RUNNING)
+            if task.phase == STARTING:  # a Slurm job's task may wait for its node: pending till it starts
+                task.change(PENDING if message.get("phase") == PENDING else RUNNING)
         elif kind == LOG_MESSAGE:
             if self._script and message["stream"] == STDERR and not all(t.cluster_formed for t in self.run.tasks):
                 self._read_tensorflow_signs(task, message.get("text", ""))
@@ -507,6 +533,8 @@ class RunSession:
                 supervisor.launched(task, r.get("workload") == SCRIPT_WORKLOAD)
                 when = number(r.get("time"))
                 task.launched_at = when if math.isfinite(when) else task.launched_at
+                if self.run.cluster.slurm is not None:  # Slurm chose its node: its address is in its TF_CONFIG
+                    task.address = _launched_address(r) or task.address
                 task.cluster_formed = False
                 if self._moves(task):
                     task.change(WAITING)

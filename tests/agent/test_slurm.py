@@ -111,7 +111,7 @@ def test_a_run_submitted_as_one_job_trains_on_two_nodes_followed_from_the_login_
 
 
 def test_a_pending_job_says_slurms_reason_and_a_cancel_ends_it(agent, slurm_cluster, tmp_path):
-    blocker = slurm_cluster.command("sbatch", "--parsable", "--exclusive", "-N2", "--time=10", "--wrap",
+    blocker = slurm_cluster.command("sbatch", "--parsable", "--exclusive", "-N2", "--time=10", "--output=/dev/null", "--wrap",
                                     "sleep 600", host=slurm_cluster.login).stdout.strip()
     wait_for(lambda: any(j["id"] == blocker and j["state"] == "RUNNING" for j in slurm_cluster.jobs()), 60,
              lambda: str(slurm_cluster.jobs()))

@@ -148,3 +148,14 @@ def test_an_elastic_run_that_lost_its_chief_host_is_drawn_with_the_tasks_left():
     assert json.loads(tasks["worker-2"].tf_config) == {"cluster": {"worker": ["10.0.0.2:4001", "10.0.0.3:4002"]},
                                                        "task": {"type": "worker", "index": 1}}
     assert split.label == "global 48 = 2 workers × 1 replica × 24"
+
+
+def test_a_slurm_runs_tasks_are_drawn_on_the_nodes_slurm_chose():
+    cluster = cl.loads('[training]\nworkload = "digits"\n[slurm]\nlogin = "login1"\nnodes = 2\ntasks_per_node = 2\n')
+    hosts, split = picture(cluster)
+    assert [h.name for h in hosts] == ["slurm-node-0", "slurm-node-1"] and split.num_workers == 4
+    addresses = {"worker-0": "gpu07:8888", "worker-1": "gpu07:8889", "worker-2": "gpu12:8888", "worker-3": "gpu12:8889"}
+    hosts, _ = picture(cluster, addresses=addresses)
+    assert [(h.name, [(t.name, t.address) for t in h.tasks]) for h in hosts] == [
+        ("gpu07", [("worker-0", "gpu07:8888"), ("worker-1", "gpu07:8889")]),
+        ("gpu12", [("worker-2", "gpu12:8888"), ("worker-3", "gpu12:8889")])]

@@ -3,6 +3,8 @@ would take the job, or one line says why not and what to do, and nothing is subm
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from console import cluster as cl
@@ -84,8 +86,14 @@ def test_a_login_host_without_slurm_is_one_line(login, tmp_path, capsys):
     assert "set slurm.login to the host you submit jobs from" in err
 
 
-def test_run_says_what_it_cannot_do_yet_after_the_preflight(login, tmp_path, capsys):
-    """Following a Slurm job is not built yet: tfcc run says so, after the pre-flight, with the export to use."""
-    code, out, err = tfcc(["run", cluster_file(tmp_path, login)], capsys)
-    assert code != 0 and len(err.strip().splitlines()) == 1
-    assert "tfcc cannot submit and follow a Slurm job yet" in err and "tfcc export slurm" in err
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_tfcc_run_of_a_slurm_cluster_file_trains_digits_on_both_nodes(login, tmp_path, capsys):
+    """The README's Slurm path: tfcc run submits the job from the login host and follows it to its end."""
+    path = cluster_file(tmp_path, login, more=f'python = "{sys.executable}"\ncpus_per_task = 1')
+    code, out, err = tfcc(["run", path, "--run-id", "slurm-cli"], capsys)
+    assert code == 0, err[-3000:]
+    assert "tfcc: run slurm-cli started: 2 tasks, Slurm job" in err
+    assert "Slurm job" in out and "running on tfcch[0-1]" in out
+    for task in ("worker-0", "worker-1"):
+        assert f"{task}: finished" in out

@@ -8,17 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from agent.protocol import (ALIVE, ENDED, ERROR, FAILED, FINISHED, LEFT, LOST, NOT_STARTED, RUNNING, STARTING,
-                            STOPPED, TRAINING, WAITING)
+from agent.protocol import (ALIVE, ENDED, ERROR, FAILED, FINISHED, LEFT, LOST, NOT_STARTED, PENDING, RUNNING,
+                            STARTING, STOPPED, TRAINING, WAITING)
 from console.states import TRANSITIONS, PhaseError, RunState, TaskState, run_state
 
 ROOT = Path(__file__).resolve().parents[2]
-PHASES = (STARTING, RUNNING, WAITING, TRAINING, FINISHED, FAILED, LOST, ERROR, STOPPED, LEFT)
+PHASES = (STARTING, PENDING, RUNNING, WAITING, TRAINING, FINISHED, FAILED, LOST, ERROR, STOPPED, LEFT)
 # The edges a run takes: a launch, its cluster, its end; a resumed run's history read from the first record
-# (a later attempt's launch after training); a task that ends before anything came of it.
+# (a later attempt's launch after training); a task that ends before anything came of it; a Slurm job's task
+# pending until its node starts it.
 EDGES = {(STARTING, RUNNING), (STARTING, WAITING), (STARTING, TRAINING), (RUNNING, WAITING), (RUNNING, TRAINING),
-         (WAITING, TRAINING), (TRAINING, WAITING)} | {(p, end) for p in (STARTING, RUNNING, WAITING, TRAINING)
-                                                      for end in ENDED if end != LEFT}
+         (WAITING, TRAINING), (TRAINING, WAITING), (STARTING, PENDING), (PENDING, RUNNING), (PENDING, WAITING),
+         (PENDING, TRAINING)} | {(p, end) for p in (STARTING, PENDING, RUNNING, WAITING, TRAINING)
+                                 for end in ENDED if end != LEFT}
 
 
 def test_the_table_has_every_phase_and_exactly_the_runs_edges():

@@ -1,0 +1,90 @@
+"""The window on a real Slurm cluster (tests.helpers.slurmcluster): "Slurm cluster…" beside "Add…" sets the login
+host and the job; the check asks Slurm (sbatch --test-only); Deploy & Start submits the job, and the window follows
+it: the job's state in the status bar and the events, both tasks' curves, the diagram on the nodes Slurm chose."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from PySide6.QtWidgets import QApplication, QDialogButtonBox, QMessageBox
+
+from agent import protocol
+from console import cluster as cl
+from console.gui.main_window import MainWindow
+from console.profiles import Profiles
+from tests.console.gui.conftest import save_shot
+
+
+@pytest.fixture
+def slurm(slurm_cluster, gui_homes):
+    slurm_cluster.hosts.known_hosts(gui_homes / "known_hosts")
+    yield slurm_cluster
+    slurm_cluster.cancel_all()
+    slurm_cluster.wait_for_no_jobs()
+
+
+def test_the_slurm_dialog_makes_the_cluster_a_slurm_job_and_says_what_is_wrong(qtbot, gui_homes, dialogs):
+    window = MainWindow(profiles=Profiles(gui_homes / "profiles.json"))
+    qtbot.addWidget(window)
+    form = window.setup
+    dialog = form.open_slurm_dialog()
+    ok = dialog.buttons.button(QDialogButtonBox.Ok)
+    assert not ok.isEnabled()  # no login host yet
+    dialog.login.setText("login1")
+    dialog.time.setText("soon")
+    assert not ok.isEnabled() and "slurm.time is 'soon'" in dialog.error.text()
+    dialog.time.setText("30:00")
+    dialog.nodes.setValue(3)
+    dialog.tasks_per_node.setValue(2)
+    dialog.partition.setText("gpu")
+    assert ok.isEnabled(), dialog.error.text()
+    dialog.accept()
+    c = form.cluster
+    assert c.slurm is not None and (c.slurm.login, c.slurm.nodes, c.slurm.partition) == ("login1", 3, "gpu")
+    assert len(c.tasks) == 6 and form.hosts_table.rowCount() == 1
+    assert form.hosts_table.item(0, 1).text() == "Slurm"
+    assert form.hosts_table.item(0, 5).text() == "3 node(s) × 2 task(s), partition gpu, 30:00"
+    assert not form.btn_add.isEnabled()  # a Slurm cluster has no hosts of its own
+    assert "[slurm]" in cl.dumps(c)  # saved as a cluster file says it
+    form.hosts_table.selectRow(0)
+    form.btn_remove.click()
+    assert form.cluster.slurm is None and not form.cluster.tasks and form.btn_add.isEnabled()
+    window.files.dirty = False
+    window.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_window_follows_a_slurm_job_on_the_nodes_slurm_chose(qtbot, slurm, gui_homes, shots, dialogs, request):
+    window = MainWindow(profiles=Profiles(gui_homes / "profiles.json"))
+    qtbot.addWidget(window)
+    window.resize(1440, 900)
+    window.show()
+    cluster = cl.loads(f'[training]\nworkload = "digits"\nepochs = 30\nper_replica_batch = 16\n'
+                       f'[slurm]\nlogin = "{slurm.login.address}"\nuser = "root"\nkey = "{slurm.hosts.client_key}"\n'
+                       f'python = "{sys.executable}"\nnodes = 2\ncpus_per_task = 1\ntime = "10:00"\n')
+    window.set_cluster(cluster, None)
+    window.act_start.trigger()
+    core = lambda: window.session.core  # noqa: E731
+    qtbot.waitUntil(lambda: core() is not None, timeout=10_000)
+    started = core()
+    request.addfinalizer(lambda: started.run.stop(grace=0) if started.run.job else None)  # whatever fails
+    qtbot.waitUntil(lambda: all(t.phase == protocol.TRAINING for t in started.run.tasks), timeout=300_000)
+    qtbot.waitUntil(lambda: all(started.store.points(t.name) > 20 for t in started.run.tasks), timeout=120_000)
+    diagram = window.run_control.diagram
+    qtbot.waitUntil(lambda: [h.name for h in diagram.hosts] == ["tfcch0", "tfcch1"], timeout=60_000)
+    assert [[t.address for t in h.tasks] for h in diagram.hosts] == [["tfcch0:8888"], ["tfcch1:8888"]]
+    notes = [e.get("text", "") for e in started.store.events_snapshot()]
+    assert any("Slurm job" in n and "running on tfcch[0-1]" in n for n in notes), notes[-10:]
+    QApplication.processEvents()
+    save_shot(window, shots, "window-slurm-1440")
+    window.resize(1280, 720)
+    QApplication.processEvents()
+    save_shot(window, shots, "window-slurm-1280")
+    dialogs.answer("QMessageBox.question", QMessageBox.Yes)  # Stop the run? Yes
+    window.act_stop.trigger()
+    qtbot.waitUntil(lambda: not window.session.active, timeout=120_000)
+    assert all(t.phase == protocol.STOPPED for t in started.run.tasks), [t.phase for t in started.run.tasks]
+    window.files.dirty = False
+    window.close()

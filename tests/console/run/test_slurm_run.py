@@ -1,0 +1,205 @@
+"""``tfcc run`` of a Slurm cluster file on a real Slurm cluster (tests.helpers.slurmcluster): the run is one job
+submitted from the login host; every task is followed live through it (the nodes share its files), the job's
+state is said (pending with Slurm's reason, then running on the nodes Slurm chose), a task killed mid-epoch is
+started again by the job and the run finishes, ``tfcc stop`` cancels the job, ``tfcc attach`` after a detach
+delivers every record once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agent import protocol
+from console import cluster as cl
+from console.run.runner import Run
+from console.run.session import RunSession
+from console.states import SessionKind
+from tests.helpers.cli import tfcc
+from trainer.metrics import read_records
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+SLURM_FILE = """
+[training]
+workload = "digits"
+epochs = {epochs}
+per_replica_batch = 16
+max_restarts = 2
+backup_seconds = 2
+
+[slurm]
+login = "{login}"
+user = "root"
+key = "{key}"
+python = "{python}"
+nodes = 2
+cpus_per_task = 1
+time = "10:00"
+"""
+
+
+@pytest.fixture
+def slurm(slurm_cluster, ssh_env, monkeypatch):
+    """The cluster, its login host's key known to this console; the queue emptied after each test."""
+    slurm_cluster.hosts.known_hosts(ssh_env / "known_hosts")
+    yield slurm_cluster
+    slurm_cluster.cancel_all()
+    slurm_cluster.wait_for_no_jobs()
+
+
+def slurm_cluster_file(tmp_path: Path, slurm, epochs: int = 2) -> Path:
+    path = tmp_path / "slurm.toml"
+    path.write_text(SLURM_FILE.format(login=slurm.login.address, key=slurm.hosts.client_key, python=sys.executable,
+                                      epochs=epochs))
+    return path
+
+
+def run_folder(slurm, run_id: str) -> Path:
+    return slurm.login.tfcc_home / "runs" / run_id
+
+
+class Events:
+    """What a session told, kept (on the session's thread) for the test to look at."""
+
+    def __init__(self, session: RunSession):
+        self.all: list = []
+        self.lock = threading.Lock()
+        session.subscribe(self.on_event)
+
+    def on_event(self, event) -> None:
+        with self.lock:
+            self.all.append(event)
+
+    def of(self, kind: str) -> list:
+        with self.lock:
+            return [e for e in self.all if e.kind == kind]
+
+    def steps(self, task: str) -> list[dict]:
+        return [r for e in self.of(SessionKind.RECORDS) if e.task.name == task for r in e.records
+                if r.get("type") == "step"]
+
+
+def wait_for(condition, timeout: float, why) -> None:
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(why())
+        pause.wait(0.25)
+
+
+def trainer_pid(folder: Path) -> int | None:
+    want = f"{protocol.RUN_DIR_VARIABLE}={folder}".encode()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and want in (entry / "environ").read_bytes().split(b"\0") and \
+                    b"trainer" in (entry / "cmdline").read_bytes():
+                return int(entry.name)
+        except OSError:
+            continue
+    return None
+
+
+def test_a_slurm_run_trains_on_two_nodes_followed_live(slurm, tmp_path):
+    run = Run(cl.load(slurm_cluster_file(tmp_path, slurm)), "slurm-a")
+    run.start()
+    session = RunSession(run)
+    events = Events(session)
+    session.follow()
+    try:
+        assert session.wait(400), f"the run did not end: {[t.phase for t in run.tasks]}"
+    finally:
+        session.detach()
+    assert [t.phase for t in run.tasks] == [protocol.FINISHED, protocol.FINISHED]
+    for task in ("worker-0", "worker-1"):  # live records from both nodes, each step once
+        steps = events.steps(task)
+        assert steps and len({(s["epoch"], s["step"]) for s in steps}) == len(steps)
+    jobs = [e.message for e in events.of(SessionKind.JOB)]
+    assert any(j["state"] == "RUNNING" and j["nodes"] == "tfcch[0-1]" for j in jobs), jobs
+    nodes = {json.loads((run_folder(slurm, "slurm-a") / t / "state.json").read_text())["slurm_node"]
+             for t in ("worker-0", "worker-1")}
+    assert nodes == {"tfcch0", "tfcch1"}
+    # each task's address is the node Slurm chose (its launched record's TF_CONFIG): the diagram draws them there
+    assert sorted(t.address for t in run.tasks) == ["tfcch0:8888", "tfcch1:8888"]
+
+
+def test_a_task_killed_mid_epoch_is_started_again_by_the_job_and_the_run_finishes(slurm, tmp_path):
+    run = Run(cl.load(slurm_cluster_file(tmp_path, slurm, epochs=12)), "slurm-b")
+    run.start()
+    session = RunSession(run)
+    events = Events(session)
+    session.follow()
+    folder = run_folder(slurm, "slurm-b") / "worker-1"
+    try:
+        wait_for(lambda: len(events.steps("worker-1")) > 20 and trainer_pid(folder), 300,
+                 lambda: f"worker-1 made no steps: {[t.phase for t in run.tasks]}")
+        wait_for(lambda: "backed_up" in [r.get("event") for r in read_records(folder / "metrics.jsonl")], 120,
+                 lambda: "worker-1 never backed up")
+        os.kill(trainer_pid(folder), signal.SIGKILL)
+        assert session.wait(400), f"the run did not end: {[t.phase for t in run.tasks]}"
+    finally:
+        session.detach()
+    said = [e.text for e in events.of(SessionKind.RESTARTED)]
+    if not said:
+        pytest.fail("no restart: " + "\n".join(e.text for e in events.all if e.kind in SessionKind.SUPERVISION))
+    assert [t.phase for t in run.tasks] == [protocol.FINISHED, protocol.FINISHED]
+    records = read_records(folder / "metrics.jsonl")
+    assert any(r.get("event") == "resumed" for r in records) and records[-1]["event"] == "finished"
+
+
+def test_a_pending_job_says_its_reason_and_tfcc_stop_cancels_it_leaving_nothing(slurm, tmp_path, capsys):
+    blocker = slurm.command("sbatch", "--parsable", "--exclusive", "-N2", "--time=10", "--output=/dev/null", "--wrap", "sleep 600",
+                            host=slurm.login).stdout.strip()
+    wait_for(lambda: any(j["id"] == blocker and j["state"] == "RUNNING" for j in slurm.jobs()), 60,
+             lambda: str(slurm.jobs()))
+    run = Run(cl.load(slurm_cluster_file(tmp_path, slurm)), "slurm-c")
+    run.start()
+    session = RunSession(run)
+    events = Events(session)
+    session.follow()
+    try:
+        wait_for(lambda: any(e.message.get("reason") in ("Resources", "Priority") for e in events.of(SessionKind.JOB)),
+                 60, lambda: str([e.text for e in events.of(SessionKind.JOB)]))
+        pending = next(e for e in events.of(SessionKind.JOB) if e.message.get("reason"))
+        assert pending.message["state"] == "PENDING" and f"Slurm job {run.job['job_id']}: pending" in pending.text
+        wait_for(lambda: all(t.phase == protocol.PENDING for t in run.tasks), 30,
+                 lambda: str([t.phase for t in run.tasks]))
+        slurm.command("scancel", blocker, host=slurm.login)
+        wait_for(lambda: all(t.phase in (protocol.WAITING, protocol.TRAINING) for t in run.tasks), 300,
+                 lambda: str([t.phase for t in run.tasks]))
+        code, out, err = tfcc(["stop", "slurm-c"], capsys)
+        assert code == 0, err
+        assert session.wait(120)
+    finally:
+        session.detach()
+    assert all(t.phase == protocol.STOPPED for t in run.tasks), [t.phase for t in run.tasks]
+    wait_for(lambda: not any(trainer_pid(run_folder(slurm, "slurm-c") / t) for t in ("worker-0", "worker-1")), 60,
+             lambda: "a task still runs after tfcc stop")
+    wait_for(lambda: not [j for j in slurm.jobs() if j["name"] == "tfcc-slurm-c"], 60,
+             lambda: f"the job is still queued: {slurm.jobs()}")
+
+
+def test_attach_after_a_detach_delivers_every_record_once(slurm, tmp_path, capsys):
+    run = Run(cl.load(slurm_cluster_file(tmp_path, slurm, epochs=3)), "slurm-d")
+    run.start()
+    first = RunSession(run)
+    seen = Events(first)
+    first.follow()
+    wait_for(lambda: len(seen.steps("worker-0")) > 5, 300, lambda: str([t.phase for t in run.tasks]))
+    first.detach()
+    run.detach()
+    code, out, err = tfcc(["attach", "slurm-d", "--json"], capsys)
+    assert code == 0, err
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    for task in ("worker-0", "worker-1"):
+        got = [(r["epoch"], r["step"]) for r in lines if r.get("task") == task and r.get("type") == "step"]
+        written = [(r["epoch"], r["step"]) for r in read_records(run_folder(slurm, "slurm-d") / task / "metrics.jsonl")
+                   if r["type"] == "step"]
+        assert got == written  # every record once, in order, the ones before the detach too
