@@ -91,8 +91,15 @@ RUNS_DIR = "runs"  # <home>/runs/<run id>/<task name>: a task's run folder
 BLOBS_DIR = "blobs"
 WORK_DIR = "work"
 SLURM_JOB_FILE = "slurm.json"  # in a Slurm run's folder: its job's id, each rank's task, the roles (agent/slurm.py)
-HEARTBEAT_SECONDS = 5.0         # a Slurm task touches <its folder>/heartbeat this often (the login host sees no node)
-HEARTBEAT_STALE = 30.0          # ... and one silent this long without an end is lost
+HEARTBEAT = "heartbeat"         # in a Slurm task's folder: the node's time, written every HEARTBEAT_SECONDS (the
+HEARTBEAT_SECONDS = 5.0         # login host sees no node's processes) ...
+HEARTBEAT_STALE = 60.0          # ... and one unchanged this long (the login host's clock) without an end is lost
+SLURM_JOB_ENDED = "job_ended"   # in a Slurm run's folder: its batch script ended, or its job was cancelled
+SLURM_SYSTEM_DIR = "system"     # in a Slurm run's folder: <node>.jsonl, each node's system samples (a "system" op's)
+SLURM_CANCELLED = "cancelled"   # in a Slurm run's folder: a stop someone asked for (the job's script restarts nothing)
+# A Slurm job's states (squeue's %T) in which it may still run its tasks; any other is its end (or "GONE").
+SLURM_LIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
+                     "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED")
 MEASURE_FILE = "measure.json"  # in a task's folder: {"ask", "at_step", "asked"}, a breakdown asked for (its trainer
                                # takes it away once read; docs/why-slow.md)
 STOP_MARKER = "stop_requested"  # in a task's folder while a stop someone asked for ends it (its trainer reads it)

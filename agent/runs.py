@@ -41,7 +41,7 @@ STOP_MARKER = protocol.STOP_MARKER
 # finished: it serves until told): the task then ends finished, not failed.
 DONE_MARKER = "stop_is_end"
 
-ENDED_FILE = "job_ended"  # in a Slurm run's folder: its batch script ended, or its job was cancelled (agent/slurm.py)
+ENDED_FILE = protocol.SLURM_JOB_ENDED
 
 
 def home() -> Path:
@@ -334,14 +334,35 @@ def remote_phase(folder: Path, state: dict, ended) -> str | None:
         return None  # its end is recorded: runs.status says it
     if not state:
         return protocol.LOST if (run / ENDED_FILE).exists() else protocol.PENDING
-    if state.get("node") == socket.gethostname() and not state.get("slurm_node"):
-        return None
+    if (run / ENDED_FILE).exists():
+        return protocol.LOST  # its job's script ended without its end: killed with its step
+    return protocol.RUNNING if _beating(folder) else protocol.LOST
+
+
+# A Slurm task's heartbeat as this host last read it: its content, and when (this host's monotonic clock) it
+# last changed. Read, not stat'ed: opening the file makes a network file system show what the node wrote (its
+# attributes may be cached a minute), and no two hosts' clocks are compared.
+_BEATS: dict = {}
+_MAX_BEATS = 4096
+
+
+def _beating(folder: Path) -> bool:
+    """Whether a Slurm task's heartbeat changed within ``HEARTBEAT_STALE`` s of this host's clock (a first look
+    counts as a change: a task this agent has just started to watch is given that long)."""
     try:
-        beat = (folder / "heartbeat").stat().st_mtime
+        with open(folder / protocol.HEARTBEAT, "rb") as f:
+            beat = f.read(64)
     except OSError:
-        beat = state.get("started") or 0
-    fresh = time.time() - beat < protocol.HEARTBEAT_STALE
-    return protocol.RUNNING if fresh and not (run / ENDED_FILE).exists() else protocol.LOST
+        beat = b""
+    now = time.monotonic()
+    key = str(folder)
+    seen = _BEATS.get(key)
+    if seen is None or seen[0] != beat:
+        if len(_BEATS) >= _MAX_BEATS:
+            _BEATS.clear()
+        _BEATS[key] = (beat, now)
+        return True
+    return now - seen[1] < protocol.HEARTBEAT_STALE
 
 
 def started(run_id: str, task: str) -> bool:
@@ -531,6 +552,9 @@ def remove_run(run_id: str, console: str | None = None) -> dict:
     if not folder.is_dir():
         return {"run_id": run_id, "removed": False, "tasks": []}
     tasks = sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
+    if (folder / protocol.SLURM_JOB_FILE).exists() and not (folder / ENDED_FILE).exists():
+        raise AgentError(f"run {run_id}'s Slurm job has not ended (its tasks run on its nodes, or wait to); stop it "
+                         f"first (tfcc stop {run_id}), then delete the run", protocol.ALREADY_RUNNING)
     for task in tasks:  # running as status says: its supervisor lives and has not recorded the end
         state = read_json(folder / task / "state.json") or {}
         if (isinstance(state, dict) and read_json(folder / task / "exit.json") is None

@@ -142,7 +142,10 @@ class Server:
         return slurm.job(req.get("run_id"))
 
     def op_cancel(self, req):
-        return slurm.cancel(req.get("run_id"), float(req.get("grace", slurm.GRACE)))
+        step_only = req.get("step_only", False)
+        if not isinstance(step_only, bool):
+            raise AgentError(f"cancel: step_only must be true or false, not {step_only!r}", protocol.BAD_ARGUMENT)
+        return slurm.cancel(req.get("run_id"), float(req.get("grace", slurm.GRACE)), step_only)
 
     def op_remove(self, req):
         """Delete a run's folder on this host (every task of it here), refused while a task runs."""
@@ -333,6 +336,8 @@ class Server:
         if not runs.run_tasks(run_id):
             raise AgentError(f"no task of run {run_id} on this host (tfcc runs lists what is here)",
                              protocol.NO_SUCH_TASK)
+        if (runs.home() / protocol.RUNS_DIR / run_id / protocol.SLURM_JOB_FILE).exists():
+            return self._nodes_system(rid, run_id, interval)
         sampler = system.Sampler()
         tasks = system.running_tasks(run_id)
         sampler.baseline(tasks)
@@ -341,6 +346,41 @@ class Server:
             tasks = system.running_tasks(run_id)
             if tasks and not self.send({"id": rid, **sampler.sample(tasks)}):
                 return None  # channel closed
+        if not self.closed.is_set():
+            self.send({"id": rid, "type": protocol.END})
+        return None
+
+
+    def _nodes_system(self, rid, run_id: str, interval: float):
+        """A Slurm run's ``system``: each node's samples as its first task writes them (agent/slurm.py), from
+        where each file ends now, every message with its ``node``; until every task of the run has ended."""
+        folder = runs.home() / protocol.RUNS_DIR / run_id / protocol.SLURM_SYSTEM_DIR
+        offsets: dict = {}
+        self.send({"id": rid, "ok": True, "type": protocol.SAMPLING, "interval": interval,
+                   "tasks": runs.run_tasks(run_id)})
+        while not self.closed.wait(interval):
+            for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
+                node = path.name[:-len(".jsonl")]
+                if protocol.name_problem("task", node):
+                    continue
+                try:
+                    size = path.stat().st_size
+                except OSError:
+                    continue
+                offset = offsets.setdefault(node, size)  # what it had before this op began is not streamed
+                if size < offset:  # moved aside (bounded) and begun anew
+                    offset = 0
+                lines, offsets[node], _ = runs.read_new(path, offset)
+                for line in lines[-50:]:  # a console that was away gets the newest, not a backlog
+                    try:
+                        sample = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(sample, dict) and not self.send({"id": rid, **sample, "node": node}):
+                        return None  # channel closed
+            if all(runs.status(run_id, task)["phase"] not in (protocol.RUNNING, protocol.PENDING)
+                   for task in runs.run_tasks(run_id)):
+                break
         if not self.closed.is_set():
             self.send({"id": rid, "type": protocol.END})
         return None

@@ -22,9 +22,11 @@ Under parameter-server training the chief's end ends the servers (their stop is 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -33,14 +35,18 @@ import threading
 import time
 from pathlib import Path
 
-from agent import protocol, supervise
-from agent.runs import (DONE_MARKER, ENDED_FILE, STOP_MARKER, AgentError, _check_name, home, proc_start_time,
-                        read_json, task_dir, write_json)
+from agent import protocol, supervise, system, workdir
+from agent.runs import (DONE_MARKER, ENDED_FILE, STOP_MARKER, AgentError, _check_name, _workdir_step, home,
+                        proc_start_time, read_json, task_dir, write_json)
 
 JOB_FILE = protocol.SLURM_JOB_FILE
 SCRIPT = "job.sbatch"
 GRACE = 10.0                    # a task SIGTERMed (a stop, the chief's end) is killed this long after
 COMMAND_TIMEOUT = 30.0
+JOB_OUTPUT_BYTES = 16384        # the end of the job's own output a job op says
+SYSTEM_DIR = protocol.SLURM_SYSTEM_DIR  # in the run's folder: <node>.jsonl, each node's load (its first task's)
+SYSTEM_SECONDS = 2.0
+MAX_SYSTEM_BYTES = 4 << 20      # a node's samples file is moved to <node>.jsonl.1 past this (bounded on disk)
 _OPTION = re.compile(r"^--[a-z][a-z-]{1,40}=[A-Za-z0-9._:,@%/+-]{1,200}$")  # what an sbatch option may say
 _JOB_ID = re.compile(r"^\d{1,12}(_\d{1,12})?$")
 
@@ -55,22 +61,33 @@ def submit(req: dict) -> dict:
     if not isinstance(tasks, list) or not tasks:
         raise AgentError("submit needs \"tasks\": one {task, argv, env} per rank", protocol.BAD_ARGUMENT)
     options = req.get("sbatch") or []
-    if not isinstance(options, list) or not all(isinstance(o, str) and _OPTION.match(o) for o in options):
+    srun_options = req.get("srun") or []
+    if not isinstance(options, list) or not all(isinstance(o, str) and _OPTION.fullmatch(o) for o in options) or \
+            not isinstance(srun_options, list) or not all(isinstance(o, str) and _OPTION.fullmatch(o)
+                                                          for o in srun_options):
         raise AgentError(f"submit: \"sbatch\" must be options like --partition=gpu, not {options!r}",
                          protocol.BAD_ARGUMENT)
     jobs, port_base = req.get("jobs"), req.get("port_base", 8888)
-    if not isinstance(jobs, str) or not re.match(r"^[a-z]+:\d+(,[a-z]+:\d+)*$", jobs) or \
+    if not isinstance(jobs, str) or not re.fullmatch(r"[a-z]+:\d+(,[a-z]+:\d+)*", jobs) or \
             not isinstance(port_base, int) or not 1 <= port_base <= 65535:
         raise AgentError("submit needs \"jobs\" (like chief:1,worker:2) and a \"port_base\"", protocol.BAD_ARGUMENT)
     restarts = req.get("max_restarts", 0)
     cpus = req.get("cpus_per_task", 1)
     if not isinstance(restarts, int) or not 0 <= restarts <= 100 or not isinstance(cpus, int) or cpus < 1:
         raise AgentError("submit: max_restarts and cpus_per_task must be whole numbers", protocol.BAD_ARGUMENT)
-    secrets = req.get("secret_env") or {}
-    if not isinstance(secrets, dict) or not all(isinstance(k, str) and isinstance(v, str) and "\0" not in k + v
-                                                for k, v in secrets.items()):
-        raise AgentError("submit: \"secret_env\" must map names to strings", protocol.BAD_ARGUMENT)
+    if req.get("secret_env"):  # Slurm keeps a job's environment in its controller's state files: on a disk
+        raise AgentError("submit: a Slurm job cannot take secrets (Slurm writes a job's environment to its "
+                         "controller's disk)", protocol.BAD_ARGUMENT)
+    entries = None if req.get("workdir") is None else _workdir_step(workdir.check_entries, req["workdir"])
+    if entries is not None:  # a script's folder: every blob here before anything is written
+        _workdir_step(workdir.check_blobs, home(), entries)
     run = home() / protocol.RUNS_DIR / run_id
+    before = read_json(run / JOB_FILE)
+    if isinstance(before, dict) and before.get("job_id"):
+        live = job(run_id)
+        if live["state"] in protocol.SLURM_LIVE_STATES and not live["script_ended"]:
+            raise AgentError(f"run {run_id}'s Slurm job {live['job_id']} is still {live['state'].lower()}; stop it "
+                             "first (cancel)", protocol.ALREADY_RUNNING)
     names = []
     for entry in tasks:
         if not isinstance(entry, dict):
@@ -88,32 +105,38 @@ def submit(req: dict) -> dict:
     for entry, name in zip(tasks, names):
         folder = task_dir(run_id, name)
         folder.mkdir(parents=True, exist_ok=True)
-        for stale in ("exit.json", "state.json", "heartbeat", STOP_MARKER, DONE_MARKER):
+        for stale in ("exit.json", "state.json", protocol.HEARTBEAT, STOP_MARKER, DONE_MARKER):
             (folder / stale).unlink(missing_ok=True)
+        if entries is not None and not _workdir_step(workdir.has_work, folder):  # a resubmission keeps work/
+            _workdir_step(workdir.materialise, home(), folder, entries)
+        work = workdir.work_dir(folder)  # the script's own copy of its folder: its cwd
         env = {str(k): str(v) for k, v in (entry.get("env") or {}).items()}
         env.update({protocol.RUN_DIR_VARIABLE: str(folder), protocol.RUN_ID_VARIABLE: run_id,
                     protocol.TASK_VARIABLE: name})
-        before = read_json(folder / "spec.json") if (folder / "spec.json").exists() else None
-        attempt = int(before.get("attempt") or 0) if isinstance(before, dict) else 0  # a resubmission counts on
+        earlier = read_json(folder / "spec.json") if (folder / "spec.json").exists() else None
+        attempt = int(earlier.get("attempt") or 0) if isinstance(earlier, dict) else 0  # a resubmission counts on
         write_json(folder / "spec.json", {
             "run_id": run_id, "task": name, "created": time.time(), "attempt": attempt, "console": req.get("console"),
-            "argv": [a.replace("{run_dir}", str(folder)) for a in entry["argv"]], "env": env, "cwd": str(folder),
-            "python_path": req.get("python_path") or [], "secret_env": sorted(secrets)})
-    (run / ENDED_FILE).unlink(missing_ok=True)
+            "argv": [a.replace("{run_dir}", str(folder)).replace("{work_dir}", str(work)) for a in entry["argv"]],
+            "env": env, "cwd": str(work if entries is not None else folder),
+            "python_path": req.get("python_path") or [], "secret_env": []})
+    for stale in (ENDED_FILE, protocol.SLURM_CANCELLED):
+        (run / stale).unlink(missing_ok=True)
     parameter_server = jobs.startswith("chief:") and ",ps:" in jobs
     write_json(run / JOB_FILE, {"ranks": names, "jobs": jobs, "port_base": port_base, "job_id": None,
                                 "submitted": time.time(), "parameter_server": parameter_server})
-    script = _batch_script(run_id, run, options, python, dist, restarts, cpus, parameter_server, jobs, port_base)
+    script = _batch_script(run_id, run, options, srun_options, python, dist, restarts, cpus, parameter_server, jobs,
+                           port_base)
     (run / SCRIPT).write_text(script)
-    env = dict(os.environ)
-    env.update(secrets)  # sbatch hands its environment to the job: the secrets reach the tasks, never a file
-    try:
+    try:  # sbatch hands its environment to the job (the agent's: TFCC_HOME, the PATH of the login host)
         done = subprocess.run(["sbatch", "--parsable", str(run / SCRIPT)], capture_output=True, text=True,
-                              cwd=str(run), env=env, timeout=COMMAND_TIMEOUT)
+                              cwd=str(run), timeout=COMMAND_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise AgentError(f"cannot run sbatch here ({exc}); is this Slurm's login host?", protocol.SLURM) from None
     if done.returncode != 0:
         said = " ".join(done.stderr.split())[:500]
+        if before is None:  # nothing ran: the run id stays free
+            shutil.rmtree(run, ignore_errors=True)
         raise AgentError(f"sbatch refused the job: {said}", protocol.SLURM)
     job_id = done.stdout.strip().split(";")[0]
     if not _JOB_ID.match(job_id):
@@ -124,10 +147,10 @@ def submit(req: dict) -> dict:
     return {"run_id": run_id, "job_id": job_id, "script": str(run / SCRIPT)}
 
 
-def _batch_script(run_id: str, run: Path, options: list, python: str, dist: str, restarts: int, cpus: int,
-                  parameter_server: bool, jobs: str, port_base: int) -> str:
+def _batch_script(run_id: str, run: Path, options: list, srun_options: list, python: str, dist: str, restarts: int,
+                  cpus: int, parameter_server: bool, jobs: str, port_base: int) -> str:
     q = shlex.quote
-    lines = ["#!/bin/bash", f"#SBATCH --job-name=tfcc-{run_id}", f"#SBATCH --output={run}/slurm-%j.out",
+    lines = ["#!/bin/bash", f"#SBATCH --job-name=tfcc-{run_id}", "#SBATCH --output=slurm-%j.out",  # in its cwd: run
              *(f"#SBATCH {option}" for option in options)]
     wait = " --wait=60" if parameter_server else ""  # servers still there a minute after the chief ended go
     return "\n".join(lines) + f"""
@@ -135,15 +158,18 @@ def _batch_script(run_id: str, run: Path, options: list, python: str, dist: str,
 export PYTHONPATH={q(dist)}${{PYTHONPATH:+:$PYTHONPATH}}
 export TFCC_HOME={q(str(home()))}
 run={q(str(run))}
+rm -f "$run/{ENDED_FILE}"  # (a requeued job runs this again)
 trap 'touch "$run/{ENDED_FILE}"' EXIT
+# Each job its own ports: two jobs on one node must not meet (the k-th task of a node listens on base + k).
+port_base=$(( {port_base} + (${{SLURM_JOB_ID:-0}} % 500) * 64 ))
 attempt=0
 while :; do
   attempt=$((attempt + 1))
   export TFCC_SLURM_ATTEMPT=$attempt
   echo "tfcc: attempt $attempt"
   # each rank: TF_CONFIG from Slurm's variables (the trainer's Slurm mode), then its task (agent/slurm.py)
-  setsid srun --kill-on-bad-exit=1 --cpus-per-task={cpus}{wait} \\
-    {q(python)} -m trainer.slurm --jobs {jobs} --port-base {port_base} -- -m agent.slurm task "$run" &
+  setsid srun --kill-on-bad-exit=1 --cpus-per-task={cpus}{wait}{"".join(" " + o for o in srun_options)} \\
+    {q(python)} -m trainer.slurm --jobs {jobs} --port-base "$port_base" -- -m agent.slurm task "$run" &
   srun_pid=$!
   while :; do
     wait "$srun_pid"
@@ -154,7 +180,7 @@ while :; do
   if [ -e "$run/chief-0/exit.json" ] && grep -q '"returncode": 0' "$run/chief-0/exit.json"; then
     exit 0  # parameter servers: the chief finished; the servers' end is theirs
   fi
-  if ls "$run"/*/{STOP_MARKER} >/dev/null 2>&1; then
+  if [ -e "$run/{protocol.SLURM_CANCELLED}" ]; then
     echo "tfcc: stopped" >&2; exit "$code"
   fi
   if grep -ql '"returncode": 2[,}}]' "$run"/*/exit.json 2>/dev/null; then
@@ -200,7 +226,11 @@ def task_main(run: Path) -> int:
                                        "node": socket.gethostname(), "slurm_node": os.environ.get("SLURMD_NODENAME"),
                                        "job_id": os.environ.get("SLURM_JOB_ID"), "attempt": attempt})
     beating = threading.Event()
-    threading.Thread(target=_heartbeat, args=(folder / "heartbeat", beating), daemon=True).start()
+    threading.Thread(target=_heartbeat, args=(folder / protocol.HEARTBEAT, beating), daemon=True).start()
+    node = os.environ.get("SLURMD_NODENAME") or ""
+    if os.environ.get("SLURM_LOCALID") == "0" and not protocol.name_problem("task", node):
+        # one task a node samples its node's load for the login host (the system lane), while it runs
+        threading.Thread(target=_sample_node, args=(run, record, node, beating), daemon=True).start()
     try:
         supervise.main(["supervise", str(folder)], grace=GRACE)
     finally:
@@ -220,6 +250,41 @@ def _heartbeat(path: Path, done: threading.Event) -> None:
             pass
         if done.wait(protocol.HEARTBEAT_SECONDS):
             return
+
+
+def _node_tasks(run: Path, record: dict, node: str) -> dict:
+    """The run's tasks that run on this node now, as ``system.Sampler`` takes them."""
+    tasks = {}
+    for name in record["ranks"]:
+        folder = run / name
+        state = read_json(folder / "state.json") or {}
+        if not isinstance(state, dict) or state.get("slurm_node") != node or (folder / "exit.json").exists():
+            continue
+        child = (read_json(folder / "child.json") or {}).get("pid")
+        tasks[name] = {"pgid": state.get("pgid"), "pid": child or state.get("pid"), "gpus": None}
+    return tasks
+
+
+def _sample_node(run: Path, record: dict, node: str, done: threading.Event) -> None:
+    """This node's CPU, memory, GPUs and its tasks' processes every ``SYSTEM_SECONDS``, as lines of
+    ``<run>/system/<node>.jsonl`` (the login host's agent streams them); sampling never stops a task."""
+    try:
+        folder = run / SYSTEM_DIR
+        folder.mkdir(exist_ok=True)
+        path = folder / f"{node}.jsonl"
+        sampler = system.Sampler()
+        sampler.baseline(_node_tasks(run, record, node))
+        while not done.wait(SYSTEM_SECONDS):
+            line = (json.dumps(sampler.sample(_node_tasks(run, record, node))) + "\n").encode()
+            try:
+                if path.stat().st_size > MAX_SYSTEM_BYTES:
+                    os.replace(path, folder / f"{node}.jsonl.1")
+            except OSError:
+                pass
+            with open(path, "ab") as f:
+                f.write(line)
+    except Exception as exc:  # the task goes on without its node's lane
+        print(f"tfcc-slurm: no system samples from {node}: {exc}", file=sys.stderr, flush=True)
 
 
 def _end_servers(run: Path, record: dict) -> None:
@@ -255,29 +320,50 @@ def job(run_id: str) -> dict:
     else:  # no longer queued: scontrol knows it a while (MinJobAge)
         shown = dict(re.findall(r"(\w+)=(\S*)", _command(["scontrol", "show", "job", "-o", job_id])))
         state, reason, nodes = shown.get("JobState", "GONE"), shown.get("Reason", ""), shown.get("NodeList", "")
-    ended = (home() / protocol.RUNS_DIR / run_id / ENDED_FILE).exists()
+    run = home() / protocol.RUNS_DIR / run_id
+    if state not in protocol.SLURM_LIVE_STATES and not (run / ENDED_FILE).exists():
+        (run / ENDED_FILE).touch()  # over without its script's end (cancelled while pending, a node's failure):
+        # a task that never started, or never recorded its end, is lost (runs.remote_phase)
     return {"run_id": run_id, "job_id": job_id, "state": state, "reason": "" if reason == "None" else reason,
-            "nodes": "" if nodes in ("(null)", "None") else nodes, "script_ended": ended}
+            "nodes": "" if nodes in ("(null)", "None") else nodes, "script_ended": (run / ENDED_FILE).exists(),
+            "output": _tail(run / f"slurm-{job_id}.out")}
 
 
-def cancel(run_id: str, grace: float = GRACE) -> dict:
-    """Stop the run's job: a stop asked for (each task's folder says so), SIGTERM to its steps, scancel after
-    ``grace`` s (TensorFlow may catch SIGTERM); a pending job is just cancelled."""
+def _tail(path: Path, size: int = JOB_OUTPUT_BYTES) -> str:
+    """The end of the job's own output (srun's errors, its attempts), at most ``size`` bytes."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - size))
+            return f.read(size).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def cancel(run_id: str, grace: float = GRACE, step_only: bool = False) -> dict:
+    """Stop the run's job: SIGTERM to its running step, SIGKILL ``grace`` s later (TensorFlow may catch SIGTERM).
+
+    ``step_only``: only this attempt's tasks end (a group restart: the job's script starts the next attempt
+    while its max_restarts allow). Else it is a stop someone asked for (each task's folder and the run's say
+    so: nothing restarts) and the job is cancelled (a pending one at once)."""
     record = job_record(run_id)
     run = home() / protocol.RUNS_DIR / run_id
-    now = repr(time.time())
-    for name in record["ranks"]:
-        (run / name / STOP_MARKER).write_text(now)
+    grace = max(0.0, min(float(grace), 300.0))
+    if not step_only:
+        now = repr(time.time())
+        (run / protocol.SLURM_CANCELLED).write_text(now)
+        for name in record["ranks"]:
+            (run / name / STOP_MARKER).write_text(now)
     job_id = record["job_id"]
-    deadline = time.monotonic() + grace
-    if job(run_id)["state"] == "RUNNING":  # (scancel --signal waits on a job that has not started)
-        _command(["scancel", "--quiet", "--signal=TERM", job_id])
-    else:
-        deadline = 0
-    while time.monotonic() < deadline and job(run_id)["state"] in ("RUNNING", "COMPLETING"):
-        if all((run / name / "exit.json").exists() for name in record["ranks"]):
-            break
-        time.sleep(0.2)
+    steps = _running_steps(job_id)
+    for step in steps:  # (scancel --signal on a job that has not started waits)
+        _command(["scancel", "--quiet", "--signal=TERM", step])
+    deadline = time.monotonic() + (grace if steps else 0)
+    while time.monotonic() < deadline and _running_steps(job_id) == steps:
+        time.sleep(1.0)
+    for step in _running_steps(job_id) if steps else []:
+        _command(["scancel", "--quiet", "--signal=KILL", step])
+    if step_only:
+        return {"run_id": run_id, "job_id": job_id, "stopped": bool(steps), "steps": steps}
     _command(["scancel", "--quiet", job_id])
     for name in record["ranks"]:  # a task that never started, or was killed before it recorded its end
         folder = run / name
@@ -286,6 +372,12 @@ def cancel(run_id: str, grace: float = GRACE) -> dict:
                                               "stopped": True})
     (run / ENDED_FILE).touch()
     return {"run_id": run_id, "job_id": job_id, "stopped": True}
+
+
+def _running_steps(job_id: str) -> list:
+    """The job's task steps running now (``<job>.<step>``; its batch script's own step left out)."""
+    said = _command(["squeue", "-h", "-s", "-j", job_id, "-o", "%i"])
+    return sorted(s for s in said.split() if re.fullmatch(r"\d+(_\d+)?\.\d+", s))
 
 
 def _command(argv: list) -> str:

@@ -41,7 +41,9 @@ def main(argv, grace: float | None = None) -> int:
         received.append(signum)
         if grace is not None and running and len(received) == 1:
             os.kill(running[0].pid, signal.SIGTERM)
-            threading.Timer(grace, _kill, args=(running[0],)).start()
+            killer = threading.Timer(grace, _kill, args=(running[0],))
+            killer.daemon = True  # the task's end ends the supervisor: nothing waits for it
+            killer.start()
 
     # A stop signals the whole process group: stay alive to record the task's end.
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

@@ -17,7 +17,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from agent.protocol import ENDED, FAILED, FINISHED, LEFT, LOST, NO_SUCH_TASK, NOT_STARTED, REMOVE, RUNNING, STATUS
+from agent.protocol import (ENDED, FAILED, FINISHED, LEFT, LOST, NO_SUCH_TASK, NOT_STARTED, PENDING, REMOVE, RUNNING,
+                            STATUS)
 from console import cluster as cl
 from console import text
 from console import speed
@@ -331,7 +332,7 @@ def delete_run(run_id: str, ask_host_key=None) -> list[str]:
         except TfccError as exc:
             raise RunError(f"cannot delete run {run_id}: {exc.cause}",
                            (exc.fix + "; " if exc.fix else "") + "nothing was deleted") from None
-        alive = [t.name for t, s in zip(run.tasks, statuses) if s.get("phase") == RUNNING]
+        alive = [t.name for t, s in zip(run.tasks, statuses) if s.get("phase") in (RUNNING, PENDING)]
         if alive:
             raise RunError(f"run {run_id} still runs ({', '.join(alive)}); nothing was deleted",
                            f"stop it first (tfcc stop {run_id}), then delete it")

@@ -391,6 +391,11 @@ def cmd_logs(ns) -> int:
             content = text.printable(content)  # what a task wrote: its escape sequences are shown, not run
             print(f"==> {task.name} on {task.host}: {stream} <==")
             print(content, end="" if content.endswith("\n") or not content else "\n")
+    if run.cluster.slurm is not None and not ns.task:  # the job's own output: srun's errors, its attempts
+        job = run.job_state()
+        output = text.printable(job.get("output") or "")
+        print(f"==> {text.job_words(job)}: slurm-{job.get('job_id')}.out <==")
+        print(output, end="" if output.endswith("\n") or not output else "\n")
     run.detach()
     return 0
 

@@ -166,6 +166,13 @@ class Slurm:
             options.append(f"--gres=gpu:{self.gpus_per_task * self.tasks_per_node}")
         return options + self.placement()
 
+    def srun_options(self) -> list[str]:
+        """srun's options beyond the job's: each task its own GPUs of its node (a mask per local rank)."""
+        if not self.gpus_per_task or self.tasks_per_node < 2:
+            return []
+        g = self.gpus_per_task
+        return ["--gpu-bind=mask_gpu:" + ",".join(hex(((1 << g) - 1) << (k * g)) for k in range(self.tasks_per_node))]
+
     def jobs(self) -> str:
         """The roles over the ranks, as the trainer's Slurm mode reads them (chief:1,ps:1,worker:2)."""
         roles = self.roles()
@@ -584,6 +591,18 @@ def validate(cluster: Cluster) -> None:
                 f"{', '.join(remote)}, which cannot reach it there; give {host.name!r} an address the other hosts can reach"
             )
     t = cluster.training
+    if cluster.slurm is not None and t.firewall:
+        raise ClusterFileError("training.firewall is for hosts of your own (nftables on each); a Slurm cluster's "
+                               "nodes are its admins': remove firewall (docs/security.md says what the tasks' ports "
+                               "expose)")
+    if cluster.slurm is not None and t.secret_env:
+        raise ClusterFileError("training.secret_env cannot reach a Slurm job's tasks without touching a disk (Slurm "
+                               "keeps a job's environment in its controller's state files); remove secret_env and "
+                               "give the tasks their secrets the way your cluster provides (its own secret store, a "
+                               "file only you can read)")
+    if cluster.slurm is not None and t.elastic:
+        raise ClusterFileError("training.elastic is for hosts of your own; a Slurm job restarts its tasks within its "
+                               "allocation, or is submitted again: remove elastic")
     _choice("training.workload", t.workload, WORKLOADS)
     _choice("training.strategy", t.strategy, STRATEGIES)
     roles = {role: [t.host for t in cluster.tasks if t.role == role] for role in ROLES}

@@ -5,8 +5,6 @@ import os
 
 import pytest
 
-from tests.helpers.slurmcluster import SlurmCluster, missing_requirements as slurm_missing
-
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ["TF_USE_LEGACY_KERAS"] = "1"  # before any test imports TensorFlow
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -53,6 +51,9 @@ def pytest_runtest_protocol(item, nextitem):
 def slurm_cluster(tmp_path_factory):
     """A real Slurm cluster: two test hosts that are its nodes (the first also its login host), slurmctld here,
     munge (tests.helpers.slurmcluster)."""
+    from tests.helpers.slurmcluster import SlurmCluster, missing_requirements as slurm_missing  # (this file is
+    # copied alone into other tests' folders: nothing of tests/ at its top)
+
     problem = slurm_missing()
     if problem:
         if os.environ.get("CI") == "true":

@@ -22,7 +22,7 @@ from typing import Callable
 
 from agent.protocol import (CANCEL, CHECK_PORTS, FINISHED, FIREWALL, JOB, LOST, LOG_MESSAGE, MEASURE, METRICS,
                             METRICS_MESSAGE, NO_SUCH_TASK, NOT_STARTED, PORTS, RUNNING, RUNS_DIR, START, STATUS, STOP,
-                            SUBMIT, SYSTEM_MESSAGE, parse_address, parse_task_name)
+                            SLURM_LIVE_STATES, SUBMIT, SYSTEM_MESSAGE, parse_address, parse_task_name)
 from console import cluster as cl
 from console import exposure, text
 from console.errors import RunError, TfccError
@@ -37,7 +37,7 @@ from console.states import FOLLOW_ERROR, RECONNECTED, RECONNECTING, TaskState
 from console.store.manifests import (Manifest, check_run_id, console_id, manifest_path, read_manifest,
                                      write_manifest)
 from console.workdir import Workdir, collect as collect_workdir, excluded_module, human_bytes
-from trainer.tf_config import TRAINING_ROLES
+from trainer.tf_config import PS, TRAINING_ROLES
 
 log = logging.getLogger("console.run.runner")
 
@@ -108,6 +108,7 @@ class Run:
             self.links = {h.name: HostLink(h, ask_host_key) for h in cluster.hosts
                           if any(t.host == h.name for t in cluster.tasks)}
         self.job: dict = {}  # a Slurm run's job as its login host last said it (``watch_job``)
+        self._attempts: dict[str, int] = {}  # a Slurm run: each task's attempt when stop_each ended it
         self.tf_configs: list[str] | None = None
         # An elastic run's tasks that it goes on without (name -> why), and each change of its size, oldest first
         # ({"at", "tasks", "why"}): kept in the manifest.
@@ -264,7 +265,7 @@ class Run:
 
         at_once(self._links_of(self.members), connect)
         if self.cluster.slurm is not None:
-            self._submit(resume)
+            self._submit(resume, explicit)
             return
         if resume:
             self._seed_backups(self._check_stopped(explicit))
@@ -293,20 +294,27 @@ class Run:
 
     # ----------------------------------------------------------------- a Slurm run
 
-    def _submit(self, resume: bool) -> None:
+    def _submit(self, resume: bool, explicit: bool = False) -> None:
         """A Slurm run's start: one job from the login host, every task a rank of it (agent/slurm.py). A restart
         (``resume``) while the job's own script still runs submits nothing: the script starts the tasks again
-        (each new attempt's step), and this waits until their folders say so; after the job ended it is
-        submitted again in the same folders (the trainer goes on from its backups)."""
+        (each new attempt's step), and this waits until their folders say so; once the job has ended it is
+        submitted again in the same folders (the trainer goes on from its backups). ``explicit``: a person's
+        resume, refused while the job still runs."""
         link = next(iter(self.links.values()))
         slurm = self.cluster.slurm
         if resume:
             if self.tf_configs is None:
                 self._previous_configs(True)
             job = self.job_state()
-            if job["state"] in ("PENDING", "RUNNING", "CONFIGURING", "REQUEUED") and not job["script_ended"]:
-                self._await_next_attempt(link)
-                return
+            if job["state"] in SLURM_LIVE_STATES and not job["script_ended"]:
+                if explicit:
+                    raise RunError(f"run {self.run_id}'s Slurm job {job['job_id']} is still {job['state'].lower()}",
+                                   f"follow it with tfcc attach {self.run_id}, or stop it with tfcc stop "
+                                   f"{self.run_id} before resuming")
+                if self._await_next_attempt(link):
+                    return
+            if all(s is not None and s["phase"] == FINISHED for s in self._statuses().values()):
+                raise RunError(f"run {self.run_id} finished: every task ended well", "start a new run to train again")
         else:
             self._previous_configs(False)
         training = self.cluster.training
@@ -315,14 +323,14 @@ class Run:
         for task, spec in zip(self.tasks, self.cluster.tasks):
             argv, env = task_command(self.cluster, spec, slurm.python or "python3", link.dist,
                                      workdir.script if workdir is not None else None)
-            env.pop(GPUS, None)  # Slurm gives each task its GPUs (--gres)
+            if spec.role != PS:
+                env.pop(GPUS, None)  # Slurm gives each task its GPUs (--gres); a ps holds variables on its CPU
             tasks.append({"task": task.name, "argv": argv, "env": env})
-        shipped = {"secret_env": secret_values(self.cluster)} if training.secret_env else {}
-        if workdir is not None:
-            raise RunError("a script with its folder cannot run on a Slurm cluster yet",
-                           "export it with tfcc export slurm and submit that (docs/graduation.md)")
+        shipped = {}  # (no secret_env: a Slurm cluster file refuses it, console/cluster.py)
+        if workdir is not None:  # its blobs went to the login host with the deploy: each task's work/ from them
+            shipped["workdir"] = workdir.entries()
         reply = link.connect().call(SUBMIT, timeout=90, run_id=self.run_id, tasks=tasks, jobs=slurm.jobs(),
-                                    port_base=SLURM_PORT_BASE, sbatch=slurm.sbatch_options(),
+                                    port_base=SLURM_PORT_BASE, sbatch=slurm.sbatch_options(), srun=slurm.srun_options(),
                                     python=slurm.python or "python3", python_path=[link.dist],
                                     cpus_per_task=slurm.cpus_per_task, max_restarts=training.max_restarts,
                                     console=console_id(), fresh=not resume, **shipped)
@@ -334,19 +342,22 @@ class Run:
             task.attempt = max(task.attempt, 1)
         log.info("run %s: submitted as Slurm job %s", self.run_id, reply["job_id"])
 
-    def _await_next_attempt(self, link: HostLink, timeout: float = 120.0) -> None:
-        """Until the job's script has started every task again (their ends of the last attempt are gone)."""
+    def _await_next_attempt(self, link: HostLink, timeout: float = 120.0) -> bool:
+        """Until the job's script has started every task again: each one's attempt past the one ``stop_each``
+        ended. False when the script ended first (its restarts spent): the job is to be submitted again."""
+        before = self._attempts or {t.name: t.attempt for t in self.members}
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not self._stop.is_set():
             statuses = [link.connect().call(STATUS, run_id=self.run_id, task=t.name) for t in self.members]
-            if all(s["exit"] is None for s in statuses):
-                return
-            if self.job_state()["script_ended"]:
-                raise RunError(f"Slurm job {self.job.get('job_id')} of run {self.run_id} ended before it "
-                               "restarted its tasks", f"tfcc resume {self.run_id} submits it again")
+            if all(s["exit"] is None and (s.get("attempt") or 0) > before.get(t.name, 0)
+                   for t, s in zip(self.members, statuses)):
+                return True
+            job = self.job_state()
+            if job["script_ended"] or job["state"] not in SLURM_LIVE_STATES:
+                return False
             self._stop.wait(1.0)
         raise RunError(f"Slurm job {self.job.get('job_id')} did not start the tasks of run {self.run_id} again in "
-                       f"{timeout:.0f} s", f"see tfcc logs {self.run_id}; tfcc stop {self.run_id}")
+                       f"{timeout:.0f} s", f"tfcc stop {self.run_id}, then tfcc resume {self.run_id}")
 
     def job_state(self) -> dict:
         """A Slurm run's job as its login host says it now: state, Slurm's reason, nodes, whether its script
@@ -369,9 +380,9 @@ class Run:
                     now = (job.get("state"), job.get("reason"), job.get("nodes"))
                     if now != said:
                         said = now
-                        on_job(dict(job))
-                if self.tasks and all(t.ended for t in self.members):
-                    return
+                        on_job({k: v for k, v in job.items() if k != "output"})  # (tfcc logs says its output)
+                if self.job.get("state") not in SLURM_LIVE_STATES and all(t.ended for t in self.members):
+                    return  # (a restart within the job, or a new job, keeps it watched)
                 self._stop.wait(interval)
 
         thread = threading.Thread(target=watch, name=f"tfcc-job-{self.run_id}", daemon=True)
@@ -674,8 +685,6 @@ class Run:
         with backoff, and ends when its tasks' follows have ended, on ``detach``, or when the agent
         refuses; what it streams is no part of ``wait``: a run's end never waits for a sample.
         """
-        if self.cluster.slurm is not None:
-            return  # the nodes' load is not the login host's (not sampled yet)
         with self._sampling:
             for host in self.links:
                 if host in self._samplers:
@@ -698,7 +707,10 @@ class Run:
         def deliver(message):
             if message.get("type") == SYSTEM_MESSAGE and not done.is_set():
                 backoff["delay"] = 0.2
-                on_system(host, {k: v for k, v in message.items() if k != "id"})
+                # a Slurm run's samples are its nodes', each named (the login host's agent streams them)
+                node = message.get("node") if self.cluster.slurm is not None else None
+                on_system(node if isinstance(node, str) and node else host,
+                          {k: v for k, v in message.items() if k not in ("id", "node")})
 
         def finished() -> bool:
             """Whether to end now: stopped, or the host's follows are over (then this thread is gone)."""
@@ -785,10 +797,37 @@ class Run:
     def stop_each(self, grace: float = 10.0, only: list[TaskState] | None = None, done: bool = False) -> list[str]:
         """Stop every task in the run (or ``only`` these), whatever fails; the hosts where a stop had no answer."""
         if self.cluster.slurm is not None:
-            return []  # the job's script ends its tasks itself (a failed step, the chief's end): see stop
+            return self._end_attempt(grace, done)
         tasks = self.members if only is None else only
         return [task.host for task, answer in zip(tasks, self._send_stop(tasks, grace, done))
                 if isinstance(answer, TfccError)]
+
+    def _end_attempt(self, grace: float, done: bool) -> list[str]:
+        """A Slurm run's ``stop_each``: the servers' end after the chief's is the chief's wrapper's (``done``);
+        else this attempt's tasks end (SIGTERM to the job's step, SIGKILL after ``grace``) and the job's script
+        starts the next (``_await_next_attempt``). Each task's attempt is noted first."""
+        if done:
+            return []
+        link = next(iter(self.links.values()))
+        self._attempts = {t.name: t.attempt for t in self.members}  # the attempt followed (its launched record)
+        try:
+            statuses = [link.connect().call(STATUS, run_id=self.run_id, task=t.name) for t in self.members]
+            # Only the attempt followed: one the job's script has already replaced (a failed step ends by itself,
+            # srun --kill-on-bad-exit) is not to be ended too.
+            if any(s["phase"] == RUNNING and s.get("attempt") == t.attempt for t, s in zip(self.members, statuses)):
+                link.connect().call(CANCEL, timeout=grace + 60, run_id=self.run_id, grace=grace, step_only=True)
+        except TfccError as exc:
+            log.warning("could not end the attempt of Slurm run %s: %s", self.run_id, exc)
+            return [link.host.name]
+        return []
+
+    def cancel_job(self) -> None:
+        """A Slurm run given up: its job goes (its script would start the tasks again, with nobody following)."""
+        if self.cluster.slurm is not None and self.job.get("job_id"):
+            try:
+                next(iter(self.links.values())).connect().call(CANCEL, timeout=90, run_id=self.run_id, grace=10)
+            except TfccError as exc:
+                log.warning("could not cancel the Slurm job of run %s: %s", self.run_id, exc)
 
     def measure(self, tasks: list[TaskState], ask: str, at_step: int) -> list[dict | TfccError]:
         """Give ``tasks`` (all hosts at once) the breakdown's ask ``ask`` (trainer/breakdown.py: they measure once

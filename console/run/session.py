@@ -535,6 +535,8 @@ class RunSession:
                 task.launched_at = when if math.isfinite(when) else task.launched_at
                 if self.run.cluster.slurm is not None:  # Slurm chose its node: its address is in its TF_CONFIG
                     task.address = _launched_address(r) or task.address
+                    if isinstance(r.get("attempt"), int) and r["attempt"] > task.attempt:
+                        task.attempt = r["attempt"]  # the job's script counts its attempts
                 task.cluster_formed = False
                 if self._moves(task):
                     task.change(WAITING)
@@ -632,7 +634,10 @@ class RunSession:
         self._tell(SessionEvent(SessionKind.STATE, task, text=words, message={"state": state}))
 
     def _say(self, kind: str, words: str) -> None:
-        """A supervision event (a SessionKind), in the store and to listeners."""
+        """A supervision event (a SessionKind), in the store and to listeners. A Slurm run given up: its job goes
+        too (its script would start the tasks again with nobody following), on a thread of its own."""
+        if kind == SessionKind.GAVE_UP and self.run.cluster.slurm is not None:
+            threading.Thread(target=self.run.cancel_job, name=f"tfcc-cancel-{self.run.run_id}", daemon=True).start()
         if self.store is not None:
             self.store.note(CONSOLE_TASK, kind, words)
         self._tell(SessionEvent(kind, text=words, message={"type": kind, "attempt": self.attempt}))

@@ -499,8 +499,10 @@ class Supervisor:
         failed, self._failed = self._failed, []
         if self.given_up or self.stop_requested or self._coordinator_finished():
             return  # no (more) supervision: the run ends as its tasks do
-        if self.run.cluster.parameter_server and all((parse_task_name(t.name)[0] == WORKER or _evaluates(t))
-                                                     and not self._stalled.get(t.name) for t in failed):
+        # (A Slurm job's step ends every task with one: its restart is always the group's.)
+        if self.run.cluster.parameter_server and self.run.cluster.slurm is None and \
+                all((parse_task_name(t.name)[0] == WORKER or _evaluates(t)) and not self._stalled.get(t.name)
+                    for t in failed):
             self._relaunch_workers(failed)
             return
         self.restarting = True

@@ -57,6 +57,11 @@ def trainer_tasks(names: list[str]) -> list[dict]:
              "env": {}} for name in names]
 
 
+def port_base(job_id: str) -> int:
+    """The first port of a job's tasks on each node, as its batch script picks it."""
+    return 8888 + int(job_id) % 500 * 64
+
+
 def run_processes(run: Path) -> list[int]:
     """Processes of this machine (every node's: the namespaces share it) started for ``run``'s tasks."""
     mark = f"{protocol.RUN_DIR_VARIABLE}={run}".encode()
@@ -103,7 +108,8 @@ def test_a_run_submitted_as_one_job_trains_on_two_nodes_followed_from_the_login_
         nodes.add(state["slurm_node"])
         records = read_records(run / task / "metrics.jsonl")
         launched = next(r for r in records if r.get("event") == "launched")
-        assert launched["cluster"] == {"worker": ["tfcch0:8888", "tfcch1:8888"]}
+        port = port_base(submitted["job_id"])  # each job its own ports (two jobs may share a node)
+        assert launched["cluster"] == {"worker": [f"tfcch0:{port}", f"tfcch1:{port}"]}
         assert any(r["type"] == "step" for r in records) and records[-1]["event"] == "finished"
     assert nodes == {"tfcch0", "tfcch1"}
     job = agent.ok(protocol.JOB, run_id="r1")

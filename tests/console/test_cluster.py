@@ -264,3 +264,12 @@ def test_the_slurm_export_asks_for_the_cluster_files_partition_account_qos_and_g
     for line in ("#SBATCH --nodes=3", "#SBATCH --ntasks=6", "#SBATCH --ntasks-per-node=2", "#SBATCH --gres=gpu:2",
                  "#SBATCH --time=2:00:00", "#SBATCH --partition=gpu", "#SBATCH --account=lab", "#SBATCH --qos=normal"):
         assert line + "\n" in text
+
+
+@pytest.mark.parametrize("setting, words", [("firewall = true", "training.firewall is for hosts of your own"),
+                                            ("elastic = 1", "training.elastic is for hosts of your own"),
+                                            ('secret_env = ["API_KEY"]', "cannot reach a Slurm job's tasks")])
+def test_what_only_hosts_of_ones_own_can_do_is_refused_for_a_slurm_cluster(setting, words):
+    with pytest.raises(ClusterFileError) as caught:
+        cl.loads(SLURM.replace('epochs = 2', f'epochs = 2\n{setting}'))
+    assert words in str(caught.value)

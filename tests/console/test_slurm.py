@@ -33,7 +33,16 @@ def login(slurm_cluster, ssh_env):
     """The cluster's login host, its key known to this console (as after a first accepted connection)."""
     slurm_cluster.hosts.known_hosts(ssh_env / "known_hosts")
     yield slurm_cluster
-    assert slurm_cluster.jobs() == [], "a pre-flight submitted a job"
+    slurm_cluster.cancel_all()
+    slurm_cluster.wait_for_no_jobs()
+
+
+@pytest.fixture
+def nothing_submitted(login):
+    """The test submits no job (the controller knows of none more after it)."""
+    before = login.job_ids()
+    yield login
+    assert login.job_ids() == before, "a pre-flight submitted a job"
 
 
 def cluster_file(tmp_path, cluster, host=None, nodes=2, time="10:00", more="") -> str:
@@ -44,7 +53,7 @@ def cluster_file(tmp_path, cluster, host=None, nodes=2, time="10:00", more="") -
     return str(path)
 
 
-def test_check_says_the_login_hosts_slurm_would_take_the_job(login, tmp_path, capsys):
+def test_check_says_the_login_hosts_slurm_would_take_the_job(nothing_submitted, login, tmp_path, capsys):
     code, out, err = tfcc(["check", cluster_file(tmp_path, login, more='partition = "debug"\naccount = "lab"')],
                           capsys)
     assert code == 0, err
@@ -53,7 +62,7 @@ def test_check_says_the_login_hosts_slurm_would_take_the_job(login, tmp_path, ca
     assert "nothing submitted" in out
 
 
-def test_the_preflight_reads_the_partitions(login, tmp_path):
+def test_the_preflight_reads_the_partitions(nothing_submitted, login, tmp_path):
     answer = slurm.preflight(cl.load(cluster_file(tmp_path, login)))
     (debug,) = answer.partitions
     assert (debug.name, debug.up, debug.nodes, debug.time_limit, debug.default) == ("debug", True, 2, "2:00:00", True)
@@ -70,14 +79,15 @@ def test_the_preflight_reads_the_partitions(login, tmp_path):
     (dict(more="cpus_per_task = 64"),
      "partition debug cannot hold 2 node(s) of 1 task(s) with 64 CPUs each"),
 ])
-def test_a_job_slurm_would_refuse_is_one_line_and_nothing_is_submitted(login, tmp_path, capsys, settings, words):
+def test_a_job_slurm_would_refuse_is_one_line_and_nothing_is_submitted(nothing_submitted, login, tmp_path, capsys,
+                                                                       settings, words):
     for command in ("check", "run"):
         code, out, err = tfcc([command, cluster_file(tmp_path, login, **settings)], capsys)
         assert code != 0 and out == ""
         assert len(err.strip().splitlines()) == 1 and words in err, err
 
 
-def test_a_login_host_without_slurm_is_one_line(login, tmp_path, capsys):
+def test_a_login_host_without_slurm_is_one_line(nothing_submitted, login, tmp_path, capsys):
     host = login.hosts.hosts[1]
     with login.without_slurm(host):
         code, out, err = tfcc(["check", cluster_file(tmp_path, login, host=host)], capsys)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -105,6 +106,12 @@ class SlurmCluster:
         return self
 
     def down(self) -> None:
+        if self._daemons:
+            try:  # jobs first: their steps end before the daemons that track them
+                self.cancel_all()
+                self.wait_for_no_jobs(20)
+            except (RuntimeError, OSError, subprocess.SubprocessError):
+                pass
         for proc in reversed(self._daemons):
             if proc.poll() is None:
                 proc.terminate()
@@ -249,6 +256,11 @@ PartitionName={PARTITION} Nodes={nodes} Default=YES MaxTime={MAX_TIME} State=UP
         finally:
             for path in hidden:
                 run_tool(["nsenter", f"--mount={mounts}", "umount", path], check=False)
+
+    def job_ids(self) -> set[str]:
+        """Every job the controller still knows of (ended ones too, for MinJobAge): a submission adds one."""
+        out = self.command("scontrol", "show", "jobs", "-o", check=False).stdout
+        return set(re.findall(r"^JobId=(\d+)", out, re.M))
 
     def cancel_all(self) -> None:
         self.command("scancel", "--full", "--quiet", *[job["id"] for job in self.jobs()], check=False)

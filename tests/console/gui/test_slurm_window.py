@@ -74,7 +74,8 @@ def test_the_window_follows_a_slurm_job_on_the_nodes_slurm_chose(qtbot, slurm, g
     qtbot.waitUntil(lambda: all(started.store.points(t.name) > 20 for t in started.run.tasks), timeout=120_000)
     diagram = window.run_control.diagram
     qtbot.waitUntil(lambda: [h.name for h in diagram.hosts] == ["tfcch0", "tfcch1"], timeout=60_000)
-    assert [[t.address for t in h.tasks] for h in diagram.hosts] == [["tfcch0:8888"], ["tfcch1:8888"]]
+    port = 8888 + int(started.run.job["job_id"]) % 500 * 64  # each job its own ports (agent/slurm.py)
+    assert [[t.address for t in h.tasks] for h in diagram.hosts] == [[f"tfcch0:{port}"], [f"tfcch1:{port}"]]
     notes = [e.get("text", "") for e in started.store.events_snapshot()]
     assert any("Slurm job" in n and "running on tfcch[0-1]" in n for n in notes), notes[-10:]
     QApplication.processEvents()

@@ -121,13 +121,19 @@ def test_a_slurm_run_trains_on_two_nodes_followed_live(slurm, tmp_path):
     for task in ("worker-0", "worker-1"):  # live records from both nodes, each step once
         steps = events.steps(task)
         assert steps and len({(s["epoch"], s["step"]) for s in steps}) == len(steps)
+    # the system lane: each node's load and its task's processes, sampled on the node, streamed by the login host
+    samples = {e.host: e.message for e in events.of(SessionKind.SYSTEM)}
+    assert set(samples) == {"tfcch0", "tfcch1"}, set(samples)
+    assert {task for s in samples.values() for task in s["tasks"]} == {"worker-0", "worker-1"}
+    assert all(s["cpus"] and s["memory_total_bytes"] for s in samples.values())
     jobs = [e.message for e in events.of(SessionKind.JOB)]
     assert any(j["state"] == "RUNNING" and j["nodes"] == "tfcch[0-1]" for j in jobs), jobs
     nodes = {json.loads((run_folder(slurm, "slurm-a") / t / "state.json").read_text())["slurm_node"]
              for t in ("worker-0", "worker-1")}
     assert nodes == {"tfcch0", "tfcch1"}
     # each task's address is the node Slurm chose (its launched record's TF_CONFIG): the diagram draws them there
-    assert sorted(t.address for t in run.tasks) == ["tfcch0:8888", "tfcch1:8888"]
+    port = 8888 + int(run.job["job_id"]) % 500 * 64  # each job its own ports (agent/slurm.py)
+    assert sorted(t.address for t in run.tasks) == [f"tfcch0:{port}", f"tfcch1:{port}"]
 
 
 def test_a_task_killed_mid_epoch_is_started_again_by_the_job_and_the_run_finishes(slurm, tmp_path):
@@ -184,6 +190,29 @@ def test_a_pending_job_says_its_reason_and_tfcc_stop_cancels_it_leaving_nothing(
              lambda: "a task still runs after tfcc stop")
     wait_for(lambda: not [j for j in slurm.jobs() if j["name"] == "tfcc-slurm-c"], 60,
              lambda: f"the job is still queued: {slurm.jobs()}")
+    code, out, err = tfcc(["logs", "slurm-c"], capsys)  # the tasks' logs, then the job's own output
+    assert code == 0 and f"==> Slurm job {run.job['job_id']}: " in out and "tfcc: attempt 1" in out, (out, err)
+
+
+def test_a_pending_job_cancelled_outside_tfcc_ends_its_tasks(slurm, tmp_path):
+    """scancel by hand (or any end before its script ran): the tasks are lost, not pending for ever."""
+    blocker = slurm.command("sbatch", "--parsable", "--exclusive", "-N2", "--time=10", "--output=/dev/null", "--wrap",
+                            "sleep 600", host=slurm.login).stdout.strip()
+    wait_for(lambda: any(j["id"] == blocker and j["state"] == "RUNNING" for j in slurm.jobs()), 60,
+             lambda: str(slurm.jobs()))
+    cluster = cl.load(slurm_cluster_file(tmp_path, slurm))
+    cluster.training.max_restarts = 0
+    run = Run(cluster, "slurm-e")
+    run.start()
+    session = RunSession(run)
+    session.follow()
+    try:
+        wait_for(lambda: all(t.phase == protocol.PENDING for t in run.tasks), 60, lambda: str([t.phase for t in run.tasks]))
+        slurm.command("scancel", run.job["job_id"], host=slurm.login)
+        assert session.wait(120), [t.phase for t in run.tasks]
+    finally:
+        session.detach()
+    assert all(t.phase == protocol.LOST for t in run.tasks), [t.phase for t in run.tasks]
 
 
 def test_attach_after_a_detach_delivers_every_record_once(slurm, tmp_path, capsys):
@@ -203,3 +232,29 @@ def test_attach_after_a_detach_delivers_every_record_once(slurm, tmp_path, capsy
         written = [(r["epoch"], r["step"]) for r in read_records(run_folder(slurm, "slurm-d") / task / "metrics.jsonl")
                    if r["type"] == "step"]
         assert got == written  # every record once, in order, the ones before the detach too
+
+
+def test_a_users_two_file_fit_script_runs_unchanged_on_slurm(slurm, tmp_path, capsys):
+    """The main case: a script of the user's own (tests/data/scripts/mwms_fit: main.py imports mnist_setup.py and
+    reads config.json), shipped with its folder to the login host; each task runs in its own copy on its node,
+    TF_CONFIG from Slurm, its metrics captured from the outside."""
+    import shutil
+
+    folder = tmp_path / "mwms_fit"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "data" / "scripts" / "mwms_fit", folder,
+                    ignore=shutil.ignore_patterns("logs", "saved_model", "__pycache__"))
+    path = tmp_path / "script.toml"
+    path.write_text(f'[training]\nscript = "{folder / "main.py"}"\nargs = ["--epochs", "2"]\n'
+                    f'[slurm]\nlogin = "{slurm.login.address}"\nuser = "root"\nkey = "{slurm.hosts.client_key}"\n'
+                    f'python = "{sys.executable}"\nnodes = 2\ncpus_per_task = 1\ntime = "10:00"\n')
+    code, out, err = tfcc(["run", str(path), "--json", "--run-id", "slurm-script"], capsys)
+    stream = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    ends = {r["task"]: r.get("phase") for r in stream if r.get("type") == "end"}
+    assert code == 0 and set(ends.values()) == {"finished"}, (err[-3000:], ends)
+    for task in ("worker-0", "worker-1"):
+        steps = [r for r in stream if r.get("task") == task and r.get("type") == "step"]
+        assert len(steps) == 2 * 10  # config.json: 10 steps an epoch
+        started = next(r for r in stream if r.get("task") == task and r.get("event") == "started")
+        assert (started["num_workers"], started["global_batch"], started["keras"]) == (2, 64, "tf-keras")
+    # what the chief wrote stays in its own copy of the script's folder, in its run folder
+    assert (run_folder(slurm, "slurm-script") / "worker-0" / "work" / "saved_model" / "digits").is_dir()
