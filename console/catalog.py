@@ -359,6 +359,15 @@ def delete_run(run_id: str, ask_host_key=None) -> list[str]:
 # ============================================================================ runs still going
 
 
+def _same_place(cluster: cl.Cluster, ran: cl.Cluster, addresses: set) -> bool:
+    """Whether a run of ``ran`` ran where ``cluster`` runs: the same hosts, or the same Slurm login host."""
+    if cluster.slurm is not None or ran.slurm is not None:
+        mine, theirs = cluster.slurm, ran.slurm
+        return mine is not None and theirs is not None and \
+            (mine.login, mine.user, mine.port) == (theirs.login, theirs.user, theirs.port)
+    return {(h.name, h.address, h.local) for h in ran.hosts} <= addresses
+
+
 def running_runs(cluster: cl.Cluster, ask_host_key=None, limit: int = 20, failed_too: bool = False) -> list:
     """The runs this console started on ``cluster``'s hosts that still have a task going (newest
     first; blocking: it asks each host); with ``failed_too``, also the newest of them when it
@@ -372,7 +381,7 @@ def running_runs(cluster: cl.Cluster, ask_host_key=None, limit: int = 20, failed
             run = Run.load(run_id, ask_host_key)
         except TfccError:
             continue
-        if not {(h.name, h.address, h.local) for h in run.cluster.hosts} <= addresses:
+        if not _same_place(cluster, run.cluster, addresses):
             run.detach()
             continue
         newest = not seen

@@ -89,3 +89,21 @@ def test_the_window_follows_a_slurm_job_on_the_nodes_slurm_chose(qtbot, slurm, g
     assert all(t.phase == protocol.STOPPED for t in started.run.tasks), [t.phase for t in started.run.tasks]
     window.files.dirty = False
     window.close()
+
+
+def test_the_windows_check_of_a_slurm_cluster_asks_slurm(qtbot, slurm, gui_homes, dialogs):
+    """Check on a Slurm cluster: the login host's Slurm (sbatch --test-only); a partition it lacks is the
+    check's problem, with the fix; one it has is ready. Nothing is submitted."""
+    window = MainWindow(profiles=Profiles(gui_homes / "profiles.json"))
+    qtbot.addWidget(window)
+    before = slurm.job_ids()
+    for partition, words in (("nope", "Slurm on 10.213.0.10 has no partition 'nope'"), ("debug", "Ready to start")):
+        window.set_cluster(cl.loads(f'[training]\nworkload = "digits"\n[slurm]\nlogin = "{slurm.login.address}"\n'
+                                    f'user = "root"\nkey = "{slurm.hosts.client_key}"\nnodes = 2\n'
+                                    f'partition = "{partition}"\n'), None)
+        window.act_check.trigger()
+        qtbot.waitUntil(lambda: not window.checking, timeout=60_000)
+        assert words in window.check_view.details.toPlainText()
+    assert slurm.job_ids() == before
+    window.files.dirty = False
+    window.close()

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from agent import protocol
+from console import catalog
 from console import cluster as cl
 from console.run.runner import Run
 from console.run.session import RunSession
@@ -180,6 +181,14 @@ def test_a_pending_job_says_its_reason_and_tfcc_stop_cancels_it_leaving_nothing(
         slurm.command("scancel", blocker, host=slurm.login)
         wait_for(lambda: all(t.phase in (protocol.WAITING, protocol.TRAINING) for t in run.tasks), 300,
                  lambda: str([t.phase for t in run.tasks]))
+        # the Runs panel's "still going on this cluster": found by its login host (not by stand-in nodes)
+        going = catalog.running_runs(cl.load(slurm_cluster_file(tmp_path, slurm)))
+        assert [r.run_id for r in going] == ["slurm-c"]
+        elsewhere = cl.load(slurm_cluster_file(tmp_path, slurm))
+        elsewhere.slurm.login = "another-login"
+        assert catalog.running_runs(elsewhere) == []
+        for r in going:
+            r.detach()
         code, out, err = tfcc(["stop", "slurm-c"], capsys)
         assert code == 0, err
         assert session.wait(120)
