@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from agent import protocol
 from tests.trainer.conftest import THREADS
+from tests.helpers.waiting import wait_for
 from trainer.metrics import read_records
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,13 +42,6 @@ class LoginAgent:
         return answer
 
 
-def wait_for(condition, timeout: float, why) -> None:
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(why())
-        pause.wait(0.5)
 
 
 def trainer_tasks(names: list[str]) -> list[dict]:

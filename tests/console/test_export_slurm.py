@@ -8,14 +8,13 @@ import os
 import re
 import signal
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from console import export
 from tests.helpers.cli import tfcc
+from tests.helpers.waiting import wait_for
 from tests.trainer.conftest import THREADS
 from trainer.metrics import read_records
 
@@ -101,13 +100,6 @@ def job_info(slurm, job_id: str) -> dict:
     return dict(re.findall(r"(\w+)=(\S*)", out))
 
 
-def wait_for(condition, timeout: float, why) -> None:
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(why())
-        pause.wait(0.25)
 
 
 def wait_for_end(slurm, job_id: str, folder: Path) -> dict:

@@ -11,7 +11,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from console.run.runner import Run
 from console.run.session import RunSession
 from console.states import SessionKind
 from tests.helpers.cli import tfcc
+from tests.helpers.waiting import wait_for
 from trainer.metrics import read_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -87,13 +87,6 @@ class Events:
                 if r.get("type") == "step"]
 
 
-def wait_for(condition, timeout: float, why) -> None:
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(why())
-        pause.wait(0.25)
 
 
 def trainer_pid(folder: Path) -> int | None:
