@@ -57,14 +57,35 @@ def _logits_loss():
 # --------------------------------------------------------------------------- digits
 
 
-def digits_arrays():
-    """The scikit-learn digits as (x_train, y_train, x_val, y_val), a fixed held-out split."""
+def digits_table():
+    """scikit-learn's digits as its data file has them: (1797, 65), each row 64 pixels (0-16) then the digit.
+
+    Read from the file scikit-learn ships (``sklearn/datasets/data/digits.csv.gz``, what ``load_digits`` reads)
+    without importing scikit-learn, which would cost each worker about a second of CPU at its start; where the
+    file is not found (another layout), through ``load_digits`` itself."""
+    import gzip
+    import importlib.util
+
     import numpy as np
+
+    spec = importlib.util.find_spec("sklearn")  # where the package is, without running it
+    path = Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz" if spec and spec.origin else None
+    if path is not None and path.is_file():
+        with gzip.open(path, "rt") as f:
+            return np.loadtxt(f, delimiter=",")
     from sklearn.datasets import load_digits
 
     data = load_digits()
-    x = (data.images / 16.0).astype("float32")[..., None]  # (1797, 8, 8, 1) in [0, 1]
-    y = data.target.astype("int64")
+    return np.column_stack([data.data, data.target])
+
+
+def digits_arrays():
+    """The scikit-learn digits as (x_train, y_train, x_val, y_val), a fixed held-out split."""
+    import numpy as np
+
+    table = digits_table()
+    x = (table[:, :64].reshape(-1, 8, 8) / 16.0).astype("float32")[..., None]  # (1797, 8, 8, 1) in [0, 1]
+    y = table[:, 64].astype("int64")
     order = np.random.default_rng(DIGITS_SPLIT_SEED).permutation(len(x))
     n_val = int(round(len(x) * DIGITS_VAL_FRACTION))
     val, train = order[:n_val], order[n_val:]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import traceback
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +52,24 @@ def test_the_pre_check_names_the_users_file_too(deployed):
     deployed.write_text("def build_model():\n    return None\n")
     with pytest.raises(ConfigError, match="^model file '/home/ada/project/my_model.py' does not define train_dataset"):
         check_model_file(deployed)
+
+
+def test_the_digits_are_scikit_learns_read_without_importing_it():
+    """A digits worker reads scikit-learn's data file itself (importing scikit-learn cost each a second of CPU):
+    the same table as ``load_digits``, in a process where scikit-learn stays unimported."""
+    import json
+    import subprocess
+    import sys
+
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    from trainer.workloads import digits_table
+
+    data = load_digits()
+    assert np.array_equal(digits_table(), np.column_stack([data.data, data.target]))
+    code = ("import json, sys; from trainer.workloads import digits_arrays; x, y, vx, vy = digits_arrays(); "
+            "print(json.dumps([x.shape, vx.shape, str(x.dtype), 'sklearn' in sys.modules]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert json.loads(done.stdout) == [[1438, 8, 8, 1], [359, 8, 8, 1], "float32", False]
