@@ -78,7 +78,7 @@ def _tc(host: TestHost, *args: str) -> subprocess.CompletedProcess:
 
 
 def link_device(host: TestHost) -> str:
-    return f"tfccv{host.index}p"
+    return f"{host.veth}p"
 
 
 @contextlib.contextmanager

@@ -2,7 +2,7 @@
 
 Each test host (``tests.helpers.testhosts``, a network namespace with its own sshd) is a
 Slurm node of the same name; ``slurmctld`` runs on this machine at the bridge's address
-(``10.213.0.1``), one ``munged`` serves them all (its socket is a file: every namespace
+(``10.213.0.1`` on test network 0; each network its own cluster and ports), one ``munged`` serves them all (its socket is a file: every namespace
 reaches it). The hosts share this machine's file system, as a cluster's nodes share one:
 a job's folder is the same path everywhere. Node names resolve inside the namespaces
 (``/etc/netns/<host>/hosts``, which ``ip netns exec`` mounts over ``/etc/hosts``), as a
@@ -30,14 +30,15 @@ import threading
 import time
 from pathlib import Path
 
-from tests.helpers.testhosts import (SBIN_PATH, SUBNET, TestHosts, missing_requirements as hosts_missing, run_tool,
-                                    tool)
+from tests.helpers.testhosts import (HOST_NAME, NETWORK, SBIN_PATH, SUBNET, TestHosts,
+                                    missing_requirements as hosts_missing, run_tool, tool)
 
 # slurmctld runs here and checks that this machine's name is the controller's; it listens on the bridge's address.
 CONTROLLER = socket.gethostname().split(".")[0]
 CONTROLLER_ADDRESS = f"{SUBNET}.1"
-CTLD_PORT = 16817                # not Slurm's defaults (6817, 6818): a real Slurm on this machine is left alone
-SLURMD_PORT = 16818
+# Not Slurm's defaults (6817, 6818): a real Slurm on this machine is left alone; each test network its own.
+CTLD_PORT = 16817 + 2 * NETWORK
+SLURMD_PORT = 16818 + 2 * NETWORK
 PARTITION = "debug"
 MAX_TIME = "2:00:00"             # the partition's limit: a longer --time is refused at submission
 CPUS_PER_NODE = 4
@@ -66,6 +67,8 @@ class SlurmCluster:
         self.hosts = TestHosts(count, self.workdir, env={**(env or {}), "SLURM_CONF": str(self.conf)},
                                plain_shell=plain_shell)
         self.nodes = [h.name for h in self.hosts.hosts]
+        # the nodes as Slurm lists them (a host list: tfcch[0-1])
+        self.node_list = f"{HOST_NAME}[0-{count - 1}]" if count > 1 else self.nodes[0]
         self._daemons: list[subprocess.Popen] = []
 
     @property
@@ -166,8 +169,7 @@ class SlurmCluster:
         (f / "state").mkdir(exist_ok=True)
         (f / "spool").mkdir(exist_ok=True)
         (f / "plugstack.conf").write_text("")
-        count = len(self.hosts.hosts)
-        nodes = f"tfcch[0-{count - 1}]" if count > 1 else "tfcch0"
+        nodes = self.node_list
         addresses = ",".join(h.address for h in self.hosts.hosts)
         self.conf.write_text(f"""\
 # tfcc's Slurm test cluster (tests/helpers/slurmcluster.py)

@@ -6,6 +6,9 @@ lets root in with the suite's own client key. The namespaces share this
 machine's file system; each host's sshd sets its own ``TFCC_HOME`` so their run
 folders stay apart. Needs root, iproute2 and openssh-server.
 
+That is test network 0. A pytest-xdist worker ``gw<n>`` uses network n of its own: hosts ``tfcc<n>h<i>`` at
+10.<213+n>.0.<10+i> on the bridge ``tfccbr<n>`` (``NETWORK``), so the workers' tests never meet.
+
 By hand:  python -m tests.helpers.testhosts up 2 /tmp/tfcc-hosts   (prints the hosts)
           python -m tests.helpers.testhosts down 2
 """
@@ -22,8 +25,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-BRIDGE = "tfccbr0"
-SUBNET = "10.213.0"
+
+
+def _network() -> int:
+    """This process's test network: its pytest-xdist worker's number (gw1: 1), else 0."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+
+
+NETWORK = _network()
+BRIDGE = f"tfccbr{NETWORK}"
+SUBNET = f"10.{213 + NETWORK}.0"
+HOST_NAME = "tfcch" if NETWORK == 0 else f"tfcc{NETWORK}h"  # a host's name (its namespace's) ends with its index
+VETH = "tfccv" if NETWORK == 0 else f"tfcc{NETWORK}v"       # a host's link: VETH<i> here, VETH<i>p in the host
 SSHD = "/usr/sbin/sshd"
 # Root's tools (ip, nft) live in the sbin folders, which a plain user's PATH (and CI's) may lack.
 SBIN_PATH = os.pathsep.join([os.environ.get("PATH", os.defpath), "/usr/local/sbin", "/usr/sbin", "/sbin"])
@@ -61,8 +75,9 @@ class TestHost:
     sshd: subprocess.Popen | None = None
 
     def __post_init__(self) -> None:
-        self.name = f"tfcch{self.index}"  # also its network namespace
+        self.name = f"{HOST_NAME}{self.index}"  # also its network namespace
         self.address = f"{SUBNET}.{10 + self.index}"
+        self.veth = f"{VETH}{self.index}"  # this machine's end of its link; the host's is veth + "p"
         self.host_key = self.folder / "host_key"
         self.tfcc_home = self.folder / "tfcc-home"
 
@@ -105,7 +120,7 @@ class TestHosts:
         host.folder.mkdir(parents=True, exist_ok=True)
         host.tfcc_home.mkdir(exist_ok=True)
         _ip("netns", "add", host.name)
-        veth = f"tfccv{host.index}"
+        veth = host.veth
         _ip("link", "add", veth, "type", "veth", "peer", "name", f"{veth}p")
         _ip("link", "set", f"{veth}p", "netns", host.name)
         _ip("link", "set", veth, "master", BRIDGE, "up")
@@ -185,7 +200,7 @@ class TestHosts:
             except (ProcessLookupError, ValueError):
                 pass
         _ip("netns", "del", host.name, check=False)
-        _ip("link", "del", f"tfccv{host.index}", check=False)
+        _ip("link", "del", host.veth, check=False)
 
     def bring_back(self, host: TestHost) -> None:
         """A removed host up again, at its address, with its host key and its folders (a rebooted machine)."""

@@ -30,7 +30,7 @@ def session(pytester, gui_homes, monkeypatch):
         try:
             return pytester.runpytest_subprocess(
                 "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(pytester.path), "--confcutdir",
-                str(pytester.path), "-p", "no:cacheprovider", "-v", str(path), timeout=SESSION_SECONDS)
+                str(pytester.path), "-p", "no:cacheprovider", "-n", "0", "-v", str(path), timeout=SESSION_SECONDS)
         except (pytester.TimeoutExpired, subprocess.TimeoutExpired):
             pytest.fail(f"the test session hung: no result in {SESSION_SECONDS} s", pytrace=False)
 

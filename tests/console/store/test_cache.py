@@ -457,7 +457,7 @@ with open(os.path.join(os.environ["TFCC_RUN_DIR"], "metrics.jsonl"), "w") as f:
 """
 
 
-@pytest.fixture(params=["local", "ssh"])
+@pytest.fixture(params=["local", pytest.param("ssh", marks=pytest.mark.test_network)])
 def hostile_cluster(request, homes):
     """One task of the hostile script: on this machine, or on an SSH test host (a real sshd)."""
     import sys
