@@ -16,7 +16,7 @@ import pytest
 from agent import protocol, runs, system
 from console.remote.channel import AgentClient, AgentRequestError
 from console.remote.local import local_agent
-from tests.helpers.waiting import wait_until
+from tests.helpers.waiting import bound, wait_until
 
 DATA = Path(__file__).parent / "data"
 MIB = 1 << 20
@@ -70,8 +70,15 @@ class Records:
     def wait_for(self, count: int, timeout: float = 30) -> list[dict]:
         with self.cond:
             assert self.cond.wait_for(lambda: sum(m.get("type") == "system" for m in self.messages) >= count,
-                                      timeout), f"only {len(self.records)} of {count} system records in {timeout} s"
+                                      bound(timeout)), f"only {len(self.records)} of {count} system records"
         return self.records
+
+    def wait_until(self, seen, timeout: float = 60) -> list[dict]:
+        """The records until one for which ``seen(record)`` is true."""
+        with self.cond:
+            assert self.cond.wait_for(lambda: any(seen(r) for r in self.records), bound(timeout)), self.records[-3:]
+        records = self.records
+        return records[:next(i for i, r in enumerate(records) if seen(r)) + 1]
 
 
 def fake_nvidia_smi(folder: Path, output: str, code: int = 0) -> Path:
@@ -105,7 +112,8 @@ def test_a_running_task_s_host_and_processes_are_sampled_until_it_ends(agent_on_
                           env={"CUDA_VISIBLE_DEVICES": "1"})
     got = Records()
     handle = client.system("r1", got, interval=0.3)
-    records = got.wait_for(3)
+    # until the trainer's busy child holds its 80 MiB (its start is slow on a busy machine)
+    records = got.wait_until(lambda r: (r["tasks"].get("worker-0", {}).get("rss_bytes") or 0) >= 80 * MIB)
     assert got.messages[0] == {"id": got.messages[0]["id"], "ok": True, "type": "sampling", "interval": 0.3,
                                "tasks": ["worker-0"]}
     trainer = json.loads((Path(started["run_dir"]) / "child.json").read_text())["pid"]
@@ -117,12 +125,13 @@ def test_a_running_task_s_host_and_processes_are_sampled_until_it_ends(agent_on_
         assert list(r["tasks"]) == ["worker-0"]
     task = records[-1]["tasks"]["worker-0"]
     assert task["pid"] == trainer and task["gpus"] == [1]
-    # The busy 80 MiB process is the trainer's child: the task is its whole process group.
+    # The busy 80 MiB process is the trainer's child: the task is its whole process group (the trainer alone,
+    # which waits, holds a few MiB and no CPU; the child has at least a share of a busy machine).
     assert task["rss_bytes"] >= 80 * MIB
-    assert task["cpu_percent"] > 20
-    assert records[-1]["cpu_percent"] > 100 * 0.2 / os.cpu_count()
+    assert task["cpu_percent"] > 5
+    assert records[-1]["cpu_percent"] > 100 * 0.05 / os.cpu_count()
     (Path(started["run_dir"]) / "release").touch()
-    assert handle.done.wait(15) and handle.end == {"id": handle.end["id"], "type": "end"}
+    assert handle.done.wait(bound(15)) and handle.end == {"id": handle.end["id"], "type": "end"}
     assert runs.status("r1", "worker-0")["phase"] == "finished"
 
 
@@ -187,8 +196,8 @@ def test_a_run_that_has_ended_ends_its_stream_at_once(agent_on_path, tfcc_home):
     client.call("start", run_id="r1", task="worker-0", argv=["true"])
     assert wait_until(lambda: runs.status("r1", "worker-0")["phase"] == "finished", 10)
     got = Records()
-    handle = client.system("r1", got, interval=5)
-    assert handle.done.wait(3) and handle.end is not None and got.records == []
+    handle = client.system("r1", got, interval=60)  # ended at once: not after its first minute's sample
+    assert handle.done.wait(bound(20)) and handle.end is not None and got.records == []
 
 
 def test_without_proc_the_fields_are_null(tmp_path, monkeypatch):

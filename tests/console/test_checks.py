@@ -14,6 +14,7 @@ from console import checks
 from console import cluster as cl
 from console.remote.link import CONNECT_TIMEOUT
 from tests.helpers import testhosts
+from tests.helpers.waiting import bound
 
 PROBE = {"python": "3.11.7", "python_executable": "/usr/bin/python3", "tensorflow": "2.21.0",
          "tf_keras": "2.21.0", "gpus": [], "time": 0.0}
@@ -295,38 +296,47 @@ def test_stopped_sshd_is_unreachable_and_others_are_still_checked(pinned):
     assert any(str(p).startswith(f"{h1.name}: cannot be checked") for p in report.problems)
 
 
+# The deadline of the checks below: long enough for the healthy host's whole check on a busy machine.
+DEADLINE = 8
+
+
 def test_hanging_host_says_no_answer_within_the_deadline(pinned):
     h0, h1 = pinned.hosts
     nft(h1, "tcp", "dport", "22", "drop")
     try:
         t0 = time.monotonic()
-        report = checks.check(host_cluster(pinned), deadline=4)
+        report = checks.check(host_cluster(pinned), deadline=DEADLINE)
         took = time.monotonic() - t0
     finally:
         flush_nft(h1)
     by_name = {r.name: r for r in report.hosts}
-    assert by_name[h1.name].error == "no answer in 4 s"
+    assert by_name[h1.name].error == f"no answer in {DEADLINE} s"
     assert by_name[h0.name].ok
-    assert took < 4 + 10  # the hanging host holds nothing back beyond its deadline (plus the port checks)
+    assert took < DEADLINE + bound(10)  # the hanging host holds nothing back beyond its deadline (plus the port checks)
 
 
-def test_cli_check_with_deadline_5_against_a_blackholed_host_returns_within_6_s(pinned, ssh_env):
-    """The whole command, interpreter start and exit included, keeps the deadline (it once took 10 s)."""
+def test_cli_check_with_a_deadline_against_a_blackholed_host_keeps_it(pinned, ssh_env):
+    """The whole command keeps the deadline: it once took 10 s with --deadline 5 (its exit waited for the SSH
+    connect's own 10 s timeout). Its interpreter's start is measured beside it (``tfcc check --help``) and taken
+    off: what is left is the check, which may take the deadline and a little more on a busy machine, not 10 s."""
     h0, h1 = pinned.hosts
     path = ssh_env / "two.toml"
     cl.save(host_cluster(pinned), path)
     tfcc = str(Path(sys.executable).with_name("tfcc"))
+    t0 = time.monotonic()
+    subprocess.run([tfcc, "check", "--help"], capture_output=True, check=True, timeout=60)
+    start = time.monotonic() - t0
     nft(h1, "tcp", "dport", "22", "drop")
     try:
         t0 = time.monotonic()
-        done = subprocess.run([tfcc, "check", str(path), "--deadline", "5"], capture_output=True, text=True,
+        done = subprocess.run([tfcc, "check", str(path), "--deadline", "3"], capture_output=True, text=True,
                               timeout=60)
         took = time.monotonic() - t0
     finally:
         flush_nft(h1)
-    assert took < 6, (took, done.stdout, done.stderr)
+    assert took - start < 3 + bound(4) < CONNECT_TIMEOUT, (took, start, done.stdout, done.stderr)
     assert done.returncode == 1
-    assert f"{h1.name}: no answer in 5 s; check that the host is up and its SSH port reachable" in done.stdout
+    assert f"{h1.name}: no answer in 3 s; check that the host is up and its SSH port reachable" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr
 
 
@@ -343,15 +353,15 @@ def test_hung_agent_is_no_answer_within_the_deadline(pinned, ssh_env):
     h0, h1 = pinned.hosts
     python = hanging_python(ssh_env)
     t0 = time.monotonic()
-    report = checks.check(host_cluster(pinned, {h1.name: python}), deadline=4)
+    report = checks.check(host_cluster(pinned, {h1.name: python}), deadline=DEADLINE)
     took = time.monotonic() - t0
     by_name = {r.name: r for r in report.hosts}
     assert by_name[h0.name].ok
-    assert by_name[h1.name].error == "no answer in 4 s"
+    assert by_name[h1.name].error == f"no answer in {DEADLINE} s"
     assert [str(p) for p in report.problems if p.where == h1.name] == [
-        f"{h1.name}: no answer in 4 s; its agent started with {python!r} but did not answer (starting the agent): "
-        "check that this Python runs there and that the host is not overloaded"]
-    assert took < 4 + 3
+        f"{h1.name}: no answer in {DEADLINE} s; its agent started with {python!r} but did not answer (starting the "
+        "agent): check that this Python runs there and that the host is not overloaded"]
+    assert took < DEADLINE + bound(5)  # not the hung interpreter's while (it never answers)
 
 
 def test_run_with_a_hung_agent_is_one_line_within_the_connect_timeout(pinned, ssh_env):
@@ -370,7 +380,7 @@ def test_run_with_a_hung_agent_is_one_line_within_the_connect_timeout(pinned, ss
         f"tfcc: error: host {h1.name}: no answer in {CONNECT_TIMEOUT:.0f} s from the agent started with "
         f"{python!r}; check that this interpreter starts on {h1.name} (run it there by hand) and that the host "
         "is not overloaded"]
-    assert took < CONNECT_TIMEOUT + 10  # the connect of the healthy host and the deploy, then the one timeout
+    assert took < CONNECT_TIMEOUT + bound(20)  # the healthy host's connect and deploy, then the one timeout
     assert not (h0.tfcc_home / "runs" / "hung").exists(), "no task may start when a host cannot"
     assert not (ssh_env / "console-home" / "runs" / "hung.json").exists(), "nor may a manifest be written"
 

@@ -16,8 +16,10 @@ import pytest
 
 from agent import runs
 from console.cli import Printer, main
+from console.remote.link import CONNECT_TIMEOUT
 from console.states import TaskState
 from console.states import SessionEvent
+from tests.helpers.waiting import bound
 from trainer.metrics import read_records
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,7 +134,7 @@ def test_stop_ends_every_process_of_the_run(homes, capsys):
         assert all(runs.proc_start_time(p) is not None for p in pids)
         t0 = time.monotonic()
         assert main(["stop", "r3", "--grace", "2"]) == 0
-        assert time.monotonic() - t0 < 2 * (2 + 5)  # each task within its grace period plus 5 s
+        assert time.monotonic() - t0 < 2 * (2 + bound(10))  # each task within its grace period and a little
         assert [p for p in pids if runs.proc_start_time(p) is not None] == []
         assert "worker-0 on local: stopped" in capsys.readouterr().out
     finally:
@@ -258,7 +260,7 @@ def test_a_diverged_loss_prints_nan_and_the_console_goes_on():
 def test_a_stopped_run_is_refused_as_new_and_resumed_from_its_backups(homes, capsys):
     """A run id names one run: reusing it is refused (it once reran into the same folders, exit 0);
     ``tfcc resume`` is the way back, and training goes on from the tasks' last backups."""
-    proc = subprocess.Popen([sys.executable, "-m", "console.cli", "run", cluster_file(homes, 6), "--json",
+    proc = subprocess.Popen([sys.executable, "-m", "console.cli", "run", cluster_file(homes, 4), "--json",
                              "--run-id", "again"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
     try:
@@ -276,7 +278,7 @@ def test_a_stopped_run_is_refused_as_new_and_resumed_from_its_backups(homes, cap
 
         manifest = homes / "console-home" / "runs" / "again.json"
         before = manifest.read_bytes()
-        assert main(["run", cluster_file(homes, 6), "--run-id", "again"]) == 2
+        assert main(["run", cluster_file(homes, 4), "--run-id", "again"]) == 2
         assert capsys.readouterr().err.splitlines() == [
             "tfcc: error: run again exists already; resume it with tfcc resume again, or choose another --run-id"]
         assert manifest.read_bytes() == before
@@ -291,7 +293,7 @@ def test_a_stopped_run_is_refused_as_new_and_resumed_from_its_backups(homes, cap
             launches = [i for i, r in enumerate(in_file) if r.get("event") == "launched"]
             assert len(launches) == 2
             resumed_epochs = [r["epoch"] for r in in_file[launches[1]:] if r["type"] == "epoch"]
-            assert resumed_epochs[0] >= 1 and resumed_epochs[-1] == 5  # from its backup, not from the start
+            assert resumed_epochs[0] >= 1 and resumed_epochs[-1] == 3  # from its backup, not from the start
             assert in_file[-1]["event"] == "finished"
 
         assert main(["resume", "again"]) == 2
@@ -336,7 +338,7 @@ def test_a_bug_at_step_10_is_named_not_restarted_and_the_exit_is_non_zero(homes,
 
 PARAMETER_SERVER = """
 [training]
-epochs = 6
+epochs = 3
 
 [[hosts]]
 name = "local"
@@ -377,7 +379,7 @@ def test_a_parameter_server_cluster_trains_digits_and_every_task_ends_well(homes
                     "evaluator-0": "finished"}
     # The evaluator evaluated the chief's checkpoints up to the last epoch's, and ended by itself.
     evaluated = [r for r in stream if r.get("event") == "evaluated"]
-    assert evaluated and {r["task"] for r in evaluated} == {"evaluator-0"} and evaluated[-1]["epoch"] == 5
+    assert evaluated and {r["task"] for r in evaluated} == {"evaluator-0"} and evaluated[-1]["epoch"] == 2
     assert evaluated[-1]["metrics"]["val_accuracy"] >= 0.90
     serving = {r["task"] for r in stream if r.get("event") == "serving"}
     assert serving == {"worker-0", "worker-1", "ps-0"}
@@ -444,8 +446,9 @@ def test_runs_shows_state_cluster_start_duration_and_final_metrics(homes, capsys
     write_manifest(Manifest("silent", far, [("worker-0", "far")], [far.tf_config(0)]))  # drops every packet
     try:
         t0 = time.monotonic()
-        assert main(["runs", "--timeout", "2"]) == 0
-        assert time.monotonic() - t0 < 10  # a dead host is waited for at most --timeout
+        assert main(["runs", "--timeout", "4"]) == 0
+        # a dead host is waited for at most --timeout, not its connect's own 10 s (console.remote.link)
+        assert time.monotonic() - t0 < 4 + bound(4) < CONNECT_TIMEOUT
         lines = capsys.readouterr().out.splitlines()
         assert lines[0].split()[:4] == ["run", "state", "start", "duration"]
         assert "val_accuracy" in lines[0] and "cluster (host: tasks)" in lines[0]
@@ -458,9 +461,9 @@ def test_runs_shows_state_cluster_start_duration_and_final_metrics(homes, capsys
         after = {line.split()[0]: lines[i + 1] for i, line in enumerate(lines[:-1]) if not line.startswith(" ")}
         assert after["going"].split() == ["tasks", "now:", "worker-0", "running"]
         note = after["silent"].strip()  # the host's own error, or that it gave no answer in time
-        assert note.startswith("note: far: cannot connect to 10.255.255.1") or note.endswith("no answer in 2 s")
+        assert note.startswith("note: far: cannot connect to 10.255.255.1") or note.endswith("no answer in 4 s")
 
-        assert main(["runs", "--json", "--timeout", "2"]) == 0
+        assert main(["runs", "--json", "--timeout", "4"]) == 0
         listed = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}
         assert listed["done-1"]["state"] == "finished" and listed["done-1"]["hosts"] == {"here": ["worker-0", "worker-1"]}
         assert listed["done-1"]["metrics"]["val_accuracy"] == 0.7 and listed["done-1"]["duration"] >= 0

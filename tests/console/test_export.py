@@ -183,7 +183,7 @@ with open("recorded.json.tmp", "w") as f:
                "env": {{k: os.environ[k] for k in keys if k in os.environ}}}}, f)
 os.replace("recorded.json.tmp", "recorded.json")
 # A parameter-server chief that ends makes the script end its servers: not before they have recorded.
-deadline = time.monotonic() + 30
+deadline = time.monotonic() + 120
 while os.environ["TFCC_TASK"].startswith("chief") and time.monotonic() < deadline and \\
         len(glob.glob("../*/recorded.json")) < int(os.environ.get("RECORDER_TASKS", "1")):
     time.sleep(0.05)

@@ -91,8 +91,11 @@ def test_tensorboard_serves_the_logs_on_localhost_and_stops(homes):
         assert server.port not in (0, None)
 
         def lists_the_run():
-            with urllib.request.urlopen(url + "data/runs", timeout=5) as reply:
-                return "train" in json.loads(reply.read())
+            try:
+                with urllib.request.urlopen(url + "data/runs", timeout=30) as reply:
+                    return "train" in json.loads(reply.read())
+            except OSError:  # not serving yet (or slow to answer on a busy machine): asked again
+                return False
 
         assert wait_until(lists_the_run, 60)
     finally:

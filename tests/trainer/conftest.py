@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.localrun import LocalTask, local_cluster, start_local_tasks
+from tests.helpers.waiting import bound
 from trainer.metrics import read_records
 
 DATA = Path(__file__).parent / "data"
@@ -46,7 +47,7 @@ def run_cluster(root: Path, num_workers: int, args: list[str], *, timeout: float
                 script: str | None = None, expect_ok: bool = True) -> ClusterRun:
     """Run every task to its end (killing all on timeout) and return the run."""
     tasks = start_local_tasks(local_cluster(num_workers), root, args, env=THREADS, script=script)
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + bound(timeout)
     try:
         for t in tasks:
             t.process.wait(timeout=max(1.0, deadline - time.monotonic()))

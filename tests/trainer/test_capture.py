@@ -133,7 +133,8 @@ model.fit(x, y, batch_size=32, epochs=2, verbose=2)
         assert r["global_batch"] == 32 and isinstance(r["loss"], float)
         # The step time is per step: the execution's steps took the time between its record and the last.
         if r["epoch"] == earlier["epoch"]:
-            assert r["step_time"] * r["steps"] == pytest.approx(r["time"] - earlier["time"], rel=0.2, abs=0.002)
+            # (a busy machine may pause the process between the two clocks: a few ms either way)
+            assert r["step_time"] * r["steps"] == pytest.approx(r["time"] - earlier["time"], rel=0.2, abs=0.02)
         assert r["global_examples_per_sec"] == pytest.approx(32 / r["step_time"], rel=1e-6)
     started = [r for r in records if r.get("event") == "started"]
     assert len(started) == 1 and started[0]["keras"] == "keras3" and started[0]["global_batch"] == 32

@@ -8,6 +8,7 @@ import signal
 import pytest
 
 from tests.helpers.localrun import free_ports, start_local_tasks
+from tests.helpers.waiting import bound
 from trainer.metrics import read_records
 
 from .conftest import THREADS
@@ -19,7 +20,7 @@ def test_chief_two_workers_a_ps_and_an_evaluator_train_digits(tmp_path):
     ports = free_ports(4)
     cluster = {"chief": [f"localhost:{ports[0]}"], "worker": [f"localhost:{ports[1]}", f"localhost:{ports[2]}"],
                "ps": [f"localhost:{ports[3]}"]}
-    tasks = start_local_tasks(cluster, tmp_path, ["--epochs", "4", "--eval-checkpoints", "../chief-0/checkpoints"],
+    tasks = start_local_tasks(cluster, tmp_path, ["--epochs", "3", "--eval-checkpoints", "../chief-0/checkpoints"],
                               env=THREADS, evaluator=True)
     chief = next(t for t in tasks if t.task_type == "chief")
     evaluator = next(t for t in tasks if t.task_type == "evaluator")
@@ -31,7 +32,7 @@ def test_chief_two_workers_a_ps_and_an_evaluator_train_digits(tmp_path):
         for t in servers:
             assert t.process.poll() is None  # servers serve until they are told to end
             os.kill(t.process.pid, signal.SIGTERM)
-            assert t.process.wait(timeout=30) == 0  # a clean end: the run is over
+            assert t.process.wait(timeout=bound(90)) == 0  # a clean end: the run is over
     finally:
         for t in tasks:
             if t.process.poll() is None:
@@ -50,15 +51,15 @@ def test_chief_two_workers_a_ps_and_an_evaluator_train_digits(tmp_path):
         int(__import__("numpy").prod(v["shape"])) for v in placed)
     steps = [r for r in records if r["type"] == "step"]
     assert steps and all(r["loss_avg"] > 0 and r["step_time"] > 0 for r in steps)
-    assert {r["epoch"] for r in records if r["type"] == "epoch"} == {0, 1, 2, 3}
+    assert {r["epoch"] for r in records if r["type"] == "epoch"} == {0, 1, 2}
     assert records[-1]["metrics"]["val_accuracy"] >= 0.90
-    assert [r["epoch"] for r in records if r.get("event") == "backed_up"] == [0, 1, 2, 3]
+    assert [r["epoch"] for r in records if r.get("event") == "backed_up"] == [0, 1, 2]
     for t in servers:
         theirs = [r["event"] for r in read_records(t.run_dir / "metrics.jsonl") if r["type"] == "event"]
         assert theirs == ["launched", "serving", "finished"], t.task_type
     # The evaluator read the chief's checkpoints and evaluated at least the last epoch's, as the chief did.
     evaluated = [r for r in read_records(evaluator.run_dir / "metrics.jsonl") if r.get("event") == "evaluated"]
-    assert evaluated and evaluated[-1]["epoch"] == 3 and evaluated[-1]["global_step"] == 4 * started["steps_per_epoch"]
+    assert evaluated and evaluated[-1]["epoch"] == 2 and evaluated[-1]["global_step"] == 3 * started["steps_per_epoch"]
     assert [e["epoch"] for e in evaluated] == sorted({e["epoch"] for e in evaluated})  # each once, in order
     assert evaluated[-1]["metrics"]["val_accuracy"] >= 0.90
     assert abs(evaluated[-1]["metrics"]["val_accuracy"] - records[-1]["metrics"]["val_accuracy"]) < 0.02

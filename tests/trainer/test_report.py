@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.localrun import local_cluster, start_local_tasks
+from tests.helpers.waiting import bound
 from trainer.metrics import MetricsWriter, read_records
 
 from .conftest import DATA, THREADS, ClusterRun, run_cluster
 
 
 def wait_until(condition, timeout: float, what: str, processes=()) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + bound(timeout)
     pause = threading.Event()
     while not condition():
         exited = [p.args for p in processes if p.poll() is not None]

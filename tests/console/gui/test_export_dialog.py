@@ -72,7 +72,7 @@ def test_export_writes_off_the_ui_thread_and_never_over_files_unless_asked(qtbot
     dialog = w.files.open_export_dialog()
     dialog.format.setCurrentIndex(dialog.format.findData("slurm"))
     dialog.folder.setText(str(target))
-    with qtbot.waitSignal(w.files.exported, timeout=10_000) as done:
+    with qtbot.waitSignal(w.files.exported, timeout=30_000) as done:
         dialog.btn_export.click()
     assert done.args[0].startswith(f"Wrote 1 files to {target}")
     written = {p.name: p.read_text() for p in target.iterdir()}
@@ -80,7 +80,7 @@ def test_export_writes_off_the_ui_thread_and_never_over_files_unless_asked(qtbot
 
     dialog = w.files.open_export_dialog()  # again, into the same folder, another format: refused
     dialog.folder.setText(str(target))
-    with qtbot.waitSignal(w.files.exported, timeout=10_000) as refused:
+    with qtbot.waitSignal(w.files.exported, timeout=30_000) as refused:
         dialog.btn_export.click()
     assert refused.args[0] == (f"Nothing exported: folder {str(target)!r} is not empty (it holds tfcc.sbatch); "
                                "choose a new or empty folder, or tick \"replace what the folder holds\"")
@@ -90,7 +90,7 @@ def test_export_writes_off_the_ui_thread_and_never_over_files_unless_asked(qtbot
     dialog = w.files.open_export_dialog()
     dialog.folder.setText(str(target))
     dialog.force.setChecked(True)
-    with qtbot.waitSignal(w.files.exported, timeout=10_000) as replaced:
+    with qtbot.waitSignal(w.files.exported, timeout=30_000) as replaced:
         dialog.btn_export.click()
     assert replaced.args[0].startswith("Wrote ")
     assert sorted(p.name for p in target.iterdir()) == ["README.md", "launch-local.sh", "tfcc.sbatch"]

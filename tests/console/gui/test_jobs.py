@@ -15,7 +15,7 @@ def test_the_bridge_signals_the_followed_runs_events_and_drops_a_detached_ones(q
     old = bridge._session(Run(cluster, "old"))
     bridge.core = current = bridge._session(Run(cluster, "new"))
     started = {"type": "event", "event": "started", "global_batch": 32}
-    with qtbot.waitSignal(bridge.training_started, timeout=5000) as got:
+    with qtbot.waitSignal(bridge.training_started, timeout=30_000) as got:
         current._tell(SessionEvent("training_started", records=[started]))
     assert got.args == [started]
     with qtbot.waitSignal(bridge.watchdog_fired, timeout=500, raising=False) as late:

@@ -53,7 +53,7 @@ def test_a_two_file_mwms_fit_script_through_the_window(qtbot, gui_homes, shots):
     assert form.keras.currentText() == "auto (tf-keras: 2 training tasks)"
     # The hidden rows give their room back: the restarts row comes right after the capture row.
     qtbot.waitUntil(lambda: 0 < form.max_restarts.geometry().top() - form.capture.geometry().bottom() < 20,
-                    timeout=5000)
+                    timeout=30_000)
     # Before the run: the diagram says the batch is unknown, with no numbers of the settings (16, 32, 64).
     assert not window.diagram.split.known
     assert window.diagram.batch_label.text() == ("batch: unknown until the script reports (its own numbers, "
@@ -76,7 +76,7 @@ def test_a_two_file_mwms_fit_script_through_the_window(qtbot, gui_homes, shots):
     board = window.dashboard
     drawn = {("worker-0", "loss"): steps, ("worker-0", "step_time"): steps, ("worker-1", "step_time"): steps,
              ("worker-0", "epoch:loss"): 2, ("worker-0", "epoch:accuracy"): 2}
-    qtbot.waitUntil(lambda: {key: curve_points(window, *key) for key in drawn} == drawn, timeout=10_000)
+    qtbot.waitUntil(lambda: {key: curve_points(window, *key) for key in drawn} == drawn, timeout=30_000)
     for worker in ("worker-0", "worker-1"):  # each worker's capture reported each step
         assert len(store.series(worker, "loss")[0]) == len(store.series(worker, "examples_per_sec")[0]) == steps
     assert ("worker-1", "loss") not in board.curves, "the global batch's loss, the same on every worker: once"
@@ -107,7 +107,7 @@ def test_a_two_file_mwms_fit_script_through_the_window(qtbot, gui_homes, shots):
     window.tabs.setCurrentWidget(diagram)
     save_shot(window, shots, "script_diagram")
     window.resize(1280, 720)
-    qtbot.waitUntil(lambda: window.width() == 1280, timeout=2000)
+    qtbot.waitUntil(lambda: window.width() == 1280, timeout=30_000)
     save_shot(window, shots, "script_diagram_1280x720")
     window.tabs.setCurrentWidget(board)
     save_shot(window, shots, "script_dashboard_1280x720")

@@ -57,7 +57,7 @@ def test_a_script_shows_its_own_rows_and_hides_those_it_never_sees(form, qtbot):
     assert not form.backup_seconds.isVisibleTo(form) and form.max_restarts.isVisibleTo(form)
     # The hidden rows give their room back: the restarts row follows the capture row at once.
     qtbot.waitUntil(lambda: form.max_restarts.geometry().top() - form.capture.geometry().bottom()
-                    < 3 * max(form.form.verticalSpacing(), 6), timeout=2000)
+                    < 3 * max(form.form.verticalSpacing(), 6), timeout=30_000)
     form.workload.setCurrentText("digits")
     assert all(shown(form, f) for f in trainer_fields(form)) and not form.workdir.isVisibleTo(form)
 

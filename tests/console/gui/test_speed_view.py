@@ -28,7 +28,7 @@ def test_why_slow_shows_an_input_bound_worker_with_its_fix(qtbot, gui_homes, sho
     assert not view.button.isEnabled()  # no run yet
     window.act_start.trigger()
     core = lambda: window.session.core  # noqa: E731
-    qtbot.waitUntil(lambda: core() is not None, timeout=10_000)
+    qtbot.waitUntil(lambda: core() is not None, timeout=30_000)
     started = core()
     request.addfinalizer(lambda: started.run.stop_each(grace=0))  # its script trains until stopped: whatever fails
     qtbot.waitUntil(lambda: core() is not None and core().measure_problem() is None, timeout=180_000)
@@ -42,7 +42,9 @@ def test_why_slow_shows_an_input_bound_worker_with_its_fix(qtbot, gui_homes, sho
     assert set(view.bars) == {"worker-0", "worker-1"}
     for parts in view.bars.values():
         assert sum(parts.values()) == pytest.approx(100, abs=0.5)
-    assert view.bars["worker-1"]["input"] >= 50 and view.bars["worker-0"]["peers"] >= 50, view.bars
+    # each worker's largest part (how large it is depends on how busy this machine is: tests/console/run)
+    assert max(view.bars["worker-1"], key=view.bars["worker-1"].get) == "input", view.bars
+    assert max(view.bars["worker-0"], key=view.bars["worker-0"].get) == "peers", view.bars
     assert view.findings[0].startswith("input-bound on worker-1: ")
     assert "num_parallel_calls=tf.data.AUTOTUNE" in view.verdict.text()
     assert view.scaling.startswith("scaling: ") and "on 2 workers" in view.scaling
@@ -57,7 +59,7 @@ def test_why_slow_shows_an_input_bound_worker_with_its_fix(qtbot, gui_homes, sho
     dialogs.answer("QMessageBox.question", QMessageBox.Yes)  # Stop the run? Yes
     window.act_stop.trigger()
     qtbot.waitUntil(lambda: not window.session.active, timeout=60_000)
-    qtbot.waitUntil(lambda: not view.button.isEnabled(), timeout=10_000)  # the run's end: nothing to ask
+    qtbot.waitUntil(lambda: not view.button.isEnabled(), timeout=30_000)  # the run's end: nothing to ask
     window.files.dirty = False
     window.close()
 

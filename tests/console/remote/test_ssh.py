@@ -22,6 +22,7 @@ from console.run.runner import Run
 from console.run.session import RunSession
 from console.states import SessionKind
 from tests.console.remote.test_link import crashing_python
+from tests.helpers.waiting import bound, wait_until
 from console.remote import ssh
 from console.remote.transport import UnsafeHome
 from console.remote.ssh import Jump, SSHConnection, SSHError, fingerprint, parse_proxy_jump
@@ -203,7 +204,7 @@ def test_host_refusing_connections_for_8_s_loses_nothing_and_the_run_finishes(ss
     ssh_hosts.known_hosts(ssh_env / "known_hosts")
     h1 = ssh_hosts.hosts[1]
     path = ssh_env / "two.toml"
-    cl.save(two_host_cluster(ssh_hosts, 12), path)
+    cl.save(two_host_cluster(ssh_hosts, 3), path)  # it may finish during the outage: that is read after it too
     tfcc = str(Path(sys.executable).with_name("tfcc"))
     console = subprocess.Popen([tfcc, "run", str(path), "--json", "--run-id", "refused"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -344,7 +345,7 @@ def test_a_worker_killed_on_its_ssh_host_is_restarted_with_the_group(ssh_hosts, 
     """The supervision over SSH: one worker killed on its namespace host; every task is stopped and
     started again there from its backup, and the run finishes."""
     ssh_hosts.known_hosts(ssh_env / "known_hosts")
-    run = Run(two_host_cluster(ssh_hosts, 4), "sshkill")
+    run = Run(two_host_cluster(ssh_hosts, 3), "sshkill")  # killed in its first
     run.start()
     session = RunSession(run)
     backups, said, when, again = set(), [], {}, {}  # when: first time of each supervision event
@@ -372,9 +373,10 @@ def test_a_worker_killed_on_its_ssh_host_is_restarted_with_the_group(ssh_hosts, 
         h1.exec("kill", "-KILL", str(child))
         killed = time.monotonic()
         with cond:
-            assert cond.wait_for(lambda: len(again) == 2, 90), said
-        assert when["failure"] - killed < 5, "the failure is said within 5 s"
-        assert max(again.values()) - killed < 30, "every task training again within 30 s"
+            assert cond.wait_for(lambda: len(again) == 2, bound(180)), said
+        # how fast is bench/restart_recovery.py's figure; here only that neither waits on a timeout of its own
+        assert when["failure"] - killed < bound(15), "the failure is said at once"
+        assert max(again.values()) - killed < bound(90), "every task training again soon after"
         assert session.wait(300)
     finally:
         session.detach()
@@ -446,7 +448,7 @@ def test_a_parameter_server_cluster_over_two_ssh_hosts(ssh_hosts, ssh_env, capsy
     tasks = [cl.Task(host=b.name, role="chief"), cl.Task(host=a.name), cl.Task(host=b.name),
              cl.Task(host=a.name, role="ps")]
     path = ssh_env / "ps.toml"
-    cl.save(cl.Cluster(hosts, tasks, cl.Training(epochs=6)), path)
+    cl.save(cl.Cluster(hosts, tasks, cl.Training(epochs=3)), path)
     assert main(["run", str(path), "--json", "--run-id", "sshps"]) == 0
     stream = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     ends = {r["task"]: (r["host"], r["phase"]) for r in stream if r.get("type") == "end"}
@@ -578,7 +580,6 @@ def test_firewall_admits_the_cluster_only_and_goes_with_the_run(ssh_hosts, ssh_e
     # The test hosts share this machine's PID space. (Not procps-ng 4.0's `kill -KILL -PGID`: it kills every
     # process it may, as `kill -1` would.)
     os.killpg(state["pgid"], signal.SIGKILL)
-    from tests.helpers.waiting import wait_until
     # Dead before the stop comes: a stop that still finds the supervisor takes the rules away itself (CI met it).
     assert wait_until(lambda: not _group_alive(state["pgid"]), 30)
     run.stop(grace=0)

@@ -16,22 +16,31 @@ from console.run.runner import Run
 from console.run.session import RunSession
 from console.states import SessionKind
 from console.store.manifests import read_manifest
+from tests.helpers.waiting import bound
 from trainer.metrics import read_records
 
-EPOCHS = 24  # long enough on 2 workers (about 1.3 s an epoch) to take the host back mid-run
+# Long enough to take the host back mid-run: an epoch is about 1.3 s on 2 workers, and the host is back and
+# asked in within about 5 s of the shrunk run's first steps (its sshd, a 1 s probe, the next 2 s backup).
+EPOCHS = 10
 BATCH = 16  # per replica on 3 workers: the global batch 48 is kept on 2 (24 each)
 
 
-def three_host_cluster(hosts, local: bool = False) -> cl.Cluster:
-    if local:
-        machines = [cl.Host(name="here", local=True)]
-        tasks = [cl.Task(host="here") for _ in range(3)]
-    else:
-        machines = [cl.Host(name=h.name, address=h.address, user="root", key=str(hosts.client_key),
-                            python=sys.executable) for h in hosts.hosts]
-        tasks = [cl.Task(host=h.name) for h in hosts.hosts]
+def three_host_cluster(hosts) -> cl.Cluster:
+    machines = [cl.Host(name=h.name, address=h.address, user="root", key=str(hosts.client_key),
+                        python=sys.executable) for h in hosts.hosts]
+    tasks = [cl.Task(host=h.name) for h in hosts.hosts]
     return cl.Cluster(machines, tasks, cl.Training(epochs=EPOCHS, per_replica_batch=BATCH, backup_seconds=2.0,
                                                    elastic=2))
+
+
+def uninterrupted_cluster() -> cl.Cluster:
+    """The same training as ``three_host_cluster``'s, as one task on this machine: the whole global batch at the
+    learning rate of 3 replicas (linear: 3 x 0.001) gives the same steps as 3 tasks (a mirrored step sums the
+    replicas' gradients: a 2-worker backup resumed on 1 worker matched to 5e-5 in loss), at a third of the
+    processes."""
+    return cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here")],
+                      cl.Training(epochs=EPOCHS, per_replica_batch=3 * BATCH, learning_rate=0.003, lr_scaling="none",
+                                  backup_seconds=2.0))
 
 
 class Watch:
@@ -62,13 +71,25 @@ class Watch:
 
     def wait(self, what, timeout: float):
         with self.cond:
-            assert self.cond.wait_for(what, timeout), [s[1:] for s in self.said]
+            assert self.cond.wait_for(what, bound(timeout)), [s[1:] for s in self.said]
 
 
 def finished_accuracy(folder) -> float:
     last = read_records(folder / "metrics.jsonl")[-1]
     assert last["event"] == "finished", last
     return last["metrics"]["val_accuracy"]
+
+
+def late_accuracy(folder, epochs: int = 3) -> float:
+    """The mean validation accuracy of a finished run's last ``epochs`` epochs (each as its last attempt trained
+    it): one epoch's alone swings by 2 points here late in training (digits at a learning rate of 0.003), the
+    same in an uninterrupted run and in one that took a backup up."""
+    records = read_records(folder / "metrics.jsonl")
+    assert records[-1]["event"] == "finished", records[-1]
+    by_epoch = {r["epoch"]: r["val_accuracy"] for r in records if r["type"] == "epoch"}
+    last = sorted(by_epoch)[-epochs:]
+    assert last == list(range(EPOCHS - epochs, EPOCHS)), sorted(by_epoch)
+    return sum(by_epoch[e] for e in last) / epochs
 
 
 @pytest.mark.slow
@@ -96,7 +117,8 @@ def test_an_elastic_run_goes_on_without_a_lost_host_and_takes_it_back(three_ssh_
         shrunk = [r for _, _, r in watch.started if r["attempt"] == attempt]
         training = max(min(at for at, name, a in watch.steps if a == attempt and name == task)
                        for task in ("worker-0", "worker-1"))  # both tasks left step again
-        assert training - final < 60, f"{training - final:.0f} s from the loss being final to training on 2"
+        # how soon is bench/restart_recovery.py --shrink's figure ("again": 6-9 s on a quiet machine)
+        assert training - final < bound(90), f"{training - final:.0f} s from the loss being final to training on 2"
         assert {r["global_batch"] for r in shrunk} == {3 * BATCH}  # the same global batch...
         assert {r["per_replica_batch"] for r in shrunk} == {3 * BATCH // 2}  # ...split over the 2 left
         assert [t.phase for t in run.tasks][2] == "left the run"
@@ -113,10 +135,10 @@ def test_an_elastic_run_goes_on_without_a_lost_host_and_takes_it_back(three_ssh_
     assert (grown["global_batch"], grown["per_replica_batch"]) == (3 * BATCH, BATCH)
     # The learning rate of 3 replicas (linear: 3 x 0.001), kept on 2 and on 3 again.
     assert {round(r["learning_rate"], 6) for _, _, r in watch.started} == {0.003}
-    elastic = finished_accuracy(hosts.hosts[0].tfcc_home / "runs" / "elastic1" / "worker-0")
+    elastic = late_accuracy(hosts.hosts[0].tfcc_home / "runs" / "elastic1" / "worker-0")
 
-    # The same run, uninterrupted, on this machine: the accuracy within 1 point.
-    whole = Run(three_host_cluster(hosts, local=True), "whole1")
+    # The same training, uninterrupted, on this machine: the accuracy within 1 point.
+    whole = Run(uninterrupted_cluster(), "whole1")
     whole.start()
     plain = RunSession(whole)
     plain.follow()
@@ -124,7 +146,8 @@ def test_an_elastic_run_goes_on_without_a_lost_host_and_takes_it_back(three_ssh_
         assert plain.wait(400)
     finally:
         plain.detach()
-    assert abs(elastic - finished_accuracy(ssh_env / "local-home" / "runs" / "whole1" / "worker-0")) <= 0.01
+    uninterrupted = late_accuracy(ssh_env / "local-home" / "runs" / "whole1" / "worker-0")
+    assert abs(elastic - uninterrupted) <= 0.01, (elastic, uninterrupted)
 
 
 @pytest.mark.slow
@@ -138,7 +161,7 @@ def test_parameter_server_training_moves_a_lost_ps_host_to_the_spare_and_finishe
     machines = [cl.Host(name=h.name, address=h.address, user="root", key=str(hosts.client_key),
                         python=sys.executable, spare=h is c) for h in hosts.hosts]
     tasks = [cl.Task(host=a.name, role="chief"), cl.Task(host=a.name), cl.Task(host=b.name, role="ps")]
-    run = Run(cl.Cluster(machines, tasks, cl.Training(epochs=12, elastic=1)), "spare1")
+    run = Run(cl.Cluster(machines, tasks, cl.Training(epochs=5, elastic=1)), "spare1")  # the ps host removed after 2
     run.start()
     session = RunSession(run)
     session.supervisor.lost_after = 10.0

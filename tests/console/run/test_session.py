@@ -20,7 +20,7 @@ from console.states import SessionKind
 from console.text import event_line
 from trainer.records import decode_line
 from tests.helpers.scripted import follow_to_end
-from tests.helpers.waiting import wait_until
+from tests.helpers.waiting import bound, wait_until
 from trainer.metrics import read_records
 
 
@@ -207,7 +207,7 @@ def test_a_slow_store_does_not_hold_up_a_stop(homes):
         assert store.entered.wait(30)
         t0 = time.monotonic()
         (answer,) = run.stop(grace=1)
-        assert time.monotonic() - t0 < 5, "the stop waited for the store"
+        assert time.monotonic() - t0 < bound(20), "the stop waited for the store"  # which holds it for 60 s
         assert answer["stopped"] and not store.release.is_set()
     finally:
         store.release.set()
@@ -322,7 +322,7 @@ def test_a_worker_killed_mid_epoch_is_restarted_with_the_group_and_the_run_finis
     """SIGKILL one worker of a 2-worker digits run: MultiWorkerMirroredStrategy cannot go on, so every
     task is stopped and started again from its backup; the run finishes as accurate as ever."""
     monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
-    run, session, events = supervised_digits("killed", epochs=6)
+    run, session, events = supervised_digits("killed", epochs=3)  # killed in its first
     backups, resumed, steps, again = set(), [], [], {}  # again: task -> when its first step of attempt 2 came
 
     def note(e):
@@ -340,10 +340,12 @@ def test_a_worker_killed_mid_epoch_is_restarted_with_the_group_and_the_run_finis
         assert wait_until(lambda: common_backups(backups), 180)
         killed = signal_task(homes, "killed", "worker-1", signal.SIGKILL)
         assert wait_until(lambda: any(k == "failure" for k, _ in events), 30)
-        assert time.monotonic() - killed < 5, "the failure is reported within 5 s"
+        # How fast is bench/restart_recovery.py's figure (about 1 s and 10 s on a quiet machine); here, on a machine
+        # that may be busy, only that neither waits on a timeout of its own.
+        assert time.monotonic() - killed < bound(15), "the failure is reported at once"
         # Training again: each task's first step of attempt 2 (TF import, cluster, restore included).
-        assert wait_until(lambda: len(again) == 2, 60)
-        assert max(again.values()) - killed < 30, "every task training again within 30 s"
+        assert wait_until(lambda: len(again) == 2, 180)
+        assert max(again.values()) - killed < bound(90), "every task training again soon after"
         assert session.wait(300)
     finally:
         session.detach()
@@ -391,10 +393,10 @@ def test_a_non_finite_loss_is_an_alert_once_per_task(homes):
 
 @pytest.mark.slow
 def test_a_frozen_worker_is_named_and_the_group_restarted(homes, monkeypatch):
-    """SIGSTOP one worker: within 20 s the console names what stalled, restarts every task, and the run
+    """SIGSTOP one worker: within seconds the console names what stalled, restarts every task, and the run
     finishes (TensorFlow's own heartbeat fails the peer after ~6 s; nothing recovers in-process)."""
     monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
-    run, session, events = supervised_digits("frozen", epochs=5)
+    run, session, events = supervised_digits("frozen", epochs=3)  # frozen in its first
     backups = set()
     session.subscribe(lambda e: backups.update((e.task.name, r["global_step"]) for r in e.records
                                                if r.get("event") == "backed_up") if e.kind == "records" else None)
@@ -402,8 +404,8 @@ def test_a_frozen_worker_is_named_and_the_group_restarted(homes, monkeypatch):
     try:
         assert wait_until(lambda: common_backups(backups), 180)
         frozen = signal_task(homes, "frozen", "worker-1", signal.SIGSTOP)
-        assert wait_until(lambda: any(k == "stalled" for k, _ in events), 30), events
-        assert time.monotonic() - frozen < 20, events
+        assert wait_until(lambda: any(k == "stalled" for k, _ in events), 60), events
+        assert time.monotonic() - frozen < bound(45), events  # the peer's heartbeat (~6 s) or the stall watchdog
         assert session.wait(300)
     finally:
         session.detach()
@@ -548,8 +550,9 @@ def test_with_max_restarts_0_a_failure_is_named_and_not_restarted(homes):
                                      "above, then tfcc resume never")
 
 
-def test_a_stop_during_the_pause_before_a_restart_wins(homes):
-    """Every task had ended and a restart was due in a second when the person pressed Stop: no restart."""
+def test_a_stop_during_the_pause_before_a_restart_wins(homes, monkeypatch):
+    """Every task had ended and a restart was due after its pause when the person pressed Stop: no restart."""
+    monkeypatch.setattr("console.run.supervisor.backoff", lambda restart: 60.0)  # Stop comes within the pause
     run = script_run(homes, "pause", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", 3)
     run.start()
     session, events = supervised(run)
@@ -591,10 +594,10 @@ def test_a_stall_is_said_once_and_a_save_or_the_first_step_is_waited_for_longer(
 
 def parameter_server_run_killed(homes, name: str, victim: str, after_epochs: int) -> tuple[Run, list]:
     """chief + 2 workers + ps training digits under supervision; ``victim`` SIGKILLed once the chief has
-    finished ``after_epochs`` epochs; followed to the end."""
+    finished ``after_epochs`` epochs (of ``after_epochs + 2``); followed to the end."""
     cluster = cl.Cluster([cl.Host(name="here", local=True)],
                          [cl.Task(host="here", role="chief"), cl.Task(host="here"), cl.Task(host="here"),
-                          cl.Task(host="here", role="ps")], cl.Training(epochs=12, per_replica_batch=32))
+                          cl.Task(host="here", role="ps")], cl.Training(epochs=after_epochs + 2, per_replica_batch=32))
     run = Run(cluster, name)
     run.start()
     session, events = supervised(run)

@@ -44,7 +44,9 @@ def test_a_slow_input_pipeline_on_one_worker_is_input_bound_there(homes):
     words = verdict.lines()[0]
     assert "num_parallel_calls=tf.data.AUTOTUNE" in words and ".prefetch" in words, words
     slow, fast = {w.task: w for w in verdict.workers}["worker-1"], {w.task: w for w in verdict.workers}["worker-0"]
-    assert slow.share("input") >= 0.5 and fast.share("peers") >= 0.5, verdict.workers  # the other one waits for it
+    # the slow worker's step is mostly its input, and the other's mostly waiting for it (the shares themselves
+    # depend on how busy this machine is: compute slows, the input's reading does not)
+    assert max(speed.PARTS, key=slow.share) == "input" and max(speed.PARTS, key=fast.share) == "peers", verdict.workers
     assert slow.pipeline_rate < 1.0 / slow.step * 1.5  # its pipeline alone cannot keep up with training
     assert message["kind"] == speed.INPUT_BOUND and len(message["workers"]) == 2
     # The run's scaling is kept: tfcc runs says it.
@@ -57,13 +59,14 @@ def test_a_worker_whose_cpu_a_cgroup_limits_is_the_straggler_and_the_limit_is_na
     cluster = script_cluster(homes)
 
     def limit_worker_1(run):
-        return seeded.cpu_limited(seeded.task_pids(run.run_id, "worker-1"), cores=0.3)
+        # a tenth of a core: far slower than worker-0 even when the suite and other runs share this machine
+        return seeded.cpu_limited(seeded.task_pids(run.run_id, "worker-1"), cores=0.1)
 
     verdict, _, took = measured(cluster, "cpu-limited", seed=limit_worker_1, show=True)
     assert took <= 60
     assert verdict.kind == speed.STRAGGLER, verdict.lines()
     assert kinds(verdict)[0] == (speed.STRAGGLER, "worker-1"), verdict.lines()
-    assert "cgroup limits it to 0.3 CPU" in verdict.lines()[0], verdict.lines()
+    assert "cgroup limits it to 0.1 CPU" in verdict.lines()[0], verdict.lines()
 
 
 @pytest.mark.slow

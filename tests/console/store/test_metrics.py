@@ -471,7 +471,6 @@ def test_a_view_waits_for_one_chunk_of_a_flood_not_for_the_whole_of_it():
     """A session adding a flood of events chunk by chunk hands the lock over to a view that waits for it (Python's
     lock let the writer take it again at once: the window's thread waited 370 ms in bench/hostile_host.py)."""
     import threading
-    import time
 
     store = MetricsStore()
     flood = [{"type": "event", "event": "evaluated", "epoch": i, "metrics": {"n": i}} for i in range(200_000)]
@@ -485,11 +484,14 @@ def test_a_view_waits_for_one_chunk_of_a_flood_not_for_the_whole_of_it():
     thread = threading.Thread(target=writer)
     thread.start()
     started.wait(5)
-    waits = []
+    chunks = []  # how many chunks the writer added while a view waited for the lock (the store's version counts them)
     while not done.wait(0.001):  # a view's frames, until the flood is in
-        t0 = time.perf_counter()
+        before = store.version
         store.final_metrics()
-        waits.append(time.perf_counter() - t0)
+        chunks.append(store.version - before)
     thread.join(30)
-    assert len(waits) >= 20, "the flood was added too fast to test anything"
-    assert sorted(waits)[len(waits) // 2] < 0.01 and max(waits) < 0.2, (max(waits), len(waits))
+    assert len(chunks) >= 20, "the flood was added too fast to test anything"
+    # Counted in chunks, not timed (how long a view waits is bench/hostile_host.py's figure): with the hand-over a
+    # view waits for one chunk; a writer that takes the lock again at once added over a thousand of the flood's
+    # 6,250 while a view waited. (A loaded machine that keeps the view from its turn for 50 ms lets one more in.)
+    assert max(chunks) <= 100, (sorted(chunks)[-5:], len(chunks))
