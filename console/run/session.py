@@ -193,11 +193,27 @@ class RunSession:
         as a ``SessionKind.EXPLAINED`` event within ``speed.ANSWER_SECONDS``; a RunError at once that says why
         when the run cannot be measured now. It waits on the agents: never call it on a window's thread."""
         problem = self.measure_problem()
+        if problem is None and self._ended_at_the_agents():  # ended since this session last heard from them
+            problem = self._ended_problem(self.run.run_id)
         if problem:
             raise RunError(f"run {self.run.run_id} cannot say why it is slow now: {problem[0]}", problem[1])
         name = speed.new_ask()
         self._ask(name)
         return name
+
+    @staticmethod
+    def _ended_problem(run_id: str) -> tuple[str, str]:
+        return ("its tasks have ended", f"tfcc resume {run_id} starts them again from their backups")
+
+    def _ended_at_the_agents(self) -> bool:
+        """Every member's task has ended, as its agent says now (a session just attached may not have read the
+        ends yet: a stop a moment ago)."""
+        try:
+            statuses = self.run.status() if self.run.members else []
+        except TfccError as exc:  # a host that does not answer now: the ask says so itself
+            log.info("could not read run %s's tasks before a breakdown: %s", self.run.run_id, exc)
+            return False
+        return bool(statuses) and all(s.get("phase") in ENDED for s in statuses)
 
     def measure_problem(self) -> tuple[str, str] | None:
         """Why the run's step time cannot be measured now, and what to do; None when it can."""
@@ -209,7 +225,7 @@ class RunSession:
         if training.script and not training.capture:
             return ("its script runs without tfcc's capture", "set capture = true in [training] (the default)")
         if self.run.members and all(t.ended for t in self.run.members):
-            return ("its tasks have ended", f"tfcc resume {self.run.run_id} starts them again from their backups")
+            return self._ended_problem(self.run.run_id)
         if self._newest_step < 0 or not self._trainers():
             return ("it is not training yet", "ask again once its first steps are in")
         if training.script and not self._fits:
@@ -484,7 +500,7 @@ class RunSession:
             task.change(phase if phase in ENDED else ERROR)
             if task.phase == STOPPED:
                 words = (text.STOPPED_BY_YOU if self.stopped_by_you else text.STOPPED_BY_TFCC if asked
-                         else text.STOPPED_ELSEWHERE)
+                         else text.STOPPED_WITH_GROUP if self.supervisor.restarting else text.STOPPED_ELSEWHERE)
                 if self.store is not None:
                     self.store.set_state(task.name, Mark.STOPPED, words)
             else:

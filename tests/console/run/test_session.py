@@ -17,6 +17,7 @@ from console.run.runner import Run
 from console.run.session import RunSession
 from console.run.supervisor import OFFER, RESTART, waiting_report
 from console.states import SessionKind
+from console import text
 from console.text import event_line
 from trainer.records import decode_line
 from tests.helpers.scripted import follow_to_end
@@ -291,14 +292,28 @@ def script_run(homes, name: str, code: str, restarts: int | None = None, tasks: 
 
 
 def test_a_bug_in_the_code_is_not_restarted(homes):
-    run = script_run(homes, "bug", "raise ValueError('the data has 3 columns, the model wants 4')\n", 3)
-    session, events = supervised_to_the_end(run, 60)
+    """worker-0 raises; worker-1 is still busy (it would raise later): the run is given up, not restarted;
+    worker-0 failed, and worker-1 says tfcc stopped it with its group (not that someone asked)."""
+    run = script_run(homes, "bug", "import json, os, time\n"
+                                   "if json.loads(os.environ['TF_CONFIG'])['task']['index'] == 1:\n"
+                                   "    time.sleep(120)\n"
+                                   "raise ValueError('the data has 3 columns, the model wants 4')\n", 3)
+    ended = {}
+    session, events = supervised(run)
+    session.subscribe(lambda e: ended.setdefault(e.task.name, e.text) if e.kind == SessionKind.TASK_ENDED else None)
+    run.start()
+    session.follow()
+    try:
+        assert session.wait(60)
+    finally:
+        session.detach()
     kinds = [k for k, _ in events]
     assert "restarting" not in kinds and kinds[-1] == "gave_up"
     assert any("error in the training code: ValueError: the data has 3 columns, the model wants 4" in t
                for k, t in events if k == "failure"), events
     assert "a restart would fail the same way" in events[-1][1]
-    assert [t.phase for t in run.tasks] == ["failed", "failed"]
+    assert [t.phase for t in run.tasks] == ["failed", "stopped"]
+    assert ended["worker-1"] == text.STOPPED_WITH_GROUP
 
 
 def test_the_restart_budget_ends_with_one_clear_message(homes):
@@ -322,7 +337,7 @@ def test_a_worker_killed_mid_epoch_is_restarted_with_the_group_and_the_run_finis
     """SIGKILL one worker of a 2-worker digits run: MultiWorkerMirroredStrategy cannot go on, so every
     task is stopped and started again from its backup; the run finishes as accurate as ever."""
     monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
-    run, session, events = supervised_digits("killed", epochs=3)  # killed in its first
+    run, session, events = supervised_digits("killed", epochs=2)  # killed in its first
     backups, resumed, steps, again = set(), [], [], {}  # again: task -> when its first step of attempt 2 came
 
     def note(e):
@@ -396,7 +411,7 @@ def test_a_frozen_worker_is_named_and_the_group_restarted(homes, monkeypatch):
     """SIGSTOP one worker: within seconds the console names what stalled, restarts every task, and the run
     finishes (TensorFlow's own heartbeat fails the peer after ~6 s; nothing recovers in-process)."""
     monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
-    run, session, events = supervised_digits("frozen", epochs=3)  # frozen in its first
+    run, session, events = supervised_digits("frozen", epochs=2)  # frozen in its first
     backups = set()
     session.subscribe(lambda e: backups.update((e.task.name, r["global_step"]) for r in e.records
                                                if r.get("event") == "backed_up") if e.kind == "records" else None)
