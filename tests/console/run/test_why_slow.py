@@ -44,9 +44,10 @@ def test_a_slow_input_pipeline_on_one_worker_is_input_bound_there(homes):
     words = verdict.lines()[0]
     assert "num_parallel_calls=tf.data.AUTOTUNE" in words and ".prefetch" in words, words
     slow, fast = {w.task: w for w in verdict.workers}["worker-1"], {w.task: w for w in verdict.workers}["worker-0"]
-    # the slow worker's step is mostly its input, and the other's mostly waiting for it (the shares themselves
-    # depend on how busy this machine is: compute slows, the input's reading does not)
-    assert max(speed.PARTS, key=slow.share) == "input" and max(speed.PARTS, key=fast.share) == "peers", verdict.workers
+    # the slow worker waits on its input, and the other for it, each past the share that makes the verdict (how far
+    # past depends on how busy this machine is: a loaded machine slows compute, not the input's slow reads)
+    assert slow.share("input") >= speed.INPUT_SHARE > fast.share("input"), verdict.workers
+    assert fast.share("peers") >= speed.PEERS_SHARE, verdict.workers
     assert slow.pipeline_rate < 1.0 / slow.step * 1.5  # its pipeline alone cannot keep up with training
     assert message["kind"] == speed.INPUT_BOUND and len(message["workers"]) == 2
     # The run's scaling is kept: tfcc runs says it.
