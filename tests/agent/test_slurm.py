@@ -75,7 +75,7 @@ def agent(slurm_cluster, tmp_path):
     slurm_cluster.wait_for_no_jobs()
 
 
-def test_a_run_submitted_as_one_job_trains_on_two_nodes_followed_from_the_login_host(agent, tmp_path):
+def test_a_run_submitted_as_one_job_trains_on_two_nodes_followed_from_the_login_host(agent, slurm_cluster, tmp_path):
     submitted = agent.ok(protocol.SUBMIT, run_id="r1", tasks=trainer_tasks(["worker-0", "worker-1"]),
                          jobs="worker:2", port_base=8888, sbatch=["--nodes=2", "--ntasks-per-node=1", "--time=10"],
                          python=sys.executable, cpus_per_task=1)

@@ -102,7 +102,7 @@ def console_until_steps(homes, epochs: int, run_id: str, steps: int = 1) -> subp
 
 @pytest.mark.slow
 def test_attach_after_the_console_dies_replays_every_line_once(homes, capsys):
-    proc = console_until_steps(homes, 3, "r2", steps=10)  # kill the console once training is under way
+    proc = console_until_steps(homes, 2, "r2", steps=10)  # kill the console once training is under way
     try:
         proc.kill()
         proc.wait()
@@ -260,7 +260,7 @@ def test_a_diverged_loss_prints_nan_and_the_console_goes_on():
 def test_a_stopped_run_is_refused_as_new_and_resumed_from_its_backups(homes, capsys):
     """A run id names one run: reusing it is refused (it once reran into the same folders, exit 0);
     ``tfcc resume`` is the way back, and training goes on from the tasks' last backups."""
-    proc = subprocess.Popen([sys.executable, "-m", "console.cli", "run", cluster_file(homes, 4), "--json",
+    proc = subprocess.Popen([sys.executable, "-m", "console.cli", "run", cluster_file(homes, 2), "--json",
                              "--run-id", "again"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
     try:
@@ -278,7 +278,7 @@ def test_a_stopped_run_is_refused_as_new_and_resumed_from_its_backups(homes, cap
 
         manifest = homes / "console-home" / "runs" / "again.json"
         before = manifest.read_bytes()
-        assert main(["run", cluster_file(homes, 4), "--run-id", "again"]) == 2
+        assert main(["run", cluster_file(homes, 2), "--run-id", "again"]) == 2
         assert capsys.readouterr().err.splitlines() == [
             "tfcc: error: run again exists already; resume it with tfcc resume again, or choose another --run-id"]
         assert manifest.read_bytes() == before
@@ -293,7 +293,7 @@ def test_a_stopped_run_is_refused_as_new_and_resumed_from_its_backups(homes, cap
             launches = [i for i, r in enumerate(in_file) if r.get("event") == "launched"]
             assert len(launches) == 2
             resumed_epochs = [r["epoch"] for r in in_file[launches[1]:] if r["type"] == "epoch"]
-            assert resumed_epochs[0] >= 1 and resumed_epochs[-1] == 3  # from its backup, not from the start
+            assert resumed_epochs == [1]  # from its backup (its second epoch), not from the start
             assert in_file[-1]["event"] == "finished"
 
         assert main(["resume", "again"]) == 2

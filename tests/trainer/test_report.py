@@ -90,7 +90,7 @@ def test_relaunch_resumes_mid_epoch_from_the_newest_backup_every_task_has(tmp_pa
     relaunch with the same TF_CONFIG restores the newest backup they share, on every task, and goes
     on from the step after it (within an epoch: backups come by time, not by epoch)."""
     cluster = local_cluster(2)
-    args = ["--epochs", "3", "--per-replica-batch", "16", "--backup-seconds", "0.3"]
+    args = ["--epochs", "2", "--per-replica-batch", "16", "--backup-seconds", "0.3"]
     tasks = start_local_tasks(cluster, tmp_path, args, env=THREADS)
     run = ClusterRun(tasks)
     try:

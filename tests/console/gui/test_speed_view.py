@@ -42,9 +42,10 @@ def test_why_slow_shows_an_input_bound_worker_with_its_fix(qtbot, gui_homes, sho
     assert set(view.bars) == {"worker-0", "worker-1"}
     for parts in view.bars.values():
         assert sum(parts.values()) == pytest.approx(100, abs=0.5)
-    # each worker's largest part (how large it is depends on how busy this machine is: tests/console/run)
-    assert max(view.bars["worker-1"], key=view.bars["worker-1"].get) == "input", view.bars
-    assert max(view.bars["worker-0"], key=view.bars["worker-0"].get) == "peers", view.bars
+    # worker-1 waits on its input, worker-0 for worker-1, each past the share that makes the verdict (how far past
+    # depends on how busy this machine is: a loaded machine slows compute, not the input's slow reads)
+    assert view.bars["worker-1"]["input"] >= 100 * speed.INPUT_SHARE > view.bars["worker-0"]["input"], view.bars
+    assert view.bars["worker-0"]["peers"] >= 100 * speed.PEERS_SHARE, view.bars
     assert view.findings[0].startswith("input-bound on worker-1: ")
     assert "num_parallel_calls=tf.data.AUTOTUNE" in view.verdict.text()
     assert view.scaling.startswith("scaling: ") and "on 2 workers" in view.scaling

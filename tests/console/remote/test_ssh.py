@@ -345,7 +345,7 @@ def test_a_worker_killed_on_its_ssh_host_is_restarted_with_the_group(ssh_hosts, 
     """The supervision over SSH: one worker killed on its namespace host; every task is stopped and
     started again there from its backup, and the run finishes."""
     ssh_hosts.known_hosts(ssh_env / "known_hosts")
-    run = Run(two_host_cluster(ssh_hosts, 3), "sshkill")  # killed in its first
+    run = Run(two_host_cluster(ssh_hosts, 2), "sshkill")  # killed in its first
     run.start()
     session = RunSession(run)
     backups, said, when, again = set(), [], {}, {}  # when: first time of each supervision event
@@ -392,7 +392,7 @@ def test_a_worker_whose_backups_are_gone_gets_a_copy_from_its_peers_host_and_the
     worker-0 deleted all of its own; now the group restart copies worker-0's newest backup from its host to
     worker-1's (SFTP, through the console) and both resume from it."""
     ssh_hosts.known_hosts(ssh_env / "known_hosts")
-    run = Run(two_host_cluster(ssh_hosts, 3), "sshseed")
+    run = Run(two_host_cluster(ssh_hosts, 2), "sshseed")
     run.start()
     session = RunSession(run)
     backups, said, resumed = set(), [], {}
@@ -541,7 +541,7 @@ def test_firewall_admits_the_cluster_only_and_goes_with_the_run(ssh_hosts, ssh_e
             pytest.fail("CI must run the firewall test: install nftables (scripts/test does)")
         pytest.skip("nft is not installed (apt-get install nftables)")
     ssh_hosts.known_hosts(ssh_env / "known_hosts")
-    cluster = two_host_cluster(ssh_hosts, 3)
+    cluster = two_host_cluster(ssh_hosts, 1)  # an epoch trains through the rules
     cluster.training.firewall = True
     run = Run(cluster, "walled")
     run.start()

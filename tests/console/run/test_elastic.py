@@ -198,7 +198,9 @@ def test_a_person_removes_a_host_from_a_running_elastic_run_and_takes_it_back(ss
     its task rejoins at the next backup; every task finishes. A run that cannot go on without a host says why."""
     machines = [cl.Host(name="here", local=True), cl.Host(name="there", local=True)]
     tasks = [cl.Task(host="here"), cl.Task(host="here"), cl.Task(host="there")]
-    run = Run(cl.Cluster(machines, tasks, cl.Training(epochs=EPOCHS, per_replica_batch=BATCH, backup_seconds=2.0,
+    # 7 epochs: the run is still training when the host is taken back (it rejoins after 3 or so); no accuracy is
+    # compared here (the lost host's test does)
+    run = Run(cl.Cluster(machines, tasks, cl.Training(epochs=7, per_replica_batch=BATCH, backup_seconds=2.0,
                                                      elastic=2)), "byhand1")
     run.start()
     session = RunSession(run)
