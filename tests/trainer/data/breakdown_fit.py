@@ -10,8 +10,8 @@ usage: breakdown_fit.py MODE ASK_AT_STEP
   short:     the dataset of "dataset", a fit of 12 steps: it ends while real steps are being timed
 
 Each fit may train long (its steps are there for a slow machine) but ends once its breakdown record is written
-(Keras 3's trains a finite pipeline to its end instead: see below); the second fit of "mirrored" trains at least
-as long as the first took to measure (time enough to measure again, which it must not).
+(Keras 3's trains a finite pipeline to its end instead: see below); the second fit of "mirrored" trains as long as
+the first took to measure once traced (time enough to measure again, which it must not).
 """
 import json
 import os
@@ -62,15 +62,19 @@ class Until(Callback):
     def __init__(self, reporter=None, seconds=None):
         super().__init__()
         self.measured, self.seconds, self.start = False, seconds, time.perf_counter()
+        self.stepped = self.measured_at = None  # when its first step ended (tracing done), when it measured
         if reporter is not None:
             write = reporter.writer.write
 
             def noting(record):
                 write(record)
-                self.measured = self.measured or record.get("type") == "breakdown"
+                if record.get("type") == "breakdown" and not self.measured:
+                    self.measured, self.measured_at = True, time.perf_counter()
             reporter.writer.write = noting
 
     def on_train_batch_end(self, batch, logs=None):
+        if self.stepped is None:
+            self.stepped = time.perf_counter()
         if self.measured or (self.seconds is not None and time.perf_counter() - self.start >= self.seconds):
             self.model.stop_training = True
 
@@ -114,7 +118,8 @@ elif mode == "mirrored":
     model.fit(data, epochs=1, steps_per_epoch=20000, callbacks=[reporter, first], verbose=0)
     again = report.reporter_for(model)  # asked once: measured in the first fit only
     again.measure_data = data
-    model.fit(data, epochs=1, steps_per_epoch=20000, callbacks=[again, Until(seconds=time.perf_counter() - first.start)],
+    # as long as the first fit took to measure once its steps were traced (this one's are traced already)
+    model.fit(data, epochs=1, steps_per_epoch=20000, callbacks=[again, Until(seconds=first.measured_at - first.stepped)],
               verbose=0)
 else:
     reporter.measure_data = x
