@@ -129,10 +129,13 @@ def test_tfcc_why_slow_asks_a_running_run_and_prints_the_verdict(homes, capsys):
         code, out, err = tfcc(["why-slow", "cli-running"], capsys)
         assert code == 0, err[-2000:]
         assert "tfcc: asked every worker of run cli-running where its step time goes" in err
-        assert "tfcc: why slow (measured at step " in out and "  healthy: " in out, out
+        # nothing is seeded: healthy on a quiet machine; on a busy one a worker the other tests slow down may be
+        # a straggler (the seeded kinds' verdicts are the tests above; their rates, bench/why_slow.py)
+        measured = [k for k in speed.KINDS if k not in (speed.UNMEASURED, speed.NOTE)]
+        assert "tfcc: why slow (measured at step " in out and any(f"  {k}: " in out for k in measured), out
         code, out, _ = tfcc(["why-slow", "cli-running", "--json"], capsys)
         verdict = json.loads(out.strip().splitlines()[-1])
-        assert code == 0 and verdict["type"] == "why_slow" and verdict["kind"] == speed.HEALTHY
+        assert code == 0 and verdict["type"] == "why_slow" and verdict["kind"] in measured
         assert [w["task"] for w in verdict["workers"]] == ["worker-0", "worker-1"]
     finally:
         run.stop_each(grace=0)
