@@ -168,6 +168,7 @@ STOPPED_BY_YOU = "stopped by you"
 STOPPED_ELSEWHERE = "stopped on request (tfcc stop, or another console)"
 STOPPED_BY_TFCC = "stopped by tfcc (the run's own rule: stop_on_nan)"  # a Mark, as a badge
 STOPPED_WITH_GROUP = "stopped by tfcc: another task of the run failed, and its tasks stop together"
+STOPPED_FOR_RESIZE = "stopped by tfcc: the elastic run starts again on other tasks"
 
 
 def state_text(state: str, words: str = "", width: int = 70) -> str:

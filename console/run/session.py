@@ -500,7 +500,7 @@ class RunSession:
             task.change(phase if phase in ENDED else ERROR)
             if task.phase == STOPPED:
                 words = (text.STOPPED_BY_YOU if self.stopped_by_you else text.STOPPED_BY_TFCC if asked
-                         else text.STOPPED_WITH_GROUP if self.supervisor.restarting else text.STOPPED_ELSEWHERE)
+                         else self.supervisor.stopping_why or text.STOPPED_ELSEWHERE)
                 if self.store is not None:
                     self.store.set_state(task.name, Mark.STOPPED, words)
             else:

@@ -247,6 +247,7 @@ class Supervisor:
         self.restarts_left = run.cluster.training.max_restarts if restarts is None else restarts
         self.attempt = 1
         self.restarting = False                  # stopping, judging or relaunching after a failure
+        self.stopping_why: str | None = None     # why tfcc itself stops the tasks now (their ends say it)
         self.given_up = False
         self.stop_requested = False              # someone asked for the stop: its ends are no failures
         self.warned = False                      # the startup watchdog spoke
@@ -515,14 +516,18 @@ class Supervisor:
         self._name_the_suspended(failed)
         # TensorFlow ignores SIGTERM while it waits: SIGKILL soon after. Every follow of this attempt
         # must deliver its end: one still reconnecting to a host would read beside the next attempt's.
-        unstopped = self.run.stop_each(grace=2)
-        lost: list[TaskState] = []
-        found = self._lost(unstopped) if unstopped and self.elastic else None
-        if found is not None:  # a host lost for good: its tasks move to a spare, or the run goes on without them
-            unstopped, lost = self._replace_lost(found)
-        if not self.run.wait(60):
-            unstopped = unstopped or [t.host for t in self.run.members if not t.ended]
-        self._drain()  # the other tasks' ends: those that failed on their own are judged with the first
+        self.stopping_why = text.STOPPED_WITH_GROUP
+        try:
+            unstopped = self.run.stop_each(grace=2)
+            lost: list[TaskState] = []
+            found = self._lost(unstopped) if unstopped and self.elastic else None
+            if found is not None:  # a host lost for good: its tasks move to a spare, or the run goes on without them
+                unstopped, lost = self._replace_lost(found)
+            if not self.run.wait(60):
+                unstopped = unstopped or [t.host for t in self.run.members if not t.ended]
+            self._drain()  # the other tasks' ends: those that failed on their own are judged with the first
+        finally:
+            self.stopping_why = None
         failed += [t for t in self._failed if t not in failed]
         self._failed = []
         verdict = self._judge([t for t in failed if t.name not in self.run.left])
@@ -758,9 +763,13 @@ class Supervisor:
     def _stop_for_resize(self) -> list[str]:
         """Stop every member before the run restarts with other members: their ends say ``stopped`` (no failure to
         judge); the hosts that did not answer."""
-        unstopped = self.run.stop_each(grace=10)
-        self.run.wait(60)
-        self._drain()
+        self.stopping_why = text.STOPPED_FOR_RESIZE
+        try:
+            unstopped = self.run.stop_each(grace=10)
+            self.run.wait(60)
+            self._drain()
+        finally:
+            self.stopping_why = None
         self._failed = []
         return unstopped
 

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from console import cluster as cl
+from console import text
 from console.errors import RunError
 from console.run.runner import Run
 from console.run.session import RunSession
@@ -206,6 +207,8 @@ def test_a_person_removes_a_host_from_a_running_elastic_run_and_takes_it_back(ss
     session = RunSession(run)
     session.supervisor.probe_seconds = 1.0
     watch = Watch(session)
+    ended = []  # what each task's end says
+    session.subscribe(lambda e: ended.append((e.task.name, e.text)) if e.kind == SessionKind.TASK_ENDED else None)
     session.follow()
     try:
         watch.wait(lambda: len(watch.steps) >= 10, 240)
@@ -225,6 +228,8 @@ def test_a_person_removes_a_host_from_a_running_elastic_run_and_takes_it_back(ss
         run.stop_each(grace=0)
     said = [s[1:] for s in watch.said]
     assert [t.phase for t in run.tasks] == ["finished"] * 3, said
+    # the tasks stopped to go on without "there" say why: tfcc stopped them for the resize (no one asked, none failed)
+    assert ("worker-0", text.STOPPED_FOR_RESIZE) in ended and ("worker-1", text.STOPPED_FOR_RESIZE) in ended, ended
     assert ("resized", "run byhand1 goes on with 2 training tasks: worker-2 on there left the run (removed by you); "
                        "the same global batch is split over the tasks left; it rejoins at the next backup once you "
                        "take it back") in said
