@@ -157,13 +157,15 @@ def _asked_flag():
 
 
 class _StepOutputs:
-    """tfcc's outputs of a model's last step, and whether a training step came since the last epoch end."""
+    """tfcc's outputs of a model's last step, whether a training step came since the last epoch end, and the input
+    iterator the latest ``fit`` trains from (kept while the model lives: see ``trainer.train.keep_until_exit``)."""
 
-    __slots__ = ("step", "trained")
+    __slots__ = ("step", "trained", "input")
 
     def __init__(self):
         self.step: dict = {}
         self.trained = False
+        self.input = None
 
 
 def _hide_step_outputs(model) -> None:
@@ -183,6 +185,7 @@ def _hide_step_outputs(model) -> None:
             return function
 
         def train_function(*args, **kwargs):
+            outputs.input = args[0] if args else kwargs.get("iterator")
             logs = function(*args, **kwargs)
             outputs.trained = True  # the next epoch logs Keras asks for are a training epoch's
             if isinstance(logs, dict):  # a RemoteValue under ParameterServerStrategy: fetched later

@@ -306,6 +306,7 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
         verbose=2 if opts.verbose else 0,
     )
     train_time = time.perf_counter() - t0
+    keep_until_exit(model)
     # A finished run keeps its last backups until the run is cleaned (tfcc clean).
     if not cluster.is_chief:
         shutil.rmtree(tb_dir, ignore_errors=True)
@@ -331,6 +332,18 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
         model=str(model_path) if model_path else None,
     )
     return final
+
+
+_KEPT_UNTIL_EXIT: list = []
+
+
+def keep_until_exit(model) -> None:
+    """Keep the trained model, and with it the input iterator its ``fit`` trained from, until the process ends
+    (``trainer/__main__.py`` ends it with ``os._exit``: nothing is torn down). In TensorFlow 2.21 destroying a
+    tf.data iterator can wait for its autotune thread (``Model::OptimizeLoop``), which may miss the cancellation's
+    wake-up and sleep out its optimisation period, up to a minute: measured 4 to 96 s between the last epoch and the
+    model's save, while the other workers waited in the save's collective."""
+    _KEPT_UNTIL_EXIT.append(model)
 
 
 def save_model(model, path: Path, writer: MetricsWriter, kept: bool = True) -> None:
