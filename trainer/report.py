@@ -157,14 +157,17 @@ def _asked_flag():
 
 
 class _StepOutputs:
-    """tfcc's outputs of a model's last step, whether a training step came since the last epoch end, and the input
-    iterator the latest ``fit`` trains from (kept while the model lives: see ``trainer.train.keep_until_exit``)."""
+    """tfcc's outputs of a model's last step, whether a training step came since the last epoch end, and, where
+    ``keep_input`` is set (tfcc's trainer: ``trainer.train.keep_until_exit``), the input iterator the latest ``fit``
+    trains from, kept while the model lives. Never in a user's script: its iterators end where its own code ends
+    them (one kept to the interpreter's end deadlocked there, in TensorFlow's ``MultiDeviceBuffer::Reset``)."""
 
-    __slots__ = ("step", "trained", "input")
+    __slots__ = ("step", "trained", "keep_input", "input")
 
     def __init__(self):
         self.step: dict = {}
         self.trained = False
+        self.keep_input = False
         self.input = None
 
 
@@ -185,7 +188,8 @@ def _hide_step_outputs(model) -> None:
             return function
 
         def train_function(*args, **kwargs):
-            outputs.input = args[0] if args else kwargs.get("iterator")
+            if outputs.keep_input:
+                outputs.input = args[0] if args else kwargs.get("iterator")
             logs = function(*args, **kwargs)
             outputs.trained = True  # the next epoch logs Keras asks for are a training epoch's
             if isinstance(logs, dict):  # a RemoteValue under ParameterServerStrategy: fetched later

@@ -296,6 +296,7 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
         # the optimizer's learning rate, which a resume set: the one it trains at
         **{**plan.as_dict(), "learning_rate": learning_rate_of(model, plan.learning_rate)},
     )
+    keep_until_exit(model)
     t0 = time.perf_counter()
     history = model.fit(
         train_ds,
@@ -306,7 +307,6 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
         verbose=2 if opts.verbose else 0,
     )
     train_time = time.perf_counter() - t0
-    keep_until_exit(model)
     # A finished run keeps its last backups until the run is cleaned (tfcc clean).
     if not cluster.is_chief:
         shutil.rmtree(tb_dir, ignore_errors=True)
@@ -338,11 +338,14 @@ _KEPT_UNTIL_EXIT: list = []
 
 
 def keep_until_exit(model) -> None:
-    """Keep the trained model, and with it the input iterator its ``fit`` trained from, until the process ends
-    (``trainer/__main__.py`` ends it with ``os._exit``: nothing is torn down). In TensorFlow 2.21 destroying a
-    tf.data iterator can wait for its autotune thread (``Model::OptimizeLoop``), which may miss the cancellation's
-    wake-up and sleep out its optimisation period, up to a minute: measured 4 to 96 s between the last epoch and the
-    model's save, while the other workers waited in the save's collective."""
+    """Keep ``model``, and the input iterator its ``fit`` trains from, until the process ends (``trainer/__main__.py``
+    ends it with ``os._exit``: nothing is torn down). In TensorFlow 2.21 destroying a tf.data iterator can wait for
+    its autotune thread (``Model::OptimizeLoop``), which may miss the cancellation's wake-up and sleep out its
+    optimisation period, up to a minute: measured 4 to 96 s between the last epoch and the model's save, while the
+    other workers waited in the save's collective. Called before ``fit``."""
+    outputs = getattr(model, "_tfcc_outputs", None)
+    if outputs is not None:  # an instrumented model (report.instrument_step_loss): its train function keeps it
+        outputs.keep_input = True
     _KEPT_UNTIL_EXIT.append(model)
 
 

@@ -105,7 +105,7 @@ def test_the_command_line_asks_during_tfcc_run_and_tfcc_runs_keeps_the_scaling(h
     ``tfcc runs`` says the run's scaling."""
     script_cluster(homes, env={"SLOW_SHARE_ON_WORKER": "1"})  # the script's copy
     path = homes / "slow.toml"
-    path.write_text(f'[training]\nscript = {str(homes / "why_slow" / "main.py")!r}\nargs = ["--epochs", "3"]\n'
+    path.write_text(f'[training]\nscript = {str(homes / "why_slow" / "main.py")!r}\nargs = ["--epochs", "2"]\n'
                     'env = {SLOW_SHARE_ON_WORKER = "1"}\n\n[[hosts]]\nname = "here"\nlocal = true\n\n'
                     '[[tasks]]\nhost = "here"\n\n[[tasks]]\nhost = "here"\n')
     code, out, err = tfcc(["run", str(path), "--run-id", "cli-slow", "--why-slow", "2"], capsys)
