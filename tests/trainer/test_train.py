@@ -248,3 +248,31 @@ def test_an_elastic_task_keeps_its_runs_global_batch_and_learning_rate(tmp_path)
     (backups / "backup-40.index").unlink()
     with pytest.raises(ConfigError, match="delete it to plan the batch from this attempt's workers"):
         kept_plan(opts)
+
+
+def test_the_trainer_keeps_its_fits_input_until_exit_and_a_users_model_does_not(monkeypatch):
+    """tfcc's trainer keeps the iterator its ``fit`` trained from until ``os._exit`` (TensorFlow 2.21's teardown of
+    it can wait up to a minute at the end of ``fit``: bench/end_of_run.py); a user's model, instrumented the same way
+    by the capture, keeps nothing (one kept to the interpreter's end deadlocked a script there)."""
+    import tensorflow as tf
+
+    from trainer import train
+    from trainer.report import instrument_step_loss
+
+    monkeypatch.setattr(train, "_KEPT_UNTIL_EXIT", [])
+    data = tf.data.Dataset.from_tensor_slices((np.zeros((8, 2), "float32"), np.zeros((8,), "float32"))).batch(4)
+
+    def model():
+        made = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
+        made.compile(optimizer="sgd", loss="mse")
+        assert instrument_step_loss(made)
+        return made
+
+    users = model()
+    users.fit(data, epochs=1, verbose=0)
+    assert users._tfcc_outputs.input is None and train._KEPT_UNTIL_EXIT == []
+    trainers = model()
+    train.keep_until_exit(trainers)
+    trainers.fit(data, epochs=1, verbose=0)
+    assert train._KEPT_UNTIL_EXIT == [trainers]
+    assert trainers._tfcc_outputs.input is not None and hasattr(trainers._tfcc_outputs.input, "__next__")
