@@ -20,6 +20,7 @@ import math
 import signal
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
@@ -516,8 +517,7 @@ class Supervisor:
         self._name_the_suspended(failed)
         # TensorFlow ignores SIGTERM while it waits: SIGKILL soon after. Every follow of this attempt
         # must deliver its end: one still reconnecting to a host would read beside the next attempt's.
-        self.stopping_why = text.STOPPED_WITH_GROUP
-        try:
+        with self._stopping(text.STOPPED_WITH_GROUP):
             unstopped = self.run.stop_each(grace=2)
             lost: list[TaskState] = []
             found = self._lost(unstopped) if unstopped and self.elastic else None
@@ -526,8 +526,6 @@ class Supervisor:
             if not self.run.wait(60):
                 unstopped = unstopped or [t.host for t in self.run.members if not t.ended]
             self._drain()  # the other tasks' ends: those that failed on their own are judged with the first
-        finally:
-            self.stopping_why = None
         failed += [t for t in self._failed if t not in failed]
         self._failed = []
         verdict = self._judge([t for t in failed if t.name not in self.run.left])
@@ -760,16 +758,22 @@ class Supervisor:
             finally:
                 self.restarting = False
 
+    @contextmanager
+    def _stopping(self, why: str):
+        """While tfcc itself stops the run's tasks: the words their ends say (``stopping_why``)."""
+        self.stopping_why = why
+        try:
+            yield
+        finally:
+            self.stopping_why = None
+
     def _stop_for_resize(self) -> list[str]:
         """Stop every member before the run restarts with other members: their ends say ``stopped`` (no failure to
         judge); the hosts that did not answer."""
-        self.stopping_why = text.STOPPED_FOR_RESIZE
-        try:
+        with self._stopping(text.STOPPED_FOR_RESIZE):
             unstopped = self.run.stop_each(grace=10)
             self.run.wait(60)
             self._drain()
-        finally:
-            self.stopping_why = None
         self._failed = []
         return unstopped
 
