@@ -21,6 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from agent.protocol import METRICS, RUN_DIR_VARIABLE, STOP_MARKER  # noqa: E402
 from trainer import slurm, workloads  # noqa: E402  (import no TensorFlow)
+from trainer.startup import collector_paused  # noqa: E402
 from trainer.config import parse_options  # noqa: E402
 from trainer.metrics import MetricsWriter  # noqa: E402
 from trainer.plan import check_autoshard, choose_strategy  # noqa: E402
@@ -74,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
             os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
         elif opts.workload != "file":
             check_autoshard(opts.autoshard, True, opts.workload, cluster.num_workers)  # built-in data is in memory
-        from trainer import train  # TensorFlow loads here, after validation
+        with collector_paused():
+            from trainer import train  # TensorFlow loads here, after validation
 
         try:
             train.run(opts, cluster, writer)

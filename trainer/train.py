@@ -28,6 +28,7 @@ from trainer.metrics import MetricsWriter
 from trainer.plan import check_autoshard, choose_strategy, plan_batches, replicas_per_worker
 from trainer.records import LOST_PEER, Event, RecordType
 from trainer.report import CoordinatorReporter, MetricsReporter, instrument_step_loss
+from trainer.startup import collector_paused
 from trainer.tf_config import ClusterConfig, ConfigError
 
 log = logging.getLogger("trainer.train")
@@ -232,11 +233,13 @@ def elastic_plan(opts: Options, kept: dict | None, make):
 def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
     """Train this task to the end; returns the final metrics."""
     strategy_name = choose_strategy(opts.strategy, cluster, opts.cpu_devices)
+    if strategy_name == "parameter_server" and cluster.task.type in ("worker", "ps"):
+        return serve(opts, cluster, writer)  # a server needs no Keras
+    with collector_paused():  # tf-keras loads at TensorFlow's first use of it: an import like TensorFlow's own
+        tf.keras.Model  # noqa: B018
     if strategy_name == "evaluator":
         return evaluate(opts, cluster, writer)
     if strategy_name == "parameter_server":
-        if cluster.task.type in ("worker", "ps"):
-            return serve(opts, cluster, writer)
         return coordinate(opts, cluster, writer)
     configure_runtime(opts)
     gpus = len(tf.config.list_physical_devices("GPU"))

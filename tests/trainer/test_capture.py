@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -172,15 +173,22 @@ def test_a_tf_keras_script_keeps_the_keras_it_chose(tmp_path):
     proc, records = run(tmp_path, """
 import os
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import gc
+frozen = gc.get_freeze_count()
 import tensorflow as tf
 import numpy as np
 print("keras", tf.keras.__name__.split(".")[0])
+print("collector", gc.isenabled(), gc.get_freeze_count() - frozen)
 model = tf.keras.Sequential([tf.keras.layers.Dense(2)])
 model.compile(tf.keras.optimizers.legacy.SGD(), "mse")
 model.fit(np.ones((8, 3)), np.ones((8, 2)), epochs=1, verbose=0)
 """, env={"TF_USE_LEGACY_KERAS": "0"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "keras tf_keras" in proc.stdout
+    # TensorFlow was imported with the collector paused (trainer/startup.py), and the script has it back on,
+    # with what the import made frozen
+    enabled, frozen = re.search(r"collector (\w+) (\d+)", proc.stdout).groups()
+    assert enabled == "True" and int(frozen) > 100_000, proc.stdout
     assert [r for r in records if r.get("event") == "started"][0]["keras"] == "tf-keras"
 
 
