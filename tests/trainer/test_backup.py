@@ -1,9 +1,10 @@
-"""Each task's backups: which one every task restores, and resumes that are exact (the relaunch after a kill
-during a save: tests/trainer/test_report.py)."""
+"""Each task's backups: which one every task restores (the relaunch after a kill during a save too), and resumes
+that are exact."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 from pathlib import Path
@@ -140,18 +141,52 @@ def _backups(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
 
 
+def _steps(folder: Path) -> set[int]:
+    """The global steps of the complete backups in ``folder``."""
+    return {int(p.stem.rsplit("-", 1)[1]) for p in folder.glob("backup-*.index")}
+
+
+def _as_if_killed_during_its_save(folder) -> int:
+    """Leave ``folder`` as a kill during a save does: the newest backup never completed (its
+    files half written, the checkpoint list without it). Returns the newest backup left."""
+    state = folder / "checkpoint"
+    listed = re.findall(r'all_model_checkpoint_paths: "([^"]+)"', state.read_text())
+    newest = listed[-1]
+    for part in folder.glob(f"{Path(newest).name}.*"):
+        part.unlink()
+    (folder / f"{Path(newest).name}_temp").mkdir()
+    (folder / f"{Path(newest).name}_temp" / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"\0" * 100)
+    older = listed[:-1]
+    state.write_text(f'model_checkpoint_path: "{older[-1]}"\n'
+                     + "".join(f'all_model_checkpoint_paths: "{p}"\n' for p in older))
+    return int(older[-1].rsplit("-", 1)[1])
+
+
 @pytest.mark.slow
 def test_a_mid_epoch_resume_trains_on_the_same_batches_as_an_uninterrupted_run(tmp_path, whole, killed):
-    """Killed mid-epoch and relaunched: every resumed step's loss equals the uninterrupted run's at that step
-    (before, the input started over: the step after the backup trained on the stream's first batch)."""
+    """Killed mid-epoch, one task as if during a save, so the tasks' newest backups differ; relaunched with the
+    same TF_CONFIG: every task restores the newest backup they share and goes on from the step after it, and
+    every resumed step's loss equals the uninterrupted run's at that step (before, the input started over: the
+    step after the backup trained on the stream's first batch)."""
     expected = whole
     cut = copy_of(killed, tmp_path / "cut")
+    newest = {i: max(_steps(cut / f"worker-{i}" / "backup")) for i in range(2)}
+    if newest[0] == newest[1]:
+        common, ahead = _as_if_killed_during_its_save(cut / "worker-1" / "backup"), 0
+    else:  # the kill itself came between the two tasks' saves of one backup: they differ already
+        common, ahead = min(newest.values()), max(newest, key=newest.get)
+    assert common in _steps(cut / f"worker-{ahead}" / "backup") and newest[ahead] > common
+
     again = _relaunch(cut, local_cluster(2), ARGS)
     for i, t in enumerate(again.tasks):
         assert t.process.returncode == 0, again.stderr(i)[-3000:]
     after = _since_last_launch(again, 0)
     resumed = next(r for r in after if r.get("event") == "resumed")
     steps_per_epoch = next(r for r in after if r.get("event") == "started")["steps_per_epoch"]
+    for i in range(2):  # every task at the newest backup they share
+        mine = next(r for r in _since_last_launch(again, i) if r.get("event") == "resumed")
+        assert mine["global_step"] == common
+        assert mine["epoch"] * steps_per_epoch + mine["step"] + 1 == common
     assert resumed["global_step"] % steps_per_epoch != 0, "the kill came at an epoch's end: no mid-epoch resume"
     assert "changed" not in resumed  # the same plan
     resumed_steps = [r for r in after if r["type"] == "step"]
@@ -165,6 +200,7 @@ def test_a_mid_epoch_resume_trains_on_the_same_batches_as_an_uninterrupted_run(t
         names = _backups(cut / f"worker-{i}" / "backup")
         indexes = [n for n in names if n.endswith(".index")]
         assert len(indexes) == KEEP, names
+        assert not any("_temp" in n for n in names), names  # the half-written save is gone
         assert sorted(n for n in names if n.endswith(PLAN_SUFFIX)) == sorted(
             n.replace(".index", PLAN_SUFFIX) for n in indexes)
 
