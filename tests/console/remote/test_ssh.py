@@ -342,19 +342,25 @@ def test_an_agent_that_dies_at_start_over_ssh_says_its_last_words(ssh_hosts, ssh
 
 @pytest.mark.slow
 def test_a_worker_killed_on_its_ssh_host_is_restarted_with_the_group(ssh_hosts, ssh_env):
-    """The supervision over SSH: one worker killed on its namespace host; every task is stopped and
-    started again there from its backup, and the run finishes."""
+    """The supervision over SSH: SIGKILL one worker on its namespace host; MultiWorkerMirroredStrategy cannot go
+    on, so every task is stopped and started again there from the newest backup both have; the run finishes as
+    accurate as ever. (The same supervision runs a local run's restarts: test_session's frozen worker.)"""
     ssh_hosts.known_hosts(ssh_env / "known_hosts")
     run = Run(two_host_cluster(ssh_hosts, 2), "sshkill")  # killed in its first
     run.start()
     session = RunSession(run)
     backups, said, when, again = set(), [], {}, {}  # when: first time of each supervision event
+    resumed, steps = [], []  # steps: worker-0's (attempt, global step, time)
     cond = threading.Condition()
 
     def on_event(e):
         with cond:
             if e.kind == "records":
                 backups.update((e.task.name, r["global_step"]) for r in e.records if r.get("event") == "backed_up")
+                resumed.extend(r for r in e.records if r.get("event") == "resumed")
+                if e.task.name == "worker-0":
+                    steps.extend((r["attempt"], r["global_step"], r["time"]) for r in e.records
+                                 if r.get("type") == "step")
                 if any(r.get("type") == "step" and r.get("attempt") == 2 for r in e.records):
                     again.setdefault(e.task.name, time.monotonic())  # training again on that host
             elif e.kind in SessionKind.SUPERVISION:
@@ -362,19 +368,22 @@ def test_a_worker_killed_on_its_ssh_host_is_restarted_with_the_group(ssh_hosts, 
                 when.setdefault(e.kind, time.monotonic())
             cond.notify_all()
 
+    def common() -> set:
+        return {g for t, g in backups if t == "worker-0"} & {g for t, g in backups if t == "worker-1"}
+
     session.subscribe(on_event)
     session.follow()
     h1 = ssh_hosts.hosts[1]
     try:
         with cond:
-            assert cond.wait_for(lambda: {g for t, g in backups if t == "worker-0"}
-                                 & {g for t, g in backups if t == "worker-1"}, 180)  # a backup both have
+            assert cond.wait_for(common, bound(180))  # a backup both have
         child = json.loads((h1.tfcc_home / "runs" / "sshkill" / "worker-1" / "child.json").read_text())["pid"]
         h1.exec("kill", "-KILL", str(child))
         killed = time.monotonic()
         with cond:
             assert cond.wait_for(lambda: len(again) == 2, bound(180)), said
-        # how fast is bench/restart_recovery.py's figure; here only that neither waits on a timeout of its own
+        # How fast is bench/restart_recovery.py's figure (about 1 s and 10 s on a quiet machine); here, on a machine
+        # that may be busy, only that neither waits on a timeout of its own.
         assert when["failure"] - killed < bound(15), "the failure is said at once"
         assert max(again.values()) - killed < bound(90), "every task training again soon after"
         assert session.wait(300)
@@ -382,8 +391,19 @@ def test_a_worker_killed_on_its_ssh_host_is_restarted_with_the_group(ssh_hosts, 
         session.detach()
         run.stop(grace=0)
     assert [t.phase for t in run.tasks] == ["finished", "finished"], said
+    failures = [t for k, t in said if k == "failure"]  # the killed task, or a peer that lost it first
+    assert any(f"worker-1 on {h1.name}: the task was killed by SIGKILL" in t or "lost contact with another task" in t
+               or "this task lost contact with" in t for t in failures), failures
+    assert [k for k, _ in said if k in ("restarting", "restarted", "resumed")] == ["restarting", "restarted", "resumed"]
+    # Both tasks took up training at the newest backup they shared, as attempt 2; records say so.
+    assert len(resumed) == 2 and {r["attempt"] for r in resumed} == {2}
+    assert resumed[0]["global_step"] == resumed[1]["global_step"] > 0
+    assert resumed[0]["global_step"] in common()
+    assert min(g for a, g, _ in steps if a == 2) == resumed[0]["global_step"] + 1  # nothing skipped
+    redone = [t for a, g, t in steps if a == 1 and g > resumed[0]["global_step"]]
+    assert not redone or max(redone) - min(redone) <= 30, "at most 30 s of training redone"
     finished = read_records(ssh_hosts.hosts[0].tfcc_home / "runs" / "sshkill" / "worker-0" / "metrics.jsonl")[-1]
-    assert finished["event"] == "finished" and finished["metrics"]["val_accuracy"] >= 0.9
+    assert finished["event"] == "finished" and finished["metrics"]["val_accuracy"] >= 0.93
 
 
 @pytest.mark.slow
