@@ -1,4 +1,4 @@
-"""The CPU of importing TensorFlow with tf-keras, with the collector paused (trainer/startup.py) and without.
+"""The CPU of importing TensorFlow with tf-keras, with the collector paused (trainer/process.py) and without.
 
 Every task of a run imports TensorFlow at each start and restart, often several on one machine at once (a test
 suite, ~330 of them). perf shows a quarter of that import in Python's cyclic collector (``gc_collect_main``,
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 IMPORT = "import tensorflow as tf; tf.keras.Model"
 KINDS = {
     "plain": IMPORT,
-    "paused": f"from trainer.startup import collector_paused\nwith collector_paused():\n    {IMPORT}",
+    "paused": f"from trainer.process import collector_paused\nwith collector_paused():\n    {IMPORT}",
 }
 
 

@@ -51,9 +51,9 @@ if __name__ == "__main__" and __package__ in (None, ""):  # started by its path:
 from agent.protocol import METRICS, RUN_DIR_VARIABLE  # noqa: E402
 from trainer.metrics import MetricsWriter  # noqa: E402
 from trainer.plan import strategy_name  # noqa: E402
+from trainer.process import collector_paused, sigterm_back  # noqa: E402
 from trainer.records import (CAPTURED, FROM_PRINT, FROM_SCHEDULE, FROM_SUMMARY, SCRIPT_WORKLOAD, Event,  # noqa: E402
                              RecordType)
-from trainer.startup import collector_paused  # noqa: E402
 from trainer.tf_config import ClusterConfig, tf_config_as_given  # noqa: E402
 
 log = logging.getLogger("trainer.capture")
@@ -421,6 +421,7 @@ class Capture:
             self.writer.event_once(Event.CLUSTER_FORMED, strategy="local", num_replicas=None)
 
     def formed(self, strategy) -> None:
+        sigterm_back()  # the script's own SIGTERM handler, else the default: tfcc's stop ends it at once
         self.writer.event_once(Event.CLUSTER_FORMED, strategy=strategy_name(strategy),
                                num_replicas=getattr(strategy, "num_replicas_in_sync", None))
 
@@ -678,7 +679,7 @@ class _PatchingLoader(importlib.abc.Loader):
         return self.loader.create_module(spec)
 
     def exec_module(self, module):
-        with collector_paused():  # as the trainer imports TensorFlow: a quarter less CPU (trainer/startup.py)
+        with collector_paused():  # as the trainer imports TensorFlow: a quarter less CPU (trainer/process.py)
             self.loader.exec_module(module)
         self.capture.patch(self.name, module)
 

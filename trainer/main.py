@@ -21,10 +21,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from agent.protocol import METRICS, RUN_DIR_VARIABLE, STOP_MARKER  # noqa: E402
 from trainer import slurm, workloads  # noqa: E402  (import no TensorFlow)
-from trainer.startup import collector_paused  # noqa: E402
 from trainer.config import parse_options  # noqa: E402
 from trainer.metrics import MetricsWriter  # noqa: E402
 from trainer.plan import check_autoshard, choose_strategy  # noqa: E402
+from trainer.process import collector_paused  # noqa: E402
 from trainer.records import LOST_PEER, Event  # noqa: E402
 from trainer.tf_config import ClusterConfig, ConfigError, parse_tf_config  # noqa: E402
 

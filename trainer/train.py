@@ -26,9 +26,9 @@ from trainer.backup import TaskBackups, backups_in, plan_of
 from trainer.config import Options
 from trainer.metrics import MetricsWriter
 from trainer.plan import check_autoshard, choose_strategy, plan_batches, replicas_per_worker
+from trainer.process import collector_paused, sigterm_back
 from trainer.records import LOST_PEER, Event, RecordType
 from trainer.report import CoordinatorReporter, MetricsReporter, instrument_step_loss
-from trainer.startup import collector_paused
 from trainer.tf_config import ClusterConfig, ConfigError
 
 log = logging.getLogger("trainer.train")
@@ -254,6 +254,7 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
     if cluster.is_distributed:
         check_port_free(cluster)
     strategy = create_strategy(strategy_name, opts)  # MWMS: waits here until every task has joined
+    sigterm_back()  # a stop ends the task at once, not after its grace
     writer.event(Event.CLUSTER_FORMED, strategy=strategy_name, num_replicas=strategy.num_replicas_in_sync)
     if workload is None:
         workload = workloads.load(opts)  # user code may run TensorFlow ops: only now
@@ -436,6 +437,7 @@ def coordinate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> 
     partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
         min_shard_bytes=256 << 10, max_shards=len(cluster.cluster["ps"]))
     strategy = tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+    sigterm_back()
     if strategy.num_replicas_in_sync > 1:  # each worker's GPUs: one step's batch is split over them
         plan = asynchronous_plan(opts, cluster, workload, strategy.num_replicas_in_sync)
     writer.event(Event.CLUSTER_FORMED, strategy="parameter_server", num_replicas=strategy.num_replicas_in_sync)

@@ -47,13 +47,15 @@ def start_local_tasks(
     env: dict[str, str] | None = None,
     python: str = sys.executable,
     script: str | None = None,
+    capture: bool = False,
     evaluator: bool = False,
 ) -> list[LocalTask]:
     """Start every task of ``cluster``; stdout and stderr go to files in its run folder.
 
     Each task runs ``python -m trainer --run-dir DIR ARGS``, or with ``script``
     a user's own program ``python SCRIPT ARGS`` that reads TF_CONFIG itself
-    (it finds its run folder in ``$TFCC_RUN_DIR``).
+    (it finds its run folder in ``$TFCC_RUN_DIR``); with ``capture`` too, under tfcc's capture
+    (``python -m trainer.capture SCRIPT ARGS``, as the agent starts it).
     """
     project_root = Path(__file__).resolve().parents[2]
     tasks = []
@@ -76,7 +78,7 @@ def start_local_tasks(
                 if script is None:
                     argv = [python, "-m", "trainer", "--run-dir", str(run_dir), *trainer_args]
                 else:
-                    argv = [python, script, *trainer_args]
+                    argv = [python, *(["-m", "trainer.capture"] if capture else []), script, *trainer_args]
                 proc = subprocess.Popen(
                     argv,
                     stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=task_env,

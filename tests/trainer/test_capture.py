@@ -185,7 +185,7 @@ model.fit(np.ones((8, 3)), np.ones((8, 2)), epochs=1, verbose=0)
 """, env={"TF_USE_LEGACY_KERAS": "0"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "keras tf_keras" in proc.stdout
-    # TensorFlow was imported with the collector paused (trainer/startup.py), and the script has it back on,
+    # TensorFlow was imported with the collector paused (trainer/process.py), and the script has it back on,
     # with what the import made frozen
     enabled, frozen = re.search(r"collector (\w+) (\d+)", proc.stdout).groups()
     assert enabled == "True" and int(frozen) > 100_000, proc.stdout
