@@ -476,8 +476,8 @@ def measure(run_id: str, task: str, ask, at_step) -> dict:
 def stop(run_id: str, task: str, grace: float = 10.0, done: bool = False) -> dict:
     """SIGTERM the task's process group, SIGKILL what is left after ``grace`` seconds.
 
-    TensorFlow catches SIGTERM and a training worker may keep running, hence
-    the SIGKILL. A PID that now belongs to another process is never signalled.
+    A task may catch SIGTERM and keep running (a script's own handler; TensorFlow's coordination
+    service, in a script run without tfcc's capture), hence the SIGKILL. A PID that now belongs to another process is never signalled.
     ``done``: the stop is the task's normal end (a server of parameter-server training once the
     chief finished): however it ends, it ends ``finished``.
     """

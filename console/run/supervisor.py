@@ -515,7 +515,8 @@ class Supervisor:
 
     def _restart_after(self, failed: list[TaskState]) -> None:
         self._name_the_suspended(failed)
-        # TensorFlow ignores SIGTERM while it waits: SIGKILL soon after. Every follow of this attempt
+        # A task may ignore SIGTERM (a script's own handler; TensorFlow's, in a script run without the capture):
+        # SIGKILL soon after. Every follow of this attempt
         # must deliver its end: one still reconnecting to a host would read beside the next attempt's.
         with self._stopping(text.STOPPED_WITH_GROUP):
             unstopped = self.run.stop_each(grace=2)
