@@ -28,7 +28,7 @@ QUICK = """
 [training]
 epochs = {epochs}
 per_replica_batch = 16
-backup_seconds = 0.5
+backup_seconds = 2
 
 [[hosts]]
 name = "local"
@@ -264,12 +264,14 @@ def test_a_stopped_run_is_refused_as_new_and_resumed_from_its_backups(homes, cap
                              "--run-id", "again"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
     try:
-        epochs_done = set()
-        for line in proc.stdout:  # until both workers have finished (and backed up) their first epoch
+        per_epoch, backed_up = {}, set()
+        for line in proc.stdout:  # until both workers have backed up their first epoch's end
             record = json.loads(line)
-            if record.get("type") == "epoch":
-                epochs_done.add(record["task"])
-            if len(epochs_done) == 2:
+            if record.get("event") == "started":
+                per_epoch[record["task"]] = record["steps_per_epoch"]
+            elif record.get("event") == "backed_up" and record["global_step"] >= per_epoch[record["task"]]:
+                backed_up.add(record["task"])
+            if len(backed_up) == 2:
                 break
         proc.kill()
         proc.wait()

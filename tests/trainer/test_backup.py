@@ -81,7 +81,7 @@ def test_only_the_newest_backups_stay_those_of_earlier_attempts_too(tmp_path):
 
 # A global batch of 32 whatever the number of workers, at the same learning rate: one worker can take up two's
 # backup and train on as they would have.
-ARGS = ["--epochs", "2", "--global-batch", "32", "--lr-scaling", "none", "--backup-seconds", "0.3"]
+ARGS = ["--epochs", "2", "--global-batch", "32", "--lr-scaling", "none", "--backup-seconds", "1"]
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from .conftest import DATA, run_cluster
 pytestmark = pytest.mark.slow
 
 DIGITS_EPOCHS = 4
-BACKUP_SECONDS = 0.3
+BACKUP_SECONDS = 1.0
 
 
 @pytest.fixture(scope="module")

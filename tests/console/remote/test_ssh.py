@@ -133,7 +133,7 @@ def two_host_cluster(ssh_hosts, epochs: int) -> cl.Cluster:
     hosts = [cl.Host(name=h.name, address=h.address, user="root", key=str(ssh_hosts.client_key),
                      python=sys.executable) for h in ssh_hosts.hosts]
     tasks = [cl.Task(host=h.name) for h in ssh_hosts.hosts]
-    return cl.Cluster(hosts, tasks, cl.Training(epochs=epochs, per_replica_batch=16, backup_seconds=0.5))
+    return cl.Cluster(hosts, tasks, cl.Training(epochs=epochs, per_replica_batch=16, backup_seconds=2.0))
 
 
 @pytest.mark.slow

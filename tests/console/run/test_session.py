@@ -262,7 +262,7 @@ def supervised(run: Run) -> tuple[RunSession, list]:
 def supervised_digits(name: str, epochs: int) -> tuple[Run, RunSession, list]:
     """A started 2-worker digits run on this machine, with its supervised session (not yet following)."""
     cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
-                         cl.Training(epochs=epochs, per_replica_batch=16, backup_seconds=0.5))
+                         cl.Training(epochs=epochs, per_replica_batch=16, backup_seconds=2.0))
     run = Run(cluster, name)
     run.start()
     return (run, *supervised(run))
