@@ -42,10 +42,9 @@ def test_why_slow_shows_an_input_bound_worker_with_its_fix(qtbot, gui_homes, sho
     assert set(view.bars) == {"worker-0", "worker-1"}
     for parts in view.bars.values():
         assert sum(parts.values()) == pytest.approx(100, abs=0.5)
-    # worker-1 waits on its input, worker-0 for worker-1, each past the share that makes the verdict (how far past
-    # depends on how busy this machine is: a loaded machine slows compute, not the input's slow reads)
+    # worker-1 waits on its input past the share that makes the verdict, worker-0 does not; how long worker-0 waits
+    # for it depends on how busy this machine is (beside a training run: 1.5 % of its step; bench/why_slow.py)
     assert view.bars["worker-1"]["input"] >= 100 * speed.INPUT_SHARE > view.bars["worker-0"]["input"], view.bars
-    assert view.bars["worker-0"]["peers"] >= 100 * speed.PEERS_SHARE, view.bars
     assert view.findings[0].startswith("input-bound on worker-1: ")
     assert "num_parallel_calls=tf.data.AUTOTUNE" in view.verdict.text()
     assert view.scaling.startswith("scaling: ") and "on 2 workers" in view.scaling
