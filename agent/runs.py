@@ -477,7 +477,8 @@ def stop(run_id: str, task: str, grace: float = 10.0, done: bool = False) -> dic
     """SIGTERM the task's process group, SIGKILL what is left after ``grace`` seconds.
 
     A task may catch SIGTERM and keep running (a script's own handler; TensorFlow's coordination
-    service, in a script run without tfcc's capture), hence the SIGKILL. A PID that now belongs to another process is never signalled.
+    service, in a script run without tfcc's capture), hence the SIGKILL. A PID that now belongs to
+    another process is never signalled.
     ``done``: the stop is the task's normal end (a server of parameter-server training once the
     chief finished): however it ends, it ends ``finished``.
     """

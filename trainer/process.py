@@ -22,9 +22,9 @@ import threading
 
 
 @contextlib.contextmanager
-def collector_paused(freeze: bool = True):
-    """Within: no automatic collection (an enclosing pause wins: nothing changes). After: the collector runs as
-    before, and with ``freeze`` what exists by then is frozen."""
+def collector_paused():
+    """Within: no automatic collection (an enclosing pause wins: nothing changes). After: what exists by then is
+    frozen, and the collector runs as before."""
     if not gc.isenabled():
         yield
         return
@@ -32,8 +32,7 @@ def collector_paused(freeze: bool = True):
     try:
         yield
     finally:
-        if freeze:
-            gc.freeze()
+        gc.freeze()
         gc.enable()
 
 
