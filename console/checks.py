@@ -130,9 +130,12 @@ def consistency(cluster: cl.Cluster, probes: dict[str, dict]) -> list[Problem]:
 
 def _needs_tf_keras(cluster: cl.Cluster) -> bool:
     """tfcc's trainer always needs tf-keras; a user's script where it gets tf-keras, or imports it."""
-    if not cluster.training.script or cluster.script_keras == cl.TF_KERAS:
+    if not cluster.training.user_code or cluster.script_keras == cl.TF_KERAS:
         return True
-    script = Path(cluster.training.script).expanduser()
+    try:
+        script = workdir.locate(cluster.training)[1]
+    except TfccError:
+        return False  # workload_files says why
     return bool(keras_use([(script.name, script)]).tf_keras)
 
 
@@ -140,12 +143,16 @@ def workload_files(cluster: cl.Cluster) -> tuple[list[dict], list[Problem]]:
     """The files the run ships from this machine (a model file, a script), checked as a start checks them: each as
     a row (what, path, ok, problem), and the problems."""
     rows, problems = [], []
-    for what in ("model_file", "script"):
+    for what in ("model_file", "script", "module"):
         path = getattr(cluster.training, what)
         if not path:
             continue
         try:
-            check_user_file(path, what)
+            if what == "module":  # its file in its workdir
+                path = f"{path} ({workdir.locate(cluster.training)[1]})"
+                check_user_file(str(workdir.locate(cluster.training)[1]), what)
+            else:
+                check_user_file(path, what)
             rows.append({"what": what, "path": path, "ok": True, "problem": ""})
         except TfccError as exc:
             problem = Problem("cluster", exc.cause, exc.fix or "")
@@ -158,7 +165,7 @@ def script_problems(cluster: cl.Cluster) -> list[Problem]:
     """What a user's script's own code says before a launch: a Keras 3 ``fit`` where only tf-keras can
     run it (more than one training task under MultiWorkerMirrored, or parameter-server training)."""
     t = cluster.training
-    if not t.script or not cluster.needs_tf_keras:
+    if not t.user_code or not cluster.needs_tf_keras:
         return []
     try:
         root, script = workdir.locate(t)

@@ -9,6 +9,7 @@ TF_CONFIG from the cluster.
 from __future__ import annotations
 
 import ipaddress
+import keyword
 import math
 import re
 import stat
@@ -86,8 +87,10 @@ class Task:
 class Training:
     workload: str = "digits"
     model_file: str = ""
-    script: str = ""           # a user's own script, run instead of the trainer
-    workdir: str = ""          # with script: the folder shipped with it (default: the script's folder)
+    script: str = ""           # a user's own script, run instead of the trainer (python path/to/script.py)
+    module: str = ""           # or a user's package module, run as python -m pkg.mod from its workdir
+    workdir: str = ""          # the folder shipped with the script (default: the script's folder) or the module
+    # (default: the folder tfcc runs in, as python -m runs from it): the one that holds the top package
     keras: str = "auto"        # with script: which Keras it gets (KERAS_FLAVOURS)
     capture: bool = True       # with script: tfcc captures its metrics from the outside (fit, tf.summary, prints)
     args: list[str] = field(default_factory=list)
@@ -111,9 +114,19 @@ class Training:
     # at the next backup once it answers again (console/run/supervisor.py).
     elastic: int = 0
 
+    @property
+    def user_code(self) -> bool:
+        """Whether a user's own code runs (a script or a module), not tfcc's trainer."""
+        return bool(self.script or self.module)
+
+    @property
+    def code_name(self) -> str:
+        """The user's code as a person names it: ``task.py`` (a script's file name) or ``trainer.task``."""
+        return self.module or self.script.rsplit("/", 1)[-1]
+
     def trainer_args(self) -> list[str]:
         """Options for ``python -m trainer`` (or, with ``script``, just ``args``)."""
-        if self.script:
+        if self.user_code:
             return list(self.args)
         batch = (["--global-batch", str(self.global_batch)] if self.global_batch
                  else ["--per-replica-batch", str(self.per_replica_batch)])
@@ -330,8 +343,8 @@ _TYPES = {
     Slurm: {"login": str, "user": str, "port": int, "key": str, "python": str, "partition": str, "nodes": int,
             "tasks_per_node": int, "gpus_per_task": int, "cpus_per_task": int, "time": str, "account": str,
             "qos": str, "parameter_servers": int},
-    Training: {"workload": str, "model_file": str, "script": str, "workdir": str, "keras": str, "capture": bool,
-               "epochs": int, "per_replica_batch": int,
+    Training: {"workload": str, "model_file": str, "script": str, "module": str, "workdir": str, "keras": str,
+               "capture": bool, "epochs": int, "per_replica_batch": int,
                "global_batch": int, "learning_rate": float, "lr_scaling": str, "strategy": str, "communication": str,
                "autoshard": str, "max_restarts": int, "backup_seconds": float,
                "stop_on_nan": bool, "firewall": bool, "elastic": int},
@@ -640,8 +653,14 @@ def validate(cluster: Cluster) -> None:
     if problem:
         raise ClusterFileError(f"training.backup_seconds is {t.backup_seconds}; {problem}")
     _elastic_rules(cluster)
-    if t.model_file and t.script:
-        raise ClusterFileError("training sets both model_file and script; keep one of them")
+    if t.model_file and t.user_code:
+        raise ClusterFileError(f"training sets both model_file and {'script' if t.script else 'module'}; keep one "
+                               "of them")
+    if t.script and t.module:
+        raise ClusterFileError("training sets both script and module; keep one of them: module runs a package's "
+                               "module as python -m does (module = \"trainer.task\"), script a file by its path")
+    if t.module and module_problem(t.module):
+        raise ClusterFileError(f"training.module is {t.module!r}; {module_problem(t.module)}")
     both = sorted(set(t.env) & set(t.secret_env))
     if both:
         raise ClusterFileError(f"training.env and training.secret_env both name {both[0]}; a secret's value comes "
@@ -649,11 +668,22 @@ def validate(cluster: Cluster) -> None:
     if len(set(t.secret_env)) != len(t.secret_env):
         raise ClusterFileError("training.secret_env names a variable twice; name each once")
     _choice("training.keras", t.keras, KERAS_FLAVOURS)
-    if t.workdir and not t.script:
-        raise ClusterFileError("training.workdir is set but training.script is empty; the workdir is the folder "
-                               "shipped with your script: name the script, or remove workdir")
+    if t.workdir and not t.user_code:
+        raise ClusterFileError("training.workdir is set but training.script and training.module are empty; the "
+                               "workdir is the folder shipped with your code: name the script or module, or remove "
+                               "workdir")
     if t.workload == "file" and not t.model_file:
         raise ClusterFileError("training.workload is \"file\" but training.model_file is empty; name your model file")
+
+
+def module_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a module ``python -m`` runs (dotted Python names: ``trainer.task``), or None."""
+    parts = name.split(".")
+    if all(part.isidentifier() and not keyword.iskeyword(part) for part in parts):
+        return None
+    return ("a module is Python names joined by dots, like \"trainer.task\" (python -m trainer.task), not a path; "
+            "the folder that holds its top package is the workdir (training.workdir, default: the folder tfcc "
+            "runs in)")
 
 
 def text_list(numbers: list[int]) -> str:
@@ -688,7 +718,7 @@ def _elastic_rules(cluster: Cluster) -> None:
                                f"run may go on with, 1 to {len(training)}, or 0 to restart only on every host")
     if cluster.parameter_server:
         return  # it goes on without a lost worker by itself; elastic moves a lost ps or chief host to a spare
-    if t.script:
+    if t.user_code:
         return  # a script sets its own batch: it gets the new TF_CONFIG and does what it does with it
     # One replica per task unless its gpus say more: the file cannot tell more (the trainer checks at each start).
     per_task = {cluster.replicas(i) for i in training}

@@ -148,14 +148,14 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
     if reported is not None:
         num_workers, replicas, per_replica, global_batch = reported
         split = BatchSplit(num_workers or len(workers), replicas or per_worker, per_replica, global_batch,
-                           started.get("strategy") or "", True, script=bool(t.script))
-    elif started is not None or t.script:
+                           started.get("strategy") or "", True, script=t.user_code)
+    elif started is not None or t.user_code:
         # A script's batch is its own; a started event without a batch plan (a loop's, an old run's) gives none.
         why = ("(the run reported no batch plan)" if started is not None
                else "until the script reports (its own numbers, read from fit)" if t.capture
                else "(the script's own; capture is off)")
         strategy = (started or {}).get("strategy") or ("parameter_server" if pss else "")
-        split = BatchSplit(len(workers), per_worker, 0, 0, strategy, False, unknown=why, script=bool(t.script))
+        split = BatchSplit(len(workers), per_worker, 0, 0, strategy, False, unknown=why, script=t.user_code)
     else:
         replicas = per_worker if pss else per_worker * len(workers)  # the replicas of one step
         problem = ""

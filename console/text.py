@@ -291,8 +291,8 @@ def settings_text(cluster) -> str:
     (a script: its file and the strategy tfcc sets up)."""
     t = cluster.training
     strategy = getattr(t, "strategy", "auto")
-    if t.script:
-        return f"script {t.script.rsplit('/', 1)[-1]}, strategy {strategy}"
+    if t.user_code:
+        return f"{'module' if t.module else 'script'} {t.code_name}, strategy {strategy}"
     batch = f"global batch {t.global_batch}" if t.global_batch else f"batch {t.per_replica_batch} per replica"
     return f"{t.workload}, strategy {strategy}, {batch}, {t.epochs} epochs, lr {metric_text(t.learning_rate)}"
 

@@ -114,7 +114,10 @@ class Exclusion:
 
 
 def locate(training: cl.Training) -> tuple[Path, Path]:
-    """The workdir and the script, both absolute with links resolved; a RunError for a bad one."""
+    """The workdir and the file that runs (the script, or the module's file in the workdir), both absolute with
+    links resolved; a RunError for a bad one."""
+    if training.module:
+        return _locate_module(training)
     script = Path(training.script).expanduser().resolve()
     if training.workdir:
         given = Path(training.workdir).expanduser()
@@ -128,23 +131,64 @@ def locate(training: cl.Training) -> tuple[Path, Path]:
         root = given.resolve()
     else:
         root = script.parent
-    home = Path.home().resolve()
-    # Home, what holds it (/home, /) and its settings folders (~/.config, ~/.aws) hold keys and credentials.
-    if home.is_relative_to(root) or root == Path(root.anchor) or (root.parent == home and root.name.startswith(".")):
-        what = ("your home folder" if root == home else "the root folder" if root == Path(root.anchor) else
-                f"{root.name}, a settings folder in your home folder" if root.parent == home else
-                "a folder that holds your home folder")
-        raise RunError(f"{_named(training, root)} is {what}: tfcc would ship all of it to every host",
-                       "put the script and the files it needs in a folder of their own, or set training.workdir "
-                       "to such a folder")
+    _refuse_wide(training, root)
     if not script.is_relative_to(root):
         raise RunError(f"training.script {training.script!r} ({script}) is outside its workdir {root}",
                        "put the script inside the workdir, or set training.workdir to a folder that holds it")
     return root, script
 
 
+def _refuse_wide(training: cl.Training, root: Path) -> None:
+    """Home, what holds it (/home, /) and its settings folders (~/.config, ~/.aws) hold keys and credentials:
+    never a workdir."""
+    home = Path.home().resolve()
+    if home.is_relative_to(root) or root == Path(root.anchor) or (root.parent == home and root.name.startswith(".")):
+        what = ("your home folder" if root == home else "the root folder" if root == Path(root.anchor) else
+                f"{root.name}, a settings folder in your home folder" if root.parent == home else
+                "a folder that holds your home folder")
+        code = "module's package" if training.module else "script"
+        raise RunError(f"{_named(training, root)} is {what}: tfcc would ship all of it to every host",
+                       f"put the {code} and the files it needs in a folder of their own, or set training.workdir "
+                       "to such a folder")
+
+
+def module_files(module: str) -> tuple[str, str]:
+    """Where ``python -m`` finds ``module`` in the folder it runs from: ``pkg/mod.py``, else the package's
+    ``pkg/mod/__main__.py`` (posix, relative)."""
+    path = module.replace(".", "/")
+    return f"{path}.py", f"{path}/__main__.py"
+
+
+def _locate_module(training: cl.Training) -> tuple[Path, Path]:
+    """A module's workdir (``training.workdir``, else the folder tfcc runs in) and its file there."""
+    given = Path(training.workdir or ".").expanduser()
+    where = (f"training.workdir {training.workdir!r}" if training.workdir else "the folder tfcc runs in") + \
+        (f" ({given.resolve()})" if not given.is_absolute() else "")
+    if not given.is_dir():
+        raise RunError(f"{where} is not a folder", "set training.workdir to the folder that holds the module's top "
+                       f"package ({training.module.split('.')[0]}/), where you would run python -m {training.module}")
+    root = given.resolve()
+    _refuse_wide(training, root)
+    top = training.module.split(".")[0]
+    for rel in module_files(training.module):
+        path = root / rel
+        if path.is_file():
+            resolved = path.resolve()
+            if not resolved.is_relative_to(root):
+                raise RunError(f"training.module {training.module!r} is {rel}, a link out of its workdir {root}",
+                               "put the module's files inside the workdir")
+            return root, resolved
+    a, b = module_files(training.module)
+    hint = (f"set training.workdir to the folder that holds {top}/ (where you would run python -m "
+            f"{training.module})") if not (root / top).exists() else "check the module's name"
+    raise RunError(f"training.module {training.module!r} is not in {where}: neither {a} nor {b} is there", hint)
+
+
 def _named(training: cl.Training, root: Path) -> str:
-    return f"training.workdir {root}" if training.workdir else f"the script's folder {root} (its workdir)"
+    if training.workdir:
+        return f"training.workdir {root}"
+    return f"the folder tfcc runs in, {root} (the module's workdir)" if training.module else \
+        f"the script's folder {root} (its workdir)"
 
 
 def _own_folders() -> tuple[Path, ...]:
@@ -262,7 +306,9 @@ def collect(training: cl.Training, max_bytes: int | None = None, max_files: int 
     script_rel = script.relative_to(root).as_posix()
     if script_rel not in {rel for rel, _, _ in found}:
         why = rules.exclusion(script_rel, False)
-        raise RunError(f"training.script {training.script!r} is not shipped with its workdir {root}: "
+        named = f"training.module {training.module!r} ({script_rel})" if training.module else \
+            f"training.script {training.script!r}"
+        raise RunError(f"{named} is not shipped with its workdir {root}: "
                        + (str(why) if why else "it is not a regular file there"),
                        "remove that exclusion" if why else "give a regular .py file")
     total = sum(st.st_size for _, _, st in found)
@@ -383,14 +429,15 @@ def excluded_module(training: cl.Training, module: str) -> Exclusion | None:
     ``X/``), which is in the workdir on this machine, was not shipped; None when it is not here or was
     shipped (or the workdir cannot be read now)."""
     name = module.split(".", 1)[0]
-    if not training.script or not name.isidentifier():
+    if not training.user_code or not name.isidentifier():
         return None
     try:
         root, script = locate(training)
     except (RunError, OSError):
         return None
     rules = _Rules(root)
-    folders = dict.fromkeys([script.parent.relative_to(root).as_posix(), "."])  # sys.path[0] is the script's
+    # sys.path[0] is the script's folder, or the workdir itself for a module (python -m runs from it)
+    folders = dict.fromkeys(([] if training.module else [script.parent.relative_to(root).as_posix()]) + ["."])
     for folder in folders:
         for candidate, is_dir in ((f"{name}.py", False), (name, True)):
             rel = candidate if folder == "." else f"{folder}/{candidate}"

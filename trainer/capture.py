@@ -1,10 +1,12 @@
-"""``python trainer/capture.py SCRIPT [ARGS...]``: run a user's script unchanged and capture its training.
+"""``python trainer/capture.py SCRIPT [ARGS...]`` (or ``-m MODULE [ARGS...]``): run a user's script unchanged
+and capture its training.
 
-It runs as ``python SCRIPT ARGS`` would, and what it trains is captured from the outside
-(docs/your-script.md).
+It runs as ``python SCRIPT ARGS`` (``python -m MODULE ARGS``) would, and what it trains is captured from the
+outside (docs/your-script.md).
 
 The script runs as ``__main__`` with its own ``sys.argv`` and its folder first on ``sys.path``
-(as ``coverage run`` and ``python -m cProfile`` run one). Nothing is imported before the script
+(as ``coverage run`` and ``python -m cProfile`` run one); a module with the folder it runs in first, its
+package imported as ``python -m`` imports it (so ``from . import model`` works). Nothing is imported before the script
 imports it: an import hook patches TensorFlow and Keras the moment the script first imports them.
 What is captured goes to the task's metrics file (``$TFCC_RUN_DIR/metrics.jsonl``), the records of
 docs/metrics.md:
@@ -695,10 +697,18 @@ def main(argv: list[str] | None = None) -> None:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.split("\n\n")[0], file=sys.stderr)
         sys.exit(0 if argv else 2)
-    script, args = argv[0], argv[1:]
-    if not os.path.isfile(script):
-        print(f"tfcc-capture: error: script {script!r} does not exist", file=sys.stderr)
-        sys.exit(2)
+    module = None
+    if argv[0] == "-m":
+        if len(argv) < 2:
+            print("tfcc-capture: error: -m needs a module: capture.py -m pkg.mod [ARGS...]", file=sys.stderr)
+            sys.exit(2)
+        module, args = argv[1], argv[2:]
+        script = module
+    else:
+        script, args = argv[0], argv[1:]
+        if not os.path.isfile(script):
+            print(f"tfcc-capture: error: script {script!r} does not exist", file=sys.stderr)
+            sys.exit(2)
     config = tf_config_as_given()  # the script will say what is wrong with it
     writer = MetricsWriter.shared(Path(os.environ.get(RUN_DIR_VARIABLE, ".")) / METRICS,
                                   {"task_type": config.task.type, "task_index": config.task.index})
@@ -709,12 +719,16 @@ def main(argv: list[str] | None = None) -> None:
             capture.patch(name, sys.modules[name])
     sys.meta_path.insert(0, _PatchingFinder(capture))
     sys.stdout = _PrintedMetrics(sys.stdout, capture)
+    # As python runs it: a script's folder first on the path; a module's from the folder it runs in (the cwd).
     sys.argv = [script, *args]
-    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    sys.path[0] = os.getcwd() if module else os.path.dirname(os.path.abspath(script))
     if _shadows(sys.path[0]) or _shadows(os.getcwd()):
         _step_aside()
     try:
-        runpy.run_path(script, run_name="__main__")
+        if module:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)  # sys.argv[0]: the module's file
+        else:
+            runpy.run_path(script, run_name="__main__")
     finally:
         try:
             sys.stdout.flush()

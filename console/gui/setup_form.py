@@ -24,7 +24,9 @@ from trainer.plan import AUTOSHARD_POLICIES, LR_RULES, MAX_BACKUP_SECONDS, STRAT
 from trainer.tf_config import CHIEF, WORKER, chief_name
 
 SCRIPT = "script"  # the workload that runs a user's own script: the trainer's settings do not reach it
-WORKLOADS = ("digits", "synthetic", "file", SCRIPT)
+MODULE = "module"  # a user's package module, run as python -m from its workdir (a script's rows too)
+USER_CODE = (SCRIPT, MODULE)
+WORKLOADS = ("digits", "synthetic", "file", SCRIPT, MODULE)
 CAPTURE_TEXT = "Capture metrics from the script (fit, tf.summary, printed values)"
 ARGS_TIP = "Split as a shell splits them: quote an argument that holds spaces"
 
@@ -190,8 +192,9 @@ class SetupForm(QWidget):
         self._loading = True
         try:
             t = cluster.training
-            self.workload.setCurrentText(SCRIPT if t.script else ("file" if t.model_file else t.workload))
-            self.user_file.setText(t.script or t.model_file)
+            self.workload.setCurrentText(SCRIPT if t.script else MODULE if t.module else
+                                         ("file" if t.model_file else t.workload))
+            self.user_file.setText(t.script or t.module or t.model_file)
             self.workdir.setText(t.workdir)
             self.script_args.setText(shlex.join(t.args))
             self._script_args()  # unmarked: a file's arguments are whole
@@ -236,8 +239,9 @@ class SetupForm(QWidget):
         t.workload = workload if workload in ("digits", "synthetic", "file") else "digits"
         t.model_file = path if workload == "file" else ""
         t.script = path if workload == SCRIPT else ""
-        t.workdir = self.workdir.text().strip() if workload == SCRIPT else ""  # the script's folder: only with one
-        if workload == SCRIPT:
+        t.module = path if workload == MODULE else ""
+        t.workdir = self.workdir.text().strip() if workload in USER_CODE else ""  # shipped with the code: only then
+        if workload in USER_CODE:
             args = self._script_args()
             if args is not None:  # else the person is still typing a quote: keep the last whole arguments
                 t.args = args
@@ -286,14 +290,19 @@ class SetupForm(QWidget):
     def _show_workload_rows(self) -> None:
         """A script gets its own rows; the trainer's (epochs, batch, learning rate, strategy, …) are hidden
         then, their room given back: the script never sees them."""
-        script = self.workload.currentText() == SCRIPT
+        workload = self.workload.currentText()
+        script = workload in USER_CODE
         for field in self.script_rows:
             self.form.setRowVisible(field, script)
         for field in self.trainer_rows:
             self.form.setRowVisible(field, not script)
         for widget in (self.backup_label, self.backup_seconds):
             widget.setVisible(not script)
-        self.file_label.setText("Script" if script else "Model file / script")
+        self.file_label.setText({SCRIPT: "Script", MODULE: "Module"}.get(workload, "Model file / script"))
+        self.user_file.setPlaceholderText(
+            "pkg.module, run as python -m pkg.module in the workdir" if workload == MODULE else
+            "your model file (build_model, train_dataset) or script")
+        self.workdir.setPlaceholderText("the folder tfcc runs in" if workload == MODULE else "the script's folder")
         self._refresh_keras_hint()
 
     def _refresh_keras_hint(self) -> None:
@@ -304,7 +313,7 @@ class SetupForm(QWidget):
         self.keras.setItemText(self.keras.findData(auto), f"{auto} ({gets}: {c.training_kind})")
 
     def _refresh_batch_line(self) -> None:
-        self.user_file.setEnabled(self.workload.currentText() in ("file", SCRIPT))
+        self.user_file.setEnabled(self.workload.currentText() in ("file", *USER_CODE))
         if not self.cluster.tasks:
             self.batch_label.setText("Add a host with a worker to see the global batch.")
             return
@@ -447,10 +456,19 @@ class SetupForm(QWidget):
         dialog.open()
 
     def _on_browse_user_file_clicked(self) -> None:
-        title = "Script" if self.workload.currentText() == SCRIPT else "Model file or script"
-        path, _ = QFileDialog.getOpenFileName(self, title, str(Path.cwd()), "Python (*.py)")
-        if path:
+        workload = self.workload.currentText()
+        title = {SCRIPT: "Script", MODULE: "The module's file (in its package)"}.get(workload, "Model file or script")
+        start = self.workdir.text().strip() if workload == MODULE else ""
+        path, _ = QFileDialog.getOpenFileName(self, title, start or str(Path.cwd()), "Python (*.py)")
+        if not path:
+            return
+        if workload != MODULE:
             self.user_file.setText(path)
+            return
+        workdir, module = module_of(Path(path), Path(self.workdir.text().strip()) if start else None)
+        if not self.workdir.text().strip() or Path(self.workdir.text().strip()).resolve() != workdir:
+            self.workdir.setText(str(workdir))
+        self.user_file.setText(module)
 
     def _on_browse_workdir_clicked(self) -> None:
         script = self.user_file.text().strip()
@@ -458,6 +476,24 @@ class SetupForm(QWidget):
         path = QFileDialog.getExistingDirectory(self, "The script's workdir (shipped with it)", start)
         if path:
             self.workdir.setText(path)
+
+
+def module_of(file: Path, workdir: Path | None = None) -> tuple[Path, str]:
+    """The workdir and module name that run ``file`` as ``python -m``: from ``workdir`` when it holds the file,
+    else from the folder above its top package (the highest folder of ``__init__.py`` files above it)."""
+    file = file.resolve()
+    parts = [file.stem] if file.name != "__main__.py" else []
+    if workdir is not None and file.is_relative_to(workdir.resolve()):
+        rel = file.relative_to(workdir.resolve()).with_suffix("")
+        names = list(rel.parts)
+        return workdir.resolve(), ".".join(names[:-1] if names[-1] == "__main__" else names)
+    folder = file.parent
+    while (folder / "__init__.py").is_file() and folder.parent != folder:
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    if not parts:  # a lone __main__.py: its folder is the package
+        parts, folder = [folder.name], folder.parent
+    return folder, ".".join(parts)
 
 
 def _row(*widgets: QWidget) -> QHBoxLayout:

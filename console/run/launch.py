@@ -63,7 +63,7 @@ def keras_environment(cluster: cl.Cluster) -> dict[str, str]:
     """The Keras a task runs with: tfcc's trainer always tf-keras; a user's script what its cluster file says
     (``tf-keras`` sets TF_USE_LEGACY_KERAS=1 before TensorFlow loads, ``keras3`` clears it; else the host's
     own)."""
-    if not cluster.training.script:
+    if not cluster.training.user_code:
         return {LEGACY_KERAS: "1"}
     flavour = cluster.script_keras
     return {LEGACY_KERAS: "1"} if flavour == cl.TF_KERAS else {LEGACY_KERAS: "0"} if flavour == cl.KERAS3 else {}
@@ -94,19 +94,20 @@ def task_command(cluster: cl.Cluster, task: cl.Task, interpreter: str, dist: str
                  script: str | None = None) -> tuple[list[str], dict[str, str]]:
     """A task's argv and environment on a host whose deployed code is in ``dist``: the trainer (its run folder
     ``{run_dir}``, the model file uploaded beside the code), or a user's ``script`` (its path in the task's own
-    copy of its workdir, ``{work_dir}``; through the capture unless it is turned off). The agent fills in the
-    braces."""
+    copy of its workdir, ``{work_dir}``; through the capture unless it is turned off), or a user's module (``-m``,
+    from that copy: it is the task's cwd). The agent fills in the braces."""
     training = cluster.training
-    if training.script:
+    if training.user_code:
         # The script runs in the task's own copy of its workdir (agent.workdir), through the capture
         # (trainer.capture: the script unchanged, its metrics seen from the outside).
         capture = [f"{dist}/trainer/capture.py"] if training.capture else []
-        argv = [interpreter, *capture, "{work_dir}/" + script, *training.args]
+        code = ["-m", training.module] if training.module else ["{work_dir}/" + script]
+        argv = [interpreter, *capture, *code, *training.args]
     else:
         model = f"{dist}/user/{Path(training.model_file).name}" if training.model_file else None
         argv = [interpreter, "-m", "trainer", "--run-dir", "{run_dir}", *trainer_args(cluster, model)]
     env = {**training.env, **keras_environment(cluster)}
-    if training.model_file and not training.script:
+    if training.model_file and not training.user_code:
         env[MODEL_FILE_ORIGIN] = str(Path(training.model_file).expanduser().resolve())
     env.update(gpu_environment(task))
     return argv, env

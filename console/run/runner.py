@@ -36,7 +36,7 @@ from console.run.seeding import Seeding, copy_backup, plan_seeding
 from console.states import FOLLOW_ERROR, RECONNECTED, RECONNECTING, TaskState
 from console.store.manifests import (Manifest, check_run_id, console_id, manifest_path, read_manifest,
                                      write_manifest)
-from console.workdir import Workdir, collect as collect_workdir, excluded_module, human_bytes
+from console.workdir import Workdir, collect as collect_workdir, excluded_module, human_bytes, locate as workdir_of
 from trainer.tf_config import PS, TRAINING_ROLES
 
 log = logging.getLogger("console.run.runner")
@@ -246,8 +246,11 @@ class Run:
         extra = {}
         if training.model_file:
             extra["user/" + Path(training.model_file).name] = check_user_file(training.model_file, "model_file")
-        if training.script:  # the script's folder goes as blobs: checked before any host is reached
-            check_user_file(training.script, "script")
+        if training.user_code:  # the script's folder goes as blobs: checked before any host is reached
+            if training.script:
+                check_user_file(training.script, "script")
+            else:
+                check_user_file(str(workdir_of(training)[1]), "module")
             if not resume or self.workdir is None:  # a resume keeps the tasks' work/: no need to look again
                 self._collect_workdir()
         try:
@@ -255,7 +258,7 @@ class Run:
         except OSError as exc:
             raise RunError(f"cannot read {exc.filename!r} to deploy it ({exc.strerror})",
                            "check that the file is there and readable") from None
-        workdir = self.workdir if training.script else None
+        workdir = self.workdir if training.user_code else None
 
         def connect(name: str, link: HostLink) -> None:
             progress = None if on_progress is None else (lambda sent, total: on_progress(name, sent, total))
@@ -318,7 +321,7 @@ class Run:
         else:
             self._previous_configs(False)
         training = self.cluster.training
-        workdir = (self.workdir or self._collect_workdir()) if training.script else None
+        workdir = (self.workdir or self._collect_workdir()) if training.user_code else None
         tasks = []
         for task, spec in zip(self.tasks, self.cluster.tasks):
             argv, env = task_command(self.cluster, spec, slurm.python or "python3", link.dist,
@@ -486,7 +489,7 @@ class Run:
         (console/run/seeding.py), and to each task that rejoins the run the newest of the others; said in
         ``self.seeded`` (the session says it)."""
         self.seeded = None
-        if self.cluster.training.script or self.cluster.parameter_server:
+        if self.cluster.training.user_code or self.cluster.parameter_server:
             return  # a script keeps its own backups; the coordinator alone backs up
         seeding = plan_seeding(statuses, self.joining)
         if seeding is None:
@@ -512,7 +515,7 @@ class Run:
     def _start_tasks(self, configs: list[str], resume: bool, started: list["TaskState"],
                      only: list["TaskState"] | None = None) -> None:
         training = self.cluster.training
-        workdir = (self.workdir or self._collect_workdir()) if training.script else None
+        workdir = (self.workdir or self._collect_workdir()) if training.user_code else None
         shipped = {"workdir": workdir.entries()} if workdir is not None else {}
         console = console_id()
         if training.secret_env:  # read at each start: in memory only, to the tasks' environment over the channel
@@ -577,7 +580,7 @@ class Run:
         # a copy of the newest backup first).
         missing = [t for t in self.members if statuses[t.name] is None and t.name not in self.moved]
         backed_up = [name for name, s in statuses.items() if s is not None and s.get("backups")]
-        seedable = not self.cluster.training.script and not self.cluster.parameter_server and \
+        seedable = not self.cluster.training.user_code and not self.cluster.parameter_server and \
             all(t.name in self._training_tasks() for t in missing)
         if missing and (len(missing) == len(self.members) or (backed_up and not seedable)):
             where = ", ".join(f"{t.name} on {t.host}" for t in missing)
@@ -586,7 +589,7 @@ class Run:
                               if backed_up else "there is nothing to resume from"),
                            "start a new run (tfcc run)" + (f"; the backups stay in the folders of "
                                                            f"{', '.join(backed_up)}" if backed_up else ""))
-        if explicit and not backed_up and not missing and not self.cluster.training.script:
+        if explicit and not backed_up and not missing and not self.cluster.training.user_code:
             raise RunError(f"no task of run {self.run_id} has a backup yet (it trained less than its "
                            f"backup_seconds, {self.cluster.training.backup_seconds:g} s): there is nothing to resume "
                            "from", "start a new run (tfcc run)")

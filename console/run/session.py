@@ -101,7 +101,7 @@ class RunSession:
                                      found_failures=found_failures)
         for task in run.tasks:
             task.on_change = self._on_task_changed
-        self._script = bool(run.cluster.training.script)
+        self._script = run.cluster.training.user_code
         self._tf_log: dict[str, str] = {}         # task -> the end of its stderr while its cluster forms
         # The first "started" event (its batch plan) of the newest attempt.
         self.started_record: dict | None = None
@@ -222,13 +222,13 @@ class RunSession:
             return ("under parameter-server training the coordinator hands each step to whichever worker is free, "
                     "so no step is shared to measure at", "the breakdown measures synchronous training (default, "
                     "Mirrored, MultiWorkerMirrored); the plots show each worker's pace")
-        if training.script and not training.capture:
+        if training.user_code and not training.capture:
             return ("its script runs without tfcc's capture", "set capture = true in [training] (the default)")
         if self.run.members and all(t.ended for t in self.run.members):
             return self._ended_problem(self.run.run_id)
         if self._newest_step < 0 or not self._trainers():
             return ("it is not training yet", "ask again once its first steps are in")
-        if training.script and not self._fits:
+        if training.user_code and not self._fits:
             return ("its script trains in a loop of its own, not in Keras fit",
                     "the breakdown measures a Keras fit (or tfcc's trainer); a loop's step time is in the plots")
         return None

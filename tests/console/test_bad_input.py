@@ -209,7 +209,19 @@ CLUSTER_FILES = {
     "keras4": (toml(training='script = "train.py"\nkeras = "keras4"\n', trap=False),
                ("training.keras is 'keras4'", "use one of auto, tf-keras, keras3")),
     "workdir-without-script": (toml(training='workdir = "."\n'),
-                               ("training.workdir is set but training.script is empty", "name the script")),
+                               ("training.workdir is set but training.script and training.module are empty",
+                                "name the script or module")),
+    "module-and-script": (toml(training='script = "train.py"\nmodule = "trainer.task"\n', trap=False),
+                          ("training sets both script and module; keep one of them",
+                           'module runs a package\'s module as python -m does (module = "trainer.task")')),
+    "module-a-path": (toml(training='module = "../x"\n', trap=False),
+                      ("training.module is '../x'", 'a module is Python names joined by dots, like "trainer.task"')),
+    "module-a-file-name": (toml(training='module = "trainer/task.py"\n', trap=False),
+                           ("training.module is 'trainer/task.py'", "not a path")),
+    "module-not-in-the-folder-tfcc-runs-in": (
+        toml(training='module = "trainer.task"\n', trap=False),
+        ("training.module 'trainer.task' is not in the folder tfcc runs in", "neither trainer/task.py nor "
+         "trainer/task/__main__.py is there", "set training.workdir to the folder that holds trainer/")),
     "firewall-text": (toml(training='firewall = "yes"\n'), ("training.firewall is 'yes'; it must be a bool",)),
     "firewall-number": (toml(training='firewall = 1\n'), ("training.firewall is 1; it must be a bool",)),
 }

@@ -116,6 +116,37 @@ def test_mwms_fit_in_two_files_runs_unchanged_with_every_workers_step_loss(homes
 
 
 @pytest.mark.slow
+def test_a_package_run_as_a_module_from_its_parent_folder_trains_on_every_worker(homes, capsys, monkeypatch):
+    """A cloud sample's package (trainer/task.py with ``from . import model``), named as its README runs it,
+    ``python -m trainer.task``, from the folder that holds trainer/ (the workdir by default). Its package is
+    named like tfcc's own trainer: the script gets its own."""
+    folder = homes / "scripts" / "cloud_package"
+    shutil.copytree(SCRIPTS / "cloud_package", folder, ignore=shutil.ignore_patterns("__pycache__", "out"))
+    monkeypatch.chdir(folder)
+    path = homes / "module.toml"
+    path.write_text('[training]\nmodule = "trainer.task"\nargs = ["--num-epochs", "2", "--job-dir", "out"]\n'
+                    + TWO_WORKERS)
+    stream = run_json(homes, path, "module", capsys)
+    for task in ("worker-0", "worker-1"):
+        launched = of(stream, task, "event", event="launched")[0]
+        assert launched["workload"] == "script" and launched["script"] == "trainer.task"
+        assert_fit_steps(stream, task, 2 * 5)
+        assert [r["global_step"] for r in of(stream, task, "step")] == list(range(1, 11))
+        epochs = of(stream, task, "epoch")
+        assert [r["epoch"] for r in epochs] == [0, 1]
+        for r in epochs:
+            assert {"loss", "accuracy", "val_loss", "val_accuracy"} <= set(r), r
+        started = of(stream, task, "event", event="started")[0]
+        assert (started["strategy"], started["num_workers"], started["global_batch"], started["keras"]) == (
+            "multi_worker_mirrored", 2, 64, "tf-keras")
+        # Only fit's numbers: its own printed epoch lines (verbose=2) are fit's, not a second series.
+        assert not [r for r in stream if r.get("task") == task and r.get("captured") == "print"]
+    # It ran in the task's copy of the workdir: the chief's model is there, as --job-dir out says.
+    work = homes / "host-home" / "runs" / "module" / "worker-0" / "work"
+    assert (work / "out" / "model").is_dir() and (work / "trainer" / "task.py").is_file()
+
+
+@pytest.mark.slow
 def test_mwms_custom_loop_that_prints_per_epoch_values_gives_each_workers_epochs(homes, capsys):
     path = cluster_file(homes, "mwms_loop_print", TWO_WORKERS)
     stream = run_json(homes, path, "mwms-print", capsys)

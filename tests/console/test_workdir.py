@@ -129,6 +129,47 @@ def test_the_workdir_setting_relative_paths_and_the_files_fields(homes, monkeypa
     assert workdir.entries()[0] == ["conf/run.yaml", files["conf/run.yaml"].sha256, False]
 
 
+def test_a_module_ships_the_folder_that_holds_its_package(homes, monkeypatch):
+    """``module``: the workdir is the folder python -m runs from (default: the one tfcc runs in), the file
+    that runs is the module's, or its package's ``__main__.py``."""
+    write(homes / "proj", {"trainer/__init__.py": "", "trainer/task.py": "from . import model\n",
+                           "trainer/model.py": "", "tool/__main__.py": "", "setup.py": ""})
+    monkeypatch.chdir(homes / "proj")
+    workdir = collect(cl.Training(module="trainer.task"))
+    assert workdir.root == homes / "proj" and workdir.script == "trainer/task.py"
+    assert sorted(f.rel for f in workdir.files) == [
+        "setup.py", "tool/__main__.py", "trainer/__init__.py", "trainer/model.py", "trainer/task.py"]
+    monkeypatch.chdir(homes)
+    assert collect(cl.Training(module="tool", workdir="proj")).script == "tool/__main__.py"
+
+
+def test_a_module_that_is_not_in_its_workdir_or_leaves_it(homes, monkeypatch):
+    write(homes, {"proj/trainer/__init__.py": "", "outside.py": ""})
+    (homes / "proj" / "trainer" / "task.py").symlink_to(homes / "outside.py")
+    monkeypatch.chdir(homes / "proj")
+    assert refused(homes, cl.Training(module="trainer.tusk")) == (
+        f"training.module 'trainer.tusk' is not in the folder tfcc runs in ({homes / 'proj'}): neither "
+        "trainer/tusk.py nor trainer/tusk/__main__.py is there; check the module's name")
+    assert refused(homes, cl.Training(module="trainer.task")) == (
+        f"training.module 'trainer.task' is trainer/task.py, a link out of its workdir {homes / 'proj'}; put the "
+        "module's files inside the workdir")
+    monkeypatch.chdir(homes)
+    assert refused(homes, cl.Training(module="trainer.task")) == (
+        f"training.module 'trainer.task' is not in the folder tfcc runs in ({homes}): neither trainer/task.py nor "
+        "trainer/task/__main__.py is there; set training.workdir to the folder that holds trainer/ (where you "
+        "would run python -m trainer.task)")
+
+
+def test_a_module_run_from_the_home_folder_is_refused(homes, monkeypatch):
+    monkeypatch.setenv("HOME", str(homes / "proj"))
+    write(homes / "proj", {"trainer/task.py": "", ".ssh/id_ed25519": "PRIVATE"})
+    monkeypatch.chdir(homes / "proj")
+    with pytest.raises(RunError, match="the folder tfcc runs in, .* is your home folder: tfcc would ship all of it "
+                                       "to every host; put the module's package and the files it needs in a "
+                                       "folder of their own"):
+        collect(cl.Training(module="trainer.task"))
+
+
 # --------------------------------------------------------------------------- what is refused
 
 

@@ -96,6 +96,32 @@ sys.exit(3)
     assert records[0]["workload"] == "script" and records[0]["capture"] is True
 
 
+def test_a_module_runs_as_python_m_would_run_it(tmp_path):
+    """``-m trainer.task`` from the folder holding the package: its relative imports, ``__main__``, its
+    file in argv[0], the cwd first on sys.path; its package is named like tfcc's own and is the one run.
+    Its printed epochs are captured as a script's are."""
+    files = {"trainer/__init__.py": "", "trainer/model.py": "NAME = 'dense'\n", "trainer/task.py": """
+import os, sys
+from . import model
+print("argv", sys.argv[1:], __name__, __package__, os.path.relpath(sys.argv[0]), model.NAME)
+print("path0", sys.path[0] == os.getcwd())
+for epoch in range(2):
+    print(f"epoch {epoch}: loss = {0.5 / (epoch + 1)}")
+"""}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    environ = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "PYTHONPATH")}
+    environ.update(TFCC_RUN_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, str(CAPTURE), "-m", "trainer.task", "--flag"], cwd=tmp_path, env=environ,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[:2] == ["argv ['--flag'] __main__ trainer trainer/task.py dense", "path0 True"]
+    records = read_records(tmp_path / "metrics.jsonl")
+    assert records[0]["event"] == "launched" and records[0]["script"] == "trainer.task"
+    assert [(r["epoch"], r["loss"]) for r in records if r["type"] == "epoch"] == [(0, 0.5), (1, 0.25)]
+
+
 def test_a_failing_script_fails_with_its_own_traceback(tmp_path):
     proc, _ = run(tmp_path, "import mnist_setup\n")
     assert proc.returncode == 1

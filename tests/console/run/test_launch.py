@@ -109,3 +109,15 @@ def test_secret_values_come_from_the_environment_given():
 def test_bad_env_settings_say_what_to_do(text, words):
     with pytest.raises(cl.ClusterFileError, match=words.replace("(", r"\(").replace(")", r"\)")):
         cl.loads(f"[training]\n{text}\n[[hosts]]\nname = \"h\"\nlocal = true\n[[tasks]]\nhost = \"h\"\n")
+
+
+def test_a_module_runs_as_python_m_from_the_tasks_copy_of_its_workdir():
+    """The task's cwd is its copy of the workdir (agent/runs.py): ``-m`` finds the package there."""
+    from console.run.launch import task_command
+    cluster = cl.Cluster([cl.Host(name="h", local=True)], [cl.Task(host="h")],
+                         cl.Training(module="trainer.task", args=["--num-epochs", "2"]))
+    argv, _ = task_command(cluster, cluster.tasks[0], "python3", "/d", "trainer/task.py")
+    assert argv == ["python3", "/d/trainer/capture.py", "-m", "trainer.task", "--num-epochs", "2"]
+    cluster.training.capture = False
+    argv, _ = task_command(cluster, cluster.tasks[0], "python3", "/d", "trainer/task.py")
+    assert argv == ["python3", "-m", "trainer.task", "--num-epochs", "2"]
