@@ -24,7 +24,7 @@ from console.errors import TfccError, describe
 from console.remote.deploy import make_bundle
 from console.remote.link import HostLink
 from console.run.launch import check_user_file
-from console.script_source import keras_use
+from console.script_source import imports, keras_use
 from trainer.plan import GlobalSplit, replicas_per_worker, strategy_for
 from trainer.tf_config import CHIEF, WORKER
 
@@ -159,6 +159,36 @@ def workload_files(cluster: cl.Cluster) -> tuple[list[dict], list[Problem]]:
             rows.append({"what": what, "path": path, "ok": False, "problem": str(problem)})
             problems.append(problem)
     return rows, problems
+
+
+def import_problems(cluster: cl.Cluster) -> list[Problem]:
+    """What a script's imports say before a launch, read from its code: a relative import (only a package's
+    module run with ``python -m`` may have one), or an import of its project's own package that is not on a
+    script's path (Python puts only the script's folder there). Either way: run it as a module."""
+    t = cluster.training
+    if not t.script:
+        return []
+    try:
+        root, script = workdir.locate(t)
+    except TfccError:
+        return []  # workload_files says why
+    found = imports(script)
+    name = script.relative_to(root).as_posix()
+    if found.relative:
+        run = workdir.as_module(t)
+        return [Problem("cluster", f"the script {name} uses a relative import (line {found.relative[0]}), which "
+                        "Python allows only in a module of a package run with python -m",
+                        run.fix(t) if run else "make its folder a package and run it as a module: module = "
+                        "\"pkg.main\" in [training] in place of script")]
+    for top, line in found.absolute.items():
+        if (script.parent / f"{top}.py").exists() or (script.parent / top).exists():
+            continue  # beside the script: on its path
+        run = workdir.as_module(t, top)
+        if run is not None:
+            return [Problem("cluster", f"the script {name} imports {top} (line {line}), which is your project's "
+                            f"({run.found}) but not on the import path of a script run by its path (only its own "
+                            "folder is)", run.fix(t))]
+    return []
 
 
 def script_problems(cluster: cl.Cluster) -> list[Problem]:
@@ -312,7 +342,7 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
     reports = {h.name: HostReport(h.name, h.address or "localhost") for h in used}
     files, problems = workload_files(cluster)
     if not problems:  # a file that is there: what its code says
-        problems = script_problems(cluster)
+        problems = import_problems(cluster) + script_problems(cluster)
     pool = ThreadPoolExecutor(max_workers=max(4, 2 * len(used)))
     try:
         bundle = make_bundle()  # hashed once, not once per host

@@ -26,6 +26,7 @@ import json
 import math
 import os
 import queue
+import shlex
 import sys
 import threading
 import time
@@ -160,7 +161,7 @@ class Printer:
 
 
 def _follow(run: Run, printer: Printer, stop_on_exit: bool, watchdog: float = WATCHDOG_SECONDS,
-            why_slow: float | None = None) -> int:
+            why_slow: float | None = None, start_again: str = "tfcc run with its cluster file") -> int:
     session = RunSession(run, watchdog=watchdog)
     session.subscribe(printer.on_event)
     session.follow()
@@ -191,7 +192,13 @@ def _follow(run: Run, printer: Printer, stop_on_exit: bool, watchdog: float = WA
         print(f"tfcc: {t.name} on {t.host} ended {text.outcome_text(t.phase, t.exit)}; "
               f"its log: tfcc logs {run.run_id} {t.name}", file=sys.stderr)
     if failed:
-        print(f"tfcc: to start the run again from its last backup: tfcc resume {run.run_id}", file=sys.stderr)
+        supervisor = session.supervisor
+        if supervisor.code_failed and run.cluster.training.user_code:  # a resume would run the old copy
+            print(f"tfcc: once the code is fixed, start the run again: {start_again}", file=sys.stderr)
+        elif supervisor.backed_up_once:
+            print(f"tfcc: to start the run again from its last backup: tfcc resume {run.run_id}", file=sys.stderr)
+        else:
+            print(f"tfcc: to start the run again: tfcc resume {run.run_id}", file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -284,7 +291,8 @@ def cmd_run(ns) -> int:
               f"{cluster.slurm.login}", file=sys.stderr)
     else:
         print(f"tfcc: run {run.run_id} {verb}: {len(run.tasks)} tasks on {len(run.links)} host(s)", file=sys.stderr)
-    return _follow(run, Printer(ns.json), ns.stop_on_exit, ns.watchdog, ns.why_slow)
+    again = "tfcc run" + (f" {shlex.quote(ns.cluster)}" if ns.cluster else "")
+    return _follow(run, Printer(ns.json), ns.stop_on_exit, ns.watchdog, ns.why_slow, start_again=again)
 
 
 def cmd_resume(ns) -> int:

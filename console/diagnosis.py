@@ -27,6 +27,7 @@ import re
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from agent.protocol import task_name
 
@@ -288,6 +289,18 @@ _SIGNATURES: tuple[_Signature, ...] = (
         on_success=True),
 )
 
+class CodeFacts(Protocol):
+    """What the console knows of the user's code on this machine, for the diagnosis (``Run`` answers)."""
+
+    def not_shipped(self, module: str) -> str | None:
+        """Why ``module`` is in the workdir here but was not shipped (an exclusion's words), or None."""
+
+    def run_as_module(self, missing: str | None) -> tuple[str, str | None] | None:
+        """For a script that failed on a relative import (``missing`` None) or on importing ``missing``: the
+        fix that runs it as a module, and where ``missing`` lives (``myproject/ in /repo``); or None."""
+
+
+_RELATIVE_IMPORT = re.compile(r"ImportError: attempted relative import with no known parent package")
 _HOST_OOM = next(s for s in _SIGNATURES if s.name == "host-oom")
 _MODULE_MISSING = next(s for s in _SIGNATURES if s.name == "module-missing")
 _SIGNAL_WHY = {
@@ -302,25 +315,27 @@ _SIGNAL_WHY = {
 
 
 def diagnose(stderr_tail: str, returncode: int | None, metrics_error: str | None = None,
-             not_shipped: Callable[[str], str | None] | None = None) -> Diagnosis | None:
+             code: CodeFacts | None = None) -> Diagnosis | None:
     """The most specific diagnosis of a task's end, else one from its exit status alone, else None.
 
     ``stderr_tail`` is the end of the task's stderr; ``returncode`` its exit status (negative: killed
     by that signal, as subprocess reports it; None: still running or unknown); ``metrics_error`` the
     ``error`` of the trainer's ``failed`` event. A clean exit (0) gets a diagnosis only from a signature
-    that matters even then (its data ran out, it could not use its GPUs). ``not_shipped(module)``: why
-    a module the task could not import is in the script's workdir on this machine but was not shipped
-    (an exclusion's words), or None (``Run.not_shipped``).
+    that matters even then (its data ran out, it could not use its GPUs). ``code``: what this machine knows
+    of the user's code (``CodeFacts``): a module the task could not import that is in the workdir here (not
+    shipped, or off a script's import path), and how the script runs as a module.
     """
     text = "\n".join(line for line in (stderr_tail or "").splitlines() if not _NOISE.search(line))
     if metrics_error:
         text += "\n" + metrics_error
+    if returncode != 0 and _RELATIVE_IMPORT.search(text):
+        return _relative_import(code)
     for signature in _SIGNATURES:
         if returncode == 0 and not signature.on_success:
             continue
         found = signature.diagnose(text, returncode)
-        if found is not None and found.name == _MODULE_MISSING.name and not_shipped is not None:
-            found = _not_shipped(text, not_shipped) or found
+        if found is not None and found.name == _MODULE_MISSING.name and code is not None:
+            found = _in_the_workdir(text, code) or found
         if found is not None:
             return found
     if returncode is None or returncode == 0:
@@ -328,12 +343,29 @@ def diagnose(stderr_tail: str, returncode: int | None, metrics_error: str | None
     return _from_exit(text, returncode, metrics_error)
 
 
-def _not_shipped(text: str, not_shipped: Callable[[str], str | None]) -> Diagnosis | None:
-    """A missing module that is in the workdir here but was excluded from what went to the hosts."""
+def _relative_import(code: CodeFacts | None) -> Diagnosis:
+    run = code.run_as_module(None) if code is not None else None
+    fix = run[0] if run is not None else (
+        "make the script's folder a package and run it as a module: module = \"pkg.main\" in [training] in place "
+        "of script, with workdir the folder that holds pkg/")
+    return Diagnosis("relative-import-in-script",
+                     "the script uses a relative import (from . import …), which Python allows only in a module of "
+                     "a package run with python -m; a file run by its path has no package", fix, False)
+
+
+def _in_the_workdir(text: str, code: CodeFacts) -> Diagnosis | None:
+    """A missing module that is in the workdir here: not shipped (an exclusion), or off a script's import path."""
     module = re.search(_MODULE_MISSING.pattern, text, re.MULTILINE)[1]
-    why = not_shipped(module)
+    why = code.not_shipped(module)
     if why is None:
-        return None
+        run = code.run_as_module(module)
+        if run is None:
+            return None
+        fix, where = run
+        return Diagnosis("module-off-the-path",
+                         f"the training code imports the module '{module}', which is your project's ({where}) but "
+                         "not on the import path: a script run by its path has only its own folder there",
+                         fix, False)
     return Diagnosis("module-not-shipped",
                      f"the training code imports the module '{module}', which is in your workdir on this machine "
                      f"but was not shipped to the hosts: {why}",

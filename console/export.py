@@ -101,6 +101,9 @@ def render(fmt: str, cluster: cl.Cluster, options: Options | None = None) -> Exp
     the format cannot carry."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r}", f"use one of {', '.join(FORMATS)}")
+    if cluster.training.module:  # an export ships one script file; a module needs its package's folder
+        raise ExportError(f"training.module {cluster.training.module!r}: exports do not carry a module's package "
+                          "yet", "run it with tfcc run (or Deploy & Start in the window), which ships its workdir")
     return {"scripts": _scripts, "slurm": _slurm, "tfjob": _tfjob,
             "trainjob": _trainjob}[fmt](cluster, options or Options())
 

@@ -58,3 +58,35 @@ def _note(use: KerasUse, module: str, name: str, line: int) -> None:
         use.keras3.append((name, line))
     elif top == "tf_keras":
         use.tf_keras.append((name, line))
+
+
+@dataclass
+class Imports:
+    """A file's imports at its top level of names: ``relative`` lines (``from . import x``), and each absolute
+    top-level module it names with its first line (``import a.b`` -> ``a``)."""
+
+    relative: list[int] = field(default_factory=list)
+    absolute: dict[str, int] = field(default_factory=dict)
+
+
+def imports(path: Path) -> Imports:
+    """The imports of one file (anywhere in it: a function's own import counts); none for a file that cannot
+    be read or parsed (running it will say why)."""
+    found = Imports()
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            return found
+        tree = ast.parse(path.read_bytes(), filename=path.name)
+    except (OSError, SyntaxError, ValueError):
+        return found
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                found.relative.append(node.lineno)
+            elif node.module:
+                found.absolute.setdefault(node.module.split(".")[0], node.lineno)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                found.absolute.setdefault(alias.name.split(".")[0], node.lineno)
+    found.relative.sort()
+    return found

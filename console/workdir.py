@@ -452,3 +452,64 @@ def excluded_module(training: cl.Training, module: str) -> Exclusion | None:
                 if why is not None:
                     return why
     return None
+
+
+@dataclass(frozen=True)
+class ModuleRun:
+    """How a script that failed as a file runs as a module: ``python -m module`` from ``workdir``; ``found``:
+    where its missing import lives (``myproject/ in /repo``), for an import that failed."""
+
+    module: str
+    workdir: Path
+    found: str | None = None
+
+    def fix(self, training: cl.Training) -> str:
+        """The one-line fix, in the cluster file's words."""
+        top = self.module.split(".")[0]
+        given = Path(training.workdir).expanduser().resolve() if training.workdir else None
+        where = "" if given == self.workdir else f", workdir = \"{self.workdir}\""
+        return (f"run it as a module: module = \"{self.module}\"{where} in [training] in place of script (python "
+                f"-m from the folder that holds {top}/, as you would run it by hand); then start the run again")
+
+
+ANCESTORS = 6  # how far above a script's folder its project's root is looked for
+
+
+def as_module(training: cl.Training, missing: str | None = None) -> ModuleRun | None:
+    """For a script run by its path that failed on a relative import (``missing`` None) or on importing
+    ``missing``: the module run that works, or None.
+
+    A relative import: from the folder above the script's package (the highest folder of ``__init__.py``
+    files above it; else its folder's parent, a namespace package). A failed import: from the nearest folder
+    above the script's own that holds the missing module or package (a repository's root)."""
+    if not training.script:
+        return None
+    script = Path(training.script).expanduser().resolve()
+    home = Path.home().resolve()
+    found = None
+    if missing is None:
+        base = script.parent
+        while (base / "__init__.py").is_file() and base.parent != base:
+            base = base.parent
+        if base == script.parent:
+            base = script.parent.parent
+    else:
+        top = missing.split(".", 1)[0]
+        if not top.isidentifier():
+            return None
+        base = None
+        for folder in list(script.parents)[1:1 + ANCESTORS]:
+            if folder == home or folder == Path(folder.anchor):
+                break
+            for candidate, shown in ((folder / top, f"{top}/"), (folder / f"{top}.py", f"{top}.py")):
+                if candidate.exists():
+                    base, found = folder, f"{shown} in {folder}"
+                    break
+            if base is not None:
+                break
+        if base is None:
+            return None
+    if base == home or base == Path(base.anchor) or not script.is_relative_to(base):
+        return None
+    name = ".".join(script.relative_to(base).with_suffix("").parts)
+    return ModuleRun(name, base, found) if cl.module_problem(name) is None else None

@@ -91,7 +91,7 @@ class SetupForm(QWidget):
         self.workload.addItems(WORKLOADS)
         self.user_file = QLineEdit()
         self.user_file.setPlaceholderText("your model file (build_model, train_dataset) or script")
-        browse = QPushButton("…")
+        self.btn_user_file = browse = QPushButton("…")
         browse.clicked.connect(self._on_browse_user_file_clicked)
         # A script's own rows: the folder shipped with it, its arguments, its Keras, the capture.
         self.workdir = QLineEdit()

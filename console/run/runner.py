@@ -36,6 +36,7 @@ from console.run.seeding import Seeding, copy_backup, plan_seeding
 from console.states import FOLLOW_ERROR, RECONNECTED, RECONNECTING, TaskState
 from console.store.manifests import (Manifest, check_run_id, console_id, manifest_path, read_manifest,
                                      write_manifest)
+from console import workdir as workdir_facts
 from console.workdir import Workdir, collect as collect_workdir, excluded_module, human_bytes, locate as workdir_of
 from trainer.tf_config import PS, TRAINING_ROLES
 
@@ -408,6 +409,12 @@ class Run:
         shipped (the exclusion's words), or None (for the diagnosis)."""
         found = excluded_module(self.cluster.training, module)
         return None if found is None else str(found)
+
+    def run_as_module(self, missing: str | None) -> tuple[str, str | None] | None:
+        """For the diagnosis (``CodeFacts``): the fix that runs the script, which failed on a relative import
+        (``missing`` None) or on importing ``missing``, as a module; and where ``missing`` lives."""
+        run = workdir_facts.as_module(self.cluster.training, missing)
+        return None if run is None else (run.fix(self.cluster.training), run.found)
 
     def _new_configs(self) -> list[str]:
         """Each task's TF_CONFIG with free ports on their hosts for the ``auto`` ones; kept in the manifest."""

@@ -79,7 +79,7 @@ def signal_name(returncode: int) -> str:
         return f"signal {-returncode}"
 
 
-def judge(failures: list[Failure], not_shipped=None) -> Verdict:
+def judge(failures: list[Failure], code=None) -> Verdict:
     """Restart or not, and the words for each failed task.
 
     A task killed or lost makes the group retryable (the others' errors are its consequence:
@@ -91,7 +91,7 @@ def judge(failures: list[Failure], not_shipped=None) -> Verdict:
     for f in failures:
         # A stalled task was killed by tfcc's own stop: its log may say more than the stall, the kill does not
         # (judged as a plain error exit: a traceback counts, the signal not).
-        found = diagnose(f.stderr_tail, 1 if f.stalled else f.returncode, f.failed_event, not_shipped)
+        found = diagnose(f.stderr_tail, 1 if f.stalled else f.returncode, f.failed_event, code)
         code = f.returncode
         lost_a_peer = (found is not None and found.name in CONSEQUENCES) or (
             found is None and f.failed_event is not None and LOST_PEER in f.failed_event)
@@ -283,6 +283,16 @@ class Supervisor:
         self._probed = 0.0
         self._grow_due = False
         self._backups: dict[str, object] = {}  # task -> the global step of its newest backup this attempt
+        self.backed_up_once = False  # some task wrote a backup while this session followed
+        self.code_failed = False     # it gave up on a failure a restart would repeat (the code, its settings)
+
+    def _start_again(self, resume: str) -> str:
+        """After a failure a restart would repeat: what to do. A user's script is started anew once fixed (a
+        resume would run each task's old copy of it); tfcc's trainer takes up its backups (``resume``)."""
+        if self.run.cluster.training.user_code:
+            return ("fix the cause above, then start the run again with the fixed code (tfcc run with its cluster "
+                    "file, or Deploy & Start): a resume would run each task's old copy of it")
+        return f"fix the cause above, then {resume}"
 
     @property
     def settled(self) -> bool:
@@ -318,6 +328,7 @@ class Supervisor:
         """A backup is on disk: once every training task has the same one, the moment an elastic run takes back
         the hosts that answer again."""
         self._backups[task.name] = record.get("global_step")
+        self.backed_up_once = True
         if self._back and self.run.left:
             steps = {self._backups.get(t.name) for t in self._training_members()}
             # The backup at training's end leaves nothing to train on more tasks.
@@ -550,8 +561,8 @@ class Supervisor:
             self.given_up = True  # a person decides: the window offers Resume
             self._say(SessionKind.OFFERED, f"run {run_id} failed while no console followed it; "
                                            + ("Resume starts every task again from their backups" if verdict.retryable
-                                              else "fix the cause above, then Resume starts every task again from "
-                                                   "their backups"))
+                                              else self._start_again("Resume starts every task again from their "
+                                                                     "backups")))
             return
         retryable = verdict.retryable or bool(lost) or bool(self.run.moved)
         self.given_up = not retryable or self.restarts_left <= 0 or bool(unstopped)
@@ -562,8 +573,9 @@ class Supervisor:
                                            f"tfcc resume {run_id}" + self._shrink_hint(unstopped))
             return
         if not retryable:
-            self._say(SessionKind.GAVE_UP, f"run {run_id} failed; a restart would fail the same way: fix the cause "
-                                           f"above, then tfcc resume {run_id}")
+            self.code_failed = True
+            self._say(SessionKind.GAVE_UP, f"run {run_id} failed; a restart would fail the same way: "
+                                           + self._start_again(f"tfcc resume {run_id}"))
             return
         if self.restarts_left <= 0:
             self._say(SessionKind.GAVE_UP, (f"run {run_id} failed again after {self.attempt - 1} restart(s), the "
@@ -889,7 +901,7 @@ class Supervisor:
 
     def _judge(self, failed: list[TaskState]) -> Verdict:
         """The verdict on ``failed``, its line for each task said (and shown on the task)."""
-        verdict = judge([self._failure(t) for t in failed], self.run.not_shipped)
+        verdict = judge([self._failure(t) for t in failed], self.run)
         for task, line in zip(failed, verdict.lines):
             self._mark(task, Mark.FAILED, line)  # first: a listener of the event finds the state said
             self._say(SessionKind.FAILURE, line)

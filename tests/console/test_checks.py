@@ -430,3 +430,43 @@ def test_a_host_that_cannot_set_the_firewall_is_a_problem():
         "[training] and allow the task ports from the cluster's hosts only yourself"]
     cluster.training.firewall = False
     assert checks.firewall_problems(cluster, probes) == []
+
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "data" / "scripts"
+
+
+def local_cluster(training: cl.Training) -> cl.Cluster:
+    return cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here")], training)
+
+
+def test_check_says_to_run_a_package_as_a_module_before_a_launch(tmp_path, monkeypatch):
+    """A file of a package run by its path (a relative import), and a script several folders down that imports
+    its repository's own package: each is one problem whose fix is the module run; as modules both are ready.
+    Nothing is launched: the check starts no task."""
+    import shutil
+    for shape in ("cloud_package", "repo_root"):
+        shutil.copytree(SCRIPTS / shape, tmp_path / shape)
+    monkeypatch.setenv("TFCC_HOME", str(tmp_path / "host-home"))
+    monkeypatch.setenv("TFCC_CONSOLE_HOME", str(tmp_path / "console-home"))
+    package, repo = tmp_path / "cloud_package", tmp_path / "repo_root"
+
+    as_script = checks.check(local_cluster(cl.Training(script=str(package / "trainer" / "task.py"))))
+    assert not as_script.ready
+    assert [str(p) for p in as_script.problems] == [
+        "cluster: the script task.py uses a relative import (line 12), which Python allows only in a module of a "
+        f'package run with python -m; run it as a module: module = "trainer.task", workdir = "{package}" in '
+        "[training] in place of script (python -m from the folder that holds trainer/, as you would run it by "
+        "hand); then start the run again"]
+    deep = cl.Training(script=str(repo / "experiments" / "digits" / "train.py"), workdir=str(repo))
+    report = checks.check(local_cluster(deep))
+    assert not report.ready
+    assert [str(p) for p in report.problems] == [
+        "cluster: the script experiments/digits/train.py imports myproject (line 9), which is your project's "
+        f"(myproject/ in {repo}) but not on the import path of a script run by its path (only its own folder is); "
+        'run it as a module: module = "experiments.digits.train" in [training] in place of script (python -m from '
+        "the folder that holds experiments/, as you would run it by hand); then start the run again"]
+    for training in (cl.Training(module="trainer.task", workdir=str(package)),
+                     cl.Training(module="experiments.digits.train", workdir=str(repo))):
+        ready = checks.check(local_cluster(training))
+        assert ready.ready and ready.problems == [], ready.problems
+    assert not (tmp_path / "host-home" / "runs").exists()

@@ -403,103 +403,56 @@ def test_the_trainers_own_refusal_is_kept_with_its_fix():
     assert diagnose("", 2, line) == found
 
 
+class Code:
+    """What the console knows of a user's code (``diagnosis.CodeFacts``), as told."""
+
+    def __init__(self, excluded=None, runs=None):
+        self.excluded, self.runs, self.asked = excluded or {}, runs or {}, []
+
+    def not_shipped(self, module):
+        self.asked.append(module)
+        return self.excluded.get(module)
+
+    def run_as_module(self, missing):
+        return self.runs.get(missing)
+
+
 def test_a_missing_module_that_the_workdir_excluded_is_said_as_such_and_others_keep_the_pip_advice():
-    asked = []
-
-    def not_shipped(module):
-        asked.append(module)
-        return "sklearn.py is excluded by 'sklearn.py' in .tfccignore (line 1)" if module == "sklearn" else None
-
-    found = diagnose(NO_MODULE, 1, not_shipped=not_shipped)
+    not_shipped = Code({"sklearn": "sklearn.py is excluded by 'sklearn.py' in .tfccignore (line 1)"})
+    asked = not_shipped.asked
+    found = diagnose(NO_MODULE, 1, code=not_shipped)
     assert found.name == "module-not-shipped" and not found.retryable and asked == ["sklearn"]
     assert found.cause == ("the training code imports the module 'sklearn', which is in your workdir on this machine "
                            "but was not shipped to the hosts: sklearn.py is excluded by 'sklearn.py' in .tfccignore "
                            "(line 1)")
     assert found.fix.startswith("remove that exclusion")
     other = NO_MODULE.replace("'sklearn'", "'mnist_setup'")
-    assert diagnose(other, 1, not_shipped=not_shipped) == diagnose(other, 1)
-    assert "pip install mnist_setup" in diagnose(other, 1, not_shipped=not_shipped).fix
-    assert diagnose(PEER_LOST, 1, not_shipped=not_shipped).name == "peer-lost"
+    assert diagnose(other, 1, code=not_shipped) == diagnose(other, 1)
+    assert "pip install mnist_setup" in diagnose(other, 1, code=not_shipped).fix
+    assert diagnose(PEER_LOST, 1, code=not_shipped).name == "peer-lost"
     assert asked == ["sklearn", "mnist_setup", "mnist_setup"]  # asked only of a missing module
 
 
-def test_nothing_to_go_on_is_none_and_a_diagnosis_is_a_value():
-    assert diagnose("", 1) is None and diagnose("", None) is None and diagnose(None, -9).name == "killed-by-signal"
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        diagnose(PEER_LOST, 1).retryable = False
+RELATIVE = """Traceback (most recent call last):
+  File "/h/runs/r/worker-0/work/trainer/task.py", line 3, in <module>
+    from . import model
+ImportError: attempted relative import with no known parent package
+"""
 
 
-# --------------------------------------------------------------------------- real failures, made here on CPU
-
-DATA = Path(__file__).parent / "data"
-
-
-def run_script(tmp_path, name: str, limit_memory: int | None = None) -> tuple[str, int]:
-    """Run a user's script as a task would (tf-keras chosen, its own folder); its stderr and exit code."""
-    def limit():
-        if limit_memory is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (limit_memory, limit_memory))
-
-    proc = subprocess.run([sys.executable, str(DATA / name)], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300, preexec_fn=limit, env=dict(os.environ, TF_USE_LEGACY_KERAS="1"))
-    return proc.stderr, proc.returncode
+def test_a_relative_import_in_a_script_says_run_it_as_a_module_never_fix_the_code():
+    fix = 'run it as a module: module = "trainer.task" in [training] in place of script (...)'
+    found = diagnose(RELATIVE, 1, code=Code(runs={None: (fix, None)}))
+    assert found == Diagnosis(
+        "relative-import-in-script", "the script uses a relative import (from . import …), which Python allows only "
+        "in a module of a package run with python -m; a file run by its path has no package", fix, False)
+    assert diagnose(RELATIVE, 1).fix.startswith("make the script's folder a package and run it as a module")
 
 
-@pytest.mark.slow
-def test_real_a_dataset_without_repeat_is_said_though_the_task_finished(ssh_env):
-    """tf-keras only warns and ends training early: the task exits 0, and the supervisor says why it
-    trained less than asked."""
-    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here")],
-                         cl.Training(script=str(DATA / "no_repeat.py")))
-    said = supervised_run(cluster, "no-repeat")
-    alerts = [t for k, t in said if k == "alert"]
-    assert len(alerts) == 1 and alerts[0].startswith("worker-0 on here finished, but "), said
-    assert "(12 were needed)" in alerts[0] and "`.repeat()` the dataset" in alerts[0]
-    assert not any(k in ("failure", "restarting", "gave_up") for k, _ in said), said
-
-
-@pytest.mark.slow
-def test_real_a_step_that_does_not_fit_in_the_memory_limit(tmp_path):
-    stderr, code = run_script(tmp_path, "too_big.py", limit_memory=4 << 30)
-    found = diagnose(stderr, code)
-    assert code == 1 and found.name == "out-of-memory" and not found.retryable
-    assert found.cause == "TensorFlow ran out of memory on CPU:0: the tensors of one training step do not fit"
-
-
-def supervised_run(cluster: cl.Cluster, name: str) -> list[tuple[str, str]]:
-    """``cluster`` run under supervision to its end: what the supervisor said."""
-    run = Run(cluster, name)
-    run.start()
-    session = RunSession(run)
-    said = []
-    session.subscribe(lambda e: said.append((e.kind, e.text)) if e.kind in SessionKind.SUPERVISION else None)
-    session.follow()
-    try:
-        assert session.wait(300), said
-    finally:
-        session.detach()
-        run.stop(grace=0)
-    return said
-
-
-@pytest.mark.slow
-def test_real_keras_3_under_multi_worker_mirrored_is_named_and_not_restarted(ssh_env):
-    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
-                         cl.Training(script=str(DATA / "keras3_mwms.py")))
-    said = supervised_run(cluster, "keras3")
-    assert "restarting" not in [k for k, _ in said] and said[-1][0] == "gave_up", said
-    assert any("the script trains with Keras 3 (`import keras`)" in t for k, t in said if k == "failure"), said
-
-
-@pytest.mark.slow
-def test_real_a_busy_port_is_named_and_not_restarted(ssh_env):
-    with socket.socket() as holder:
-        holder.bind(("0.0.0.0", 0))
-        holder.listen()
-        port = holder.getsockname()[1]
-        cluster = cl.Cluster([cl.Host(name="here", local=True)],
-                             [cl.Task(host="here"), cl.Task(host="here", port=port)], cl.Training(epochs=1))
-        said = supervised_run(cluster, "busy")
-    assert "restarting" not in [k for k, _ in said] and said[-1][0] == "gave_up", said
-    assert any(f"worker-1 on here: the task's TensorFlow port {port} is taken on its host" in t
-               for k, t in said if k == "failure"), said
+def test_a_projects_package_off_a_scripts_path_says_run_it_as_a_module_never_pip_install():
+    missing = NO_MODULE.replace("'sklearn'", "'myproject.models'")
+    fix = 'run it as a module: module = "experiments.train", workdir = "/repo" in [training] in place of script'
+    found = diagnose(missing, 1, code=Code(runs={"myproject.models": (fix, "myproject/ in /repo")}))
+    assert found == Diagnosis("module-off-the-path", "the training code imports the module 'myproject.models', "
+                              "which is your project's (myproject/ in /repo) but not on the import path: a script "
+                              "run by its path has only its own folder there", fix, False)

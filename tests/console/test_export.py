@@ -300,6 +300,18 @@ port = 7001
     assert not list(out.rglob("pwned"))
 
 
+@pytest.mark.parametrize("fmt", export.FORMATS)
+def test_a_module_run_is_not_exported_as_something_else(tmp_path, fmt):
+    """An export carries one script file, not a package: a module is refused in one line (before, the exports
+    trained tfcc's digits in its place)."""
+    cluster = cluster_of('[training]\nmodule = "trainer.task"\n[[hosts]]\nname = "here"\nlocal = true\n'
+                         '[[tasks]]\nhost = "here"\nport = 7001\n')
+    with pytest.raises(export.ExportError) as err:
+        export.render(fmt, cluster)
+    assert str(err.value) == ("training.module 'trainer.task': exports do not carry a module's package yet; run it "
+                              "with tfcc run (or Deploy & Start in the window), which ships its workdir")
+
+
 def test_a_model_file_is_exported_and_named_where_it_lies(tmp_path):
     cluster = cluster_of(f"""
 [training]

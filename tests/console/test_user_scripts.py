@@ -147,6 +147,45 @@ def test_a_package_run_as_a_module_from_its_parent_folder_trains_on_every_worker
 
 
 @pytest.mark.slow
+def test_an_experiment_that_imports_its_repositorys_package_runs_as_a_module_from_the_root(homes, capsys):
+    """experiments/digits/train.py imports myproject from the repository's root: run as its README runs it,
+    python -m experiments.digits.train with the root as workdir; each printed epoch is one epoch record."""
+    folder = homes / "scripts" / "repo_root"
+    shutil.copytree(SCRIPTS / "repo_root", folder, ignore=shutil.ignore_patterns("__pycache__"))
+    path = homes / "repo.toml"
+    path.write_text(f'[training]\nmodule = "experiments.digits.train"\nworkdir = {str(folder)!r}\n'
+                    'args = ["--epochs", "3"]\n' + ONE_WORKER)
+    stream = run_json(homes, path, "repo", capsys)
+    epochs = of(stream, "worker-0", "epoch")
+    assert [r["epoch"] for r in epochs] == [0, 1, 2]
+    for r in epochs:
+        assert r["captured"] == "print" and set(r) - {"task", "host", "attempt", "task_type", "task_index", "time"} \
+            == {"type", "captured", "epoch", "loss", "accuracy", "global_step"}, r
+    # The optimizer's steps: 5 an epoch, on one axis that never goes back.
+    assert [r["global_step"] for r in epochs] == [5, 10, 15]
+    assert not of(stream, "worker-0", "step")
+
+
+def test_a_package_file_run_by_its_path_is_told_to_run_as_a_module(homes, capsys):
+    """The same package named by its file: Python refuses its relative import; tfcc says to run it as a module
+    (with the folder that holds the package), not to fix the code, and does not restart it."""
+    folder = homes / "scripts" / "cloud_package"
+    shutil.copytree(SCRIPTS / "cloud_package", folder, ignore=shutil.ignore_patterns("__pycache__", "out"))
+    path = homes / "as-script.toml"
+    path.write_text(f"[training]\nscript = {str(folder / 'trainer' / 'task.py')!r}\n" + ONE_WORKER)
+    code, out, err = tfcc(["run", str(path), "--run-id", "as-script"], capsys)
+    assert code == 1, (out, err)
+    said = out + err
+    assert ("the script uses a relative import (from . import …), which Python allows only in a module of a package "
+            f'run with python -m; a file run by its path has no package; run it as a module: module = "trainer.task", '
+            f'workdir = "{folder}" in [training]') in " ".join(said.split()), said
+    assert "fix it where the traceback" not in said and "restarting" not in said
+    # Started again, not resumed: a resume would run each task's old copy of the code, and there is no backup.
+    assert "tfcc resume" not in said and "backup" not in said.replace("backups", "")
+    assert err.splitlines()[-1] == f"tfcc: once the code is fixed, start the run again: tfcc run {path}"
+
+
+@pytest.mark.slow
 def test_mwms_custom_loop_that_prints_per_epoch_values_gives_each_workers_epochs(homes, capsys):
     path = cluster_file(homes, "mwms_loop_print", TWO_WORKERS)
     stream = run_json(homes, path, "mwms-print", capsys)

@@ -108,6 +108,34 @@ def test_a_scripts_keys_round_trip_through_the_form_and_the_file(form, qtbot, tm
     cl.validate(form.cluster)
 
 
+def test_a_module_is_picked_from_its_file_and_round_trips(form, qtbot, tmp_path, dialogs):
+    """Module: the script's rows, the label and hints of a module; the browse button turns a package's file
+    into its dotted name and the workdir into the folder above the top package (python -m runs from there)."""
+    for rel in ("trainer/__init__.py", "trainer/task.py", "trainer/sub/__init__.py", "trainer/sub/run.py"):
+        (tmp_path / "proj" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "proj" / rel).write_text("")
+    form.workload.setCurrentText("module")
+    assert all(shown(form, f) for f in script_fields(form)) and not any(shown(form, f) for f in trainer_fields(form))
+    assert form.file_label.text() == "Module" and form.workdir.placeholderText() == "the folder tfcc runs in"
+    assert "python -m" in form.user_file.placeholderText()
+    dialogs.answer("QFileDialog.getOpenFileName", (str(tmp_path / "proj" / "trainer" / "sub" / "run.py"), ""))
+    form.btn_user_file.click()
+    t = form.cluster.training
+    assert (t.module, t.workdir, t.script) == ("trainer.sub.run", str(tmp_path / "proj"), "")
+    dialogs.answer("QFileDialog.getOpenFileName", (str(tmp_path / "proj" / "trainer" / "task.py"), ""))
+    form.btn_user_file.click()  # within the workdir set: named from it
+    assert (t.module, t.workdir) == ("trainer.task", str(tmp_path / "proj"))
+    cl.validate(form.cluster)
+    path = tmp_path / "module.toml"
+    cl.save(form.cluster, path)
+    assert 'module = "trainer.task"' in path.read_text() and "script" not in path.read_text()
+    again = SetupForm()
+    qtbot.addWidget(again)
+    again.set_cluster(cl.load(path))
+    assert again.workload.currentText() == "module" and again.user_file.text() == "trainer.task"
+    assert again.cluster.training == t
+
+
 def test_elastic_is_edited_in_the_form_and_kept(form, qtbot):
     assert form.elastic.value() == 0 and form.elastic.text() == "elastic: off"
     with qtbot.waitSignal(form.cluster_changed):
