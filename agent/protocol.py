@@ -139,6 +139,7 @@ POLL_ONLY_VARIABLE = "TFCC_AGENT_POLL"        # set: follows poll the files inst
 # What the agent gives a task, besides TF_CONFIG:
 RUN_DIR_VARIABLE = "TFCC_RUN_DIR"            # its run folder, where it writes METRICS
 RUN_ID_VARIABLE = "TFCC_RUN_ID"
+KERAS_REASON_VARIABLE = "TFCC_KERAS_REASON"  # a user's code: the Keras tfcc gave it and why (its records say it)
 TASK_VARIABLE = "TFCC_TASK"                  # its task name (task_name below)
 ATTEMPT_VARIABLE = "TFCC_ATTEMPT"            # 1 for its run's first launch, then one more for each relaunch
 MEASURE_VARIABLE = "TFCC_MEASURE"            # "0": its steps carry no flag and it cannot be asked why it is slow

@@ -23,7 +23,7 @@ from console import exposure, text, workdir
 from console.errors import TfccError, describe
 from console.remote.deploy import make_bundle
 from console.remote.link import HostLink
-from console.run.launch import check_user_file
+from console.run.launch import check_user_file, keras_choice
 from console.script_source import imports, keras_use
 from trainer.plan import GlobalSplit, replicas_per_worker, strategy_for
 from trainer.tf_config import CHIEF, WORKER
@@ -64,6 +64,7 @@ class Report:
     seconds: float = 0.0
     warnings: list[Problem] = field(default_factory=list)  # what a run may go on with, said (a public address)
     files: list[dict] = field(default_factory=list)  # the workload's files: what, path, ok, problem (workload_files)
+    keras: str = ""  # a user's code: the Keras it gets and why ("tf-keras (it uses tf.keras (main.py:3), ...)")
 
     @property
     def ready(self) -> bool:
@@ -73,7 +74,8 @@ class Report:
         return {"ready": self.ready, "seconds": self.seconds, "hosts": [asdict(h) for h in self.hosts],
                 "tasks": self.tasks, "matrix": self.matrix,
                 "problems": [asdict(p) | {"text": str(p)} for p in self.problems],
-                "warnings": [asdict(p) | {"text": str(p)} for p in self.warnings], "files": self.files}
+                "warnings": [asdict(p) | {"text": str(p)} for p in self.warnings], "files": self.files,
+                "keras": self.keras}
 
 
 # --------------------------------------------------------------------------- rules
@@ -93,10 +95,15 @@ def consistency(cluster: cl.Cluster, probes: dict[str, dict]) -> list[Problem]:
             problems.append(Problem(host.name, f"its Python ({p.get('python_executable')}) has no TensorFlow",
                                     "install it there (pip install 'tensorflow==2.21.*' 'tf-keras==2.21.*') or set "
                                     f"python for {host.name} to an interpreter that has it", (host.name,)))
-        elif not p.get("tf_keras") and _needs_tf_keras(cluster):
+        elif not p.get("tf_keras") and (why := _needs_tf_keras(cluster)):
+            mine = cluster.training.user_code
             problems.append(Problem(host.name, f"its Python ({p.get('python_executable')}) has TensorFlow "
-                                    f"{p['tensorflow']} but no tf-keras",
-                                    f"pip install 'tf-keras=={_major_minor(p['tensorflow'])}.*' there", (host.name,)))
+                                    f"{p['tensorflow']} but no tf-keras" + (f", which the script gets ({why})"
+                                                                             if mine else ""),
+                                    f"pip install 'tf-keras=={_major_minor(p['tensorflow'])}.*' there"
+                                    + (" (or set keras = \"keras3\" in [training] if the script runs under Keras 3)"
+                                       if mine and cluster.training.keras == "auto" and not cluster.needs_tf_keras
+                                       else ""), (host.name,)))
     for key, label in (("tensorflow", "TensorFlow"), ("tf_keras", "tf-keras")):
         versions = {h.name: probes[h.name].get(key) for h in used if probes[h.name].get(key)}
         if len(set(versions.values())) > 1:
@@ -128,15 +135,11 @@ def consistency(cluster: cl.Cluster, probes: dict[str, dict]) -> list[Problem]:
     return problems
 
 
-def _needs_tf_keras(cluster: cl.Cluster) -> bool:
-    """tfcc's trainer always needs tf-keras; a user's script where it gets tf-keras, or imports it."""
-    if not cluster.training.user_code or cluster.script_keras == cl.TF_KERAS:
-        return True
-    try:
-        script = workdir.locate(cluster.training)[1]
-    except TfccError:
-        return False  # workload_files says why
-    return bool(keras_use([(script.name, script)]).tf_keras)
+def _needs_tf_keras(cluster: cl.Cluster) -> str:
+    """Why the tasks need tf-keras ("" if they do not): tfcc's trainer always; a user's code where it gets
+    tf-keras (``keras_choice``: the cluster, or its code written for Keras 2)."""
+    flavour, why = keras_choice(cluster)
+    return why if flavour == cl.TF_KERAS else ""
 
 
 def workload_files(cluster: cl.Cluster) -> tuple[list[dict], list[Problem]]:
@@ -475,7 +478,11 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
         phases["release"] = time.monotonic() - t1
         progress("reachability tested")
         log.info("check phases: %s", phases)
-        return Report(list(reports.values()), tasks, matrix, problems, time.monotonic() - t0, warnings, files)
+        keras = ""
+        if cluster.training.user_code:
+            flavour, why = keras_choice(cluster)
+            keras = f"{flavour or 'its own Keras'} ({why})"
+        return Report(list(reports.values()), tasks, matrix, problems, time.monotonic() - t0, warnings, files, keras)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         for link in links.values():

@@ -356,6 +356,8 @@ def cmd_check(ns) -> int:
                 result = row.get(t["address"])
                 cells.append("-" if result is None else ("ok" if result["ok"] else result["error"].upper()))
             print(f"{source:<12}" + "".join(f"{c:>{width + 10}}" for c in cells))
+    if report.keras:
+        print(f"\nkeras: {report.keras}")
     if report.problems:
         print(f"\n{len(report.problems)} problem(s):")
         for problem in report.problems:

@@ -98,6 +98,14 @@ def _remote_peer(match: re.Match, text: str) -> dict:
     return {"peer": named[-1] if named else "another task of the run"}
 
 
+def _line_of(match: re.Match, text: str) -> str:
+    """The line ``match`` is on, trimmed (an error's own words)."""
+    start = text.rfind("\n", 0, match.start()) + 1
+    end = text.find("\n", match.end())
+    line = text[start:end if end >= 0 else len(text)].strip()
+    return line if len(line) <= 200 else line[:199] + "…"
+
+
 def _first(pattern: str, text: str, template: str) -> str:
     """``template`` filled with the groups that took part in the first match of ``pattern``, or ""."""
     found = re.search(pattern, text)
@@ -163,6 +171,21 @@ _SIGNATURES: tuple[_Signature, ...] = (
         "the script mixes Keras 3 objects (`import keras`) with tf-keras ones (tf.keras) in one model",
         "use tf-keras throughout: `import tf_keras as keras`, or tf.keras with TF_USE_LEGACY_KERAS=1 set "
         "before importing TensorFlow, and no plain `import keras`", False),
+    _Signature(
+        "keras2-code-on-keras3", r"(Invalid filepath extension for saving"
+                                 r"|the filepath provided must end in `\.weights\.h5`|The filename must end in `\.weights\.h5`"
+                                 r"|`keras\.optimizers\.legacy` is not supported in Keras 3"
+                                 r"|object has no attribute '(?:fit|evaluate|predict)_generator')",
+        "the script is written for Keras 2 (tf.keras), but it ran under Keras 3, which refused a Keras 2 call: {what}",
+        "set keras = \"tf-keras\" in [training] (tf.keras is then Keras 2, as the code expects), or update the "
+        "code for Keras 3; then start the run again", False,
+        detail=lambda m, t: {"what": _line_of(m, t)}),
+    _Signature(
+        "keras3-code-on-tf-keras", r"module 'tf_keras[\w.]*' has no attribute '(\w+)'",
+        "the script uses Keras 3's API (keras.{attr}), but it ran under tf-keras (Keras 2), which has no {attr}",
+        "import keras (Keras 3) for it and set keras = \"keras3\" in [training] where Keras 3 can run (one "
+        "training task), or write it for Keras 2; then start the run again", False,
+        detail=lambda m, t: {"attr": m[1]}),
     _Signature(
         "collective-config-late", r"Collective ops must be configured at program startup"
                                   r"|Collective ops are already configured",

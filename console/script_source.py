@@ -22,6 +22,7 @@ class KerasUse:
 
     keras3: list[tuple[str, int]] = field(default_factory=list)    # import keras / from keras import ...
     tf_keras: list[tuple[str, int]] = field(default_factory=list)  # import tf_keras / from tf_keras ...
+    tf_dot_keras: list[tuple[str, int]] = field(default_factory=list)  # tf.keras / from tensorflow import keras
     fit: list[tuple[str, int]] = field(default_factory=list)       # x.fit(...)
 
     @staticmethod
@@ -47,6 +48,11 @@ def keras_use(files: list[tuple[str, Path]]) -> KerasUse:
                     _note(use, alias.name, name, node.lineno)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 _note(use, node.module, name, node.lineno)
+                if node.module == "tensorflow" and any(a.name == "keras" for a in node.names):
+                    use.tf_dot_keras.append((name, node.lineno))
+            elif isinstance(node, ast.Attribute) and node.attr == "keras" and isinstance(node.value, ast.Name) \
+                    and node.value.id in ("tf", "tensorflow"):
+                use.tf_dot_keras.append((name, node.lineno))
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "fit":
                 use.fit.append((name, node.lineno))
     return use
@@ -58,6 +64,8 @@ def _note(use: KerasUse, module: str, name: str, line: int) -> None:
         use.keras3.append((name, line))
     elif top == "tf_keras":
         use.tf_keras.append((name, line))
+    elif module.startswith("tensorflow.keras"):  # from tensorflow.keras import layers
+        use.tf_dot_keras.append((name, line))
 
 
 @dataclass

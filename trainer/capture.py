@@ -50,7 +50,7 @@ from pathlib import Path
 if __name__ == "__main__" and __package__ in (None, ""):  # started by its path: tfcc's code is beside it
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from agent.protocol import METRICS, RUN_DIR_VARIABLE  # noqa: E402
+from agent.protocol import KERAS_REASON_VARIABLE, METRICS, RUN_DIR_VARIABLE  # noqa: E402
 from trainer.metrics import MetricsWriter  # noqa: E402
 from trainer.plan import strategy_name  # noqa: E402
 from trainer.process import collector_paused, sigterm_back  # noqa: E402
@@ -417,7 +417,7 @@ class Capture:
             address = None  # a task index the cluster lacks: the script will say so
         self.writer.event(Event.LAUNCHED, pid=os.getpid(), address=address, cluster=self.cluster,
                           is_chief=self.config.is_chief, workload=SCRIPT_WORKLOAD, script=script, capture=True,
-                          python=sys.version.split()[0])
+                          python=sys.version.split()[0], **_keras_reason())
         if self.config.num_workers <= 1 and not self.cluster.get("ps"):
             # No peer to wait for: a single task's cluster has formed (its strategy is local).
             self.writer.event_once(Event.CLUSTER_FORMED, strategy="local", num_replicas=None)
@@ -596,6 +596,12 @@ class Capture:
     def _server_made(self) -> None:
         if self._serves():
             self.serving()
+
+
+def _keras_reason() -> dict:
+    """``{"keras_reason": ...}``: the Keras tfcc gave the script and why, as the console said it; {} without."""
+    reason = os.environ.get(KERAS_REASON_VARIABLE)
+    return {"keras_reason": reason[:300]} if reason else {}
 
 
 def _after(cls, name: str, then, with_result: bool = False) -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from agent.protocol import MEASURE_VARIABLE, METRICS, RUN_DIR_VARIABLE
+from agent.protocol import KERAS_REASON_VARIABLE, MEASURE_VARIABLE, METRICS, RUN_DIR_VARIABLE
 from trainer.breakdown import StepBreakdown
 from trainer.metrics import MetricsWriter, report  # noqa: F401  (report: the loops' one call)
 from trainer.plan import KERAS3, TF_KERAS, observed_batch_plan, strategy_name
@@ -337,9 +337,11 @@ class _Reporting:
             return
         params = self.params or {}
         me = ClusterConfig(tf_config_as_given().cluster, TaskId(self.task_type, self.task_index))
+        reason = os.environ.get(KERAS_REASON_VARIABLE)  # why the console gave it this Keras
         self.writer.event_once(Event.STARTED, source=SCRIPT_WORKLOAD, keras=keras_of(self.model), is_chief=me.is_chief,
             epochs=params.get("epochs"), steps_per_epoch=params.get("steps"), exact_step_loss=self.exact_loss,
-            tensorflow=tf.__version__, **batch_plan(self.model.distribute_strategy, global_batch))
+            tensorflow=tf.__version__, **({"keras_reason": reason[:300]} if reason else {}),
+            **batch_plan(self.model.distribute_strategy, global_batch))
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch

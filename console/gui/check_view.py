@@ -98,6 +98,7 @@ class CheckView(QSplitter):
             f"<th>clock vs this one</th></tr>{''.join(rows)}</table>"
             + (f"<h4>Workload files</h4><table cellpadding=4><tr><th>file</th><th>path</th><th>state</th></tr>"
                f"{files}</table>" if files else "")
+            + (f"<p><b>Keras:</b> {html.escape(report.keras)}</p>" if report.keras else "")
             + (f"<h4>Problems</h4><ul>{problems}</ul>" if problems else "<p>Every check passed.</p>")
             + (f"<h4 style='color:#b00020'>Warnings</h4><ul>{warnings}</ul>" if warnings else ""))
         self._show_matrix(report)

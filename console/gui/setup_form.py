@@ -308,9 +308,10 @@ class SetupForm(QWidget):
     def _refresh_keras_hint(self) -> None:
         """What ``auto`` gives a script on these tasks, beside it: e.g. "auto (tf-keras: 2 training tasks)"."""
         c = self.cluster
-        gets = cl.TF_KERAS if c.needs_tf_keras else "the script's own Keras"
-        auto = KERAS_FLAVOURS[0]  # resolved by the cluster (Cluster.script_keras)
-        self.keras.setItemText(self.keras.findData(auto), f"{auto} ({gets}: {c.training_kind})")
+        auto = KERAS_FLAVOURS[0]  # resolved at the start (console.run.launch.keras_choice); the Check says it
+        text = (f"{auto} ({cl.TF_KERAS}: {c.training_kind})" if c.needs_tf_keras else
+                f"{auto} (by its imports: tf.keras → {cl.TF_KERAS}, keras → Keras 3)")
+        self.keras.setItemText(self.keras.findData(auto), text)
 
     def _refresh_batch_line(self) -> None:
         self.user_file.setEnabled(self.workload.currentText() in ("file", *USER_CODE))

@@ -8,10 +8,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from agent.protocol import parse_address
+from agent.protocol import KERAS_REASON_VARIABLE, parse_address
 from console import cluster as cl
 from console import exposure
-from console.errors import RunError
+from console import workdir
+from console.errors import RunError, TfccError
+from console.script_source import keras_use
 from trainer.tf_config import ConfigError, PS
 from trainer.workloads import ORIGIN_VARIABLE as MODEL_FILE_ORIGIN
 from trainer.workloads import check_model_file
@@ -59,14 +61,46 @@ def trainer_args(cluster: cl.Cluster, model_file: str | None = None) -> list[str
     return args
 
 
-def keras_environment(cluster: cl.Cluster) -> dict[str, str]:
-    """The Keras a task runs with: tfcc's trainer always tf-keras; a user's script what its cluster file says
-    (``tf-keras`` sets TF_USE_LEGACY_KERAS=1 before TensorFlow loads, ``keras3`` clears it; else the host's
-    own)."""
-    if not cluster.training.user_code:
-        return {LEGACY_KERAS: "1"}
-    flavour = cluster.script_keras
-    return {LEGACY_KERAS: "1"} if flavour == cl.TF_KERAS else {LEGACY_KERAS: "0"} if flavour == cl.KERAS3 else {}
+def keras_choice(cluster: cl.Cluster, collected: workdir.Workdir | None = None) -> tuple[str, str]:
+    """The Keras a task runs with and why: ``(tf-keras | keras3 | "", reason)`` ("": what it gets standalone).
+
+    tfcc's trainer: tf-keras. A user's code under ``keras = "auto"``: tf-keras where Keras 3 cannot run ``fit``
+    (several training tasks, parameter servers); else the Keras its code was written for, read from its files:
+    ``import keras`` is Keras 3's; ``tf.keras`` (or ``import tf_keras``) is Keras 2's, tf-keras since TF 2.16.
+    ``collected``: the code's workdir, collected already (else it is read here)."""
+    t = cluster.training
+    if not t.user_code:
+        return cl.TF_KERAS, "tfcc's trainer"
+    if t.keras != "auto":
+        return t.keras, f"training.keras = \"{t.keras}\""
+    if cluster.needs_tf_keras:
+        return cl.TF_KERAS, f"{cluster.training_kind}: Keras 3 cannot run fit there"
+    try:
+        collected = collected or workdir.collect(t)
+    except (TfccError, OSError):
+        return "", "its code could not be read"
+    entry = collected.root / collected.script
+    files = [(collected.script, entry)] + [(f.rel, f.path) for f in collected.files
+                                           if f.rel.endswith(".py") and f.rel != collected.script]
+    use = keras_use(files)
+    if use.keras3:
+        return cl.KERAS3, f"it imports keras ({use.where(use.keras3[:1])}), Keras 3"
+    if use.tf_keras:
+        return cl.TF_KERAS, f"it imports tf_keras ({use.where(use.tf_keras[:1])})"
+    if use.tf_dot_keras:
+        return cl.TF_KERAS, f"it uses tf.keras ({use.where(use.tf_dot_keras[:1])}), written for Keras 2"
+    return "", "it uses no Keras"
+
+
+def keras_environment(cluster: cl.Cluster, choice: tuple[str, str] | None = None) -> dict[str, str]:
+    """The environment of ``keras_choice`` (or ``choice``, made once for a start): ``tf-keras`` sets
+    TF_USE_LEGACY_KERAS=1 before TensorFlow loads, ``keras3`` clears it; else the host's own. A user's
+    code is told why (TFCC_KERAS_REASON: its records say it)."""
+    flavour, why = choice or keras_choice(cluster)
+    env = {LEGACY_KERAS: "1"} if flavour == cl.TF_KERAS else {LEGACY_KERAS: "0"} if flavour == cl.KERAS3 else {}
+    if cluster.training.user_code:
+        env[KERAS_REASON_VARIABLE] = f"{flavour or 'its own Keras'}: {why}"
+    return env
 
 
 def gpu_environment(task: cl.Task) -> dict[str, str]:
@@ -91,7 +125,7 @@ def secret_values(cluster: cl.Cluster, environ=None) -> dict[str, str]:
 
 
 def task_command(cluster: cl.Cluster, task: cl.Task, interpreter: str, dist: str,
-                 script: str | None = None) -> tuple[list[str], dict[str, str]]:
+                 script: str | None = None, keras: tuple[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
     """A task's argv and environment on a host whose deployed code is in ``dist``: the trainer (its run folder
     ``{run_dir}``, the model file uploaded beside the code), or a user's ``script`` (its path in the task's own
     copy of its workdir, ``{work_dir}``; through the capture unless it is turned off), or a user's module (``-m``,
@@ -106,7 +140,7 @@ def task_command(cluster: cl.Cluster, task: cl.Task, interpreter: str, dist: str
     else:
         model = f"{dist}/user/{Path(training.model_file).name}" if training.model_file else None
         argv = [interpreter, "-m", "trainer", "--run-dir", "{run_dir}", *trainer_args(cluster, model)]
-    env = {**training.env, **keras_environment(cluster)}
+    env = {**training.env, **keras_environment(cluster, keras)}
     if training.model_file and not training.user_code:
         env[MODEL_FILE_ORIGIN] = str(Path(training.model_file).expanduser().resolve())
     env.update(gpu_environment(task))

@@ -30,8 +30,8 @@ from console.remote.channel import AgentRequestError, AgentTimeout
 from console.remote.deploy import make_bundle
 from console.remote.link import HostLink
 from console.remote.ssh import SSHError
-from console.run.launch import (GPUS, SLURM_PORT_BASE, check_user_file, firewall_request, secret_values, slurm_login,
-                               task_command)
+from console.run.launch import (GPUS, SLURM_PORT_BASE, check_user_file, firewall_request, keras_choice,
+                               secret_values, slurm_login, task_command)
 from console.run.seeding import Seeding, copy_backup, plan_seeding
 from console.states import FOLLOW_ERROR, RECONNECTED, RECONNECTING, TaskState
 from console.store.manifests import (Manifest, check_run_id, console_id, manifest_path, read_manifest,
@@ -323,10 +323,11 @@ class Run:
             self._previous_configs(False)
         training = self.cluster.training
         workdir = (self.workdir or self._collect_workdir()) if training.user_code else None
+        keras = keras_choice(self.cluster, workdir)
         tasks = []
         for task, spec in zip(self.tasks, self.cluster.tasks):
             argv, env = task_command(self.cluster, spec, slurm.python or "python3", link.dist,
-                                     workdir.script if workdir is not None else None)
+                                     workdir.script if workdir is not None else None, keras)
             if spec.role != PS:
                 env.pop(GPUS, None)  # Slurm gives each task its GPUs (--gres); a ps holds variables on its CPU
             tasks.append({"task": task.name, "argv": argv, "env": env})
@@ -523,6 +524,7 @@ class Run:
                      only: list["TaskState"] | None = None) -> None:
         training = self.cluster.training
         workdir = (self.workdir or self._collect_workdir()) if training.user_code else None
+        keras = keras_choice(self.cluster, workdir)  # once for every task: their code's files are read here
         shipped = {"workdir": workdir.entries()} if workdir is not None else {}
         console = console_id()
         if training.secret_env:  # read at each start: in memory only, to the tasks' environment over the channel
@@ -532,7 +534,7 @@ class Run:
             link = self.links[task.host]
             task.address = task_address(task.name, configs[i])
             argv, env = task_command(self.cluster, spec, link.host.interpreter, link.dist,
-                                     workdir.script if workdir is not None else None)
+                                     workdir.script if workdir is not None else None, keras)
             wall = firewall_request(self.cluster, task.address)
             try:
                 reply = link.connect().call(START, run_id=self.run_id, task=task.name, tf_config=configs[i],

@@ -104,10 +104,18 @@ def test_tf_keras_is_needed_only_where_it_is_used(tmp_path):
     assert checks.consistency(alone, {"a": {**PROBE, "tf_keras": None}}) == []
     mine = script_cluster(tmp_path, "import tf_keras as keras\n" + FIT, workers=1)
     assert [p.cause for p in checks.consistency(mine, {"a": {**PROBE, "tf_keras": None}})] == [
-        "its Python (/usr/bin/python3) has TensorFlow 2.21.0 but no tf-keras"]
+        "its Python (/usr/bin/python3) has TensorFlow 2.21.0 but no tf-keras, which the script gets (it imports "
+        "tf_keras (main.py:1))"]
     two = script_cluster(tmp_path, "import tensorflow as tf\n" + FIT, workers=2)
     assert [p.cause for p in checks.consistency(two, {"a": {**PROBE, "tf_keras": None}})] == [
-        "its Python (/usr/bin/python3) has TensorFlow 2.21.0 but no tf-keras"]
+        "its Python (/usr/bin/python3) has TensorFlow 2.21.0 but no tf-keras, which the script gets (2 training "
+        "tasks: Keras 3 cannot run fit there)"]
+    # Code written for Keras 2 (tf.keras) gets tf-keras alone too: the fix names the other way out.
+    keras2 = script_cluster(tmp_path, "import tensorflow as tf\nm = tf.keras.Sequential()\n" + FIT, workers=1)
+    [problem] = checks.consistency(keras2, {"a": {**PROBE, "tf_keras": None}})
+    assert problem.cause.endswith("which the script gets (it uses tf.keras (main.py:2), written for Keras 2)")
+    assert problem.fix == ("pip install 'tf-keras==2.21.*' there (or set keras = \"keras3\" in [training] if the "
+                           "script runs under Keras 3)")
 
 
 @pytest.mark.parametrize(

@@ -260,6 +260,18 @@ SHELL_KILLED = CPU_START + "Epoch 3/10\n/home/ml/run.sh: line 4: 31337 Killed   
 
 
 # stderr tail, exit status, the trainer's error, then what the diagnosis must be and say.
+KERAS2_ON_3 = """Traceback (most recent call last):
+  File "/h/runs/r/worker-0/work/trainer/task.py", line 48, in <module>
+    keras_model.save(export_dir)
+ValueError: Invalid filepath extension for saving. Please add either a `.keras` extension for the native Keras format (recommended) or a `.h5` extension. Received: filepath=out/model.
+"""
+KERAS3_ON_2 = """Traceback (most recent call last):
+  File "/h/runs/r/worker-0/work/main.py", line 9, in <module>
+    x = tf.keras.ops.sum(y)
+AttributeError: module 'tf_keras.api._v2.keras' has no attribute 'ops'
+"""
+
+
 CASES = [
     pytest.param(PEER_LOST, 1, "lost contact with another task of the cluster (Graph execution error:); restart "
                  "every task of the run", "peer-lost", True, ("worker-0", "restarts every task"), id="peer-lost"),
@@ -283,6 +295,8 @@ CASES = [
                  ("`import tf_keras as keras`", "TF_USE_LEGACY_KERAS=1 before importing TensorFlow"), id="keras3"),
     pytest.param(KERAS_MIXED, 1, None, "keras-mixed", False, ("`import tf_keras as keras`", "no plain `import keras`"),
                  id="keras-mixed"),
+    pytest.param(KERAS2_ON_3, 1, None, "keras2-code-on-keras3", False, ('keras = "tf-keras"',), id="keras2-on-keras3"),
+    pytest.param(KERAS3_ON_2, 1, None, "keras3-code-on-tf-keras", False, ('keras = "keras3"',), id="keras3-on-tf-keras"),
     pytest.param(RAN_OUT, 1, None, "input-exhausted", False, ("`.repeat()`", "steps_per_epoch", "60 were needed"),
                  id="ran-out"),
     pytest.param(RAN_OUT, -9, None, "input-exhausted", False, (".repeat()",), id="ran-out-then-killed"),
@@ -456,3 +470,20 @@ def test_a_projects_package_off_a_scripts_path_says_run_it_as_a_module_never_pip
     assert found == Diagnosis("module-off-the-path", "the training code imports the module 'myproject.models', "
                               "which is your project's (myproject/ in /repo) but not on the import path: a script "
                               "run by its path has only its own folder there", fix, False)
+
+
+def test_the_other_kerass_api_is_a_keras_mismatch_with_the_setting_to_change():
+    found = diagnose(KERAS2_ON_3, 1)
+    assert found.name == "keras2-code-on-keras3" and not found.retryable
+    assert found.cause.startswith("the script is written for Keras 2 (tf.keras), but it ran under Keras 3, which "
+                                  "refused a Keras 2 call: ValueError: Invalid filepath extension for saving.")
+    assert found.fix.startswith('set keras = "tf-keras" in [training]')
+    for line in ("AttributeError: 'Sequential' object has no attribute 'fit_generator'",
+                 "ImportError: `keras.optimizers.legacy` is not supported in Keras 3. When using `tf.keras`, ...",
+                 "ValueError: The filename must end in `.weights.h5`. Received: filepath=w.ckpt"):
+        assert diagnose(f"Traceback (most recent call last):\n{line}\n", 1).name == "keras2-code-on-keras3", line
+    found = diagnose(KERAS3_ON_2, 1)
+    assert found == Diagnosis("keras3-code-on-tf-keras", "the script uses Keras 3's API (keras.ops), but it ran "
+                              "under tf-keras (Keras 2), which has no ops",
+                              'import keras (Keras 3) for it and set keras = "keras3" in [training] where Keras 3 '
+                              "can run (one training task), or write it for Keras 2; then start the run again", False)

@@ -166,6 +166,24 @@ def test_an_experiment_that_imports_its_repositorys_package_runs_as_a_module_fro
     assert not of(stream, "worker-0", "step")
 
 
+@pytest.mark.slow
+def test_a_single_task_written_for_keras_2_gets_tf_keras_under_auto(homes, capsys, monkeypatch):
+    """The cloud package alone on one worker: its tf.keras code saves a SavedModel by a folder name (Keras 2's
+    model.save, which Keras 3 refuses); auto gives it tf-keras, and says why in its records."""
+    folder = homes / "scripts" / "cloud_package"
+    shutil.copytree(SCRIPTS / "cloud_package", folder, ignore=shutil.ignore_patterns("__pycache__", "out"))
+    monkeypatch.chdir(folder)
+    path = homes / "keras2.toml"
+    path.write_text('[training]\nmodule = "trainer.task"\nargs = ["--num-epochs", "1"]\n' + ONE_WORKER)
+    stream = run_json(homes, path, "keras2", capsys)
+    reason = "tf-keras: it uses tf.keras (trainer/model.py:6), written for Keras 2"
+    assert of(stream, "worker-0", "event", event="launched")[0]["keras_reason"] == reason
+    started = of(stream, "worker-0", "event", event="started")[0]
+    assert (started["keras"], started["keras_reason"]) == ("tf-keras", reason)
+    assert [r["global_step"] for r in of(stream, "worker-0", "step")] == [1, 2, 3, 4, 5]
+    assert (homes / "host-home" / "runs" / "keras2" / "worker-0" / "work" / "out" / "model" / "saved_model.pb").is_file()
+
+
 def test_a_package_file_run_by_its_path_is_told_to_run_as_a_module(homes, capsys):
     """The same package named by its file: Python refuses its relative import; tfcc says to run it as a module
     (with the folder that holds the package), not to fix the code, and does not restart it."""
@@ -240,6 +258,7 @@ def test_single_host_mirrored_fit_in_keras3_gets_keras3(homes, capsys):
     stream = run_json(homes, path, "k3", capsys)
     started = of(stream, "worker-0", "event", event="started")[0]
     assert started["keras"] == "keras3" and started["strategy"] == "mirrored"
+    assert started["keras_reason"] == "keras3: it imports keras (main.py:4), Keras 3"
     assert of(stream, "worker-0", "step") and of(stream, "worker-0", "epoch")
 
 

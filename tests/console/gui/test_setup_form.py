@@ -66,7 +66,7 @@ def test_the_keras_hint_says_what_auto_gives_these_tasks(form):
     form.workload.setCurrentText("script")
     form.set_cluster(cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here")],
                                 cl.Training(script="main.py")))
-    assert form.keras.itemText(0) == "auto (the script's own Keras: 1 training task)"
+    assert form.keras.itemText(0) == "auto (by its imports: tf.keras → tf-keras, keras → Keras 3)"
     form.set_cluster(cl.Cluster([cl.Host(name="here", local=True)],
                                 [cl.Task(host="here", role="chief"), cl.Task(host="here"),
                                  cl.Task(host="here", role="ps")], cl.Training(script="main.py")))

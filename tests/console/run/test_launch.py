@@ -121,3 +121,37 @@ def test_a_module_runs_as_python_m_from_the_tasks_copy_of_its_workdir():
     cluster.training.capture = False
     argv, _ = task_command(cluster, cluster.tasks[0], "python3", "/d", "trainer/task.py")
     assert argv == ["python3", "-m", "trainer.task", "--num-epochs", "2"]
+
+
+@pytest.mark.parametrize("files, flavour, why", [
+    ({"main.py": "import tensorflow as tf\nmodel = tf.keras.Sequential()\n"}, "tf-keras",
+     "it uses tf.keras (main.py:2), written for Keras 2"),
+    ({"main.py": "from tensorflow import keras\n"}, "tf-keras", "it uses tf.keras (main.py:1), written for Keras 2"),
+    ({"main.py": "import model\n", "model.py": "from tensorflow.keras import layers\n"}, "tf-keras",
+     "it uses tf.keras (model.py:1), written for Keras 2"),
+    ({"main.py": "import keras\nimport tensorflow as tf\nx = tf.keras.layers\n"}, "keras3",
+     "it imports keras (main.py:1), Keras 3"),
+    ({"main.py": "import tf_keras as keras\n"}, "tf-keras", "it imports tf_keras (main.py:1)"),
+    ({"main.py": "import tensorflow as tf\nprint(tf.constant(1))\n"}, "", "it uses no Keras"),
+], ids=["tf.keras", "from-tensorflow-import-keras", "tf.keras-in-a-module-beside", "keras3", "tf_keras", "none"])
+def test_auto_gives_one_task_the_keras_its_code_was_written_for(tmp_path, files, flavour, why):
+    from console.run.launch import keras_choice, keras_environment
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    cluster = cl.Cluster([cl.Host(name="h", local=True)], [cl.Task(host="h")],
+                         cl.Training(script=str(tmp_path / "main.py")))
+    assert keras_choice(cluster) == (flavour, why)
+    env = keras_environment(cluster)
+    assert env.get("TF_USE_LEGACY_KERAS") == {"tf-keras": "1", "keras3": "0", "": None}[flavour]
+    assert env["TFCC_KERAS_REASON"] == f"{flavour or 'its own Keras'}: {why}"
+
+
+def test_auto_gives_tf_keras_where_keras3_cannot_run_fit_and_a_setting_wins(tmp_path):
+    from console.run.launch import keras_choice
+    (tmp_path / "main.py").write_text("import keras\n")
+    two = cl.Cluster([cl.Host(name="h", local=True)], [cl.Task(host="h"), cl.Task(host="h")],
+                     cl.Training(script=str(tmp_path / "main.py")))
+    assert keras_choice(two) == ("tf-keras", "2 training tasks: Keras 3 cannot run fit there")
+    two.training.keras = "keras3"
+    assert keras_choice(two) == ("keras3", 'training.keras = "keras3"')
+    assert keras_choice(cl.default()) == ("tf-keras", "tfcc's trainer")
