@@ -98,6 +98,26 @@ def _remote_peer(match: re.Match, text: str) -> dict:
     return {"peer": named[-1] if named else "another task of the run"}
 
 
+# A traceback's frame in a task's copy of the user's workdir (agent.workdir: <run>/<task>/work/), its code line.
+_WORK_FRAME = re.compile(r'^\s*File "[^"\n]*?/runs/[^/"\n]+/[^/"\n]+/work/([^"\n]+)", line (\d+), in [^\n]*\n'
+                         r'(?:[ \t]+(\S[^\n]*)\n)?',
+                         re.MULTILINE)
+
+
+def _user_frame(text: str, code: CodeFacts | None) -> str | None:
+    """Where the last traceback went last in the user's own files: ``main.py:42 (`x = undefined + 1`)``, the path
+    as it is on this machine when ``code`` knows it (tfcc's capture and runpy frames are not the user's)."""
+    found = _last(_WORK_FRAME, text)
+    if found is None:
+        return None
+    rel, line, source = found[1], found[2], (found[3] or "").strip()
+    local = code.local_file(rel) if code is not None else None
+    where = f"{local or rel}:{line}"
+    if source:
+        where += f" (`{source if len(source) <= 80 else source[:79] + '…'}`)"
+    return where
+
+
 def _line_of(match: re.Match, text: str) -> str:
     """The line ``match`` is on, trimmed (an error's own words)."""
     start = text.rfind("\n", 0, match.start()) + 1
@@ -318,6 +338,9 @@ class CodeFacts(Protocol):
     def not_shipped(self, module: str) -> str | None:
         """Why ``module`` is in the workdir here but was not shipped (an exclusion's words), or None."""
 
+    def local_file(self, rel: str) -> str | None:
+        """The path on this machine of ``rel``, a file of the shipped workdir, or None."""
+
     def run_as_module(self, missing: str | None) -> tuple[str, str | None] | None:
         """For a script that failed on a relative import (``missing`` None) or on importing ``missing``: the
         fix that runs it as a module, and where ``missing`` lives (``myproject/ in /repo``); or None."""
@@ -363,7 +386,7 @@ def diagnose(stderr_tail: str, returncode: int | None, metrics_error: str | None
             return found
     if returncode is None or returncode == 0:
         return None
-    return _from_exit(text, returncode, metrics_error)
+    return _from_exit(text, returncode, metrics_error, code)
 
 
 def _relative_import(code: CodeFacts | None) -> Diagnosis:
@@ -403,7 +426,8 @@ def _signal_number(returncode: int) -> int | None:
     return number if number is not None and 1 <= number <= 64 else None
 
 
-def _from_exit(text: str, returncode: int, metrics_error: str | None) -> Diagnosis | None:
+def _from_exit(text: str, returncode: int, metrics_error: str | None,
+               code: CodeFacts | None = None) -> Diagnosis | None:
     if returncode == 128 + signal.SIGKILL:
         return Diagnosis(_HOST_OOM.name, _HOST_OOM.cause, _HOST_OOM.fix, _HOST_OOM.retryable)
     number = _signal_number(returncode)
@@ -417,6 +441,10 @@ def _from_exit(text: str, returncode: int, metrics_error: str | None) -> Diagnos
                          f"{_RESTART}; if it happens again, look at {_LOGS} and its host", True)
     exception = _last_exception(text)
     if exception is not None:
+        where = _user_frame(text, code)
+        if where is not None:
+            return Diagnosis("training-error", f"error in the training code at {where}: {exception}",
+                             "fix it there, then start the run again; a restart would fail the same way", False)
         return Diagnosis("training-error", f"error in the training code: {exception}",
                          f"fix it where the traceback in {_LOGS} points, then start the run again; "
                          "a restart would fail the same way", False)

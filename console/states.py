@@ -142,8 +142,9 @@ class RunState:
 
 
 def run_state(phases: list[str], stopped: list[bool]) -> str:
-    """A run's state from its tasks' phases (and whether a stop someone asked for ended each); the tasks that
-    left an elastic run count for nothing while others are in it."""
+    """A run's state from its tasks' phases (and whether a stop ended each); the tasks that left an elastic run
+    count for nothing while others are in it. A task that failed on its own makes the run failed, even when
+    tfcc then stopped its peers (a stop ended them, but the run failed); stopped is a stop with no failure."""
     kept = [(p, s) for p, s in zip(phases, stopped) if p != LEFT]
     if kept and len(kept) < len(phases):
         phases, stopped = [p for p, _ in kept], [s for _, s in kept]
@@ -151,6 +152,8 @@ def run_state(phases: list[str], stopped: list[bool]) -> str:
         return RunState.RUNNING
     if all(p == FINISHED for p in phases):
         return RunState.FINISHED
+    if any(p == FAILED and not s for p, s in zip(phases, stopped)):
+        return RunState.FAILED
     if any(stopped) or STOPPED in phases:
         return RunState.STOPPED
     return RunState.FAILED

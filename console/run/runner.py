@@ -411,6 +411,17 @@ class Run:
         found = excluded_module(self.cluster.training, module)
         return None if found is None else str(found)
 
+    def local_file(self, rel: str) -> str | None:
+        """For the diagnosis (``CodeFacts``): ``rel`` (a file of a task's copy of the workdir) on this machine."""
+        if not self.cluster.training.user_code:
+            return None
+        try:
+            root = self.workdir.root if self.workdir is not None else workdir_of(self.cluster.training)[0]
+        except TfccError:
+            return None
+        path = root / rel
+        return str(path) if path.is_file() else None
+
     def run_as_module(self, missing: str | None) -> tuple[str, str | None] | None:
         """For the diagnosis (``CodeFacts``): the fix that runs the script, which failed on a relative import
         (``missing`` None) or on importing ``missing``, as a module; and where ``missing`` lives."""

@@ -495,7 +495,12 @@ class RunSession:
             phase = message.get("phase")
             task.exit = message.get("exit")
             asked = self.supervisor.stop_requested
-            if phase in (FAILED, LOST) and (asked or message.get("stopped") or (task.exit or {}).get("stopped")):
+            code = (task.exit or {}).get("returncode")
+            # tfcc's stop of a group after a failure met a task that exited with an error of its own (an exit
+            # code, not the stop's signal): it failed too, and says so.
+            own_error = not asked and isinstance(code, int) and not isinstance(code, bool) and 0 < code < 128
+            if phase in (FAILED, LOST) and (asked or message.get("stopped") or (task.exit or {}).get("stopped")) \
+                    and not own_error:
                 phase = STOPPED  # a stop someone asked for is no failure, whatever signal ended it
             task.change(phase if phase in ENDED else ERROR)
             if task.phase == STOPPED:

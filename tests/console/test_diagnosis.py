@@ -430,6 +430,9 @@ class Code:
     def run_as_module(self, missing):
         return self.runs.get(missing)
 
+    def local_file(self, rel):
+        return None
+
 
 def test_a_missing_module_that_the_workdir_excluded_is_said_as_such_and_others_keep_the_pip_advice():
     not_shipped = Code({"sklearn": "sklearn.py is excluded by 'sklearn.py' in .tfccignore (line 1)"})
@@ -487,3 +490,29 @@ def test_the_other_kerass_api_is_a_keras_mismatch_with_the_setting_to_change():
                               "under tf-keras (Keras 2), which has no ops",
                               'import keras (Keras 3) for it and set keras = "keras3" in [training] where Keras 3 '
                               "can run (one training task), or write it for Keras 2; then start the run again", False)
+
+
+NAME_ERROR = """Traceback (most recent call last):
+  File "/opt/tfcc/dist/trainer/capture.py", line 740, in <module>
+    main()
+  File "/usr/lib/python3.11/runpy.py", line 291, in run_path
+    return _run_module_code(code, init_globals, run_name,
+  File "/home/u/.tfcc/runs/r1/worker-0/work/main.py", line 30, in <module>
+    train(model)
+  File "/home/u/.tfcc/runs/r1/worker-0/work/lib/loop.py", line 12, in train
+    print(epoch_loss + undefined_name)
+NameError: name 'undefined_name' is not defined
+"""
+
+
+def test_a_code_error_names_the_users_own_file_and_line_as_on_this_machine():
+    class Here(Code):
+        def local_file(self, rel):
+            return f"/home/me/project/{rel}"
+
+    found = diagnose(NAME_ERROR, 1, code=Here())
+    assert found == Diagnosis(
+        "training-error", "error in the training code at /home/me/project/lib/loop.py:12 (`print(epoch_loss + "
+        "undefined_name)`): NameError: name 'undefined_name' is not defined",
+        "fix it there, then start the run again; a restart would fail the same way", False)
+    assert diagnose(NAME_ERROR, 1).cause.startswith("error in the training code at lib/loop.py:12 (`print(")

@@ -93,6 +93,10 @@ def test_a_runs_state_follows_its_tasks():
     assert run_state([FINISHED, FAILED], [False, True]) == RunState.STOPPED
     assert run_state([LOST, FAILED], [False, False]) == RunState.FAILED
     assert run_state([STOPPED, FINISHED], [False, False]) == RunState.STOPPED  # a stopped phase says it alone
+    # A task that failed on its own fails the run, though tfcc then stopped its peer: stopped is a stop alone.
+    assert run_state([FAILED, STOPPED], [False, True]) == RunState.FAILED
+    assert run_state([FAILED, FAILED], [False, True]) == RunState.FAILED  # the agent's words for the same
+    assert run_state([STOPPED, STOPPED], [True, True]) == RunState.STOPPED
     assert set(ALIVE) & set(ENDED) == set()
     # An elastic run's state is its members': those that left count for nothing while some are in it.
     assert run_state([FINISHED, LEFT, FINISHED], [False] * 3) == RunState.FINISHED

@@ -184,6 +184,27 @@ def test_a_single_task_written_for_keras_2_gets_tf_keras_under_auto(homes, capsy
     assert (homes / "host-home" / "runs" / "keras2" / "worker-0" / "work" / "out" / "model" / "saved_model.pb").is_file()
 
 
+@pytest.mark.slow
+def test_a_two_worker_script_that_raises_is_failed_everywhere_and_names_its_own_line(homes, capsys):
+    """Both workers raise a NameError in a callback beside main.py after the first epoch. The run is failed in
+    the terminal, tfcc runs and the history, though tfcc stopped a worker; the failure names the user's own file
+    (as it is here) and line; no resume from a backup is offered (the code must change, and none was made)."""
+    path = cluster_file(homes, "mwms_name_error", TWO_WORKERS)
+    code, out, err = tfcc(["run", str(path), "--run-id", "name-error"], capsys)
+    assert code == 1, (out, err)
+    said = " ".join((out + err).split())
+    mine = homes / "scripts" / "mwms_name_error" / "reporting.py"
+    assert (f"error in the training code at {mine}:7 (`print(f\"epoch {{epoch}} done, loss {{logs['loss']:.4f}}, "
+            "best {best_loss:.4f}\")`): NameError: name 'best_loss' is not defined") in said, said
+    assert "ended stopped" not in said and "ended failed" in said
+    assert "tfcc resume" not in said and "from its last backup" not in said
+    assert err.splitlines()[-1] == f"tfcc: once the code is fixed, start the run again: tfcc run {path}"
+    code, out, _ = tfcc(["runs", "--json"], capsys)
+    assert code == 0 and [r["state"] for r in json.loads(out) if r["run_id"] == "name-error"] == ["failed"]
+    history = json.loads((homes / "console-home" / "runs" / "name-error" / "summary.json").read_text())
+    assert history["state"] == "failed"
+
+
 def test_a_package_file_run_by_its_path_is_told_to_run_as_a_module(homes, capsys):
     """The same package named by its file: Python refuses its relative import; tfcc says to run it as a module
     (with the folder that holds the package), not to fix the code, and does not restart it."""
