@@ -104,12 +104,14 @@ def _shadows(folder: str) -> bool:
 
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)"
 _WORD = r"[A-Za-z_][A-Za-z0-9_./-]*"
-# ``name: value`` (a space after the colon: "localhost:12345" is no metric) or ``name = value``; a name
-# may have one word before it ("Test Loss: 0.3", "val loss = 0.4": test_loss, val_loss). A value is a
-# whole number: "1,234" is none.
+# ``name: value`` (a space after the colon: "localhost:12345" is no metric), ``name = value`` or ``name is
+# value``; a name may have one word before it ("Test Loss: 0.3", "val loss = 0.4": test_loss, val_loss). A
+# value is a whole number: "1,234" is none.
 _PAIR = re.compile(r"(?:^|(?<=[\s,;|(\[{]))(?P<name>" + _WORD + r"(?: " + _WORD + r")?)"
-                   r"(?:\s*=\s*|:\s+)(?P<value>" + _NUMBER + r")(?=$|[\s;|)\]}%]|,(?!\d)|\.(?:\s|$))",
+                   r"(?:\s*=\s*|:\s+|\s+is\s+)(?P<value>" + _NUMBER + r")(?=$|[\s;|)\]}%]|,(?!\d)|\.(?:\s|$))",
                    re.IGNORECASE)
+# Settings printed as they are (argparse's ``Namespace(lr=0.001, ...)``, a config dump): never metrics.
+_SETTINGS = re.compile(r"\bNamespace\(|^\s*(?:args|config|params|hparams|flags|settings)\s*[:=]", re.IGNORECASE)
 _PLACE = re.compile(r"\b(?P<name>epoch|step)\s+(?P<value>\d+)\b", re.IGNORECASE)  # "Epoch 3/10", "step 40:"
 _PLACES = {"epoch": "epoch", "step": "step", "global_step": "step", "iteration": "step", "iter": "step"}
 # Without an epoch or a step a line counts only for names that are metrics ("Number of devices: 2" is none).
@@ -123,7 +125,7 @@ def parse_line(line: str) -> dict | None:
     """The metrics a printed line holds: ``{"epoch"|"step": n, name: value, ...}``; None when it holds
     no value other than where it is (a line like "Epoch 3/10") or nothing that looks like a metric
     without saying its epoch or step ("Number of devices: 2", "Total params: 1,234")."""
-    if _PROGRESS_BAR.search(line):
+    if _PROGRESS_BAR.search(line) or _SETTINGS.search(line):
         return None
     values: dict = {}
     for match in _PAIR.finditer(line):
@@ -167,7 +169,7 @@ class _PrintedMetrics:
             lines = (self._partial + text).split("\n")
             self._partial = lines.pop()[-4096:]
             for line in lines:
-                if ":" in line or "=" in line:
+                if ":" in line or "=" in line or " is " in line or _PLACE.search(line):
                     self._capture.printed(line)
         except Exception:  # the script's output matters more than its metrics
             self._capture.failed("reading printed metrics")
@@ -390,6 +392,8 @@ class Capture:
         self._fit_depth = 0
         self._failed: set[str] = set()
         self._printed = 0  # lines of printed metrics without a step of their own
+        self._place: dict | None = None  # "epoch 3:" alone on a line: where the next line's values are
+        self._progressed = False  # training began: a fit, an optimizer's step, or a printed epoch or step
         self._optimizers: weakref.WeakSet = weakref.WeakSet()
         self.summaries = _SummaryFollower(self)
         self.scheduled = _ScheduledSteps(self)
@@ -468,6 +472,7 @@ class Capture:
         except Exception:
             self.failed("adding tfcc's reporter to fit")
         self._fit_depth += 1
+        self._progressed = True
         try:
             return original(model, *args, **kwargs)
         finally:
@@ -498,11 +503,22 @@ class Capture:
         return None
 
     def printed(self, line: str) -> None:
+        if self._serves():  # a parameter server or a worker that serves: what it prints is no training number
+            return
         values = parse_line(line)
         if values is None:
+            place = {m.group("name").lower(): int(m.group("value")) for m in _PLACE.finditer(line)}
+            self._place = place or None  # "epoch 3:" then "loss=2.44" on the next line
             return
-        record = {CAPTURED: FROM_PRINT, **values}
+        if self._place and "epoch" not in values and "step" not in values:
+            values = {**self._place, **values}
+        self._place = None
         step = self._optimizer_step()
+        if "epoch" in values or "step" in values:
+            self._progressed = True
+        elif not (self._progressed or step):
+            return  # nothing trained yet: settings or a description printed before training, not progress
+        record = {CAPTURED: FROM_PRINT, **values}
         if "epoch" in values and "step" not in values:
             record["type"] = RecordType.EPOCH
             if step is not None:

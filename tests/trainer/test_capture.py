@@ -35,7 +35,10 @@ CAPTURE = ROOT / "trainer" / "capture.py"
     ("30/30 ━━━━━━━━━━━━━━━━━━━━ 0s 2ms/step - accuracy: 0.75 - loss: 0.7", None),  # Keras 3's bar
     ("epoch=2 loss=1.5e-3 lr=0.01", {"epoch": 2, "loss": 0.0015, "lr": 0.01}),
     ("step 40: loss = 0.5", {"step": 40, "loss": 0.5}),
-    ("Finished epoch 0, accuracy is 0.4437.", None),   # no name: value pair
+    ("Finished epoch 0, accuracy is 0.4437.", {"epoch": 0, "accuracy": 0.4437}),  # "is" between them
+    ("Namespace(batch_size=64, epochs=3, learning_rate=0.001, model_dir='out')", None),  # argparse's settings
+    ("args: lr=0.01 momentum=0.9", None),                # settings, printed as such
+    ("Number of devices is 2", None),                    # no metric
     ("Epoch 3/10", None),                                # where it is, no value
     ("Connecting to localhost:12345 at 12:30:45", None),  # no space after the colon: no metric
     ("loss: nan, accuracy: 0.1", {"loss": float("nan"), "accuracy": 0.1}),
@@ -126,6 +129,42 @@ def test_a_failing_script_fails_with_its_own_traceback(tmp_path):
     proc, _ = run(tmp_path, "import mnist_setup\n")
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == "ModuleNotFoundError: No module named 'mnist_setup'"
+
+
+def test_only_training_numbers_are_taken_from_what_a_script_prints(tmp_path):
+    """Its settings (argparse's Namespace, a key=value dump before training) are no metrics; "epoch 3:" alone
+    on a line places the next line's values; "accuracy is 0.64" is read."""
+    proc, records = run(tmp_path, """
+import argparse
+parser = argparse.ArgumentParser()
+parser.add_argument("--learning_rate", type=float, default=0.001)
+args = parser.parse_args()
+print(args)
+print("lr=0.001 batch_size=64 loss_scale=128")
+for epoch in range(2):
+    print(f"epoch {epoch}:")
+    print(f"  loss={2.44 - epoch:.2f} acc={0.5 + epoch / 10:.2f}")
+print("Finished epoch 1, accuracy is 0.64.")
+""")
+    assert proc.returncode == 0, proc.stderr
+    printed = [{k: v for k, v in r.items() if k not in ("time", "attempt", "task_type", "task_index")}
+               for r in records if r.get("captured") == "print"]
+    assert printed == [
+        {"type": "epoch", "captured": "print", "epoch": 0, "loss": 2.44, "acc": 0.5},
+        {"type": "epoch", "captured": "print", "epoch": 1, "loss": 1.44, "acc": 0.6},
+        {"type": "epoch", "captured": "print", "epoch": 1, "accuracy": 0.64},
+    ]
+
+
+@pytest.mark.parametrize("role", ["ps", "worker"])
+def test_a_parameter_server_or_serving_worker_records_no_printed_numbers(tmp_path, role):
+    """Under parameter-server training only the coordinator trains: what a ps or a worker prints (its settings,
+    a copy of the coordinator's lines) is no metric of its own."""
+    config = json.dumps({"cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"], "ps": ["localhost:3"]},
+                         "task": {"type": role, "index": 0}})
+    proc, records = run(tmp_path, 'print("Epoch 1: loss=0.5, accuracy=0.9")\n', env={"TF_CONFIG": config})
+    assert proc.returncode == 0, proc.stderr
+    assert [r for r in records if r["type"] in ("step", "epoch")] == []
 
 
 def test_printed_metrics_become_records_and_other_lines_do_not(tmp_path):
