@@ -214,6 +214,29 @@ def probe(home: Path, with_tensorflow: bool = False) -> dict:
     return result
 
 
+MAX_MODULES = 500  # names asked about at most (a script imports tens)
+
+
+def missing_modules(names: list, paths: list | None = None) -> list:
+    """Which of ``names`` (top-level module names) this interpreter cannot import: found neither among its
+    built-in and standard modules nor on its search path (venvs included), looked up without importing."""
+    import importlib.machinery
+
+    paths = [p for p in (search_path() if paths is None else paths) if p]
+    standard = set(sys.builtin_module_names) | set(getattr(sys, "stdlib_module_names", ()))
+    missing = []
+    for name in dict.fromkeys(names[:MAX_MODULES]):
+        if not isinstance(name, str) or not name.isidentifier() or name in standard:
+            continue
+        try:
+            found = importlib.machinery.PathFinder.find_spec(name, paths)
+        except (ImportError, ValueError, OSError):
+            found = None
+        if found is None:
+            missing.append(name)
+    return missing
+
+
 def tensorflow_view(timeout: float = 120.0) -> dict:
     """TensorFlow's own view, from a child process (importing it takes seconds)."""
     code = ("import json, os; os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3'); import tensorflow as tf; "

@@ -178,8 +178,14 @@ class Server:
     def op_probe(self, req):
         """Python, TensorFlow and tf-keras versions, CPUs, memory, free disk, GPUs, the code's hash; with
         ``firewall``, whether nftables rules can be set here (``firewall``: "root" or "sudo", else
-        ``firewall_problem`` says why not: asked only then, a sudo that may not would be logged)."""
+        ``firewall_problem`` says why not: asked only then, a sudo that may not would be logged); with
+        ``modules`` (top-level names a user's code imports), ``missing_modules``: those this Python lacks."""
         result = probe.probe(runs.home(), with_tensorflow=bool(req.get("tensorflow")))
+        modules = req.get("modules")
+        if modules is not None:
+            if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
+                raise AgentError("probe: modules must be a list of module names", protocol.BAD_ARGUMENT)
+            result["missing_modules"] = probe.missing_modules(modules)
         if req.get("firewall"):
             command, word = firewall.how()
             result.update(firewall=word if command else None, firewall_problem=None if command else word)

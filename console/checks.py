@@ -11,6 +11,7 @@ the fix in plain words, the same text for the CLI and the GUI.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -24,7 +25,8 @@ from console.errors import TfccError, describe
 from console.remote.deploy import make_bundle
 from console.remote.link import HostLink
 from console.run.launch import check_user_file, keras_choice
-from console.script_source import imports, keras_use
+from console.diagnosis import PIP_NAMES
+from console.script_source import external_imports, imports, keras_use
 from trainer.plan import GlobalSplit, replicas_per_worker, strategy_for
 from trainer.tf_config import CHIEF, WORKER
 
@@ -194,6 +196,44 @@ def import_problems(cluster: cl.Cluster) -> list[Problem]:
     return []
 
 
+def code_imports(cluster: cl.Cluster) -> dict[str, tuple[str, int]]:
+    """The modules a user's code imports from outside its workdir, not Python's own: ``{name: (file, line)}``
+    (each host's Python is asked whether it has them)."""
+    t = cluster.training
+    if not t.user_code:
+        return {}
+    try:
+        root, entry = workdir.locate(t)
+    except TfccError:
+        return {}
+    first = [root] if t.module else [entry.parent, root]  # what Python searches first: the cwd, or the folder
+    found = external_imports(entry, root, list(dict.fromkeys(first)))
+    standard = set(sys.builtin_module_names) | set(sys.stdlib_module_names)
+    return {name: where for name, where in found.items() if name not in standard}
+
+
+def missing_imports(cluster: cl.Cluster, probes: dict[str, dict], wanted: dict[str, tuple[str, int]]) -> list[Problem]:
+    """A module the code imports that a host's Python lacks (and the workdir does not hold): one problem each,
+    naming the hosts and the package to install."""
+    lacking: dict[str, list[str]] = {}
+    for host, probe in probes.items():
+        for name in probe.get("missing_modules") or []:
+            if name in wanted:
+                lacking.setdefault(name, []).append(host)
+    problems = []
+    for name, hosts in sorted(lacking.items()):
+        file, line = wanted[name]
+        exe = {probes[h].get("python_executable") for h in hosts}
+        python = f" ({exe.pop()})" if len(exe) == 1 else ""
+        package = PIP_NAMES.get(name, name)
+        problems.append(Problem(hosts[0] if len(hosts) == 1 else "hosts",
+                                f"the code imports {name} ({file}:{line}), which the Python{python} of "
+                                f"{', '.join(hosts)} lacks and its workdir does not hold",
+                                f"install it there (pip install {package}) in the Python that host's python "
+                                "setting names, or drop the import", tuple(hosts)))
+    return problems
+
+
 def script_problems(cluster: cl.Cluster) -> list[Problem]:
     """What a user's script's own code says before a launch: a Keras 3 ``fit`` where only tf-keras can
     run it (more than one training task under MultiWorkerMirrored, or parameter-server training)."""
@@ -344,8 +384,10 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
     stages = {h.name: "connecting" for h in used}
     reports = {h.name: HostReport(h.name, h.address or "localhost") for h in used}
     files, problems = workload_files(cluster)
+    wanted: dict[str, tuple[str, int]] = {}
     if not problems:  # a file that is there: what its code says
         problems = import_problems(cluster) + script_problems(cluster)
+        wanted = code_imports(cluster)
     pool = ThreadPoolExecutor(max_workers=max(4, 2 * len(used)))
     try:
         bundle = make_bundle()  # hashed once, not once per host
@@ -360,7 +402,8 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
             client = links[host.name].connect(bundle)
             stages[host.name] = "probing"
             asked = time.time()
-            probe = client.call("probe", timeout=left(), firewall=cluster.training.firewall)
+            probe = client.call("probe", timeout=left(), firewall=cluster.training.firewall,
+                                **({"modules": sorted(wanted)} if wanted else {}))
             probe["_asked_at"] = asked
             stages[host.name] = "checking ports"
             fixed = [t.port for t in cluster.tasks if t.host == host.name and t.port != "auto"]
@@ -405,6 +448,7 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
                                             (r.name,)))
         probes = {n: r.probe for n, r in reports.items() if r.probe}
         problems += consistency(cluster, probes)
+        problems += missing_imports(cluster, probes, wanted)
         problems += firewall_problems(cluster, probes)
         warnings = []
         try:

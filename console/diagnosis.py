@@ -70,7 +70,7 @@ _OP_SUFFIX = re.compile(r"\s*\[Op:[^\]]*\].*$")                    # " [Op:Foo] 
 _TRAINER_ERROR = re.compile(r"^tfcc-trainer: error: (.+)$", re.MULTILINE)
 _SHELL_KILLED = r"^(?:.*\bline \d+:\s+\d+ )?Killed\b"  # bash: "Killed" or "x.sh: line 3: 4242 Killed  python ..."
 
-_PACKAGES = {"sklearn": "scikit-learn", "cv2": "opencv-python", "PIL": "pillow", "yaml": "pyyaml",
+PIP_NAMES = {"sklearn": "scikit-learn", "cv2": "opencv-python", "PIL": "pillow", "yaml": "pyyaml",
              "tensorflow_datasets": "tensorflow-datasets"}
 
 
@@ -178,7 +178,7 @@ _SIGNATURES: tuple[_Signature, ...] = (
         "the training code imports the module '{module}', which is not installed in the task's Python on its host",
         "install it on that host (pip install {package}) in the Python its `python` setting names, "
         "or drop the import; then start the run again", False,
-        detail=lambda m, t: {"module": m[1], "package": _PACKAGES.get(m[1].split(".")[0], m[1].split(".")[0])}),
+        detail=lambda m, t: {"module": m[1], "package": PIP_NAMES.get(m[1].split(".")[0], m[1].split(".")[0])}),
     _Signature(
         "keras3-multiworker", r"Attempt to convert a value \(PerReplica",
         "the script trains with Keras 3 (`import keras`), whose fit fails under MultiWorkerMirroredStrategy "

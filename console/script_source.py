@@ -98,3 +98,103 @@ def imports(path: Path) -> Imports:
                 found.absolute.setdefault(alias.name.split(".")[0], node.lineno)
     found.relative.sort()
     return found
+
+
+_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+
+
+class _Imports(ast.NodeVisitor):
+    """A file's imports that must work: ``(module, names, level, line)``; those in a ``try`` whose handler
+    catches an import's failure (an optional import) and under ``if TYPE_CHECKING`` are left out."""
+
+    def __init__(self):
+        self.found: list[tuple[str, list[str], int, int]] = []
+        self._optional = 0
+
+    def visit_Try(self, node):
+        caught = any(h.type is None or any(isinstance(n, ast.Name) and n.id in _IMPORT_ERRORS
+                                           or isinstance(n, ast.Attribute) and n.attr in _IMPORT_ERRORS
+                                           for n in ast.walk(h.type)) for h in node.handlers)
+        self._optional += caught
+        for child in node.body:
+            self.visit(child)
+        self._optional -= caught
+        for child in [*node.handlers, *node.orelse, *node.finalbody]:
+            self.visit(child)
+
+    visit_TryStar = visit_Try
+
+    def visit_If(self, node):
+        test = node.test
+        if isinstance(test, ast.Name) and test.id == "TYPE_CHECKING" or \
+                isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING":
+            for child in node.orelse:
+                self.visit(child)
+            return
+        self.generic_visit(node)
+
+    def visit_Import(self, node):
+        if not self._optional:
+            self.found.extend((alias.name, [], 0, node.lineno) for alias in node.names)
+
+    def visit_ImportFrom(self, node):
+        if not self._optional:
+            self.found.append((node.module or "", [a.name for a in node.names], node.level, node.lineno))
+
+
+def external_imports(entry: Path, root: Path, path: list[Path]) -> dict[str, tuple[str, int]]:
+    """The top-level modules the code imports from outside its workdir: ``{name: (file, line)}`` of the first
+    import of each, following the imports from ``entry`` through the workdir's own files (``root``; ``path``:
+    the folders Python looks in first, the script's folder or the workdir). Optional imports (in a ``try``
+    that catches their failure) are left out; a file that cannot be read is passed over."""
+    seen: set[Path] = set()
+    todo = [entry]
+    outside: dict[str, tuple[str, int]] = {}
+
+    def own(parts: list[str], base: list[Path]) -> list[Path]:
+        """The workdir's files that ``parts`` names from the folders ``base``: modules and packages' inits."""
+        files = []
+        for folder in base:
+            here = folder
+            for i, part in enumerate(parts):
+                if (here / part / "__init__.py").is_file():
+                    files.append(here / part / "__init__.py")
+                if i == len(parts) - 1 and (here / f"{part}.py").is_file():
+                    files.append(here / f"{part}.py")
+                here = here / part
+            if files or (folder / parts[0]).is_dir():
+                return files or [folder / parts[0]]  # a namespace package: found, nothing to read
+        return []
+
+    while todo and len(seen) < MAX_FILES:
+        file = todo.pop()
+        if file in seen or not file.is_file():
+            continue
+        seen.add(file)
+        try:
+            if file.stat().st_size > MAX_FILE_BYTES:
+                continue
+            tree = ast.parse(file.read_bytes(), filename=file.name)
+        except (OSError, SyntaxError, ValueError):
+            continue
+        visitor = _Imports()
+        visitor.visit(tree)
+        shown = file.relative_to(root).as_posix() if file.is_relative_to(root) else file.name
+        for module, names, level, line in visitor.found:
+            if level:  # relative: within the file's own package
+                base = file.parent
+                for _ in range(level - 1):
+                    base = base.parent
+                parts = [p for p in module.split(".") if p]
+                targets = own(parts, [base]) if parts else []
+                targets += [t for n in names for t in own(parts + [n], [base])]
+                todo += [t for t in targets if t.suffix == ".py"]
+                continue
+            parts = module.split(".")
+            targets = own(parts, path)
+            if not targets:
+                outside.setdefault(parts[0], (shown, line))
+                continue
+            targets += [t for n in names for t in own(parts + [n], path)]
+            todo += [t for t in targets if t.suffix == ".py"]
+    return outside

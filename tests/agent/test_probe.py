@@ -135,3 +135,26 @@ def test_probe_reads_include_system_site_packages(tmp_path, monkeypatch):
         own = paths.index(probe._site_packages(str(venv))[0])
         assert all((p in paths) == expected for p in base)
         assert all(paths.index(p) > own for p in base if p in paths)
+
+
+def test_missing_modules_are_looked_up_without_importing_them(tmp_path):
+    """Found on the search path (a package, a module, Python's own) or not; nothing is imported, and a name
+    that is no module name is no question."""
+    (tmp_path / "pkg_here").mkdir()
+    (tmp_path / "pkg_here" / "__init__.py").write_text("raise SystemExit('imported!')\n")
+    (tmp_path / "mod_here.py").write_text("raise SystemExit('imported!')\n")
+    assert probe.missing_modules(["pkg_here", "mod_here", "json", "sys", "not_here_at_all", "../x", "a.b"],
+                                 [str(tmp_path)]) == ["not_here_at_all"]
+    assert "pkg_here" not in sys.modules and "mod_here" not in sys.modules
+
+
+def test_the_probe_op_answers_which_modules_its_python_lacks(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFCC_HOME", str(tmp_path / "home"))
+    client = AgentClient(local_agent())
+    try:
+        found = client.call("probe", modules=["json", "tfcc_not_a_module", "numpy"], timeout=60)
+        with pytest.raises(Exception, match="modules must be a list of module names"):
+            client.call("probe", modules="numpy", timeout=60)
+    finally:
+        client.close()
+    assert found["missing_modules"] == ["tfcc_not_a_module"]

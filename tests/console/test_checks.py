@@ -478,3 +478,25 @@ def test_check_says_to_run_a_package_as_a_module_before_a_launch(tmp_path, monke
         ready = checks.check(local_cluster(training))
         assert ready.ready and ready.problems == [], ready.problems
     assert not (tmp_path / "host-home" / "runs").exists()
+
+
+def test_check_names_an_import_a_hosts_python_lacks_and_only_that(tmp_path, monkeypatch):
+    """The host's Python is asked for the modules the code imports from outside its workdir (followed from the
+    script through its own files): one it lacks is a problem naming the host and the package; an optional
+    import (in a try that catches ImportError), a module of the workdir and Python's own are none."""
+    monkeypatch.setenv("TFCC_HOME", str(tmp_path / "host-home"))
+    monkeypatch.setenv("TFCC_CONSOLE_HOME", str(tmp_path / "console-home"))
+    project = tmp_path / "project"
+    (project / "lib").mkdir(parents=True)
+    (project / "main.py").write_text("import json\nimport numpy\nfrom lib import data\n"
+                                     "try:\n    import wandb_not_here\nexcept ImportError:\n    wandb_not_here = None\n")
+    (project / "lib" / "__init__.py").write_text("")
+    (project / "lib" / "data.py").write_text("import os\n\nimport tfcc_missing_pkg.readers\n")
+    report = checks.check(local_cluster(cl.Training(script=str(project / "main.py"))))
+    assert not report.ready
+    assert [str(p) for p in report.problems] == [
+        f"here: the code imports tfcc_missing_pkg (lib/data.py:3), which the Python ({sys.executable}) of here lacks "
+        "and its workdir does not hold; install it there (pip install tfcc_missing_pkg) in the Python that host's "
+        "python setting names, or drop the import"]
+    (project / "lib" / "data.py").write_text("import os\n")
+    assert checks.check(local_cluster(cl.Training(script=str(project / "main.py")))).ready
