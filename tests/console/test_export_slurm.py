@@ -204,8 +204,11 @@ def test_a_task_killed_mid_run_starts_every_task_again_from_its_backup(slurm, tm
     job_id = submit(slurm, folder)
     runs = folder / "runs" / job_id
 
-    wait_for(lambda: backed_up(runs / "worker-1") and task_pid(runs, "worker-1") is not None, JOB_TIMEOUT,
-             lambda: f"worker-1 never backed up\n{output(folder, job_id)}")
+    # Killed once every task has a backup (an order of events: on a loaded machine worker-0 wrote its first one
+    # after worker-1 had, and the next attempt refused to go on from backups only one task had).
+    wait_for(lambda: all(backed_up(runs / task) for task in ("worker-0", "worker-1"))
+             and task_pid(runs, "worker-1") is not None, JOB_TIMEOUT,
+             lambda: f"the tasks did not both back up\n{output(folder, job_id)}")
     os.kill(task_pid(runs, "worker-1"), signal.SIGKILL)
     info = wait_for_end(slurm, job_id, folder)
     out = output(folder, job_id)

@@ -140,8 +140,10 @@ def test_a_task_killed_mid_epoch_is_started_again_by_the_job_and_the_run_finishe
     try:
         wait_for(lambda: len(events.steps("worker-1")) > 20 and trainer_pid(folder), 300,
                  lambda: f"worker-1 made no steps: {[t.phase for t in run.tasks]}")
-        wait_for(lambda: "backed_up" in [r.get("event") for r in read_records(folder / "metrics.jsonl")], 120,
-                 lambda: "worker-1 never backed up")
+        # Killed once both tasks hold a backup (an order of events: a task without one refuses the next attempt)
+        wait_for(lambda: all("backed_up" in [r.get("event") for r in
+                                             read_records(folder.parent / task / "metrics.jsonl")]
+                             for task in ("worker-0", "worker-1")), 120, lambda: "the tasks did not both back up")
         os.kill(trainer_pid(folder), signal.SIGKILL)
         assert session.wait(400), f"the run did not end: {[t.phase for t in run.tasks]}"
     finally:
