@@ -79,19 +79,20 @@ def signal_name(returncode: int) -> str:
         return f"signal {-returncode}"
 
 
-def judge(failures: list[Failure], code=None) -> Verdict:
+def judge(failures: list[Failure], facts=None) -> Verdict:
     """Restart or not, and the words for each failed task.
 
     A task killed or lost makes the group retryable (the others' errors are its consequence:
     they lost a peer); an error a restart would repeat (a diagnosis says permanent, or a plain
-    exit code while nothing was killed) does not. ``not_shipped``: the diagnosis's (``Run.not_shipped``).
+    exit code while nothing was killed) does not. ``facts``: what the diagnosis knows of the user's code
+    (``diagnosis.CodeFacts``: the ``Run``).
     """
     lines, culprits = [], []
     killed = retryable_cause = permanent_cause = plain_error = False
     for f in failures:
         # A stalled task was killed by tfcc's own stop: its log may say more than the stall, the kill does not
         # (judged as a plain error exit: a traceback counts, the signal not).
-        found = diagnose(f.stderr_tail, 1 if f.stalled else f.returncode, f.failed_event, code)
+        found = diagnose(f.stderr_tail, 1 if f.stalled else f.returncode, f.failed_event, facts)
         code = f.returncode
         lost_a_peer = (found is not None and found.name in CONSEQUENCES) or (
             found is None and f.failed_event is not None and LOST_PEER in f.failed_event)

@@ -333,9 +333,13 @@ def test_a_bug_at_step_10_is_named_not_restarted_and_the_exit_is_non_zero(homes,
     assert main(["run", str(path), "--run-id", "bug"]) == 1
     said = capsys.readouterr()
     err = said.out + said.err  # the supervisor's lines come with the run's (stdout), the end on stderr
-    assert "error in the training code: ValueError: labels must be 0 or 1, got 7 in batch 10" in err, err
+    assert (f"error in the training code at {script}:17 (`raise ValueError(\"labels must be 0 or 1, got 7 in batch "
+            "10\")`): ValueError: labels must be 0 or 1, got 7 in batch 10") in err, err
     assert "restarting" not in err
-    assert "run bug failed; a restart would fail the same way: fix the cause above, then tfcc resume bug" in err
+    # A script of the user's is started again once fixed: a resume would run each task's old copy of it.
+    assert ("run bug failed; a restart would fail the same way: fix the cause above, then start the run again with "
+            "the fixed code") in err
+    assert err.splitlines()[-1] == f"tfcc: once the code is fixed, start the run again: tfcc run {path}"
 
 
 PARAMETER_SERVER = """

@@ -309,7 +309,9 @@ def test_a_bug_in_the_code_is_not_restarted(homes):
         session.detach()
     kinds = [k for k, _ in events]
     assert "restarting" not in kinds and kinds[-1] == "gave_up"
-    assert any("error in the training code: ValueError: the data has 3 columns, the model wants 4" in t
+    # The user's own line is named (the file as it is here), then the error.
+    assert any("error in the training code at " in t and ".py:" in t
+               and "): ValueError: the data has 3 columns, the model wants 4" in t
                for k, t in events if k == "failure"), events
     assert "a restart would fail the same way" in events[-1][1]
     assert [t.phase for t in run.tasks] == ["failed", "stopped"]

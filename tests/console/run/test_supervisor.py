@@ -70,6 +70,27 @@ def test_the_host_of_a_task_that_failed_on_its_own_is_the_culprit_not_its_peers(
     assert verdict.culprits == ["b"]
 
 
+def test_judging_several_failures_asks_the_codes_facts_for_each():
+    """The facts of the user's code reach the diagnosis of every failed task (a loop variable once took their
+    name: the second task's diagnosis got an exit code for them, and the supervision died)."""
+    class Facts:
+        def not_shipped(self, module):
+            return None
+
+        def run_as_module(self, missing):
+            return None
+
+        def local_file(self, rel):
+            return f"/home/me/proj/{rel}"
+
+    tail = ('Traceback (most recent call last):\n  File "/h/runs/r/worker-{}/work/main.py", line 3, in <module>\n'
+            "    x = y\nNameError: name 'y' is not defined\n")
+    verdict = judge([Failure("worker-0", "a", "failed", 1, stderr_tail=tail.format(0)),
+                     Failure("worker-1", "a", "failed", 1, stderr_tail=tail.format(1))], Facts())
+    assert not verdict.retryable
+    assert all("error in the training code at /home/me/proj/main.py:3 (`x = y`)" in line for line in verdict.lines)
+
+
 def test_a_host_that_fails_again_and_again_is_named_and_the_count_is_in_a_row():
     streaks = HostStreaks()
     assert streaks.failed(["b"]) == []
