@@ -458,17 +458,17 @@ def test_check_says_to_run_a_package_as_a_module_before_a_launch(tmp_path, monke
     monkeypatch.setenv("TFCC_CONSOLE_HOME", str(tmp_path / "console-home"))
     package, repo = tmp_path / "cloud_package", tmp_path / "repo_root"
 
-    as_script = checks.check(local_cluster(cl.Training(script=str(package / "trainer" / "task.py"))))
-    assert not as_script.ready
-    assert [str(p) for p in as_script.problems] == [
+    def refused(training: cl.Training) -> list[str]:
+        report = checks.check(local_cluster(training))
+        assert not report.ready
+        return [str(p) for p in report.problems]
+
+    assert refused(cl.Training(script=str(package / "trainer" / "task.py"))) == [
         "cluster: the script task.py uses a relative import (line 12), which Python allows only in a module of a "
         f'package run with python -m; run it as a module: module = "trainer.task", workdir = "{package}" in '
         "[training] in place of script (python -m from the folder that holds trainer/, as you would run it by "
         "hand); then start the run again"]
-    deep = cl.Training(script=str(repo / "experiments" / "digits" / "train.py"), workdir=str(repo))
-    report = checks.check(local_cluster(deep))
-    assert not report.ready
-    assert [str(p) for p in report.problems] == [
+    assert refused(cl.Training(script=str(repo / "experiments" / "digits" / "train.py"), workdir=str(repo))) == [
         "cluster: the script experiments/digits/train.py imports myproject (line 9), which is your project's "
         f"(myproject/ in {repo}) but not on the import path of a script run by its path (only its own folder is); "
         'run it as a module: module = "experiments.digits.train" in [training] in place of script (python -m from '
