@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import logging
 import json
+import math
 import os
 import subprocess
 import sys
@@ -60,7 +61,8 @@ def task_dirs(homes, run_id):
 
 @pytest.mark.slow
 def test_embedded_default_runs_and_its_json_stream_has_every_step(homes, capsys):
-    """The README's first command: ``tfcc`` with no cluster file trains digits on two local workers.
+    """The README's first command: ``tfcc`` with no cluster file trains digits on two local workers; its
+    ``--json`` stream has every step and the host's load.
 
     PATH holds only the system's folders: the workers must run with tfcc's own
     interpreter, not whatever ``python3`` comes first (on a fresh machine, one
@@ -79,6 +81,26 @@ def test_embedded_default_runs_and_its_json_stream_has_every_step(homes, capsys)
     assert [r["type"] for r in stream if r["type"] == "end"] == ["end", "end"]
     finished = [r for r in stream if r.get("event") == "finished" and r["task"] == "worker-0"][0]
     assert finished["metrics"]["val_accuracy"] >= 0.95
+    assert_system_records(stream)
+
+
+def assert_system_records(stream: list[dict]) -> None:
+    """``tfcc run --json`` streams the host's load about once a second while its tasks run
+    (docs/metrics.md, "system"): CPU and memory of the host, CPU and memory of each task."""
+    system = [r for r in stream if r["type"] == "system"]
+    assert system and {r["host"] for r in system} == {"local"}
+    for r in system:
+        assert r["cpus"] == os.cpu_count() and 0 <= r["cpu_percent"] <= 100
+        assert 0 < r["memory_used_bytes"] < r["memory_total_bytes"]
+        assert 0 < r["memory_available_bytes"] < r["memory_total_bytes"]
+    most = {}  # each task's largest memory (its last sample may come as its trainer has ended)
+    for r in system:
+        for name, task in r["tasks"].items():
+            if task["cpu_percent"] is not None and task["rss_bytes"]:
+                most[name] = max(most.get(name, 0), task["rss_bytes"])
+    assert set(most) == {"worker-0", "worker-1"}
+    # A TensorFlow worker holds far more than 100 MiB once it has imported TensorFlow.
+    assert max(most.values()) > 100 << 20
 
 
 def _stop_everything(homes, run_id):
@@ -122,9 +144,21 @@ def test_attach_after_the_console_dies_replays_every_line_once(homes, capsys):
 
 
 @pytest.mark.slow
-def test_stop_ends_every_process_of_the_run(homes, capsys):
+def test_only_tensorflows_ports_listen_during_a_run_and_stop_ends_every_process(homes, capsys):
     proc = console_until_steps(homes, 20, "r3")
     try:
+        tfcc_pids = {proc.pid}
+        task_ports = set()
+        for folder in task_dirs(homes, "r3"):
+            state = json.loads((folder / "state.json").read_text())
+            tfcc_pids |= set(runs.group_members(state["pgid"]))  # supervisor and trainer
+            task_ports.add(int(json.loads((folder / "tf_config.json").read_text())["cluster"]["worker"][
+                int(folder.name.rsplit("-", 1)[1])].rsplit(":", 1)[1]))
+        children = open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()
+        tfcc_pids |= {int(c) for c in children}  # the local agent
+        assert len(tfcc_pids) >= 6
+        assert _listening_ports_of(tfcc_pids) == task_ports  # the agent and the console listen on none
+
         proc.kill()
         proc.wait()
         pids = []
@@ -152,21 +186,6 @@ def test_unknown_run_and_bad_cluster_file_say_what_to_do(homes, capsys, tmp_path
     assert "tasks[0].host 'gone' is not a host of this cluster (hosts: local)" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_users_unmodified_script_runs_as_a_two_worker_job(homes, capsys):
-    path = homes / "tutorial.toml"
-    script = ROOT / "tests" / "trainer" / "data" / "tutorial_mwms.py"
-    path.write_text(QUICK.format(epochs=1).replace("per_replica_batch = 16", f"script = {str(script)!r}"))
-    assert main(["run", str(path), "--run-id", "r4"]) == 0
-    capsys.readouterr()
-    assert main(["logs", "r4", "worker-1"]) == 0
-    out = capsys.readouterr().out
-    assert "==> worker-1 on local: stdout.log <==" in out and "Epoch 2/2" in out
-    assert "worker-0" not in out
-    assert main(["logs", "r4", "worker-7"]) == 2
-    assert "run r4 has no task 'worker-7'; its tasks are worker-0, worker-1" in capsys.readouterr().err
-
-
 def _listening_ports_of(pids: set[int]) -> set[int]:
     inodes = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -189,26 +208,6 @@ def _listening_ports_of(pids: set[int]) -> set[int]:
             if target.startswith("socket:[") and target[8:-1] in inodes:
                 ports.add(inodes[target[8:-1]])
     return ports
-
-
-@pytest.mark.slow
-def test_only_tensorflows_task_ports_listen_during_a_run(homes, capsys):
-    proc = console_until_steps(homes, 20, "r5")
-    try:
-        tfcc_pids = {proc.pid}
-        task_ports = set()
-        for folder in task_dirs(homes, "r5"):
-            state = json.loads((folder / "state.json").read_text())
-            tfcc_pids |= set(runs.group_members(state["pgid"]))  # supervisor and trainer
-            task_ports.add(int(json.loads((folder / "tf_config.json").read_text())["cluster"]["worker"][
-                int(folder.name.rsplit("-", 1)[1])].rsplit(":", 1)[1]))
-        children = open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()
-        tfcc_pids |= {int(c) for c in children}  # the local agent
-        assert len(tfcc_pids) >= 6
-        assert _listening_ports_of(tfcc_pids) == task_ports
-    finally:
-        proc.kill()
-        _stop_everything(homes, "r5")
 
 
 @pytest.mark.slow
@@ -340,6 +339,13 @@ def test_a_bug_at_step_10_is_named_not_restarted_and_the_exit_is_non_zero(homes,
     assert ("run bug failed; a restart would fail the same way: fix the cause above, then start the run again with "
             "the fixed code") in err
     assert err.splitlines()[-1] == f"tfcc: once the code is fixed, start the run again: tfcc run {path}"
+    # where a person looks next: the task's own logs, its traceback among them
+    assert main(["logs", "bug", "worker-1"]) == 0
+    out = capsys.readouterr().out
+    assert "==> worker-1 on local: stdout.log <==" in out and "==> worker-1 on local: stderr.log <==" in out
+    assert "ValueError: labels must be 0 or 1, got 7 in batch 10" in out and "worker-0" not in out
+    assert main(["logs", "bug", "worker-7"]) == 2
+    assert "run bug has no task 'worker-7'; its tasks are worker-0, worker-1" in capsys.readouterr().err
 
 
 PARAMETER_SERVER = """
@@ -374,7 +380,8 @@ role = "evaluator"
 def test_a_parameter_server_cluster_trains_digits_and_every_task_ends_well(homes, capsys, monkeypatch):
     """chief + 2 workers + 1 ps + an evaluator on this machine: the chief coordinates and reports steps, the
     servers say they serve, and when the chief has finished tfcc ends the servers (they serve until told);
-    the evaluator evaluates each epoch's checkpoint and ends by itself."""
+    the evaluator evaluates each epoch's checkpoint and ends by itself. Each task's records (the trainer's
+    side: tests/trainer has no parameter-server run of its own) say what it did."""
     monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
     path = homes / "ps.toml"
     path.write_text(PARAMETER_SERVER)
@@ -397,27 +404,31 @@ def test_a_parameter_server_cluster_trains_digits_and_every_task_ends_well(homes
     finished = next(r for r in stream if r.get("event") == "finished" and r["task"] == "chief-0")
     assert finished["metrics"]["val_accuracy"] >= 0.90
 
-
-@pytest.mark.slow
-def test_run_json_prints_each_hosts_cpu_and_memory(homes, capsys):
-    """``tfcc run --json`` streams the host's load about once a second while its tasks run
-    (docs/metrics.md, "system"): CPU and memory of the host, CPU and memory of each task."""
-    assert main(["run", cluster_file(homes, 1), "--json", "--run-id", "sys1"]) == 0
-    stream = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    system = [r for r in stream if r["type"] == "system"]
-    assert system and {r["host"] for r in system} == {"local"}
-    for r in system:
-        assert r["cpus"] == os.cpu_count() and 0 <= r["cpu_percent"] <= 100
-        assert 0 < r["memory_used_bytes"] < r["memory_total_bytes"]
-        assert 0 < r["memory_available_bytes"] < r["memory_total_bytes"]
-    most = {}  # each task's largest memory (its last sample may come as its trainer has ended)
-    for r in system:
-        for name, task in r["tasks"].items():
-            if task["cpu_percent"] is not None and task["rss_bytes"]:
-                most[name] = max(most.get(name, 0), task["rss_bytes"])
-    assert set(most) == {"worker-0", "worker-1"}
-    # A TensorFlow worker holds far more than 100 MiB once it has imported TensorFlow.
-    assert max(most.values()) > 100 << 20
+    folders = {folder.name: folder for folder in task_dirs(homes, "pss")}
+    records = read_records(folders["chief-0"] / "metrics.jsonl")
+    events = [r["event"] for r in records if r["type"] == "event"]
+    assert events[:3] == ["launched", "cluster_formed", "started"] and events[-1] == "finished"
+    started = next(r for r in records if r.get("event") == "started")
+    assert started["strategy"] == "parameter_server" and started["asynchronous"] is True
+    assert (started["num_workers"], started["per_worker_batch"], started["global_batch"]) == (2, 32, 32)
+    assert started["learning_rate"] == started["base_learning_rate"]  # a step's batch does not grow with workers
+    placed = started["variables"]  # every variable of the model, on the (one) ps
+    assert placed and all(v["ps"] == 0 and v["bytes"] > 0 for v in placed)
+    assert sum(v["bytes"] for v in placed) == 4 * sum(math.prod(v["shape"]) for v in placed)
+    assert all(r["loss_avg"] > 0 and r["step_time"] > 0 for r in records if r["type"] == "step")
+    assert {r["epoch"] for r in records if r["type"] == "epoch"} == {0, 1, 2}
+    assert [r["epoch"] for r in records if r.get("event") == "backed_up"] == [0, 1, 2]
+    for server in ("worker-0", "worker-1", "ps-0"):  # told to end by tfcc: a clean end, not a failure
+        theirs = [r["event"] for r in read_records(folders[server] / "metrics.jsonl") if r["type"] == "event"]
+        assert theirs == ["launched", "serving", "finished"], server
+    # The evaluator read the chief's checkpoints and evaluated at least the last epoch's, each once, in order.
+    evaluator = read_records(folders["evaluator-0"] / "metrics.jsonl")
+    evaluated = [r for r in evaluator if r.get("event") == "evaluated"]
+    assert evaluated[-1]["global_step"] == 3 * started["steps_per_epoch"]
+    assert [e["epoch"] for e in evaluated] == sorted({e["epoch"] for e in evaluated})
+    assert abs(evaluated[-1]["metrics"]["val_accuracy"] - records[-1]["metrics"]["val_accuracy"]) < 0.02
+    theirs = [r["event"] for r in evaluator if r["type"] == "event"]
+    assert theirs[:2] == ["launched", "evaluating"] and theirs[-1] == "finished"
 
 
 def test_system_records_are_printed_as_json_lines_only():

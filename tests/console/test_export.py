@@ -8,7 +8,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -427,27 +426,6 @@ def test_sbatch_runs_a_users_script_through_the_slurm_helper(tmp_path):
             in srun)
 
 
-def consecutive_free_ports(count: int) -> int:
-    """A port p with p .. p+count-1 all free now."""
-    for _ in range(50):
-        base = free_ports(1)[0]
-        if base + count > 65535:
-            continue
-        socks = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket()
-                s.bind(("0.0.0.0", port))
-                socks.append(s)
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    pytest.fail("no consecutive free ports")
-
-
 HOSTILE = 'it\'s $(touch pwned) `touch pwned2` "x" ;touch pwned3.py'  # a file name: all of it is the name
 
 
@@ -517,37 +495,6 @@ code=0
 for pid in "${pids[@]}"; do wait "$pid" || code=$?; done
 exit "$code"
 """
-
-
-@pytest.mark.slow
-def test_the_sbatch_script_trains_digits_under_a_stand_in_srun(homes, capsys):
-    """The exported batch script, run by bash as sbatch would on a node, with an ``srun`` that starts its
-    ranks here: the trainer builds each task's TF_CONFIG from the Slurm variables and both train digits."""
-    p0, p1 = free_ports(2)
-    path = homes / "two.toml"
-    path.write_text(TWO_LOCAL_WORKERS.format(epochs=1, p0=p0, p1=p1))
-    out = homes / "export"
-    port_base = consecutive_free_ports(2)
-    code, _, err = tfcc(["export", "slurm", str(path), "-o", str(out), "--port-base", str(port_base)], capsys)
-    assert code == 0, err
-    bin_dir = homes / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "srun").write_text(FAKE_SRUN)
-    (bin_dir / "srun").chmod(0o755)
-    env = task_env(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", PYTHON=sys.executable, SLURM_NTASKS="2",
-                   SLURM_JOB_ID="41", SLURM_SUBMIT_DIR=str(out))
-    done = run_script(["bash", "tfcc.sbatch"], out, env)
-    runs = out / "runs" / "41"
-    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n" + "\n".join(
-        (runs / t / "stderr.log").read_text()[-2000:] for t in ("worker-0", "worker-1") if (runs / t).exists())
-    assert "tfcc: every task finished" in done.stdout
-    for index, task in enumerate(("worker-0", "worker-1")):
-        records = read_records(runs / task / "metrics.jsonl")
-        launched = next(r for r in records if r.get("event") == "launched")
-        assert launched["cluster"] == {"worker": [f"localhost:{port_base}", f"localhost:{port_base + 1}"]}
-        assert records[-1]["event"] == "finished" and records[-1]["task_index"] == index
-        assert any(r["type"] == "step" for r in records)
-        assert (runs / task / "exit-code").read_text().strip() == "0"
 
 
 # --------------------------------------------------------------------------- tfjob

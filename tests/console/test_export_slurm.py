@@ -154,8 +154,9 @@ def task_pid(runs: Path, task: str) -> int | None:
 
 def test_the_exported_job_trains_digits_on_two_nodes_under_multi_worker_mirrored(slurm, tmp_path, capsys):
     """``sbatch tfcc.sbatch``: Slurm places one worker on each node; each builds its TF_CONFIG from the step's
-    variables (the nodes' names, in Slurm's order), they train together to the end and the job completes."""
-    folder = exported(tmp_path, capsys, MWMS_TWO_NODES.format(epochs=2, restarts=0))
+    variables (the nodes' names, in Slurm's order, on the ports from ``--port-base``), they train together to
+    the end and the job completes."""
+    folder = exported(tmp_path, capsys, MWMS_TWO_NODES.format(epochs=2, restarts=0), "--port-base", "9100")
     job_id = submit(slurm, folder)
     info = wait_for_end(slurm, job_id, folder)
     assert info["JobState"] == "COMPLETED", output(folder, job_id)
@@ -166,7 +167,7 @@ def test_the_exported_job_trains_digits_on_two_nodes_under_multi_worker_mirrored
     for index, task in enumerate(("worker-0", "worker-1")):
         records = read_records(runs / task / "metrics.jsonl")
         launched = next(r for r in records if r.get("event") == "launched")
-        assert launched["cluster"] == {"worker": [f"{node}:8888" for node in slurm.nodes]}
+        assert launched["cluster"] == {"worker": [f"{node}:9100" for node in slurm.nodes]}
         started = next(r for r in records if r.get("event") == "started")
         assert started["num_workers"] == 2 and started["epochs"] == 2
         assert len([r for r in records if r["type"] == "step"]) == 2 * started["steps_per_epoch"]

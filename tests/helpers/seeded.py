@@ -127,9 +127,11 @@ def script_cluster(folder: Path, hosts=None, env: dict | None = None) -> cl.Clus
     return cl.Cluster(machines, tasks, cl.Training(script=str(copy / "main.py"), env=dict(env or {})))
 
 
-def measured(cluster: cl.Cluster, run_id: str, seed=None, show: bool = False) -> tuple[speed.Verdict, dict, float]:
+def measured(cluster: cl.Cluster, run_id: str, seed=None, show: bool = False,
+             then=None) -> tuple[speed.Verdict, dict, float]:
     """Start the run, wait for training, seed the fault (``seed(run)``: a context manager), ask why it is slow;
-    (the verdict, its event's message, seconds from the ask to the verdict). The run is stopped after."""
+    (the verdict, its event's message, seconds from the ask to the verdict). ``then(run)``, if given, is called
+    with the run still training after the verdict. The run is stopped after."""
     run = Run(cluster, run_id)
     run.start()
     session = RunSession(run)
@@ -156,6 +158,8 @@ def measured(cluster: cl.Cluster, run_id: str, seed=None, show: bool = False) ->
                                      f"{[t.phase for t in run.tasks]}; the session said {said[-12:]}") from None
         if show:
             print("\n".join(session.verdict.table() + session.verdict.lines()))
+        if then is not None:
+            then(run)
         return session.verdict, message, at - asked
     finally:
         session.detach()
