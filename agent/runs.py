@@ -170,7 +170,9 @@ def start(req: dict) -> dict:
 
     ``workdir`` (optional): the files of the script's folder as ``[relative path, sha256,
     executable]``, copied from this host's blobs into ``work/`` at the task's first start (a
-    relaunch keeps ``work/``); then ``work/`` is the task's cwd unless ``cwd`` says otherwise.
+    relaunch keeps ``work/``, and with ``refresh_work`` brings its copies of those files up to date:
+    a person resumes with the code as it is now, ``work_refreshed`` in the reply says what changed); then
+    ``work/`` is the task's cwd unless ``cwd`` says otherwise.
     ``{run_dir}`` and ``{work_dir}`` in argv name the task's folder and its ``work/``.
     """
     run_id = _check_name("run id", req.get("run_id"))
@@ -195,8 +197,11 @@ def start(req: dict) -> dict:
         _workdir_step(workdir.check_blobs, home(), entries)  # before anything is written
     attempt = _launches(folder) + 1
     folder.mkdir(parents=True, exist_ok=True)
+    refreshed = None
     if entries is not None:
-        _workdir_step(workdir.materialise, home(), folder, entries)
+        built = _workdir_step(workdir.materialise, home(), folder, entries)
+        if not built and req.get("refresh_work"):  # a person resumes with the code as it is now
+            refreshed = _workdir_step(workdir.refresh, home(), folder, entries)
     work = workdir.work_dir(folder)
     for stale in ("exit.json", "state.json", STOP_MARKER, DONE_MARKER, protocol.MEASURE_FILE):
         try:
@@ -221,7 +226,10 @@ def start(req: dict) -> dict:
         except firewall.FirewallError as exc:
             raise AgentError(str(exc), protocol.FIREWALL) from None
     try:
-        return _launch(folder, req, run_id, task, argv, entries, env, console, secrets, attempt, work, table)
+        reply = _launch(folder, req, run_id, task, argv, entries, env, console, secrets, attempt, work, table)
+        if refreshed is not None:
+            reply["work_refreshed"] = refreshed
+        return reply
     except BaseException:
         if table is not None:  # no task to serve the port: its rules go
             firewall.remove(home(), table)

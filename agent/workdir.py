@@ -181,6 +181,63 @@ def materialise(home: Path, folder: Path, entries: list) -> bool:
     return True
 
 
+MAX_CHANGED_NAMES = 20  # a refresh's reply names this many changed files at most (and counts them all)
+
+
+def refresh(home: Path, folder: Path, entries: list) -> dict:
+    """Bring ``folder/work/`` to the files of ``entries`` (a person resumes a run with the code as it is now):
+    each file that differs or is missing is copied anew, beside it first and then renamed over it; nothing else
+    in ``work/`` changes (what the script wrote there stays, a file since removed from the workdir too).
+    ``{"changed": [the first relative paths], "count": how many}``. A folder of the path that is a link (the
+    script's own) is never written through: that file is left as it is and named in ``"kept"``."""
+    check_blobs(home, entries)
+    blobs = blobs_dir(home)
+    work = work_dir(folder)
+    changed: list[str] = []
+    kept: list[str] = []
+    for rel, sha, executable in entries:
+        target = work / rel
+        if _in_the_way(work, rel):
+            kept.append(rel)
+            continue
+        if os.path.isfile(target) and not os.path.islink(target) and _sha256_of(target) == sha:
+            if bool(os.stat(target).st_mode & stat.S_IXUSR) == bool(executable):
+                continue
+        os.makedirs(target.parent, exist_ok=True)
+        tmp = target.parent / f".{target.name}.{uuid.uuid4().hex[:12]}.tmp"
+        try:
+            _copy(blobs / sha, tmp, rel, sha, executable)
+            os.replace(tmp, target)  # a link the script put there is replaced, never followed
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        changed.append(rel)
+    return {"changed": changed[:MAX_CHANGED_NAMES], "count": len(changed), "kept": kept[:MAX_CHANGED_NAMES]}
+
+
+def _in_the_way(work: Path, rel: str) -> bool:
+    """Whether something the script made stands where ``rel`` goes: a link or a file as one of its folders, a
+    folder (not a link) as the file itself."""
+    parts = rel.split("/")
+    for i in range(1, len(parts)):
+        folder = work.joinpath(*parts[:i])
+        if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
+            return True
+    target = work / rel
+    return os.path.isdir(target) and not os.path.islink(target)
+
+
+def _sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def _copy(blob: Path, target: Path, rel: str, sha: str, executable: bool) -> None:
     """Copy ``blob`` to the new file ``target`` (never through a link), hashing as it goes."""
     digest = hashlib.sha256()

@@ -16,7 +16,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from agent.protocol import format_address, parse_address
 from console import cluster as cl
@@ -87,8 +86,9 @@ def _major_minor(version: str | None) -> str | None:
     return ".".join(version.split(".")[:2]) if version else None
 
 
-def consistency(cluster: cl.Cluster, probes: dict[str, dict]) -> list[Problem]:
-    """Rules across hosts, from each host's probe (hosts without one are skipped)."""
+def consistency(cluster: cl.Cluster, probes: dict[str, dict], keras: tuple[str, str] | None = None) -> list[Problem]:
+    """Rules across hosts, from each host's probe (hosts without one are skipped). ``keras``: the code's
+    ``keras_choice``, made once for a check (else made here)."""
     problems = []
     used = [h for h in cluster.hosts if h.name in probes and (h.spare or any(t.host == h.name for t in cluster.tasks))]
     for host in used:
@@ -97,7 +97,7 @@ def consistency(cluster: cl.Cluster, probes: dict[str, dict]) -> list[Problem]:
             problems.append(Problem(host.name, f"its Python ({p.get('python_executable')}) has no TensorFlow",
                                     "install it there (pip install 'tensorflow==2.21.*' 'tf-keras==2.21.*') or set "
                                     f"python for {host.name} to an interpreter that has it", (host.name,)))
-        elif not p.get("tf_keras") and (why := _needs_tf_keras(cluster)):
+        elif not p.get("tf_keras") and (why := _needs_tf_keras(cluster, keras)):
             mine = cluster.training.user_code
             problems.append(Problem(host.name, f"its Python ({p.get('python_executable')}) has TensorFlow "
                                     f"{p['tensorflow']} but no tf-keras" + (f", which the script gets ({why})"
@@ -137,10 +137,10 @@ def consistency(cluster: cl.Cluster, probes: dict[str, dict]) -> list[Problem]:
     return problems
 
 
-def _needs_tf_keras(cluster: cl.Cluster) -> str:
+def _needs_tf_keras(cluster: cl.Cluster, keras: tuple[str, str] | None = None) -> str:
     """Why the tasks need tf-keras ("" if they do not): tfcc's trainer always; a user's code where it gets
-    tf-keras (``keras_choice``: the cluster, or its code written for Keras 2)."""
-    flavour, why = keras_choice(cluster)
+    tf-keras (``keras_choice``, or ``keras`` made already: the cluster, or its code written for Keras 2)."""
+    flavour, why = keras or keras_choice(cluster)
     return why if flavour == cl.TF_KERAS else ""
 
 
@@ -234,15 +234,16 @@ def missing_imports(cluster: cl.Cluster, probes: dict[str, dict], wanted: dict[s
     return problems
 
 
-def script_problems(cluster: cl.Cluster) -> list[Problem]:
+def script_problems(cluster: cl.Cluster, collected: workdir.Workdir | None = None) -> list[Problem]:
     """What a user's script's own code says before a launch: a Keras 3 ``fit`` where only tf-keras can
-    run it (more than one training task under MultiWorkerMirrored, or parameter-server training)."""
+    run it (more than one training task under MultiWorkerMirrored, or parameter-server training).
+    ``collected``: its workdir, collected already (else it is read here)."""
     t = cluster.training
     if not t.user_code or not cluster.needs_tf_keras:
         return []
     try:
         root, script = workdir.locate(t)
-        files = [(script.name, script)] + [(f.rel, f.path) for f in workdir.collect(t).files
+        files = [(script.name, script)] + [(f.rel, f.path) for f in (collected or workdir.collect(t)).files
                                            if f.rel.endswith(".py") and f.path != script]
     except TfccError as exc:  # tfcc run says the same, before it uploads anything
         return [Problem("cluster", exc.cause, exc.fix or "")]
@@ -385,8 +386,15 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
     reports = {h.name: HostReport(h.name, h.address or "localhost") for h in used}
     files, problems = workload_files(cluster)
     wanted: dict[str, tuple[str, int]] = {}
+    collected = None  # the code's workdir, read and hashed once for the whole check
+    if not problems and cluster.training.user_code:
+        try:
+            collected = workdir.collect(cluster.training)
+        except TfccError:
+            pass  # script_problems says why
+    keras = keras_choice(cluster, collected)
     if not problems:  # a file that is there: what its code says
-        problems = import_problems(cluster) + script_problems(cluster)
+        problems = import_problems(cluster) + script_problems(cluster, collected)
         wanted = code_imports(cluster)
     pool = ThreadPoolExecutor(max_workers=max(4, 2 * len(used)))
     try:
@@ -447,7 +455,7 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
                                             "stop that process or give the task another port (or port = \"auto\")",
                                             (r.name,)))
         probes = {n: r.probe for n, r in reports.items() if r.probe}
-        problems += consistency(cluster, probes)
+        problems += consistency(cluster, probes, keras)
         problems += missing_imports(cluster, probes, wanted)
         problems += firewall_problems(cluster, probes)
         warnings = []
@@ -522,11 +530,11 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
         phases["release"] = time.monotonic() - t1
         progress("reachability tested")
         log.info("check phases: %s", phases)
-        keras = ""
+        said = ""
         if cluster.training.user_code:
-            flavour, why = keras_choice(cluster)
-            keras = f"{flavour or 'its own Keras'} ({why})"
-        return Report(list(reports.values()), tasks, matrix, problems, time.monotonic() - t0, warnings, files, keras)
+            flavour, why = keras
+            said = f"{flavour or 'its own Keras'} ({why})"
+        return Report(list(reports.values()), tasks, matrix, problems, time.monotonic() - t0, warnings, files, said)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         for link in links.values():

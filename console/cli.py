@@ -193,7 +193,7 @@ def _follow(run: Run, printer: Printer, stop_on_exit: bool, watchdog: float = WA
               f"its log: tfcc logs {run.run_id} {t.name}", file=sys.stderr)
     if failed:
         supervisor = session.supervisor
-        if supervisor.code_failed and run.cluster.training.user_code:  # a resume would run the old copy
+        if supervisor.code_failed and run.cluster.training.user_code:  # no backup of tfcc's to go on from
             print(f"tfcc: once the code is fixed, start the run again: {start_again}", file=sys.stderr)
         elif supervisor.backed_up_once:
             print(f"tfcc: to start the run again from its last backup: tfcc resume {run.run_id}", file=sys.stderr)

@@ -192,8 +192,9 @@ class SessionKind:
     EXPOSED = "exposed"  # a task serves TensorFlow on a public address (console.exposure): the risk and the fix
     SEEDED = "seeded"    # a resume copied the backup the tasks resume from to those that lacked it (console.run.seeding)
     RESIZED = "resized"  # an elastic run went on without some tasks, or took them back (training.elastic)
+    CODE_SHIPPED = "code_shipped"  # a person's resume of a script's run: its tasks' copies of its files, brought up to date
     SUPERVISION = (ALERT, STALLED, FAILURE, HOST_FAILING, RESTARTING, RESTARTED, RESUMED, OFFERED, GAVE_UP, EXPOSED,
-                   SEEDED, RESIZED)
+                   SEEDED, RESIZED, CODE_SHIPPED)
     ALARMS = (ALERT, STALLED, FAILURE, HOST_FAILING, OFFERED, GAVE_UP, EXPOSED)  # to look at
     # The console's own notes of a run, kept in its history beside what the tasks sent.
     NOTED = (*SUPERVISION, WATCHDOG, JOB)

@@ -54,8 +54,8 @@ from agent.protocol import KERAS_REASON_VARIABLE, METRICS, RUN_DIR_VARIABLE  # n
 from trainer.metrics import MetricsWriter  # noqa: E402
 from trainer.plan import strategy_name  # noqa: E402
 from trainer.process import collector_paused, sigterm_back  # noqa: E402
-from trainer.records import (CAPTURED, FROM_PRINT, FROM_SCHEDULE, FROM_SUMMARY, SCRIPT_WORKLOAD, Event,  # noqa: E402
-                             RecordType)
+from trainer.records import (CAPTURED, FROM_PRINT, FROM_SCHEDULE, FROM_SUMMARY, SCRIPT_WORKLOAD,  # noqa: E402
+                             SUMMARY_STEP, Event, RecordType)
 from trainer.tf_config import ClusterConfig, tf_config_as_given  # noqa: E402
 
 log = logging.getLogger("trainer.capture")
@@ -117,6 +117,9 @@ _PLACES = {"epoch": "epoch", "step": "step", "global_step": "step", "iteration":
 # Without an epoch or a step a line counts only for names that are metrics ("Number of devices: 2" is none).
 _METRIC = re.compile(r"loss|acc|auc|precision|recall|lr|learning|err|mse|mae|perplexity|ppl|f1|score|reward|"
                      r"entropy|top\d", re.IGNORECASE)
+# After fit, "final loss: 2.30" repeats fit's loss; a name that says evaluation stays as it is.
+_REPEATS = frozenset({"final", "last", "train", "training", "trained"})
+_EVALUATION = re.compile(r"^(?:val|eval|evaluation|test|valid|validation)(?:_|$)", re.IGNORECASE)
 # Keras's progress bar (evaluate, predict, a fit it did not run): no metric of the script's own.
 _PROGRESS_BAR = re.compile(r"\d+/\d+ [\[━=.>\s]|[━]|/step\b|\bETA:")
 
@@ -282,7 +285,8 @@ class _SummaryFollower:
             return
         records, used = _tfrecords(data)
         self.offsets[path] = offset + used
-        by_step: dict[int, dict] = self.pending.pop(path, {})  # the newest step of the last read
+        # A row per (summary step, where it goes: None for as written); the newest of the last read first
+        rows: dict[tuple, dict] = self.pending.pop(path, {})
         if records:
             from tensorflow.core.util import event_pb2  # the script imported TensorFlow: it made the writer
         for raw in records:
@@ -293,13 +297,18 @@ class _SummaryFollower:
                 number = _scalar(value)
                 if number is None:
                     continue
-                row = by_step.setdefault(int(event.step), {"time": event.wall_time})
+                step = int(event.step)
+                row = rows.setdefault((step, self.capture.summary_at(value.tag, step)), {"time": event.wall_time})
                 row[prefix + value.tag] = number
-        steps = sorted(by_step)
-        if steps and not whole:
-            self.pending[path] = {steps[-1]: by_step[steps.pop()]}
-        for step in steps:
-            self.capture.write({"type": RecordType.STEP, "global_step": step, CAPTURED: FROM_SUMMARY, **by_step[step]})
+        keys = list(rows)  # in the file's order
+        if keys and not whole:
+            self.pending[path] = {keys[-1]: rows[keys.pop()]}
+        for key in keys:
+            step, noted = key
+            at, own = ((self.capture.axis.place(("summary", path), step), {}) if noted is None
+                       else (noted, {SUMMARY_STEP: step}))
+            self.capture.write({"type": RecordType.STEP, "global_step": at, CAPTURED: FROM_SUMMARY, **own,
+                                **rows[key]})
 
 
 def _written_here(name: str) -> bool:
@@ -348,6 +357,7 @@ class _ScheduledSteps:
         self._ready = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
         self._mark = (0, time.perf_counter())
+        self._trained_to = 0  # the optimizer's step (on the axis) at the previous fetch
 
     def scheduled(self, remote_value) -> None:
         with self._lock:
@@ -356,6 +366,7 @@ class _ScheduledSteps:
                 return
             if self._thread is None:
                 self._mark = (0, time.perf_counter())
+                self._trained_to = self.capture.axis.top  # a loop after fit goes on from fit's last step
                 self._thread = threading.Thread(target=self._fetching, name="tfcc-capture-schedule", daemon=True)
                 self._thread.start()
             self._pending.append((self.count, remote_value))
@@ -375,8 +386,57 @@ class _ScheduledSteps:
             done = count - self._mark[0]
             took = (now - self._mark[1]) / max(1, done)
             self._mark = (count, now)
-            self.capture.write({"type": RecordType.STEP, "global_step": count, "steps": done, "step_time": took,
+            at, _ = self.capture.optimizer_placed()
+            if at is not None:
+                trained, self._trained_to = at > self._trained_to, max(self._trained_to, at)
+                if not trained:
+                    continue  # the optimizer took no step: an evaluation loop, no training step
+            else:
+                at = self.capture.axis.place(("schedule",), count)
+            self.capture.write({"type": RecordType.STEP, "global_step": at, "steps": done, "step_time": took,
                                 "time": time.time(), CAPTURED: FROM_SCHEDULE})
+
+
+# --------------------------------------------------------------------------- one step axis
+
+
+class _StepAxis:
+    """The script's one step axis, which never goes back. Each source counts its own steps (a ``fit``, an
+    optimizer's ``iterations``, a printed or scheduled count, a summary writer's steps); a count put on the
+    axis goes on from where its source's previous count was, and one that went back (a new loop, a restored
+    model's fresh optimizer) goes on after everything recorded so far. ``after`` sources (a later fit, a new
+    optimizer) start after what came before; a summary's steps, read a second after they were written, are
+    taken as they are (other sources may be ahead by then)."""
+
+    MAX_SOURCES = 1000  # the sources kept (a script that makes an optimizer a step forgets the oldest)
+
+    def __init__(self):
+        self.top = 0
+        self._sources: dict = {}  # key -> [base, last count]
+        self._lock = threading.Lock()
+
+    def place(self, key, count: int, after: bool = False) -> int:
+        with self._lock:
+            source = self._sources.get(key)
+            if source is None:
+                if len(self._sources) >= self.MAX_SOURCES:
+                    self._sources.pop(next(iter(self._sources)))
+                source = self._sources[key] = [self.top if after and count <= self.top else 0, count]
+            elif count < source[1]:  # the source counts again from the start: after what came before
+                source[0] = self.top
+            source[1] = count
+            at = source[0] + count
+            self.top = max(self.top, at)
+            return at
+
+    def align(self, key, count: int, at: int) -> None:
+        """``key``'s count ``count`` is at ``at`` (an optimizer at the end of the fit it trained in)."""
+        with self._lock:
+            self._sources.pop(key, None)
+            if len(self._sources) >= self.MAX_SOURCES:
+                self._sources.pop(next(iter(self._sources)))
+            self._sources[key] = [at - count, count]
+            self.top = max(self.top, at)
 
 
 # --------------------------------------------------------------------------- the capture
@@ -394,7 +454,14 @@ class Capture:
         self._printed = 0  # lines of printed metrics without a step of their own
         self._place: dict | None = None  # "epoch 3:" alone on a line: where the next line's values are
         self._progressed = False  # training began: a fit, an optimizer's step, or a printed epoch or step
-        self._optimizers: weakref.WeakSet = weakref.WeakSet()
+        self._optimizers: list = []  # weak references, in the order the script made them
+        self.axis = _StepAxis()
+        self._fits = 0
+        # After a fit: the names it reported and the optimizer's step when it ended. A line printed then, the
+        # optimizer no further, repeats fit's numbers (not recorded) or, after an ``evaluate``, says evaluation.
+        self._fitted: dict | None = None
+        self._evaluated = False
+        self._summary_at: dict[tuple, int] = {}  # (tag, its own step) -> the optimizer's when written, placed
         self.summaries = _SummaryFollower(self)
         self.scheduled = _ScheduledSteps(self)
 
@@ -454,6 +521,7 @@ class Capture:
     # ---------------------------------------------------------------- fit
 
     def fit(self, original, model, args, kwargs):
+        reporter = None
         try:
             signature = inspect.signature(original)
             bound = signature.bind(model, *args, **kwargs)
@@ -464,7 +532,11 @@ class Capture:
                     with _own_modules():
                         from trainer.report import reporter_for
 
-                    reporter = reporter_for(model, path_or_writer=self.writer, lifecycle=True)
+                    self._fits += 1
+                    fit = self._fits
+                    reporter = reporter_for(model, path_or_writer=self.writer, lifecycle=True,
+                                            place=lambda step: self.axis.place(("fit", fit), step, after=True),
+                                            fit=fit if fit > 1 else None)
                     reporter.measure_data = bound.arguments.get("x")  # a breakdown pulls from it when asked
                     callbacks.append(reporter)
                     bound.arguments["callbacks"] = callbacks
@@ -473,10 +545,27 @@ class Capture:
             self.failed("adding tfcc's reporter to fit")
         self._fit_depth += 1
         self._progressed = True
+        history = None
         try:
-            return original(model, *args, **kwargs)
+            history = original(model, *args, **kwargs)
+            return history
         finally:
             self._fit_depth -= 1
+            try:
+                self._fit_ended(model, reporter, history)
+            except Exception:
+                self.failed("noting the end of fit")
+
+    def _fit_ended(self, model, reporter, history) -> None:
+        """Fit's optimizer goes on the axis where fit left it (a later print or schedule is placed after it);
+        what fit reported is kept for the lines printed next."""
+        last = getattr(reporter, "_coordinated", None) or reporter
+        optimizer = getattr(model, "optimizer", None)
+        if last is not None and last._at is not None and optimizer is not None:
+            self.axis.align(("optimizer", id(optimizer)), int(optimizer.iterations.numpy()), last._at)
+        names = set(getattr(history, "history", None) or {})
+        self._fitted = {"names": {name.lower() for name in names}, "top": self.axis.top}
+        self._evaluated = False
 
     def _quietly(self, original, model, *args, **kwargs):
         self._fit_depth += 1
@@ -485,22 +574,47 @@ class Capture:
         finally:
             self._fit_depth -= 1
 
+    def _evaluating(self, original, model, *args, **kwargs):
+        """``evaluate``: what is printed next is evaluation (a restored model's, or after training)."""
+        try:
+            return self._quietly(original, model, *args, **kwargs)
+        finally:
+            self._evaluated = True
+
     # ---------------------------------------------------------------- printed lines
 
     def optimizer_made(self, optimizer) -> None:
         try:
-            self._optimizers.add(optimizer)
+            self._optimizers.append(weakref.ref(optimizer))
         except TypeError:
-            pass
+            return
+        self._optimizers = [ref for ref in self._optimizers[-100:] if ref() is not None]
+
+    def _newest_optimizer(self):
+        for ref in self._optimizers[::-1]:
+            optimizer = ref()
+            if optimizer is not None:
+                return optimizer
+        return None
 
     def _optimizer_step(self) -> int | None:
-        """The steps the script's optimizer has applied (its ``iterations``), where one can be read now."""
-        for optimizer in list(self._optimizers)[::-1]:
-            try:
-                return int(optimizer.iterations.numpy())
-            except Exception:
-                continue
-        return None
+        """The steps the script's newest optimizer has applied (its ``iterations``), where it can be read now."""
+        optimizer = self._newest_optimizer()
+        if optimizer is None:
+            return None
+        try:
+            return int(optimizer.iterations.numpy())
+        except Exception:
+            return None
+
+    def optimizer_placed(self) -> tuple[int | None, object]:
+        """(the newest optimizer's step on the axis, its source key), or (None, None) without one."""
+        optimizer = self._newest_optimizer()
+        step = self._optimizer_step()
+        if step is None:
+            return None, None
+        key = ("optimizer", id(optimizer))
+        return self.axis.place(key, step, after=True), key
 
     def printed(self, line: str) -> None:
         if self._serves():  # a parameter server or a worker that serves: what it prints is no training number
@@ -514,20 +628,41 @@ class Capture:
             values = {**self._place, **values}
         self._place = None
         step = self._optimizer_step()
-        if "epoch" in values or "step" in values:
+        placed = "epoch" in values or "step" in values
+        if placed:
             self._progressed = True
         elif not (self._progressed or step):
             return  # nothing trained yet: settings or a description printed before training, not progress
+        at = self.optimizer_placed()[0] if step is not None else None
+        if not placed and self._fitted is not None and (at is None or at <= self._fitted["top"]):
+            values = self._after_fit(values)  # nothing trained since fit: its numbers again, or evaluation
+            if not values:
+                return
         record = {CAPTURED: FROM_PRINT, **values}
         if "epoch" in values and "step" not in values:
             record["type"] = RecordType.EPOCH
-            if step is not None:
-                record["global_step"] = step
+            if at is not None:
+                record["global_step"] = at
         else:
             self._printed += 1
             record["type"] = RecordType.STEP
-            record["global_step"] = step if step is not None else values.get("step", self._printed)
+            record["global_step"] = at if at is not None else self.axis.place(
+                ("print",), int(values.get("step", self._printed)), after=True)
         self.write(record)
+
+    def _after_fit(self, values: dict) -> dict:
+        """A line printed after ``fit`` with no training since: after an ``evaluate``, evaluation (a name that
+        does not say so gets ``eval_``); else what fit reported already ("final loss: 2.30" beside fit's own
+        loss) is left out and the rest kept."""
+        kept = {}
+        for name, value in values.items():
+            words = name.lower().split("_")
+            said = words[-1] if len(words) == 2 and words[0] in _REPEATS else name.lower()
+            if self._evaluated:
+                kept[name if _EVALUATION.search(name) else f"eval_{said}"] = value
+            elif said not in self._fitted["names"]:
+                kept[name] = value
+        return kept
 
     # ---------------------------------------------------------------- patches
 
@@ -551,8 +686,9 @@ class Capture:
 
             fit._tfcc = True
             model.fit = fit
-            for name in ("evaluate", "predict", "summary"):  # what these print is Keras's, not the script's
+            for name in ("predict", "summary"):  # what these print is Keras's, not the script's
                 _replace(model, name, self._quietly)
+            _replace(model, "evaluate", self._evaluating)  # the same; and the script's next lines are evaluation
         optimizers = getattr(keras, "optimizers", None)
         for cls in {getattr(optimizers, "Optimizer", None), getattr(getattr(optimizers, "legacy", None),
                                                                      "Optimizer", None)} - {None}:
@@ -590,12 +726,47 @@ class Capture:
             return writer
 
         create_file_writer._tfcc = True
-        # At its source (an API module made later, "import tensorflow.summary", copies it from there) and
-        # in every API module that has it already (tf.summary, tf.compat.v2.summary).
+        original_write = summary_ops_v2.write
+
+        @functools.wraps(original_write)
+        def write(tag, tensor, step=None, *args, **kwargs):
+            if not self.fitting:
+                self._summary_written(summary_ops_v2, tf, tag, step)
+            return original_write(tag, tensor, step, *args, **kwargs)
+
+        write._tfcc = True
+        # At their source (an API module made later, "import tensorflow.summary", copies them from there) and
+        # in every API module that has them already (tf.summary, tf.compat.v2.summary).
         summary_ops_v2.create_file_writer_v2 = create_file_writer
+        summary_ops_v2.write = write
         for module in list(sys.modules.values()):
             if getattr(module, "create_file_writer", None) is original:
                 module.create_file_writer = create_file_writer
+            if getattr(module, "write", None) is original_write:
+                module.write = write
+
+    def _summary_written(self, summary_ops_v2, tf, tag, step) -> None:
+        """A summary written outside a graph (a custom loop's per-epoch ``tf.summary.scalar(..., step=epoch)``):
+        its step, and the optimizer's now, so that reading it puts it where training was."""
+        try:
+            if not tf.executing_eagerly():
+                return  # in a tf.function: its step is a tensor of the graph (commonly the optimizer's)
+            own = summary_ops_v2.get_step() if step is None else step
+            optimizer = self._optimizer_step()
+            if own is None or optimizer is None:
+                return
+            own = int(own.numpy() if hasattr(own, "numpy") else own)
+            if own != optimizer and isinstance(tag, str):  # it counts something else: epochs, most often
+                if len(self._summary_at) >= 100_000:
+                    self._summary_at.pop(next(iter(self._summary_at)))
+                self._summary_at[(tag, own)] = self.optimizer_placed()[0]
+        except Exception:
+            self.failed("noting a summary's step")
+
+    def summary_at(self, tag: str, own: int) -> int | None:
+        """Where the summary ``tag`` at its step ``own`` goes on the axis when it was noted as written off the
+        optimizer's step; None: at its own step."""
+        return self._summary_at.get((tag, own))
 
     def _flushed(self) -> None:
         try:

@@ -63,11 +63,16 @@ PLAN_FIELDS = ("num_workers", "num_replicas", "per_replica_batch", "global_batch
 SCRIPT_WORKLOAD = "script"
 CAPTURED = "captured"
 FROM_SUMMARY, FROM_PRINT, FROM_SCHEDULE = "summary", "print", "schedule"
+# A script's records go on one step axis that never goes back: a later ``fit`` of the same script (train, restore,
+# train again) says which it is in ``fit`` (2, 3, ...) and goes on after what came before; a summary whose own step
+# is not the optimizer's (``step=epoch``) is put at the optimizer's step when it was written, its own in
+# ``summary_step``.
+FIT, SUMMARY_STEP = "fit", "summary_step"
 
 # Fields of a step or epoch record that say where and when it is, not how training goes: every other
 # numeric field is a metric.
 PLACE_FIELDS = frozenset({"type", "task_type", "task_index", "time", "epoch", "step", "global_step", "attempt",
-                          "steps", "event", CAPTURED})
+                          "steps", "event", CAPTURED, FIT, SUMMARY_STEP})
 
 
 MAX_FIELDS = 1000  # a record with more fields is no tfcc record: kept as unreadable (its fields would be columns)

@@ -33,7 +33,7 @@ from agent.protocol import KERAS_REASON_VARIABLE, MEASURE_VARIABLE, METRICS, RUN
 from trainer.breakdown import StepBreakdown
 from trainer.metrics import MetricsWriter, report  # noqa: F401  (report: the loops' one call)
 from trainer.plan import KERAS3, TF_KERAS, observed_batch_plan, strategy_name
-from trainer.records import SCRIPT_WORKLOAD, Event, RecordType
+from trainer.records import FIT, SCRIPT_WORKLOAD, Event, RecordType
 from trainer.tf_config import ClusterConfig, TaskId, tf_config_as_given
 
 log = logging.getLogger("trainer.report")
@@ -275,7 +275,7 @@ class _Reporting:
     _tfcc_reporter = True  # a fit that has one gets no second from tfcc's capture
 
     def __init__(self, path_or_writer=None, *, task_type=None, task_index=None,
-                 num_workers=None, report_steps=True, lifecycle=None):
+                 num_workers=None, report_steps=True, lifecycle=None, place=None, fit=None):
         super().__init__()
         # Take Keras's logs as tensors: the same dict TensorBoard gets, so that
         # removing tfcc's own output in on_epoch_end reaches every callback (and, under
@@ -304,6 +304,11 @@ class _Reporting:
         self._t_train = 0.0
         self.measure_data = None  # the data fit trains on: a breakdown's input part pulls from it
         self._breakdown = None
+        # A script's capture puts each step on its script's one step axis (a later fit goes on after the first)
+        # and says which fit it is: place(fit's own global step) -> the step on that axis.
+        self._place = place
+        self._fit = fit
+        self._at: int | None = None  # the last step, placed
 
     def set_model(self, model):
         super().set_model(model)
@@ -319,13 +324,14 @@ class _Reporting:
         strategy = self.model.distribute_strategy
         if strategy_name(strategy) == "parameter_server":
             self._coordinated = CoordinatorReporter(self.writer, None, batch_plan(strategy, None)["num_workers"],
-                                                    started=self._started if self.lifecycle else None)
+                                                    started=self._started if self.lifecycle else None,
+                                                    place=self._place, fit=self._fit)
             self._coordinated.set_params(self.params)
         if self.lifecycle:
             self.writer.event_once(Event.CLUSTER_FORMED, strategy=strategy_name(strategy),
                                    num_replicas=strategy.num_replicas_in_sync)
         if self.lifecycle:
-            self.writer.event(Event.TRAIN_BEGIN, exact_step_loss=self.exact_loss)
+            self.writer.event(Event.TRAIN_BEGIN, exact_step_loss=self.exact_loss, **self._fit_field())
         if self._coordinated is None and os.environ.get(MEASURE_VARIABLE, "1") != "0":
             self._breakdown = StepBreakdown(self.writer, self.model, self.measure_data,
                                             flag=getattr(self.model, "_tfcc_asked", None),
@@ -375,15 +381,17 @@ class _Reporting:
         steps = (self.params or {}).get("steps")
         # From the epoch, so that a resumed run numbers its steps as the first run did.
         self._global_step = self._epoch * steps + batch + 1 if steps else self._global_step + done
+        self._at = self._place(self._global_step) if self._place is not None else self._global_step
         if not self.report_steps:
             return
         record = {
             "type": RecordType.STEP,
             "epoch": self._epoch,
             "step": batch,
-            "global_step": self._global_step,
+            "global_step": self._at,
             "step_time": step_time,
             "time": time.time(),
+            **self._fit_field(),
         }
         if done > 1:
             record["steps"] = done
@@ -409,12 +417,17 @@ class _Reporting:
         for key in _INTERNAL_KEYS:  # keep them out of History, TensorBoard and later callbacks
             logs.pop(key, None)
         record = {"type": RecordType.EPOCH, "epoch": epoch, "epoch_time": time.perf_counter() - self._t_epoch,
-                  "time": time.time()}
+                  "time": time.time(), **self._fit_field()}
+        if self._at is not None and self._at != self._global_step:  # a later fit: its epoch at its last step
+            record["global_step"] = self._at
         for key, value in logs.items():
             number = _to_float(value)
             if number is not None or value is None:
                 record[key] = number
         self.writer.write(record)
+
+    def _fit_field(self) -> dict:
+        return {FIT: self._fit} if self._fit else {}
 
     def on_train_end(self, logs=None):
         if self._coordinated is not None:
@@ -476,7 +489,7 @@ class CoordinatorReporter(tf.keras.callbacks.Callback):
     """
 
     def __init__(self, writer: MetricsWriter, batch: int | None, num_workers: int, every: int = 10,
-                 started=None):
+                 started=None, place=None, fit=None):
         super().__init__()
         self._supports_tf_logs = True  # else tf-keras refuses batch hooks under ParameterServerStrategy
         self.writer = writer
@@ -486,6 +499,10 @@ class CoordinatorReporter(tf.keras.callbacks.Callback):
         self.every = max(1, every)
         self._epoch = 0
         self._t_epoch = 0.0
+        self._place = place  # as MetricsReporter's: a script's later fit goes on after the first
+        self._fit = {FIT: fit} if fit else {}
+        self._at: int | None = None
+        self._own = 0
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._fetching, name="tfcc-coordinator-reporter", daemon=True)
         self._thread.start()
@@ -517,9 +534,10 @@ class CoordinatorReporter(tf.keras.callbacks.Callback):
                 mark_step, mark_time = batch + 1, now
                 loss, examples, _ = (_to_float(values.pop(key, None)) for key in _INTERNAL_KEYS)
                 size = int(examples) if examples else self.batch
-                record = {"type": RecordType.STEP, "epoch": epoch, "step": batch,
-                          "global_step": epoch * steps + batch + 1 if steps else batch + 1,
-                          "step_time": took, "time": time.time(), "steps": done}
+                self._own = epoch * steps + batch + 1 if steps else batch + 1
+                self._at = self._place(self._own) if self._place is not None else self._own
+                record = {"type": RecordType.STEP, "epoch": epoch, "step": batch, "global_step": self._at,
+                          "step_time": took, "time": time.time(), "steps": done, **self._fit}
                 if size:
                     record["global_batch"] = size
                 if examples is not None:  # an instrumented step: its own loss (one worker's batch)
@@ -542,7 +560,9 @@ class CoordinatorReporter(tf.keras.callbacks.Callback):
         self._queue.join()  # the epoch's step records first (their steps are done: fit waited for them)
         values = dict(logs.fetch() if hasattr(logs, "fetch") else (logs or {}))
         record = {"type": RecordType.EPOCH, "epoch": epoch, "epoch_time": time.perf_counter() - self._t_epoch,
-                  "time": time.time()}
+                  "time": time.time(), **self._fit}
+        if self._at is not None and self._at != self._own:  # a later fit: its epoch at its last step, placed
+            record["global_step"] = self._at
         for key, value in values.items():
             if key not in _INTERNAL_KEYS:
                 record[key] = _to_float(value)

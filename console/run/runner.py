@@ -123,6 +123,7 @@ class Run:
         self._ask_host_key = ask_host_key
         self.exposed: str | None = None        # which tasks serve on a public address: the risk and the fix
         self.workdir: Workdir | None = None    # a script's workdir as collected for the last start
+        self.code_refreshed: str | None = None  # what a person's resume of a script's run did to its code: words
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._sampling = threading.Lock()                     # guards the two maps below
@@ -283,7 +284,7 @@ class Run:
         self.exposed = exposure_words(self.cluster)
         started: list[TaskState] = []
         try:
-            self._start_tasks(configs, resume, started)
+            self._start_tasks(configs, resume, started, refresh=resume and explicit)
         except Exception as exc:
             if not started:
                 raise
@@ -532,9 +533,14 @@ class Run:
         return statuses
 
     def _start_tasks(self, configs: list[str], resume: bool, started: list["TaskState"],
-                     only: list["TaskState"] | None = None) -> None:
+                     only: list["TaskState"] | None = None, refresh: bool = False) -> None:
+        """Start the tasks (``only`` these). ``refresh``: a person resumes a script's run: each task's copy of
+        the script's files is brought up to date with the workdir as it is now, and ``code_refreshed`` says so
+        (a resume that ran each task's old copy would repeat the failure it was fixed for)."""
         training = self.cluster.training
         workdir = (self.workdir or self._collect_workdir()) if training.user_code else None
+        refresh = refresh and workdir is not None
+        refreshed: dict[str, dict] = {}
         keras = keras_choice(self.cluster, workdir)  # once for every task: their code's files are read here
         shipped = {"workdir": workdir.entries()} if workdir is not None else {}
         console = console_id()
@@ -550,16 +556,22 @@ class Run:
             try:
                 reply = link.connect().call(START, run_id=self.run_id, task=task.name, tf_config=configs[i],
                                             console=console, argv=argv, env=env, python_path=[link.dist],
-                                            fresh=not resume, **shipped, **({"firewall": wall} if wall else {}))
+                                            fresh=not resume, **shipped, **({"firewall": wall} if wall else {}),
+                                            **({"refresh_work": True} if refresh else {}))
             except AgentRequestError as exc:
                 if exc.code == FIREWALL:
                     raise RunError(f"host {task.host}: {exc}") from None
                 raise
             task.attempt = reply.get("attempt", 1)
+            if isinstance(reply.get("work_refreshed"), dict):
+                refreshed[task.name] = reply["work_refreshed"]
             started.append(task)
 
+        self.code_refreshed = None
         at_once([(i, task, spec) for i, (task, spec) in enumerate(zip(self.tasks, self.cluster.tasks))
                  if (task in only if only is not None else task.name not in self.left)], start)
+        if refresh:
+            self.code_refreshed = refreshed_words(workdir.root, refreshed)
 
     def _previous_configs(self, resume: bool) -> list[str] | None:
         """For a resume, the run's TF_CONFIGs; for a new run, None (and the id must be new)."""
@@ -879,6 +891,28 @@ class Run:
             samplers = list(self._samplers.values())
         for thread in samplers:
             thread.join(timeout=5)
+
+
+def refreshed_words(root: Path, refreshed: dict[str, dict]) -> str:
+    """What a person's resume did to the tasks' copies of a script's files (each host's ``work_refreshed``,
+    hostile data), in one line."""
+    def names(key: str) -> list[str]:
+        found = {n for r in refreshed.values() if isinstance(r.get(key), list) for n in r[key][:50]
+                 if isinstance(n, str)}
+        return sorted(text.printable(n[:200]) for n in found)
+
+    changed, kept = names("changed"), names("kept")
+    count = max((r["count"] for r in refreshed.values() if isinstance(r.get("count"), int)), default=0)
+    if count <= 0:
+        words = f"the tasks run the code of {root} as it was at the last start: none of its files changed since"
+    else:
+        shown = ", ".join(changed[:5]) + (", ..." if count > len(changed[:5]) else "")
+        words = (f"the tasks run the code of {root} as it is now: {count} file{'s' if count != 1 else ''} changed "
+                 f"since the last start ({shown})")
+    if kept:
+        words += (f"; {', '.join(kept[:5])} left as the script made it (a link or a folder of its own stands "
+                  "there)")
+    return words
 
 
 def exposure_words(cluster: cl.Cluster) -> str | None:

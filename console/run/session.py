@@ -329,6 +329,8 @@ class RunSession:
                 self._say(SessionKind.EXPOSED, self.run.exposed)
             if self.run.seeded is not None:  # a person's resume copied a backup first
                 self._say(SessionKind.SEEDED, f"run {self.run.run_id}: {text.seeded_text(self.run.seeded)}")
+            if self.run.code_refreshed:  # a person's resume of a script's run: the code it runs now
+                self._say(SessionKind.CODE_SHIPPED, f"run {self.run.run_id}: {self.run.code_refreshed}")
             with self._following:
                 if not self._detached.is_set():  # before the loop: it ends when the follows have
                     self._follow_again(None)

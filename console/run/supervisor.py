@@ -288,11 +288,12 @@ class Supervisor:
         self.code_failed = False     # it gave up on a failure a restart would repeat (the code, its settings)
 
     def _start_again(self, resume: str) -> str:
-        """After a failure a restart would repeat: what to do. A user's script is started anew once fixed (a
-        resume would run each task's old copy of it); tfcc's trainer takes up its backups (``resume``)."""
+        """After a failure a restart would repeat: what to do. A user's script is started anew once fixed (it
+        has no backup of tfcc's to go on from; a person's resume would ship the fixed code, and says so);
+        tfcc's trainer takes up its backups (``resume``)."""
         if self.run.cluster.training.user_code:
             return ("fix the cause above, then start the run again with the fixed code (tfcc run with its cluster "
-                    "file, or Deploy & Start): a resume would run each task's old copy of it")
+                    "file, or Deploy & Start)")
         return f"fix the cause above, then {resume}"
 
     @property

@@ -27,7 +27,7 @@ from console.store.metric_ids import CLUSTER_TASK, EPOCH, HOST, SYSTEM, SYSTEM_M
 from console.store.snapshot import Snapshot
 from console.store.table import Table
 from console.threads import give_way
-from trainer.records import PLACE_FIELDS, Batch, Event, RecordType, number
+from trainer.records import FIT, PLACE_FIELDS, Batch, Event, RecordType, number
 
 
 def _cell(text: str) -> str:
@@ -387,7 +387,7 @@ class MetricsStore:
         """Whom the events list names for ``r`` (an epoch), or None to say it not again: the workers of a
         synchronous cluster each say the same epoch with the same numbers, said once, as the cluster's; a
         worker whose numbers differ says its own."""
-        key = (repr(r.get("attempt")), repr(r.get("epoch")))
+        key = (repr(r.get("attempt")), repr(r.get(FIT)), repr(r.get("epoch")))  # a script's later fit: its own
         first = self._said.get(key)
         if first is None:
             if len(self._said) >= self.MAX_EVENTS:  # a host that invents epochs: the oldest are forgotten

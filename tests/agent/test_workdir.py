@@ -120,6 +120,39 @@ def test_a_relaunch_keeps_work_and_what_the_task_wrote_there(client, started, tf
     assert (work / "out.txt").read_text().count("HELLO") == 2
 
 
+def test_a_resume_with_the_code_as_it_is_now_updates_the_shipped_files_and_nothing_else(client, started, tfcc_home,
+                                                                                       tmp_path):
+    """``refresh_work``: each shipped file that differs or is missing is copied anew; what the script wrote stays,
+    a file that left the workdir too; a folder of the script's own that is a link is never written through."""
+    entries = shipped(tfcc_home)
+    start(client, started, entries, fresh=True)
+    assert ended("r1", "worker-0")
+    work = runs.task_dir("r1", "worker-0") / "work"
+    (work / "checkpoint").write_text("step 100")
+    os.unlink(work / "data" / "in.txt")  # the script removed it: shipped again
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    os.rename(work / "bin", tmp_path / "bin-was")
+    os.symlink(outside, work / "bin")  # the script's own link where a shipped folder was
+    fixed = TASK.replace("argv1", "fixed argv1")
+    now = [["main.py", put_blob(tfcc_home, fixed.encode()), False], entries[1], entries[2],
+           ["extra/new.py", put_blob(tfcc_home, b"# new\n"), False]]  # notes.txt left the workdir
+    reply = start(client, started, now, refresh_work=True)
+    assert reply["work_refreshed"] == {"changed": ["main.py", "data/in.txt", "extra/new.py"], "count": 3,
+                                       "kept": ["bin/tool.sh"]}
+    assert ended("r1", "worker-0")
+    assert (runs.task_dir("r1", "worker-0") / "stdout.log").read_text().endswith(f"fixed argv1 {work}\n")
+    assert (work / "checkpoint").read_text() == "step 100" and (work / "extra" / "new.py").read_text() == "# new\n"
+    assert (work / "notes.txt").read_text() == "shipped\nattempt 1\nattempt 2\n"  # not the workdir's now: kept
+    assert list(outside.iterdir()) == []  # nothing written through the link
+    assert not [p for p in work.rglob("*.tmp")]
+    again = start(client, started, now, refresh_work=True)  # the same code: nothing to change
+    assert again["work_refreshed"] == {"changed": [], "count": 0, "kept": ["bin/tool.sh"]}
+    assert ended("r1", "worker-0")
+    plain = start(client, started, now)  # a restart (no person's resume): work/ as the task left it
+    assert "work_refreshed" not in plain
+
+
 @pytest.mark.parametrize("entry, words", [
     (["/etc/passwd", None, False], "'/etc/passwd' is absolute"),
     (["../escape.py", None, False], "'../escape.py' has an empty, '.' or '..' part"),

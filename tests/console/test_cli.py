@@ -335,7 +335,7 @@ def test_a_bug_at_step_10_is_named_not_restarted_and_the_exit_is_non_zero(homes,
     assert (f"error in the training code at {script}:17 (`raise ValueError(\"labels must be 0 or 1, got 7 in batch "
             "10\")`): ValueError: labels must be 0 or 1, got 7 in batch 10") in err, err
     assert "restarting" not in err
-    # A script of the user's is started again once fixed: a resume would run each task's old copy of it.
+    # A script of the user's is started again once fixed: tfcc has no backup of it to go on from.
     assert ("run bug failed; a restart would fail the same way: fix the cause above, then start the run again with "
             "the fixed code") in err
     assert err.splitlines()[-1] == f"tfcc: once the code is fixed, start the run again: tfcc run {path}"
@@ -346,6 +346,28 @@ def test_a_bug_at_step_10_is_named_not_restarted_and_the_exit_is_non_zero(homes,
     assert "ValueError: labels must be 0 or 1, got 7 in batch 10" in out and "worker-0" not in out
     assert main(["logs", "bug", "worker-7"]) == 2
     assert "run bug has no task 'worker-7'; its tasks are worker-0, worker-1" in capsys.readouterr().err
+
+
+def test_a_script_fixed_after_its_failure_and_resumed_runs_the_fixed_code_and_says_so(homes, capsys, tmp_path):
+    """A resume of a script's run ships the code as it is now (each task's copy brought up to date, what the script
+    wrote there kept) and says which files changed: the old copy would fail the same way."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "helper.py").write_text("LOSS = 0.5\n")
+    (folder / "train.py").write_text("import helper\nprint(f'epoch 0: loss={helper.LOSS}')\nprint(best_loss)\n")
+    path = tmp_path / "project.toml"
+    path.write_text(f"[training]\nscript = {str(folder / 'train.py')!r}\n\n[[hosts]]\nname = \"local\"\n"
+                    "local = true\n\n[[tasks]]\nhost = \"local\"\n")
+    assert main(["run", str(path), "--run-id", "fixme"]) == 1
+    assert "NameError: name 'best_loss' is not defined" in "".join(capsys.readouterr())
+    fixed = "import helper\nbest_loss = helper.LOSS\nprint(f'epoch 0: loss={best_loss}')\n"
+    (folder / "train.py").write_text(fixed)
+    assert main(["resume", "fixme"]) == 0
+    said = "".join(capsys.readouterr())
+    assert (f"run fixme: the tasks run the code of {folder} as it is now: 1 file changed since the last start "
+            "(train.py)") in said, said
+    work = homes / "host-home" / "runs" / "fixme" / "worker-0" / "work"
+    assert (work / "train.py").read_text() == fixed and runs.status("fixme", "worker-0")["phase"] == "finished"
 
 
 PARAMETER_SERVER = """

@@ -17,6 +17,7 @@ import pytest
 
 from agent import runs
 from tests.helpers.cli import tfcc
+from trainer.records import PLACE_FIELDS
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "tests" / "data" / "scripts"
@@ -81,6 +82,17 @@ def run_json(homes: Path, path: Path, run_id: str, capsys, captured: bool = True
         for task in ends:
             assert of(stream, task, "event", event="cluster_formed") or of(stream, task, "event", event="serving"), task
     return stream
+
+
+def metrics(record: dict) -> dict:
+    """A step or epoch record's numbers, without what says where and when it is."""
+    return {k: v for k, v in record.items() if k not in PLACE_FIELDS and k not in ("task", "host", "epoch_time")}
+
+
+def on_one_axis(records: list[dict]) -> bool:
+    """Whether records placed on the step axis (those with a ``global_step``) never go back."""
+    placed = [r["global_step"] for r in records if "global_step" in r]
+    return placed == sorted(placed)
 
 
 def assert_fit_steps(stream: list[dict], task: str, steps: int) -> None:
@@ -222,7 +234,7 @@ def test_a_package_file_run_by_its_path_is_told_to_run_as_a_module(homes, capsys
             f'run with python -m; a file run by its path has no package; run it as a module: module = "trainer.task", '
             f'workdir = "{folder}" in [training]') in " ".join(said.split()), said
     assert "fix it where the traceback" not in said and "restarting" not in said
-    # Started again, not resumed: a resume would run each task's old copy of the code, and there is no backup.
+    # Started again, not resumed: tfcc holds no backup of a script's training.
     assert "tfcc resume" not in said and "backup" not in said.replace("backups", "")
     assert err.splitlines()[-1] == f"tfcc: once the code is fixed, start the run again: tfcc run {path}"
 
@@ -241,22 +253,42 @@ def test_mwms_custom_loop_that_prints_per_epoch_values_gives_each_workers_epochs
 
 @pytest.mark.slow
 def test_mwms_custom_loop_writing_summaries_gives_a_curve_per_summary_step(homes, capsys):
+    """Summaries at the optimizer's step (every step) and at ``step=epoch`` (one per epoch): the epoch's are
+    put where training was when they were written (each epoch's last step), never at steps 0, 1, 2."""
     path = cluster_file(homes, "mwms_loop_summary", TWO_WORKERS)
     stream = run_json(homes, path, "mwms-summary", capsys)
     for task in ("worker-0", "worker-1"):
-        steps = of(stream, task, "step", captured="summary")
-        tags = {k for r in steps for k, v in r.items() if isinstance(v, float) and "loss" in k}
-        assert tags, steps[:3]
-        assert len(steps) >= 5 and len({r["global_step"] for r in steps}) == len(steps)
+        captured = [r for r in stream if r.get("task") == task and r.get("type") in ("step", "epoch")]
+        assert all(r.get("captured") == "summary" and r["type"] == "step" for r in captured), captured
+        per_step = [r for r in captured if "summary_step" not in r]
+        assert [r["global_step"] for r in per_step] == list(range(1, 31))  # 3 epochs x 10 steps, each once
+        assert all(set(metrics(r)) == {"train_loss", "accuracy"} for r in per_step), per_step[:3]
+        per_epoch = [r for r in captured if "summary_step" in r]
+        assert [(r["summary_step"], r["global_step"]) for r in per_epoch] == [(0, 10), (1, 20), (2, 30)]
+        assert all(set(metrics(r)) == {"epoch_accuracy"} for r in per_epoch), per_epoch
+        assert on_one_axis(captured)
 
 
 @pytest.mark.slow
 def test_parameter_server_fit_finishes_with_the_coordinators_steps(homes, capsys):
-    """steps_per_execution = 5: each record's pace is per step, not per execution."""
+    """steps_per_execution = 5: each record's pace is per step, not per execution. Every task prints its argparse
+    ``Namespace(...)``: no metric. After fit the chief evaluates with a ``schedule`` loop and prints the
+    result: no training step, one evaluation value at fit's last step. The servers record nothing."""
     path = cluster_file(homes, "ps_fit", PARAMETER_SERVERS, 'args = ["--epochs", "2"]')
     stream = run_json(homes, path, "ps-fit", capsys)
     steps = of(stream, "chief-0", "step")
-    assert steps and all(isinstance(r.get("loss"), float) and r["step_time"] > 0 for r in steps)
+    assert steps and all(isinstance(r.get("loss"), float) and r["step_time"] > 0 for r in steps[:-1])
+    # every record the chief has: fit's steps (every 10th of 2 x 20) and epochs, then the evaluation it printed
+    captured = [r for r in stream if r.get("task") == "chief-0" and r.get("type") in ("step", "epoch")]
+    assert [(r["type"], r.get("global_step", r.get("epoch")), r.get("captured")) for r in captured] == [
+        ("step", 10, None), ("step", 20, None), ("epoch", 0, None), ("step", 30, None), ("step", 40, None),
+        ("epoch", 1, None), ("step", 40, "print")]
+    assert metrics(captured[-1]) == {"Evaluation_accuracy": pytest.approx(captured[-1]["Evaluation_accuracy"])}
+    assert 0.5 < captured[-1]["Evaluation_accuracy"] <= 1
+    assert not [r for r in captured if {"learning_rate", "eval_steps", "epochs"} & set(r)], captured
+    for server in ("worker-0", "worker-1", "ps-0"):
+        assert not [r for r in stream if r.get("task") == server and r.get("type") in ("step", "epoch")]
+    steps = steps[:-1]
     started = of(stream, "chief-0", "event", event="started")[0]
     assert started["strategy"] == "parameter_server" and started["asynchronous"] and started["num_workers"] == 2
     # Throughput counts each step of an execution once: a step's examples over a step's time.
@@ -277,13 +309,27 @@ def test_parameter_server_coordinator_loop_reports_steps_and_epochs(homes, capsy
 
 
 @pytest.mark.slow
-def test_single_host_mirrored_fit_in_keras3_gets_keras3(homes, capsys):
+def test_single_host_mirrored_fit_in_keras3_gets_keras3_and_its_second_fit_goes_on_after_the_first(homes, capsys):
+    """fit (3 epochs of 12 steps), compile again and fit again to fine-tune (2 epochs): the second fit's steps
+    go on from step 37, marked ``fit: 2``; the evaluation printed at the end is evaluation, at the last step."""
     path = cluster_file(homes, "mirrored_fit_keras3", ONE_WORKER)
     stream = run_json(homes, path, "k3", capsys)
     started = of(stream, "worker-0", "event", event="started")[0]
     assert started["keras"] == "keras3" and started["strategy"] == "mirrored"
     assert started["keras_reason"] == "keras3: it imports keras (main.py:4), Keras 3"
-    assert of(stream, "worker-0", "step") and of(stream, "worker-0", "epoch")
+    assert [r.get("fit") for r in of(stream, "worker-0", "event", event="train_begin")] == [None, 2]
+    steps = of(stream, "worker-0", "step")
+    assert [(r["global_step"], r.get("fit")) for r in steps if "captured" not in r] == (
+        [(s, None) for s in range(1, 37)] + [(s, 2) for s in range(37, 61)])
+    assert all(isinstance(r["loss"], float) for r in steps if "captured" not in r)
+    epochs = of(stream, "worker-0", "epoch")
+    assert [(r["epoch"], r.get("fit"), r.get("global_step")) for r in epochs] == [
+        (0, None, None), (1, None, None), (2, None, None), (0, 2, 48), (1, 2, 60)]
+    assert all({"loss", "accuracy", "val_loss", "val_accuracy"} <= set(r) for r in epochs)
+    printed = [r for r in stream if r.get("task") == "worker-0" and r.get("captured") == "print"]
+    assert [(r["type"], r["global_step"], sorted(metrics(r))) for r in printed] == [
+        ("step", 60, ["Eval_accuracy", "Eval_loss"])]
+    assert on_one_axis([r for r in stream if r.get("task") == "worker-0" and r.get("type") in ("step", "epoch")])
 
 
 @pytest.mark.slow
@@ -291,6 +337,19 @@ def test_single_host_mirrored_custom_loop_in_tf_keras(homes, capsys):
     path = cluster_file(homes, "mirrored_loop_tfkeras", ONE_WORKER)
     stream = run_json(homes, path, "tfk-loop", capsys)
     assert len(of(stream, "worker-0", "epoch", captured="print")) >= 2
+
+
+@pytest.mark.slow
+def test_a_hand_written_loop_that_prints_its_own_way_gives_its_epochs(homes, capsys):
+    """"config: epochs=3 ...", then per epoch "epoch 0:" with "loss=..." on the next line and "validation after
+    epoch 0, accuracy is 0.85": each epoch's loss and accuracy at its last step (24 steps of 64 of 1500)."""
+    path = cluster_file(homes, "printed_loop", ONE_WORKER)
+    stream = run_json(homes, path, "printed", capsys)
+    captured = [r for r in stream if r.get("task") == "worker-0" and r.get("type") in ("step", "epoch")]
+    assert [(r["type"], r["epoch"], r["global_step"], sorted(metrics(r))) for r in captured] == [
+        ("epoch", epoch, 24 * (epoch + 1), [name]) for epoch in range(3) for name in ("loss", "accuracy")]
+    assert all(r["captured"] == "print" for r in captured)
+    assert captured[-1]["accuracy"] > 0.8 and captured[-2]["loss"] < captured[0]["loss"]
 
 
 # --------------------------------------------------------------------------- capture's promises

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.capture import _tfrecords, parse_line
+from trainer.capture import _StepAxis, _tfrecords, parse_line
 from trainer.metrics import read_records
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,6 +154,28 @@ print("Finished epoch 1, accuracy is 0.64.")
         {"type": "epoch", "captured": "print", "epoch": 1, "loss": 1.44, "acc": 0.6},
         {"type": "epoch", "captured": "print", "epoch": 1, "accuracy": 0.64},
     ]
+
+
+def test_the_step_axis_never_goes_back():
+    axis = _StepAxis()
+    assert [axis.place(("fit", 1), s, after=True) for s in (1, 2, 3)] == [1, 2, 3]
+    assert [axis.place(("fit", 2), s, after=True) for s in (1, 2)] == [4, 5]  # a later fit: after the first
+    assert axis.place(("optimizer", 7), 0, after=True) == 5  # a restored model's fresh optimizer: where training is
+    assert [axis.place(("summary", "f"), s) for s in (2, 3)] == [2, 3]  # read late: as written, though others are on
+    assert [axis.place(("print",), s, after=True) for s in (6, 7, 1, 2)] == [6, 7, 8, 9]  # counted again: after
+    axis.align(("optimizer", 8), 20, 9)  # fit's optimizer at fit's last step
+    assert axis.place(("optimizer", 8), 21) == 10 and axis.top == 10
+
+
+def test_printed_steps_counted_again_go_on_after_the_first_loop(tmp_path):
+    proc, records = run(tmp_path, """
+for loop in range(2):
+    for step in range(1, 4):
+        print(f"step {step}: loss={1 / step:.2f}")
+""")
+    assert proc.returncode == 0, proc.stderr
+    assert [(r["step"], r["global_step"]) for r in records if r["type"] == "step"] == [
+        (1, 1), (2, 2), (3, 3), (1, 4), (2, 5), (3, 6)]
 
 
 @pytest.mark.parametrize("role", ["ps", "worker"])
@@ -353,7 +375,8 @@ def test_a_summary_step_read_in_two_parts_is_one_record(tmp_path):
         return struct.pack("<Q", len(data)) + b"\0" * 4 + data + b"\0" * 4
 
     written = []
-    follower = _SummaryFollower(type("Capture", (), {"write": lambda self, r: written.append(r)})())
+    follower = _SummaryFollower(type("Capture", (), {"write": lambda self, r: written.append(r), "axis": _StepAxis(),
+                                                     "summary_at": lambda self, tag, step: None})())
     follower.logdirs.append(str(tmp_path))
     path = tmp_path / f"events.out.tfevents.1.host.{os.getpid()}.0.v2"
     path.write_bytes(frame(1, "loss", 0.5))

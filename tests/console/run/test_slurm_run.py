@@ -262,3 +262,33 @@ def test_a_users_two_file_fit_script_runs_unchanged_on_slurm(slurm, tmp_path, ca
         assert (started["num_workers"], started["global_batch"], started["keras"]) == (2, 64, "tf-keras")
     # what the chief wrote stays in its own copy of the script's folder, in its run folder
     assert (run_folder(slurm, "slurm-script") / "worker-0" / "work" / "saved_model" / "digits").is_dir()
+
+
+def test_a_package_module_runs_on_slurm_as_python_m_runs_it(slurm, tmp_path, capsys):
+    """``module = "trainer.task"``: the workdir (the package's parent) ships to the login host, each task runs
+    ``python -m trainer.task`` in its own copy on its node, its relative import working and its printed numbers
+    captured. (A package that needs no TensorFlow: what is shown is how it is run, not training.)"""
+    package = tmp_path / "project" / "trainer"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "model.py").write_text("LOSS = 0.25\n")
+    (package / "task.py").write_text(
+        "import argparse, json, os\nfrom . import model\n\n"
+        "parser = argparse.ArgumentParser()\nparser.add_argument('--job-dir', default='out')\n"
+        "args = parser.parse_args()\n"
+        "index = json.loads(os.environ['TF_CONFIG'])['task']['index']\n"
+        "print(f'epoch 0: loss={model.LOSS * (index + 1)}')\n")
+    path = tmp_path / "module.toml"
+    path.write_text(f'[training]\nmodule = "trainer.task"\nworkdir = "{tmp_path / "project"}"\n'
+                    f'args = ["--job-dir", "gs://bucket/out"]\n'
+                    f'[slurm]\nlogin = "{slurm.login.address}"\nuser = "root"\nkey = "{slurm.hosts.client_key}"\n'
+                    f'python = "{sys.executable}"\nnodes = 2\ncpus_per_task = 1\ntime = "10:00"\n')
+    code, out, err = tfcc(["run", str(path), "--json", "--run-id", "slurm-module"], capsys)
+    stream = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    ends = {r["task"]: r.get("phase") for r in stream if r.get("type") == "end"}
+    assert code == 0 and ends == {"worker-0": "finished", "worker-1": "finished"}, (err[-3000:], ends)
+    for index, task in enumerate(("worker-0", "worker-1")):
+        launched = next(r for r in stream if r.get("task") == task and r.get("event") == "launched")
+        assert launched["script"] == "trainer.task"
+        epochs = [r for r in stream if r.get("task") == task and r.get("type") == "epoch"]
+        assert [(r["epoch"], r["loss"], r["captured"]) for r in epochs] == [(0, 0.25 * (index + 1), "print")]

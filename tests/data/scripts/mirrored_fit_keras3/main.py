@@ -1,4 +1,4 @@
-"""Distributed training with Keras 3: MirroredStrategy on one host + Model.fit."""
+"""Distributed training with Keras 3: MirroredStrategy on one host + Model.fit, then fine-tuning (fit again)."""
 import argparse
 
 import keras
@@ -10,6 +10,7 @@ from sklearn.model_selection import train_test_split
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=3)
+parser.add_argument("--fine_tune_epochs", type=int, default=2)
 args = parser.parse_args()
 
 keras.utils.set_random_seed(0)
@@ -60,6 +61,13 @@ class PrintLR(keras.callbacks.Callback):
 
 model.fit(train_dataset, validation_data=eval_dataset, epochs=args.epochs,
           callbacks=[keras.callbacks.LearningRateScheduler(decay), PrintLR()], verbose=2)
+
+# Fine-tuning (as the transfer-learning guide does): compile again with a lower learning rate, fit again.
+with strategy.scope():
+  model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                optimizer=keras.optimizers.Adam(learning_rate=1e-4),
+                metrics=["accuracy"])
+model.fit(train_dataset, validation_data=eval_dataset, epochs=args.fine_tune_epochs, verbose=2)
 
 eval_loss, eval_acc = model.evaluate(eval_dataset, verbose=0)
 print(f"Eval loss: {eval_loss:.4f}, Eval accuracy: {eval_acc:.4f}")

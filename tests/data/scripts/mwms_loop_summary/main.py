@@ -76,6 +76,8 @@ with writer.as_default():
       loss = train_step(iterator)
       tf.summary.scalar('train_loss', loss, step=optimizer.iterations)
       tf.summary.scalar('accuracy', train_accuracy.result(), step=optimizer.iterations)
+    # and one point per epoch, as the TensorBoard guide writes them
+    tf.summary.scalar('epoch_accuracy', train_accuracy.result(), step=epoch)
 writer.close()
 
 if not is_chief:

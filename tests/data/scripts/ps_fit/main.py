@@ -14,7 +14,10 @@ import tensorflow as tf
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=3)
+parser.add_argument("--learning_rate", type=float, default=0.1)
+parser.add_argument("--eval_steps", type=int, default=40)
 args = parser.parse_args()
+print(args)
 
 cluster_resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
 num_workers = len(cluster_resolver.cluster_spec().as_dict().get("worker", []))
@@ -58,10 +61,38 @@ with strategy.scope():
       tf.keras.layers.Dense(10),
   ])
   model.compile(
-      optimizer=tf.keras.optimizers.legacy.SGD(learning_rate=0.1),
+      optimizer=tf.keras.optimizers.legacy.SGD(learning_rate=args.learning_rate),
       loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
       metrics=["accuracy"],
       steps_per_execution=5)
 
 model.fit(tf.keras.utils.experimental.DatasetCreator(dataset_fn),
           epochs=args.epochs, steps_per_epoch=20)
+
+# Evaluation with the coordinator (the tutorial's custom evaluation loop).
+coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+with strategy.scope():
+  eval_accuracy = tf.keras.metrics.Accuracy()
+
+
+@tf.function
+def eval_step(iterator):
+
+  def replica_fn(batch_data, labels):
+    pred = model(batch_data, training=False)
+    eval_accuracy.update_state(labels, tf.argmax(pred, axis=1))
+
+  batch_data, labels = next(iterator)
+  strategy.run(replica_fn, args=(batch_data, labels))
+
+
+def eval_dataset_fn():
+  return tf.data.Dataset.from_tensor_slices((x_train, y_train)).repeat().batch(16)
+
+
+per_worker_eval_dataset = coordinator.create_per_worker_dataset(eval_dataset_fn)
+per_worker_eval_iterator = iter(per_worker_eval_dataset)
+for _ in range(args.eval_steps):
+  coordinator.schedule(eval_step, args=(per_worker_eval_iterator,))
+coordinator.join()
+print("Evaluation accuracy: %f" % eval_accuracy.result())
