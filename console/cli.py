@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 import traceback
+from pathlib import Path
 
 from agent.protocol import FINISHED, LOGS, TRAINING
 from console import catalog, checks, export, memory, slurm
@@ -491,7 +492,8 @@ def cmd_export(ns) -> int:
     cluster = cl.load(ns.cluster) if ns.cluster else cl.default()
     given = export.slurm_options(cluster)  # a Slurm cluster file's time limit and CPUs, unless the line says
     options = export.Options(image=ns.image, time_limit=ns.time or given.time_limit, port_base=ns.port_base,
-                             name=ns.name, cpus_per_task=ns.cpus_per_task or given.cpus_per_task)
+                             name=ns.name, cpus_per_task=ns.cpus_per_task or given.cpus_per_task,
+                             into=Path(ns.output))
     files = export.render(ns.format, cluster, options)
     for path in export.write(files, ns.output, ns.force):
         print(f"wrote {path}")

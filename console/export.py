@@ -6,7 +6,7 @@ docs/graduation.md for the paths side by side.
 
 What each format carries over from the cluster: every task's role (``TF_CONFIG``), the
 training settings (``Training.trainer_args``, or the user's script and its args), the
-environment tfcc gives each task (``TF_USE_LEGACY_KERAS=1``, its GPUs in
+environment tfcc gives each task (``TF_USE_LEGACY_KERAS`` for the Keras its code gets, its GPUs in
 ``CUDA_VISIBLE_DEVICES``, none for a ps), the evaluator's checkpoint folder and the
 restart budget (``max_restarts``). What none can carry is said in the export's notes.
 """
@@ -17,16 +17,18 @@ import json
 import os
 import re
 import shlex
+import shutil
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from console import cluster as cl
+from console import workdir
 from console.errors import TfccError
 from console.run.launch import (GPUS, LEGACY_KERAS, SLURM_PORT_BASE, check_user_file, gpu_environment,
-                               trainer_args)
+                               keras_choice, trainer_args)
 from trainer.tf_config import CHIEF, EVALUATOR, PS, ROLES, WORKER
 
 FORMATS = ("scripts", "slurm", "tfjob", "trainjob")
@@ -85,6 +87,7 @@ class Options:
     port_base: int = SLURM_PORT_BASE  # slurm: the first port of each node's tasks
     name: str = "tfcc"              # the Slurm job's, the TFJob's and the TrainJob's (and its runtime's) name
     cpus_per_task: int = 4          # slurm: --cpus-per-task
+    into: Path | None = None        # where it is written: its files are none of the user's code
 
 
 @dataclass
@@ -94,6 +97,12 @@ class Export:
     files: dict[str, str]
     notes: list[str]
     executable: frozenset = frozenset()  # names written with the execute bit
+    copies: dict[str, Path] = field(default_factory=dict)  # name -> a file of the user's code, copied as it is
+
+    @property
+    def names(self) -> list[str]:
+        """Every file it writes: its own, then the code's copies."""
+        return list(self.files) + list(self.copies)
 
 
 def render(fmt: str, cluster: cl.Cluster, options: Options | None = None) -> Export:
@@ -101,9 +110,6 @@ def render(fmt: str, cluster: cl.Cluster, options: Options | None = None) -> Exp
     the format cannot carry."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r}", f"use one of {', '.join(FORMATS)}")
-    if cluster.training.module:  # an export ships one script file; a module needs its package's folder
-        raise ExportError(f"training.module {cluster.training.module!r}: exports do not carry a module's package "
-                          "yet", "run it with tfcc run (or Deploy & Start in the window), which ships its workdir")
     return {"scripts": _scripts, "slurm": _slurm, "tfjob": _tfjob,
             "trainjob": _trainjob}[fmt](cluster, options or Options())
 
@@ -127,20 +133,20 @@ def write(export: Export, folder: str | Path, force: bool = False) -> list[Path]
             shown = ", ".join(held[:3]) + (", …" if len(held) > 3 else "")
             raise FolderNotEmpty(f"folder {str(folder)!r} is not empty (it holds {shown})",
                               "choose a new or empty folder, or add --force to replace the exported files in it")
-    for name in export.files:
+    for name in export.names:
         if Path(name).is_absolute() or ".." in Path(name).parts:  # an export writes inside its folder, only
             raise ExportError(f"the export names a file outside its folder ({name!r})", "rename what names it")
-    for name in export.files:  # a file of the export where the folder has a folder: refuse before writing
+    for name in export.names:  # a file of the export where the folder has a folder: refuse before writing
         target = folder / name
         if target.is_dir():
             raise ExportError(f"{str(target)!r} is a folder, where the export writes a file",
                               "move it away or choose another folder")
     written = []
     try:
-        for name, text in export.files.items():
+        for name in export.names:
             target = folder / name
             target.parent.mkdir(parents=True, exist_ok=True)
-            _write_file(target, text, name in export.executable)
+            _write_file(target, export.files.get(name), name in export.executable, export.copies.get(name))
             written.append(target)
     except OSError as exc:
         where = exc.filename or str(folder)
@@ -149,11 +155,15 @@ def write(export: Export, folder: str | Path, force: bool = False) -> list[Path]
     return written
 
 
-def _write_file(path: Path, text: str, executable: bool) -> None:
+def _write_file(path: Path, text: str | None, executable: bool, source: Path | None = None) -> None:
+    """``text``, or a copy of ``source`` (a file of the user's code), written whole or not at all."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:6]}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        if source is not None:
+            shutil.copyfile(source, tmp)
+        else:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
         if executable:
             mode = os.stat(tmp).st_mode
             os.chmod(tmp, mode | ((mode & 0o444) >> 2))  # +x wherever it is readable
@@ -234,8 +244,59 @@ def _describe(cluster: cl.Cluster) -> str:
             f"({', '.join(h.name for h in hosts)}), {what}")
 
 
+USER_DIR = "user"  # an export's copy of the user's code (its workdir), or its model file
+
+
+@dataclass(frozen=True)
+class _Code:
+    """A user's code as an export carries it: its workdir's files under ``user/``, each task running it from a copy
+    of its own (as ``tfcc run`` does: relative paths and what it writes stay the task's), as ``python SCRIPT`` or
+    ``python -m MODULE``."""
+
+    copies: dict[str, Path]   # "user/<rel>" -> the file here
+    executable: frozenset
+    script: str               # the script's path in the workdir; "" for a module
+    module: str
+    root: Path
+
+    def argv(self, python, args) -> list:
+        return [python, "-m", self.module, *args] if self.module else [python, self.script, *args]
+
+    @property
+    def entry(self) -> str:
+        """How the tasks run it, in words: ``python -m trainer.task`` or ``python train.py``."""
+        return f"python -m {self.module}" if self.module else f"python {self.script}"
+
+
+def _code(cluster: cl.Cluster, options: Options) -> _Code | None:
+    """A user's script or module with its workdir (collected as ``tfcc run`` ships it), or None."""
+    t = cluster.training
+    if not t.user_code:
+        return None
+    if t.script:
+        _user_file(cluster)  # a script that is not there, or no text: said as tfcc run says it
+    try:
+        collected = workdir.collect(t, hashed=False, leave_out=options.into)
+    except TfccError as exc:
+        raise ExportError(exc.cause, exc.fix) from None
+    copies = {f"{USER_DIR}/{f.rel}": f.path for f in collected.files}
+    executable = frozenset(f"{USER_DIR}/{f.rel}" for f in collected.files if f.executable)
+    return _Code(copies, executable, "" if t.module else collected.script, t.module, collected.root)
+
+
+def _keras_line(cluster: cl.Cluster) -> str:
+    """The shell line that gives the tasks their Keras (``keras_choice``: tf-keras for tfcc's trainer and where
+    Keras 3 cannot run fit; a user's code the Keras it was written for), and why."""
+    flavour, why = keras_choice(cluster)
+    if flavour == cl.TF_KERAS:
+        return f"export {LEGACY_KERAS}=1  # tf-keras (Keras 2): {why}\n"
+    if flavour == cl.KERAS3:
+        return f"export {LEGACY_KERAS}=0  # Keras 3: {why}\n"
+    return f"# {LEGACY_KERAS} as this machine has it: {why}\n"
+
+
 def _user_file(cluster: cl.Cluster) -> tuple[str, str] | None:
-    """The user's script or model file as ``("user/<name>", text)``, checked as ``tfcc run`` checks it."""
+    """The user's model file as ``("user/<name>", text)``, checked as ``tfcc run`` checks it."""
     t = cluster.training
     what, path = ("script", t.script) if t.script else ("model_file", t.model_file)
     if not path:
@@ -310,8 +371,7 @@ here=$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)
 PYTHON=${{PYTHON:-{python}}}
 export TFCC_ROOT=${{TFCC_ROOT:-$here}}  # a folder that holds tfcc's agent/ and trainer/
 export PYTHONPATH=$TFCC_ROOT${{PYTHONPATH:+:$PYTHONPATH}}
-export TF_USE_LEGACY_KERAS=1  # tf-keras (Keras 2): Keras 3's fit fails under MultiWorkerMirroredStrategy
-RUNS=${{TFCC_RUNS:-$here/runs}}
+{keras}RUNS=${{TFCC_RUNS:-$here/runs}}
 """
 
 _IMPORT_CHECK = """\
@@ -391,13 +451,14 @@ def _scripts(cluster: cl.Cluster, options: Options) -> Export:
     ports, chosen = concrete_ports(cluster)
     names = cluster.task_names()
     configs = [cluster.tf_config(i, ports) for i in range(len(cluster.tasks))]
-    user = _user_file(cluster)
+    code = _code(cluster, options)
+    user = None if code else _user_file(cluster)
     t = cluster.training
     files: dict[str, str] = {}
     hosts = _used_hosts(cluster)
     for host in hosts:
-        files[f"launch-{host.name}.sh"] = _launch_script(cluster, host, ports, names, configs)
-    files["README.md"] = _scripts_readme(cluster, ports, names, user)
+        files[f"launch-{host.name}.sh"] = _launch_script(cluster, host, ports, names, configs, code)
+    files["README.md"] = _scripts_readme(cluster, ports, names, code)
     if user:
         files[user[0]] = user[1]
     notes = [f"{len(hosts)} launch script{'s' if len(hosts) > 1 else ''}: run each on its host "
@@ -409,19 +470,21 @@ def _scripts(cluster: cl.Cluster, options: Options) -> Export:
                      "cluster file and export again")
     notes.append("each host needs tfcc's agent/ and trainer/ folders beside its launch script (or TFCC_ROOT "
                  "naming a folder that has them) and Python with TensorFlow 2.21 and tf-keras 2.21"
-                 if not t.script else
-                 f"each host needs this folder with user/{Path(t.script).name}, and Python with what the script imports")
+                 if code is None else
+                 f"each host needs this folder with user/ ({code.root}'s {len(code.copies)} files; each task runs "
+                 f"{code.entry} in a copy of its own), and Python with what the code imports")
     if cluster.parameter_server:
         notes.append("parameter-server training: the workers and ps serve until stopped; the chief's host's script "
                      "ends its own when the chief finishes, on the other hosts press Ctrl-C then")
     if t.max_restarts:
         notes.append(f"the scripts do not restart failed tasks (tfcc does, up to {t.max_restarts} times): run every "
                      "host's script again and the tasks resume from their last backups")
-    return Export(files, notes, frozenset(f"launch-{h.name}.sh" for h in hosts))
+    return Export(files, notes, frozenset(f"launch-{h.name}.sh" for h in hosts) | (code.executable if code else set()),
+                  dict(code.copies) if code else {})
 
 
 def _launch_script(cluster: cl.Cluster, host: cl.Host, ports: list[int], names: list[str],
-                   configs: list[str]) -> str:
+                   configs: list[str], code: _Code | None = None) -> str:
     t = cluster.training
     me = f"launch-{host.name}.sh"
     mine = [i for i, task in enumerate(cluster.tasks) if task.host == host.name]
@@ -429,19 +492,20 @@ def _launch_script(cluster: cl.Cluster, host: cl.Host, ports: list[int], names: 
                                                      "chief's checkpoints)") for i in mine)
     python = host.interpreter
     out = [_LAUNCH_HEAD.format(me=me, me_word=shlex.quote(me), host=host.name, made="exported by tfcc export scripts",
-                               summary=_describe(cluster), listing=listing, python=shlex.quote(python))]
+                               summary=_describe(cluster), listing=listing, python=shlex.quote(python),
+                               keras=_keras_line(cluster))]
     if t.model_file:
         out.append(f"export TFCC_MODEL_FILE_ORIGIN={shlex.quote(str(Path(t.model_file).expanduser().resolve()))}"
                    "  # how errors name the model file\n")
     out.append(_environment(cluster, "$me"))
-    if not t.script:
+    if code is None:
         out.append(_IMPORT_CHECK)
     out.append("\npids=() names=()\n")
     for i in mine:
         task, name = cluster.tasks[i], names[i]
         folder = _Raw(f'"$RUNS/{name}"')
-        if t.script:
-            argv = [_Raw('"$PYTHON"'), _beside(f"user/{Path(t.script).name}"), *t.args]
+        if code is not None:
+            argv = code.argv(_Raw('"$PYTHON"'), t.args)
         else:
             model = _beside(f"user/{Path(t.model_file).name}") if t.model_file else None
             argv = [_Raw('"$PYTHON"'), "-m", "trainer", "--run-dir", folder, *trainer_args(cluster, model)]
@@ -451,13 +515,17 @@ def _launch_script(cluster: cl.Cluster, host: cl.Host, ports: list[int], names: 
             env.append(f"  export {key}={value}" + ("" if value else "  # a ps holds variables on its CPU: no GPU "
                                                                       "memory taken"))
         where = f"{host.tf_host}:{ports[i]}" if ports[i] else "no port: it reads the chief's checkpoints"
+        copy = (f'[ -d "$RUNS/{name}/work" ] || cp -R "$here/{USER_DIR}" "$RUNS/{name}/work" || exit 2'
+                "  # its own copy of the code (run again: kept)\n" if code is not None else "")
+        into, logs = ("work", "../") if code is not None else ("", "")
         out.append(f"\n# {name} ({where})\n"
                    f'mkdir -p "$RUNS/{name}" || exit 2\n'
+                   + copy +
                    "(\n"
-                   f'  cd "$RUNS/{name}" || exit 2\n'
+                   f'  cd "$RUNS/{name}{"/" + into if into else ""}" || exit 2\n'
                    + "\n".join(env) + "\n"
                    f"  exec {_words(argv)} \\\n"
-                   "    </dev/null >>stdout.log 2>>stderr.log\n"
+                   f"    </dev/null >>{logs}stdout.log 2>>{logs}stderr.log\n"
                    ") &\n"
                    f'pids+=("$!") names+=({name})\n'
                    + ('chief_pid=$!\n' if task.role == CHIEF and cluster.parameter_server else "")
@@ -473,17 +541,18 @@ def _launch_script(cluster: cl.Cluster, host: cl.Host, ports: list[int], names: 
     return "".join(out)
 
 
-def _scripts_readme(cluster: cl.Cluster, ports: list[int], names: list[str], user) -> str:
+def _scripts_readme(cluster: cl.Cluster, ports: list[int], names: list[str], user: _Code | None) -> str:
     t = cluster.training
     hosts = _used_hosts(cluster)
     rows = "\n".join(f"| {h.name} | `launch-{h.name}.sh` | "
                      + ", ".join(f"{names[i]} ({h.tf_host}:{ports[i]})" if ports[i] else names[i]
                                  for i, task in enumerate(cluster.tasks) if task.host == h.name) + " |"
                      for h in hosts)
-    if t.script:
-        code = (f"- The user's script is in `user/{Path(t.script).name}`; each host runs it with the Python that "
-                "`PYTHON` names (default: the host's `python` from the cluster file, else `python3`), which "
-                "needs what the script imports (TensorFlow, tf-keras).")
+    if user is not None:
+        code = (f"- The user's code is in `user/` (a copy of {user.root}, as `tfcc run` ships it); each task runs "
+                f"`{user.entry}` in a copy of its own, `runs/<task>/work/` (made at its first start, kept when the "
+                "script runs again), with the Python that `PYTHON` names (default: the host's `python` from the "
+                "cluster file, else `python3`), which needs what the code imports (TensorFlow, tf-keras).")
     else:
         code = ("- tfcc's trainer: copy tfcc's `agent/` and `trainer/` folders beside the launch scripts on every\n"
                 "  host (`rsync -a /path/to/tfcc/agent /path/to/tfcc/trainer HOST:this-folder/`), or set `TFCC_ROOT`\n"
@@ -507,9 +576,9 @@ def _scripts_readme(cluster: cl.Cluster, ports: list[int], names: list[str], use
 
 The cluster: {_describe(cluster)}.
 
-Each host's script sets every task's `TF_CONFIG`, the environment tfcc sets (`TF_USE_LEGACY_KERAS=1`,
-`CUDA_VISIBLE_DEVICES` from the task's GPUs, none for a ps) and starts the host's tasks with the cluster's
-training settings, as `tfcc run` would.
+Each host's script sets every task's `TF_CONFIG`, the environment tfcc sets (`TF_USE_LEGACY_KERAS` for the
+Keras the code gets, `CUDA_VISIBLE_DEVICES` from the task's GPUs, none for a ps) and starts the host's tasks with
+the cluster's training settings, as `tfcc run` would.
 
 | host | script | tasks (TF_CONFIG address) |
 |------|--------|---------------------------|
@@ -582,10 +651,12 @@ def _slurm(cluster: cl.Cluster, options: Options) -> Export:
     jobs = ",".join(f"{role}:{counts[role]}" for role in SLURM_JOBS if counts.get(role))
     gpus = _gpu_counts(cluster)
     per_task = max(gpus.values())
+    code = _code(cluster, options)
     notes = [f"submit {name}.sbatch with sbatch from a folder every node shares (the tasks' run folders are "
              f"written under runs/ there); the nodes need "
-             + (f"Python with what {Path(t.script).name} imports, and tfcc's trainer (agent/ and trainer/ beside "
-                "the script, or TFCC_ROOT)" if t.script else
+             + (f"Python with what the code imports, and tfcc's trainer (agent/ and trainer/ beside the script, or "
+                f"TFCC_ROOT); each task runs {code.entry} in its own copy of user/ ({code.root}'s "
+                f"{len(code.copies)} files)" if code is not None else
                 "Python with TensorFlow 2.21 and tf-keras 2.21, and tfcc's agent/ and trainer/ beside the script "
                 "(or TFCC_ROOT naming a folder that has them)")]
     lines = ["#!/bin/bash",
@@ -612,9 +683,10 @@ def _slurm(cluster: cl.Cluster, options: Options) -> Export:
     lines += [f"#SBATCH {option}" for option in (cluster.slurm.placement() if cluster.slurm else [])]
     srun = (f"srun --kill-on-bad-exit=1 --cpus-per-task={options.cpus_per_task}{bind}"
             + (f" --wait={SLURM_SERVER_WAIT}" if cluster.parameter_server else ""))
-    if t.script:
-        command = [_Raw('"$PYTHON"'), "-m", "trainer.slurm", "--jobs", jobs, "--port-base", str(options.port_base),
-                   "--", _beside(f"user/{Path(t.script).name}"), *t.args]
+    if code is not None:  # the wrapper below runs it in the task's own copy of the code, where a package of the
+        # user's may be named trainer too: tfcc's helper by its path
+        command = [_Raw('"$PYTHON"'), _Raw('"$TFCC_ROOT/trainer/slurm.py"'), "--jobs", jobs, "--port-base",
+                   str(options.port_base), "--", *code.argv(None, t.args)[1:]]
         run_dir = ""
     else:
         model = _beside(f"user/{Path(t.model_file).name}") if t.model_file else None
@@ -639,8 +711,11 @@ def _slurm(cluster: cl.Cluster, options: Options) -> Export:
             else:
                 branches.append(f"{'if' if k == 0 else 'elif'} [ \"$r\" -lt {end} ]; then task={role}-{shift};")
         naming = "r=$SLURM_PROCID\n" + " ".join(branches)
-    user = _user_file(cluster)
+    user = None if code else _user_file(cluster)
     end_servers = ""
+    into = ("[ -d \"$d/work\" ] || cp -R \"$TFCC_CODE\" \"$d/work\" || exit 2  "
+            "# its own copy of the code (again: kept)\ncd \"$d/work\" || exit 2" if code is not None
+            else "cd \"$d\" || exit 2")
     if cluster.parameter_server:  # the workers and ps serve until told: the chief's end is theirs (SIGTERM)
         end_servers = ('\nif [ "$task" = chief-0 ] && [ "$code" = 0 ]; then\n'
                        '  scancel --quiet --signal=TERM "$SLURM_JOB_ID.$SLURM_STEP_ID"  # ends the servers\n'
@@ -663,8 +738,7 @@ here=${{SLURM_SUBMIT_DIR:-$PWD}}
 PYTHON=${{PYTHON:-python3}}
 export TFCC_ROOT=${{TFCC_ROOT:-$here}}  # a folder that holds tfcc's agent/ and trainer/
 export PYTHONPATH=$TFCC_ROOT${{PYTHONPATH:+:$PYTHONPATH}}
-export TF_USE_LEGACY_KERAS=1  # tf-keras (Keras 2): Keras 3's fit fails under MultiWorkerMirroredStrategy
-export TFCC_RUNS=${{TFCC_RUNS:-$here/runs/${{SLURM_JOB_ID:-local}}}}
+{_keras_line(cluster)}{'export TFCC_CODE=$here/' + USER_DIR + '  # the code each task copies into its run folder' + chr(10) if code is not None else ''}export TFCC_RUNS=${{TFCC_RUNS:-$here/runs/${{SLURM_JOB_ID:-local}}}}
 {_environment(cluster, name)}mkdir -p "$TFCC_RUNS" || exit 2
 {uneven_srun}
 # What srun runs once per task: its run folder from its rank, its output in files there, its exit code noted.
@@ -673,7 +747,8 @@ export TFCC_RUNS=${{TFCC_RUNS:-$here/runs/${{SLURM_JOB_ID:-local}}}}
 task_wrapper='
 {naming}
 d=$TFCC_RUNS/$task
-mkdir -p "$d" && cd "$d" || exit 2
+mkdir -p "$d" || exit 2
+{into}
 export TFCC_RUN_DIR=$d TFCC_TASK=$task
 trap "kill -TERM \\$child 2>/dev/null; (sleep {STOP_GRACE}; kill -KILL \\$child 2>/dev/null) &" TERM INT
 "$@"{run_dir} </dev/null >>"$d/stdout.log" 2>>"$d/stderr.log" &
@@ -749,7 +824,8 @@ done
         notes.append("the ps task gets GPUs too under Slurm (one command for all tasks); tfcc gives it none")
     notes.append(f"the tasks' ports are {options.port_base} and up on each node (--port-base): Slurm picks the "
                  "nodes, so the cluster file's hosts and ports do not carry over")
-    return Export(files, notes, frozenset({f"{name}.sbatch"}))
+    return Export(files, notes, frozenset({f"{name}.sbatch"}) | (code.executable if code else set()),
+                  dict(code.copies) if code else {})
 
 
 # --------------------------------------------------------------------------- tfjob and trainjob: Kubernetes
@@ -774,14 +850,16 @@ def _k8s_image(cluster: cl.Cluster, options: Options, notes: list[str]) -> str:
     image = options.image or IMAGE_PLACEHOLDER
     if any(c.isspace() for c in image):
         raise ExportError(f"the image {image!r} has a space", "give an image reference like registry/tfcc:2.21")
-    _user_file(cluster)  # checked as the other exports check it (the image must hold it: not written here)
     t = cluster.training
+    _user_file(cluster) if t.model_file else _k8s_code(cluster)  # checked (the image must hold it: not written)
     if not options.image:
         notes.append(f"no --image: the manifest names {IMAGE_PLACEHOLDER}; build an image with Python, TensorFlow "
                      f"2.21, tf-keras 2.21 and tfcc's agent/ and trainer/ in {TFJOB_ROOT} (docs/graduation.md) "
                      "and export again with --image, or edit the manifest")
-    if t.script:
-        notes.append(f"the image must hold the script at {TFJOB_ROOT}/user/{Path(t.script).name}")
+    if t.user_code:
+        root, rel = _k8s_code(cluster)
+        notes.append(f"the image must hold the code's folder ({root}) as {TFJOB_ROOT}/{USER_DIR}/: each container "
+                     f"runs {'python -m ' + t.module if t.module else 'python ' + rel} there")
     elif t.model_file:
         notes.append(f"the image must hold the model file at {TFJOB_ROOT}/user/{Path(t.model_file).name}")
     return image
@@ -790,11 +868,35 @@ def _k8s_image(cluster: cl.Cluster, options: Options, notes: list[str]) -> str:
 def _k8s_command(cluster: cl.Cluster) -> list[str]:
     """Every container's command: the user's script and its args, or tfcc's trainer into its run folder."""
     t = cluster.training
+    if t.module:
+        return ["python3", "-m", t.module, *map(_escape, t.args)]
     if t.script:
-        return ["python3", _escape(f"{TFJOB_ROOT}/user/{Path(t.script).name}"), *map(_escape, t.args)]
+        return ["python3", _escape(f"{TFJOB_ROOT}/{USER_DIR}/{_k8s_code(cluster)[1]}"), *map(_escape, t.args)]
     model = _escape(f"{TFJOB_ROOT}/user/{Path(t.model_file).name}") if t.model_file else None
     return ["python3", "-m", "trainer", "--run-dir", f"{TFJOB_RUNS}/$(TFCC_TASK)",
             *map(_escape, trainer_args(cluster, model))]
+
+
+def _k8s_code(cluster: cl.Cluster) -> tuple[Path, str]:
+    """(the user's code's folder here, its script's or module file's path in it), checked as tfcc run checks it."""
+    try:
+        root, entry = workdir.locate(cluster.training)
+    except TfccError as exc:
+        raise ExportError(exc.cause, exc.fix) from None
+    if cluster.training.script:
+        _user_file(cluster)
+    return root, entry.relative_to(root).as_posix()
+
+
+def _k8s_keras(cluster: cl.Cluster) -> list[dict]:
+    """The container's TF_USE_LEGACY_KERAS for the Keras its code gets (``keras_choice``), or none."""
+    flavour, _ = keras_choice(cluster)
+    return [{"name": LEGACY_KERAS, "value": "1" if flavour == cl.TF_KERAS else "0"}] if flavour else []
+
+
+def _k8s_code_dir(cluster: cl.Cluster) -> dict:
+    """A container's working directory: the image's copy of the user's code, as a task of tfcc run has its own."""
+    return {"workingDir": f"{TFJOB_ROOT}/{USER_DIR}"} if cluster.training.user_code else {}
 
 
 def _k8s_runs_volume(cluster: cl.Cluster, name: str) -> dict:
@@ -869,7 +971,7 @@ def _tfjob(cluster: cl.Cluster, options: Options) -> Export:
     for role in (CHIEF, PS, WORKER, EVALUATOR):
         if not counts.get(role):
             continue
-        env = [{"name": LEGACY_KERAS, "value": "1"},
+        env = [*_k8s_keras(cluster),
                {"name": "PYTHONPATH", "value": TFJOB_ROOT},
                {"name": "TFCC_REPLICA_INDEX",
                 "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{REPLICA_INDEX_LABEL}']"}}},
@@ -878,7 +980,7 @@ def _tfjob(cluster: cl.Cluster, options: Options) -> Export:
         if role == PS:  # it holds variables on its CPU: TensorFlow would take every GPU's memory
             env.append({"name": GPUS, "value": ""})
         env += _k8s_user_env(cluster, name)
-        container = {"name": "tensorflow", "image": image, "command": command, "env": env,
+        container = {"name": "tensorflow", "image": image, "command": command, **_k8s_code_dir(cluster), "env": env,
                      "ports": [{"name": "tfjob-port", "containerPort": TFJOB_PORT}],
                      "volumeMounts": [{"name": "tfcc-runs", "mountPath": TFJOB_RUNS}]}
         gpus = _k8s_gpus(cluster, role, notes, f"a TFJob gives every {TFJOB_TYPES[role]} replica")
@@ -950,7 +1052,7 @@ def _trainjob(cluster: cl.Cluster, options: Options) -> Export:
     for role in (CHIEF, PS, WORKER, EVALUATOR):
         if not counts.get(role):
             continue
-        env = [{"name": LEGACY_KERAS, "value": "1"},
+        env = [*_k8s_keras(cluster),
                {"name": "PYTHONPATH", "value": TFJOB_ROOT},
                {"name": "TFCC_TRAINJOB",
                 "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOBSET_NAME_LABEL}']"}}},
@@ -963,7 +1065,8 @@ def _trainjob(cluster: cl.Cluster, options: Options) -> Export:
         if role == PS and not gpus:  # it holds variables on its CPU: TensorFlow would take every GPU's memory
             env.append({"name": GPUS, "value": ""})
         env += _k8s_user_env(cluster, name)
-        container = {"name": TRAINJOB_CONTAINER, "image": image, "command": command, "env": env}
+        container = {"name": TRAINJOB_CONTAINER, "image": image, "command": command, **_k8s_code_dir(cluster),
+                     "env": env}
         if role != EVALUATOR:  # it serves nothing
             container["ports"] = [{"name": "tensorflow", "containerPort": TRAINJOB_PORT}]
         container["volumeMounts"] = [{"name": "tfcc-runs", "mountPath": TFJOB_RUNS}]

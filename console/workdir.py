@@ -292,14 +292,19 @@ class _Rules:
 # --------------------------------------------------------------------------- collect
 
 
-def collect(training: cl.Training, max_bytes: int | None = None, max_files: int | None = None) -> Workdir:
-    """The workdir of ``training.script``, its files hashed; a one-line RunError for a bad or too big one
-    (caps: ``MAX_BYTES`` and ``MAX_FILES`` unless given)."""
+def collect(training: cl.Training, max_bytes: int | None = None, max_files: int | None = None,
+            hashed: bool = True, leave_out: Path | None = None) -> Workdir:
+    """The workdir of ``training.script``, its files hashed (unless ``hashed`` is False: an export copies them,
+    its ``sha256`` then ""); a one-line RunError for a bad or too big one (caps: ``MAX_BYTES`` and
+    ``MAX_FILES`` unless given). ``leave_out``: a folder whose files are not the code's (an export's own)."""
     max_bytes = MAX_BYTES if max_bytes is None else max_bytes
     max_files = MAX_FILES if max_files is None else max_files
     root, script = locate(training)
     rules = _Rules(root)
     found, skipped = _walk(rules, root, max_files)
+    if leave_out is not None:
+        away = Path(leave_out).expanduser().resolve()
+        found = [item for item in found if not item[1].resolve().is_relative_to(away)]
     if len(found) > max_files:
         raise RunError(_too_many(training, root, found, max_files),
                        f"exclude them in {root / '.tfccignore'} or move data out of the folder")
@@ -321,6 +326,9 @@ def collect(training: cl.Training, max_bytes: int | None = None, max_files: int 
                        "the folder (the script can read it from its own path on each host)")
     files = []
     for rel, path, st in found:
+        if not hashed:
+            files.append(WorkFile(rel, path, st.st_size, "", bool(st.st_mode & 0o111)))
+            continue
         try:
             digest, size = _sha256(path)
         except OSError as exc:

@@ -51,7 +51,12 @@ import re
 import sys
 from collections.abc import Mapping
 
-from trainer.tf_config import CHIEF, PS, WORKER, ConfigError, make_tf_config
+if __name__ == "__main__" and __package__ in (None, ""):
+    # Started by its path (an export runs a user's code from its folder, where a package of the user's may be
+    # named trainer too, as cloud samples name theirs): tfcc's own trainer is the folder above this file.
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+from trainer.tf_config import CHIEF, PS, WORKER, ConfigError, make_tf_config  # noqa: E402
 
 PORT_BASE = 8888  # TensorFlow's SlurmClusterResolver's: task k of a node listens on 8888 + k
 JOB_ROLES = (CHIEF, PS, WORKER)  # an evaluator is no part of the training cluster (see _check_jobs)

@@ -78,7 +78,7 @@ class ExportDialog(QDialog):
         layout.addWidget(self.buttons)
 
         self.format.currentIndexChanged.connect(self._on_choice_changed)
-        for field in (self.image, self.time_limit, self.name):
+        for field in (self.image, self.time_limit, self.name, self.folder):  # the folder: its files are no code's
             field.textChanged.connect(self._on_choice_changed)
         self.port_base.valueChanged.connect(self._on_choice_changed)
         self.files.currentRowChanged.connect(self._on_files_current_row_changed)
@@ -86,7 +86,8 @@ class ExportDialog(QDialog):
 
     def options(self) -> export.Options:
         return export.Options(image=self.image.text().strip(), time_limit=self.time_limit.text().strip(),
-                              port_base=self.port_base.value(), name=self.name.text().strip() or "tfcc")
+                              port_base=self.port_base.value(), name=self.name.text().strip() or "tfcc",
+                              into=Path(self.folder.text()).expanduser() if self.folder.text().strip() else None)
 
     def chosen(self) -> tuple[export.Export, Path, bool]:
         """What to write, where, and whether to replace what is there."""
@@ -109,9 +110,9 @@ class ExportDialog(QDialog):
             return
         self.files.blockSignals(True)
         self.files.clear()
-        self.files.addItems(list(self.current.files))
+        self.files.addItems(self.current.names)
         self.files.blockSignals(False)
-        names = list(self.current.files)
+        names = self.current.names
         self.files.setCurrentRow(names.index(shown_name) if shown_name in names else 0)
         self.notes.setText("<br>".join(self.current.notes))
         self.btn_export.setEnabled(True)
@@ -119,7 +120,10 @@ class ExportDialog(QDialog):
     def _on_files_current_row_changed(self, row: int) -> None:
         if self.current is None or row < 0:
             return
-        self.text.setPlainText(self.current.files[self.files.item(row).text()])
+        name = self.files.item(row).text()
+        copied = self.current.copies.get(name)
+        self.text.setPlainText(self.current.files[name] if copied is None else
+                               f"{name}: a copy of {copied} (your code, written as it is)")
 
     def _on_browse_clicked(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Export into", self.folder.text())

@@ -226,14 +226,16 @@ gpus = [2, 3]
 
 def recorder(tmp_path: Path) -> Path:
     path = tmp_path / "bin" / "python-recorder"
-    path.parent.mkdir()
+    path.parent.mkdir(parents=True)
     path.write_text(RECORDER.format(python=sys.executable))
     path.chmod(0o755)
     return path
 
 
 def recorded(runs: Path, task: str) -> dict:
-    return json.loads((runs / task / "recorded.json").read_text())
+    """What the recorder saw, in the folder it ran in: the task's run folder, or its copy of the user's code."""
+    code = runs / task / "work" / "recorded.json"
+    return json.loads((code if code.exists() else runs / task / "recorded.json").read_text())
 
 
 def test_launch_scripts_give_each_task_the_argv_and_environment_tfcc_gives_it(tmp_path):
@@ -288,27 +290,87 @@ local = true
 host = "here"
 port = 7001
 """)
-    exported = export.render("scripts", cluster)
-    assert exported.files["user/my train.py"] == "print('hello')\n"
     out = tmp_path / "export"
+    exported = export.render("scripts", cluster, export.Options(into=out))
+    assert exported.copies["user/my train.py"] == script
     export.write(exported, out)
-    done = run_script(["bash", "launch-here.sh"], out, task_env(PYTHON=str(recorder(tmp_path))), timeout=60)
+    done = run_script(["bash", "launch-here.sh"], out, task_env(PYTHON=str(recorder(tmp_path / "tools"))), timeout=60)
     assert done.returncode == 0, done.stderr
     got = recorded(out / "runs", "worker-0")
-    assert got["argv"] == [str(out / "user" / "my train.py"), *args]
+    assert got["argv"] == ["my train.py", *args] and got["cwd"] == str(out / "runs" / "worker-0" / "work")
+    assert (out / "runs" / "worker-0" / "work" / "my train.py").read_text() == "print('hello')\n"
     assert not list(out.rglob("pwned"))
 
 
+PACKAGE_TASK = """import json, os, sys
+from . import model
+with open("ran.json", "w") as f:
+    json.dump({"argv": sys.argv[1:], "cwd": os.getcwd(), "model": model.NAME,
+               "task": json.loads(os.environ["TF_CONFIG"])["task"]}, f)
+"""
+
+
+def package_project(tmp_path: Path) -> Path:
+    """A project whose package is named trainer, as cloud samples name theirs (tfcc's own is trainer too)."""
+    project = tmp_path / "project"
+    (project / "trainer").mkdir(parents=True)
+    (project / "trainer" / "__init__.py").write_text("")
+    (project / "trainer" / "model.py").write_text("NAME = 'cnn'\n")
+    (project / "trainer" / "task.py").write_text(PACKAGE_TASK)
+    return project
+
+
 @pytest.mark.parametrize("fmt", export.FORMATS)
-def test_a_module_run_is_not_exported_as_something_else(tmp_path, fmt):
-    """An export carries one script file, not a package: a module is refused in one line (before, the exports
-    trained tfcc's digits in its place)."""
-    cluster = cluster_of('[training]\nmodule = "trainer.task"\n[[hosts]]\nname = "here"\nlocal = true\n'
+def test_a_module_is_exported_with_its_package_and_runs_as_python_m_runs_it(tmp_path, fmt):
+    """``module = "trainer.task"``: the package's folder goes with the export, and each task runs ``python -m
+    trainer.task`` in a copy of its own (its relative import works, its package named like tfcc's own is the one
+    it gets); an image holds the code where the manifest runs it."""
+    project = package_project(tmp_path)
+    args = ["--job-dir", "a b"]
+    cluster = cluster_of(f'[training]\nmodule = "trainer.task"\nworkdir = {json.dumps(str(project))}\n'
+                         f'args = {json.dumps(args)}\n[[hosts]]\nname = "here"\nlocal = true\n'
                          '[[tasks]]\nhost = "here"\nport = 7001\n')
-    with pytest.raises(export.ExportError) as err:
-        export.render(fmt, cluster)
-    assert str(err.value) == ("training.module 'trainer.task': exports do not carry a module's package yet; run it "
-                              "with tfcc run (or Deploy & Start in the window), which ships its workdir")
+    out = tmp_path / "out"
+    exported = export.render(fmt, cluster, export.Options(into=out))
+    if fmt in ("tfjob", "trainjob"):
+        assert any("each container runs python -m trainer.task there" in n for n in exported.notes), exported.notes
+        import yaml
+
+        manifest = list(yaml.safe_load_all(next(iter(exported.files.values()))))
+        containers = [c for doc in manifest for c in _containers(doc)]
+        assert containers and all(c["workingDir"] == "/opt/tfcc/user" and
+                                  c["command"][-4:] == ["-m", "trainer.task", *args] for c in containers)
+        return
+    assert set(exported.copies) == {"user/trainer/__init__.py", "user/trainer/model.py", "user/trainer/task.py"}
+    export.write(exported, out)
+    if fmt == "scripts":
+        done = run_script(["bash", "launch-here.sh"], out, task_env(PYTHON=sys.executable), timeout=60)
+        runs = out / "runs"
+    else:
+        bin_dir = tmp_path / "srun-bin"
+        bin_dir.mkdir()
+        (bin_dir / "srun").write_text(FAKE_SRUN)
+        (bin_dir / "srun").chmod(0o755)
+        done = run_script(["bash", "tfcc.sbatch"], out, {**task_env(PYTHON=sys.executable, TFCC_ROOT=str(ROOT)),
+                                                         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+                                                         "SLURM_NTASKS": "1", "SLURM_JOB_ID": "8",
+                                                         "SLURM_SUBMIT_DIR": str(out)}, timeout=60)
+        runs = out / "runs" / "8"
+    assert done.returncode == 0, done.stdout + done.stderr + "".join(
+        p.read_text() for p in runs.rglob("stderr.log"))
+    ran = json.loads((runs / "worker-0" / "work" / "ran.json").read_text())
+    assert ran == {"argv": args, "cwd": str(runs / "worker-0" / "work"), "model": "cnn",
+                   "task": {"type": "worker", "index": 0}}
+
+
+def _containers(doc) -> list[dict]:
+    """Every container spec in a manifest document, wherever it is nested."""
+    if isinstance(doc, dict):
+        found = [doc] if "command" in doc and "image" in doc else []
+        return found + [c for v in doc.values() for c in _containers(v)]
+    if isinstance(doc, list):
+        return [c for v in doc for c in _containers(v)]
+    return []
 
 
 def test_a_model_file_is_exported_and_named_where_it_lies(tmp_path):
@@ -420,10 +482,11 @@ def test_sbatch_runs_a_users_script_through_the_slurm_helper(tmp_path):
     cluster = cluster_of(f'[training]\nscript = "{script}"\nargs = ["--lr", "0.1"]\n'
                          '[[hosts]]\nname = "x"\naddress = "10.0.0.9"\n[[tasks]]\nhost = "x"\n[[tasks]]\nhost = "x"\n')
     exported = export.render("slurm", cluster)
-    assert exported.files["user/train.py"] == "print('hi')\n"
+    assert exported.copies["user/train.py"] == script
     srun = srun_line(exported.files["tfcc.sbatch"])
-    assert ('"$PYTHON" -m trainer.slurm --jobs worker:2 --port-base 8888 -- "$here/user/train.py" --lr 0.1'
-            in srun)
+    assert '"$PYTHON" "$TFCC_ROOT/trainer/slurm.py" --jobs worker:2 --port-base 8888 -- train.py --lr 0.1' in srun
+    # each task runs it in its own copy of the code, in its run folder
+    assert '[ -d "$d/work" ] || cp -R "$TFCC_CODE" "$d/work" || exit 2' in exported.files["tfcc.sbatch"]
 
 
 HOSTILE = 'it\'s $(touch pwned) `touch pwned2` "x" ;touch pwned3.py'  # a file name: all of it is the name
@@ -454,7 +517,7 @@ port = 7001
     export.write(export.render("scripts", cluster_of(text)), out)
     done = run_script(["bash", "launch-here.sh"], out, env, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert recorded(out / "runs", "worker-0")["argv"] == [str(out / "user" / HOSTILE), *args]
+    assert recorded(out / "runs", "worker-0")["argv"] == [HOSTILE, *args]
 
     slurm = tmp_path / "slurm"
     export.write(export.render("slurm", cluster_of(text)), slurm)
@@ -466,7 +529,7 @@ port = 7001
                                                       "SLURM_NTASKS": "1", "SLURM_JOB_ID": "7",
                                                       "SLURM_SUBMIT_DIR": str(slurm)}, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert recorded(slurm / "runs" / "7", "worker-0")["argv"][-5:] == [str(slurm / "user" / HOSTILE), *args]
+    assert recorded(slurm / "runs" / "7", "worker-0")["argv"][-5:] == [HOSTILE, *args]
 
     manifest = manifest_of(export.render("tfjob", cluster_of(text)))
     command = container_of(manifest["spec"]["tfReplicaSpecs"]["Worker"])["command"]
@@ -981,7 +1044,8 @@ host = "a"
     assert token not in text
     assert text.startswith("# mine.yaml: a tfcc cluster as a Kubeflow Trainer v2 TrainJob")
     assert "note: the tasks' secrets (MY_TOKEN) come from a Kubernetes secret named mine-secrets" in stdout
-    assert "note: the image must hold the script at /opt/tfcc/user/train.py" in stdout
+    assert f"note: the image must hold the code's folder ({path.parent}) as /opt/tfcc/user/: each container runs " \
+           "python train.py there" in stdout
     exported = export.Export({"mine.yaml": text}, [])
     runtime, trainjob = validate_trainjob(exported, trainer_schemas)
     assert trainjob["metadata"]["name"] == "mine" and runtime["metadata"]["name"] == "mine"
