@@ -167,6 +167,61 @@ def test_the_step_axis_never_goes_back():
     assert axis.place(("optimizer", 8), 21) == 10 and axis.top == 10
 
 
+class _Iterations:
+    def __init__(self, n: int):
+        self.n = n
+
+    def numpy(self) -> int:
+        return self.n
+
+
+class _Optimizer:
+    """What the capture reads of a Keras optimizer: its ``iterations``."""
+
+    def __init__(self, n: int = 0):
+        self.iterations = _Iterations(n)
+
+
+def _printed_after_fit(tmp_path, lines, evaluated=False, restored=False) -> list[dict]:
+    """The records of ``lines`` printed after a fit of 30 steps that reported loss and accuracy (its optimizer at
+    30); ``evaluated``: an ``evaluate`` ran since; ``restored``: a restored model's fresh optimizer is the newest."""
+    from trainer.capture import Capture
+    from trainer.metrics import MetricsWriter
+    from trainer.tf_config import ClusterConfig
+
+    writer = MetricsWriter(tmp_path / "m.jsonl")
+    capture = Capture(writer, ClusterConfig())
+    trained = _Optimizer(30)
+    capture.optimizer_made(trained)
+    capture._progressed = True
+    capture.axis.align(("optimizer", id(trained)), 30, 30)
+    capture._fitted = {"names": {"loss", "accuracy", "val_loss"}, "top": capture.axis.top}
+    capture._evaluated = evaluated
+    fresh = _Optimizer(0)
+    if restored:
+        capture.optimizer_made(fresh)
+    for line in lines:
+        capture.printed(line)
+    writer.close()
+    return [{k: v for k, v in r.items() if k not in ("time", "attempt")} for r in read_records(tmp_path / "m.jsonl")]
+
+
+def test_a_line_printed_after_fit_repeating_its_numbers_is_left_out_and_the_rest_kept(tmp_path):
+    assert _printed_after_fit(tmp_path, ["Training done, final loss: 2.3046", "loss: 2.3046, accuracy: 0.11",
+                                         "test accuracy: 0.91"]) == [
+        {"type": "step", "captured": "print", "global_step": 30, "test_accuracy": 0.91}]
+
+
+def test_an_evaluation_printed_after_evaluate_is_evaluation_at_the_step_training_reached(tmp_path):
+    """Also a restored model's (its fresh optimizer at 0): at step 30, never at 0."""
+    for restored in (False, True):
+        assert _printed_after_fit(tmp_path / str(restored), ["Restored model, accuracy: 64.00%",
+                                                             "Test loss: 0.31, accuracy: 0.9"],
+                                  evaluated=True, restored=restored) == [
+            {"type": "step", "captured": "print", "global_step": 30, "eval_accuracy": 64.0},
+            {"type": "step", "captured": "print", "global_step": 30, "Test_loss": 0.31, "eval_accuracy": 0.9}]
+
+
 def test_printed_steps_counted_again_go_on_after_the_first_loop(tmp_path):
     proc, records = run(tmp_path, """
 for loop in range(2):
