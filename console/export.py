@@ -851,7 +851,10 @@ def _k8s_image(cluster: cl.Cluster, options: Options, notes: list[str]) -> str:
     if any(c.isspace() for c in image):
         raise ExportError(f"the image {image!r} has a space", "give an image reference like registry/tfcc:2.21")
     t = cluster.training
-    _user_file(cluster) if t.model_file else _k8s_code(cluster)  # checked (the image must hold it: not written)
+    if t.model_file:  # checked as tfcc run checks it (the image must hold it: not written here)
+        _user_file(cluster)
+    elif t.user_code:
+        _k8s_code(cluster)
     if not options.image:
         notes.append(f"no --image: the manifest names {IMAGE_PLACEHOLDER}; build an image with Python, TensorFlow "
                      f"2.21, tf-keras 2.21 and tfcc's agent/ and trainer/ in {TFJOB_ROOT} (docs/graduation.md) "
