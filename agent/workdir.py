@@ -204,7 +204,7 @@ def refresh(home: Path, folder: Path, entries: list) -> dict:
             if bool(os.stat(target).st_mode & stat.S_IXUSR) == bool(executable):
                 continue
         os.makedirs(target.parent, exist_ok=True)
-        tmp = target.parent / f".{target.name}.{uuid.uuid4().hex[:12]}.tmp"
+        tmp = target.parent / f".tfcc-{uuid.uuid4().hex}.tmp"  # not from its name: a long one would grow too long
         try:
             _copy(blobs / sha, tmp, rel, sha, executable)
             os.replace(tmp, target)  # a link the script put there is replaced, never followed

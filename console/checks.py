@@ -389,7 +389,7 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
     collected = None  # the code's workdir, read and hashed once for the whole check
     if not problems and cluster.training.user_code:
         try:
-            collected = workdir.collect(cluster.training)
+            collected = workdir.collect(cluster.training, hashed=False)  # read, not hashed: no upload here
         except TfccError:
             pass  # script_problems says why
     keras = keras_choice(cluster, collected)

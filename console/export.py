@@ -288,6 +288,7 @@ def _keras_line(cluster: cl.Cluster) -> str:
     """The shell line that gives the tasks their Keras (``keras_choice``: tf-keras for tfcc's trainer and where
     Keras 3 cannot run fit; a user's code the Keras it was written for), and why."""
     flavour, why = keras_choice(cluster)
+    why = " ".join(why.split())  # a file's name in it may hold a newline: the comment stays one line
     if flavour == cl.TF_KERAS:
         return f"export {LEGACY_KERAS}=1  # tf-keras (Keras 2): {why}\n"
     if flavour == cl.KERAS3:
