@@ -454,11 +454,12 @@ def _scripts(cluster: cl.Cluster, options: Options) -> Export:
     configs = [cluster.tf_config(i, ports) for i in range(len(cluster.tasks))]
     code = _code(cluster, options)
     user = None if code else _user_file(cluster)
+    keras = _keras_line(cluster)  # its code read once for every host's script
     t = cluster.training
     files: dict[str, str] = {}
     hosts = _used_hosts(cluster)
     for host in hosts:
-        files[f"launch-{host.name}.sh"] = _launch_script(cluster, host, ports, names, configs, code)
+        files[f"launch-{host.name}.sh"] = _launch_script(cluster, host, ports, names, configs, code, keras)
     files["README.md"] = _scripts_readme(cluster, ports, names, code)
     if user:
         files[user[0]] = user[1]
@@ -485,7 +486,7 @@ def _scripts(cluster: cl.Cluster, options: Options) -> Export:
 
 
 def _launch_script(cluster: cl.Cluster, host: cl.Host, ports: list[int], names: list[str],
-                   configs: list[str], code: _Code | None = None) -> str:
+                   configs: list[str], code: _Code | None = None, keras: str | None = None) -> str:
     t = cluster.training
     me = f"launch-{host.name}.sh"
     mine = [i for i, task in enumerate(cluster.tasks) if task.host == host.name]
@@ -494,7 +495,7 @@ def _launch_script(cluster: cl.Cluster, host: cl.Host, ports: list[int], names: 
     python = host.interpreter
     out = [_LAUNCH_HEAD.format(me=me, me_word=shlex.quote(me), host=host.name, made="exported by tfcc export scripts",
                                summary=_describe(cluster), listing=listing, python=shlex.quote(python),
-                               keras=_keras_line(cluster))]
+                               keras=keras if keras is not None else _keras_line(cluster))]
     if t.model_file:
         out.append(f"export TFCC_MODEL_FILE_ORIGIN={shlex.quote(str(Path(t.model_file).expanduser().resolve()))}"
                    "  # how errors name the model file\n")
@@ -972,10 +973,11 @@ def _tfjob(cluster: cl.Cluster, options: Options) -> Export:
                      "the container (it resumes from its backups) but not the pod; mount a shared volume there "
                      "to keep the outputs")
     specs = {}
+    keras = _k8s_keras(cluster)  # its code read once for every role
     for role in (CHIEF, PS, WORKER, EVALUATOR):
         if not counts.get(role):
             continue
-        env = [*_k8s_keras(cluster),
+        env = [*keras,
                {"name": "PYTHONPATH", "value": TFJOB_ROOT},
                {"name": "TFCC_REPLICA_INDEX",
                 "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{REPLICA_INDEX_LABEL}']"}}},
@@ -1053,10 +1055,11 @@ def _trainjob(cluster: cl.Cluster, options: Options) -> Export:
                      "restart (it recreates every pod) starts the tasks over, and the outputs are lost with the "
                      "pods; mount a shared volume there to resume from the backups and keep the outputs")
     jobs = []
+    keras = _k8s_keras(cluster)  # its code read once for every role
     for role in (CHIEF, PS, WORKER, EVALUATOR):
         if not counts.get(role):
             continue
-        env = [*_k8s_keras(cluster),
+        env = [*keras,
                {"name": "PYTHONPATH", "value": TFJOB_ROOT},
                {"name": "TFCC_TRAINJOB",
                 "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOBSET_NAME_LABEL}']"}}},
