@@ -30,6 +30,7 @@ folder has a ``trainer`` or ``agent`` module, tfcc's own step out of its way (``
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import importlib.abc
@@ -429,6 +430,10 @@ class _StepAxis:
             self.top = max(self.top, at)
             return at
 
+    def seen(self, key) -> bool:
+        with self._lock:
+            return key in self._sources
+
     def align(self, key, count: int, at: int) -> None:
         """``key``'s count ``count`` is at ``at`` (an optimizer at the end of the fit it trained in)."""
         with self._lock:
@@ -444,6 +449,9 @@ class _StepAxis:
 
 class Capture:
     """What tfcc learns of one script's process, written to its metrics file."""
+
+    MAX_SAVED = 10_000  # optimizer counts kept of fits' epoch ends
+    MAX_SUMMARY_NOTES = 100_000  # summaries noted as written off the optimizer's step, not yet read
 
     def __init__(self, writer: MetricsWriter, config: ClusterConfig):
         self.writer = writer
@@ -461,7 +469,11 @@ class Capture:
         # optimizer no further, repeats fit's numbers (not recorded) or, after an ``evaluate``, says evaluation.
         self._fitted: dict | None = None
         self._evaluated = False
-        self._summary_at: dict[tuple, int] = {}  # (tag, its own step) -> the optimizer's when written, placed
+        # (tag, its own step) -> where each write of it goes on the axis, in the order written (None: at its own
+        # step); each read of one takes the first
+        self._summary_at: dict[tuple, collections.deque] = {}
+        self._summary_notes = 0
+        self._summary_lock = threading.Lock()  # the script writes, the follower's thread reads
         self.summaries = _SummaryFollower(self)
         self.scheduled = _ScheduledSteps(self)
 
@@ -546,25 +558,36 @@ class Capture:
         self._fit_depth += 1
         self._progressed = True
         history = None
+        start = _iterations(getattr(model, "optimizer", None))
         try:
             history = original(model, *args, **kwargs)
             return history
         finally:
             self._fit_depth -= 1
             try:
-                self._fit_ended(model, reporter, history)
+                self._fit_ended(model, reporter, history, start)
             except Exception:
                 self.failed("noting the end of fit")
 
-    def _fit_ended(self, model, reporter, history) -> None:
+    def _fit_ended(self, model, reporter, history, start: int | None) -> None:
         """Fit's optimizer goes on the axis where fit left it (a later print or schedule is placed after it);
-        what fit reported is kept for the lines printed next."""
+        what fit reported is kept for the lines printed next, with the optimizer's count at each of its
+        epochs' ends (where a checkpoint saved it: a model restored from one has that count)."""
         last = getattr(reporter, "_coordinated", None) or reporter
         optimizer = getattr(model, "optimizer", None)
-        if last is not None and last._at is not None and optimizer is not None:
-            self.axis.align(("optimizer", id(optimizer)), int(optimizer.iterations.numpy()), last._at)
+        end = _iterations(optimizer)
+        if last is not None and last._at is not None and end is not None:
+            self.axis.align(("optimizer", id(optimizer)), end, last._at)
         names = set(getattr(history, "history", None) or {})
-        self._fitted = {"names": {name.lower() for name in names}, "top": self.axis.top}
+        saved = set(self._fitted["saved"]) if self._fitted else set()
+        epochs = len(getattr(history, "epoch", None) or ())
+        if end:
+            saved.add(end)
+            if start is not None and 0 < epochs <= self.MAX_SAVED and (end - start) % epochs == 0:
+                saved.update(start + (end - start) // epochs * k for k in range(1, epochs))
+        while len(saved) > self.MAX_SAVED:
+            saved.discard(min(saved))
+        self._fitted = {"names": {name.lower() for name in names}, "top": self.axis.top, "saved": saved}
         self._evaluated = False
 
     def _quietly(self, original, model, *args, **kwargs):
@@ -599,21 +622,19 @@ class Capture:
 
     def _optimizer_step(self) -> int | None:
         """The steps the script's newest optimizer has applied (its ``iterations``), where it can be read now."""
-        optimizer = self._newest_optimizer()
-        if optimizer is None:
-            return None
-        try:
-            return int(optimizer.iterations.numpy())
-        except Exception:
-            return None
+        return _iterations(self._newest_optimizer())
 
     def optimizer_placed(self) -> tuple[int | None, object]:
-        """(the newest optimizer's step on the axis, its source key), or (None, None) without one."""
+        """(the newest optimizer's step on the axis, its source key), or (None, None) without one. An optimizer
+        first seen after a fit at a count fit's optimizer had at an epoch's end is a restored model's: it is
+        where training is, and has trained only once its count grows."""
         optimizer = self._newest_optimizer()
         step = self._optimizer_step()
         if step is None:
             return None, None
         key = ("optimizer", id(optimizer))
+        if self._fitted is not None and step in self._fitted["saved"] and not self.axis.seen(key):
+            self.axis.align(key, step, self.axis.top)
         return self.axis.place(key, step, after=True), key
 
     def printed(self, line: str) -> None:
@@ -756,17 +777,39 @@ class Capture:
             if own is None or optimizer is None:
                 return
             own = int(own.numpy() if hasattr(own, "numpy") else own)
-            if own != optimizer and isinstance(tag, str):  # it counts something else: epochs, most often
-                if len(self._summary_at) >= 100_000:
-                    self._summary_at.pop(next(iter(self._summary_at)))
-                self._summary_at[(tag, own)] = self.optimizer_placed()[0]
+            if not isinstance(tag, str):
+                return
+            # Off the optimizer's step it counts something else (epochs, most often): placed where training is.
+            at = self.optimizer_placed()[0] if own != optimizer else None
+            with self._summary_lock:
+                notes = self._summary_at.get((tag, own))
+                if notes is None:
+                    if at is None:
+                        return  # at its own step, as a write that was not noted is
+                    notes = self._summary_at[(tag, own)] = collections.deque()
+                while self._summary_notes >= self.MAX_SUMMARY_NOTES:  # writes never read (a writer not followed)
+                    oldest = next(iter(self._summary_at))
+                    self._summary_notes -= len(self._summary_at.pop(oldest))
+                    if oldest == (tag, own):
+                        notes = self._summary_at[(tag, own)] = collections.deque()
+                notes.append(at)
+                self._summary_notes += 1
         except Exception:
             self.failed("noting a summary's step")
 
     def summary_at(self, tag: str, own: int) -> int | None:
-        """Where the summary ``tag`` at its step ``own`` goes on the axis when it was noted as written off the
-        optimizer's step; None: at its own step."""
-        return self._summary_at.get((tag, own))
+        """Where the summary ``tag`` written at its step ``own`` goes on the axis, read once per write in the
+        order written: a step placed where training was when it was written off the optimizer's step; None: at
+        its own step."""
+        with self._summary_lock:
+            notes = self._summary_at.get((tag, own))
+            if not notes:
+                return None
+            at = notes.popleft()
+            self._summary_notes -= 1
+            if not notes:
+                del self._summary_at[(tag, own)]
+            return at
 
     def _flushed(self) -> None:
         try:
@@ -783,6 +826,16 @@ class Capture:
     def _server_made(self) -> None:
         if self._serves():
             self.serving()
+
+
+def _iterations(optimizer) -> int | None:
+    """The steps ``optimizer`` has applied (its ``iterations``), where it can be read now."""
+    if optimizer is None:
+        return None
+    try:
+        return int(optimizer.iterations.numpy())
+    except Exception:
+        return None
 
 
 def _keras_reason() -> dict:

@@ -182,28 +182,39 @@ class _Optimizer:
         self.iterations = _Iterations(n)
 
 
-def _printed_after_fit(tmp_path, lines, evaluated=False, restored=False) -> list[dict]:
-    """The records of ``lines`` printed after a fit of 30 steps that reported loss and accuracy (its optimizer at
-    30); ``evaluated``: an ``evaluate`` ran since; ``restored``: a restored model's fresh optimizer is the newest."""
+def _capture_after_fit(tmp_path, evaluated=False):
+    """A capture after a fit of 3 epochs, 30 steps, that reported loss and accuracy (its optimizer at 30)."""
     from trainer.capture import Capture
     from trainer.metrics import MetricsWriter
     from trainer.tf_config import ClusterConfig
 
     writer = MetricsWriter(tmp_path / "m.jsonl")
     capture = Capture(writer, ClusterConfig())
-    trained = _Optimizer(30)
+    capture.held = [_Optimizer(30)]  # the capture holds optimizers weakly, as the script's own
+    trained = capture.held[0]
     capture.optimizer_made(trained)
     capture._progressed = True
     capture.axis.align(("optimizer", id(trained)), 30, 30)
-    capture._fitted = {"names": {"loss", "accuracy", "val_loss"}, "top": capture.axis.top}
+    capture._fitted = {"names": {"loss", "accuracy", "val_loss"}, "top": capture.axis.top, "saved": {10, 20, 30}}
     capture._evaluated = evaluated
-    fresh = _Optimizer(0)
-    if restored:
-        capture.optimizer_made(fresh)
-    for line in lines:
-        capture.printed(line)
+    return capture, writer
+
+
+def _records(tmp_path, writer) -> list[dict]:
     writer.close()
     return [{k: v for k, v in r.items() if k not in ("time", "attempt")} for r in read_records(tmp_path / "m.jsonl")]
+
+
+def _printed_after_fit(tmp_path, lines, evaluated=False, restored=None) -> list[dict]:
+    """The records of ``lines`` printed after that fit; ``evaluated``: an ``evaluate`` ran since; ``restored``:
+    a restored model's optimizer (its count as restored) is the newest."""
+    capture, writer = _capture_after_fit(tmp_path, evaluated)
+    if restored is not None:
+        capture.held.append(_Optimizer(restored))
+        capture.optimizer_made(capture.held[-1])
+    for line in lines:
+        capture.printed(line)
+    return _records(tmp_path, writer)
 
 
 def test_a_line_printed_after_fit_repeating_its_numbers_is_left_out_and_the_rest_kept(tmp_path):
@@ -213,13 +224,80 @@ def test_a_line_printed_after_fit_repeating_its_numbers_is_left_out_and_the_rest
 
 
 def test_an_evaluation_printed_after_evaluate_is_evaluation_at_the_step_training_reached(tmp_path):
-    """Also a restored model's (its fresh optimizer at 0): at step 30, never at 0."""
-    for restored in (False, True):
+    """Also a restored model's (a fresh optimizer at 0; one restored at fit's end, or at an epoch's end where a
+    checkpoint saved it): at step 30, never at 0 and never past the steps trained."""
+    for restored in (None, 0, 30, 20):
         assert _printed_after_fit(tmp_path / str(restored), ["Restored model, accuracy: 64.00%",
                                                              "Test loss: 0.31, accuracy: 0.9"],
                                   evaluated=True, restored=restored) == [
             {"type": "step", "captured": "print", "global_step": 30, "eval_accuracy": 64.0},
             {"type": "step", "captured": "print", "global_step": 30, "Test_loss": 0.31, "eval_accuracy": 0.9}]
+
+
+def test_a_restored_model_has_trained_only_once_its_optimizer_goes_on(tmp_path):
+    """A model restored at fit's end: its printed numbers repeat fit's (left out) until it trains again; then
+    they are training, at the steps it took after fit's last."""
+    capture, writer = _capture_after_fit(tmp_path)
+    restored = _Optimizer(30)
+    capture.held.append(restored)
+    capture.optimizer_made(restored)
+    capture.printed("Restored: loss: 2.3046, accuracy: 0.11")
+    assert capture.optimizer_placed()[0] == 30  # where training is: a schedule loop counts no step for it
+    restored.iterations.n = 35
+    capture.printed("loss: 1.5, accuracy: 0.4")
+    assert _records(tmp_path, writer) == [
+        {"type": "step", "captured": "print", "global_step": 35, "loss": 1.5, "accuracy": 0.4}]
+
+
+def test_a_new_loop_after_fit_is_training_from_its_first_printed_step(tmp_path):
+    """A new optimizer first seen at a count no epoch of fit ended at: a loop that trained, after fit's steps."""
+    capture, writer = _capture_after_fit(tmp_path)
+    capture.held.append(_Optimizer(7))
+    capture.optimizer_made(capture.held[-1])
+    capture.printed("loss: 1.5, accuracy: 0.4")
+    assert _records(tmp_path, writer) == [
+        {"type": "step", "captured": "print", "global_step": 37, "loss": 1.5, "accuracy": 0.4}]
+
+
+def _summary(capture, tag, step, optimizer_at) -> None:
+    """The script writes the summary ``tag`` at ``step`` eagerly, its newest optimizer at ``optimizer_at``."""
+    from types import SimpleNamespace
+
+    capture._newest_optimizer().iterations.n = optimizer_at
+    capture._summary_written(SimpleNamespace(get_step=lambda: None),
+                             SimpleNamespace(executing_eagerly=lambda: True), tag, step)
+
+
+def test_each_summary_written_off_the_optimizers_step_is_placed_once_in_the_order_written(tmp_path):
+    """Two loops each writing ``step=epoch``: the second's epoch 1 is not the first's; a write at the
+    optimizer's own step between them takes no note; each read takes one."""
+    from trainer.capture import Capture
+    from trainer.metrics import MetricsWriter
+    from trainer.tf_config import ClusterConfig
+
+    capture = Capture(MetricsWriter(tmp_path / "m.jsonl"), ClusterConfig())
+    optimizer = _Optimizer(0)
+    capture.optimizer_made(optimizer)
+    _summary(capture, "loss", 1, optimizer_at=10)
+    _summary(capture, "loss", 20, optimizer_at=20)  # at the optimizer's step: as written
+    _summary(capture, "loss", 1, optimizer_at=40)
+    assert [capture.summary_at("loss", 1) for _ in range(3)] == [10, 40, None]
+    assert capture.summary_at("loss", 20) is None and capture._summary_at == {}
+
+
+def test_summary_notes_never_read_stay_bounded(tmp_path):
+    from trainer.capture import Capture
+    from trainer.metrics import MetricsWriter
+    from trainer.tf_config import ClusterConfig
+
+    capture = Capture(MetricsWriter(tmp_path / "m.jsonl"), ClusterConfig())
+    capture.MAX_SUMMARY_NOTES = 3
+    optimizer = _Optimizer(0)
+    capture.optimizer_made(optimizer)
+    for epoch in range(1, 6):
+        _summary(capture, "loss", epoch, optimizer_at=epoch * 10)
+    assert capture._summary_notes == 3 and sum(map(len, capture._summary_at.values())) == 3
+    assert [capture.summary_at("loss", e) for e in range(1, 6)] == [None, None, 30, 40, 50]
 
 
 def test_printed_steps_counted_again_go_on_after_the_first_loop(tmp_path):
