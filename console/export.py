@@ -258,6 +258,7 @@ class _Code:
     script: str               # the script's path in the workdir; "" for a module
     module: str
     root: Path
+    collected: workdir.Workdir  # its files as collected (unhashed): what the Keras is read from
 
     def argv(self, python, args) -> list:
         return [python, "-m", self.module, *args] if self.module else [python, self.script, *args]
@@ -281,13 +282,13 @@ def _code(cluster: cl.Cluster, options: Options) -> _Code | None:
         raise ExportError(exc.cause, exc.fix) from None
     copies = {f"{USER_DIR}/{f.rel}": f.path for f in collected.files}
     executable = frozenset(f"{USER_DIR}/{f.rel}" for f in collected.files if f.executable)
-    return _Code(copies, executable, "" if t.module else collected.script, t.module, collected.root)
+    return _Code(copies, executable, "" if t.module else collected.script, t.module, collected.root, collected)
 
 
-def _keras_line(cluster: cl.Cluster) -> str:
+def _keras_line(cluster: cl.Cluster, code: _Code | None) -> str:
     """The shell line that gives the tasks their Keras (``keras_choice``: tf-keras for tfcc's trainer and where
-    Keras 3 cannot run fit; a user's code the Keras it was written for), and why."""
-    flavour, why = keras_choice(cluster)
+    Keras 3 cannot run fit; a user's code the Keras it was written for, read from ``code``'s files), and why."""
+    flavour, why = keras_choice(cluster, code.collected if code is not None else None)
     why = " ".join(why.split())  # a file's name in it may hold a newline: the comment stays one line
     if flavour == cl.TF_KERAS:
         return f"export {LEGACY_KERAS}=1  # tf-keras (Keras 2): {why}\n"
@@ -383,6 +384,27 @@ if ! "$PYTHON" -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("t
 fi
 """
 
+_START_FAILED = """\
+start_failed() {{  # a task cannot start: those started here stop (their peers would wait for it), then exit 2
+  echo "$me: $1; stopping this host's tasks started so far" >&2
+  if [ ${{#pids[@]}} -gt 0 ]; then
+    kill -TERM "${{pids[@]}}" 2>/dev/null
+    (sleep {grace}; kill -KILL "${{pids[@]}}" 2>/dev/null) </dev/null >/dev/null 2>&1 &
+  fi
+  exit 2
+}}
+"""
+
+_COPY_CODE = """\
+copy_code() {{  # a task's own copy of {user}/ in $1/work, whole or not at all (a copy cut short is not kept)
+  local tmp
+  tmp=$(mktemp -d "$1/.work.XXXXXX") || return 1
+  cp -R "$here/{user}/." "$tmp" && mv "$tmp" "$1/work" && return 0
+  rm -rf "$tmp"
+  return 1
+}}
+"""
+
 _LAUNCH_WAIT = """\
 # Wait for every task. When one fails, stop the others here: their peers fail or would wait for it.
 stopping=0 interrupted=0 killers=()
@@ -454,7 +476,7 @@ def _scripts(cluster: cl.Cluster, options: Options) -> Export:
     configs = [cluster.tf_config(i, ports) for i in range(len(cluster.tasks))]
     code = _code(cluster, options)
     user = None if code else _user_file(cluster)
-    keras = _keras_line(cluster)  # its code read once for every host's script
+    keras = _keras_line(cluster, code)  # its code read once for every host's script
     t = cluster.training
     files: dict[str, str] = {}
     hosts = _used_hosts(cluster)
@@ -495,14 +517,15 @@ def _launch_script(cluster: cl.Cluster, host: cl.Host, ports: list[int], names: 
     python = host.interpreter
     out = [_LAUNCH_HEAD.format(me=me, me_word=shlex.quote(me), host=host.name, made="exported by tfcc export scripts",
                                summary=_describe(cluster), listing=listing, python=shlex.quote(python),
-                               keras=keras if keras is not None else _keras_line(cluster))]
+                               keras=keras if keras is not None else _keras_line(cluster, code))]
     if t.model_file:
         out.append(f"export TFCC_MODEL_FILE_ORIGIN={shlex.quote(str(Path(t.model_file).expanduser().resolve()))}"
                    "  # how errors name the model file\n")
     out.append(_environment(cluster, "$me"))
     if code is None:
         out.append(_IMPORT_CHECK)
-    out.append("\npids=() names=()\n")
+    out.append("\npids=() names=()\n" + _START_FAILED.format(grace=STOP_GRACE)
+               + (_COPY_CODE.format(user=USER_DIR) if code is not None else ""))
     for i in mine:
         task, name = cluster.tasks[i], names[i]
         folder = _Raw(f'"$RUNS/{name}"')
@@ -517,11 +540,11 @@ def _launch_script(cluster: cl.Cluster, host: cl.Host, ports: list[int], names: 
             env.append(f"  export {key}={value}" + ("" if value else "  # a ps holds variables on its CPU: no GPU "
                                                                       "memory taken"))
         where = f"{host.tf_host}:{ports[i]}" if ports[i] else "no port: it reads the chief's checkpoints"
-        copy = (f'[ -d "$RUNS/{name}/work" ] || cp -R "$here/{USER_DIR}" "$RUNS/{name}/work" || exit 2'
-                "  # its own copy of the code (run again: kept)\n" if code is not None else "")
+        copy = (f'[ -d "$RUNS/{name}/work" ] || copy_code "$RUNS/{name}" || start_failed "cannot copy the code '
+                f'into $RUNS/{name}/work"  # its own copy of the code (run again: kept)\n' if code is not None else "")
         into, logs = ("work", "../") if code is not None else ("", "")
         out.append(f"\n# {name} ({where})\n"
-                   f'mkdir -p "$RUNS/{name}" || exit 2\n'
+                   f'mkdir -p "$RUNS/{name}" || start_failed "cannot make $RUNS/{name}"\n'
                    + copy +
                    "(\n"
                    f'  cd "$RUNS/{name}{"/" + into if into else ""}" || exit 2\n'
@@ -688,7 +711,7 @@ def _slurm(cluster: cl.Cluster, options: Options) -> Export:
     if code is not None:  # the wrapper below runs it in the task's own copy of the code, where a package of the
         # user's may be named trainer too: tfcc's helper by its path
         command = [_Raw('"$PYTHON"'), _Raw('"$TFCC_ROOT/trainer/slurm.py"'), "--jobs", jobs, "--port-base",
-                   str(options.port_base), "--", *code.argv(None, t.args)[1:]]
+                   str(options.port_base), "--keep-keras", "--", *code.argv(None, t.args)[1:]]  # its Keras: above
         run_dir = ""
     else:
         model = _beside(f"user/{Path(t.model_file).name}") if t.model_file else None
@@ -715,8 +738,11 @@ def _slurm(cluster: cl.Cluster, options: Options) -> Export:
         naming = "r=$SLURM_PROCID\n" + " ".join(branches)
     user = None if code else _user_file(cluster)
     end_servers = ""
-    into = ("[ -d \"$d/work\" ] || cp -R \"$TFCC_CODE\" \"$d/work\" || exit 2  "
-            "# its own copy of the code (again: kept)\ncd \"$d/work\" || exit 2" if code is not None
+    into = ("# its own copy of the code (again: kept), whole or not at all\n"
+            "if [ ! -d \"$d/work\" ]; then\n"
+            "  t=$(mktemp -d \"$d/.work.XXXXXX\") || exit 2\n"
+            "  cp -R \"$TFCC_CODE/.\" \"$t\" && mv \"$t\" \"$d/work\" || { rm -rf \"$t\"; exit 2; }\n"
+            "fi\ncd \"$d/work\" || exit 2" if code is not None
             else "cd \"$d\" || exit 2")
     if cluster.parameter_server:  # the workers and ps serve until told: the chief's end is theirs (SIGTERM)
         end_servers = ('\nif [ "$task" = chief-0 ] && [ "$code" = 0 ]; then\n'
@@ -740,7 +766,7 @@ here=${{SLURM_SUBMIT_DIR:-$PWD}}
 PYTHON=${{PYTHON:-python3}}
 export TFCC_ROOT=${{TFCC_ROOT:-$here}}  # a folder that holds tfcc's agent/ and trainer/
 export PYTHONPATH=$TFCC_ROOT${{PYTHONPATH:+:$PYTHONPATH}}
-{_keras_line(cluster)}{'export TFCC_CODE=$here/' + USER_DIR + '  # the code each task copies into its run folder' + chr(10) if code is not None else ''}export TFCC_RUNS=${{TFCC_RUNS:-$here/runs/${{SLURM_JOB_ID:-local}}}}
+{_keras_line(cluster, code)}{'export TFCC_CODE=$here/' + USER_DIR + '  # the code each task copies into its run folder' + chr(10) if code is not None else ''}export TFCC_RUNS=${{TFCC_RUNS:-$here/runs/${{SLURM_JOB_ID:-local}}}}
 {_environment(cluster, name)}mkdir -p "$TFCC_RUNS" || exit 2
 {uneven_srun}
 # What srun runs once per task: its run folder from its rank, its output in files there, its exit code noted.

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+import html
+import logging
+import threading
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFileDialog,
                                QHBoxLayout, QLabel, QLineEdit, QListWidget, QPlainTextEdit, QPushButton,
@@ -14,21 +18,38 @@ from console import cluster as cl
 from console import export
 from console.gui.dialogs import form_of
 
+log = logging.getLogger("console.gui")
+
 
 class ExportDialog(QDialog):
     """Choose how to export ``cluster``; the preview shows what ``export.render`` makes of it as
     the choices change. Accepted, ``chosen()`` has what to write and where (the caller writes it,
-    off the UI thread)."""
+    off the UI thread).
+
+    A render reads the user's code from disk: it runs on a thread of its own, once typing pauses
+    (``RENDER_DELAY_MS``); a render that a newer choice overtook is dropped. Export waits for the
+    preview of the choices shown."""
 
     OPTIONS_OF = {"scripts": (), "slurm": ("time_limit", "port_base", "name"), "tfjob": ("image", "name"),
                   "trainjob": ("image", "name")}
+    RENDER_DELAY_MS = 250
+
+    rendered = Signal()  # the preview shows the choices made (or why they cannot be exported)
+    _render_finished = Signal(int, object, object)  # from the render's thread: its number, Export, ExportError
 
     def __init__(self, cluster: cl.Cluster, folder: Path, parent: QWidget | None = None):
         super().__init__(parent)
         self.setWindowTitle("Export cluster as")
         self.resize(900, 600)
-        self.cluster = cluster
+        self.cluster = copy.deepcopy(cluster)  # as it was when asked: the window may change its own meanwhile
         self.current: export.Export | None = None
+        self._asked = 0      # the newest render asked for
+        self._shown = 0      # the newest render shown
+        self._render_timer = QTimer(self)
+        self._render_timer.setSingleShot(True)
+        self._render_timer.setInterval(self.RENDER_DELAY_MS)
+        self._render_timer.timeout.connect(self._on_render_timer_timeout)
+        self._render_finished.connect(self._on_render_finished)
 
         self.format = QComboBox()
         for fmt in export.FORMATS:
@@ -83,6 +104,8 @@ class ExportDialog(QDialog):
         self.port_base.valueChanged.connect(self._on_choice_changed)
         self.files.currentRowChanged.connect(self._on_files_current_row_changed)
         self._on_choice_changed()
+        self._render_timer.stop()
+        self._on_render_timer_timeout()  # the first preview at once
 
     def options(self) -> export.Options:
         return export.Options(image=self.image.text().strip(), time_limit=self.time_limit.text().strip(),
@@ -93,29 +116,62 @@ class ExportDialog(QDialog):
         """What to write, where, and whether to replace what is there."""
         return self.current, Path(self.folder.text()).expanduser(), self.force.isChecked()
 
+    @property
+    def rendering(self) -> bool:
+        """A preview of newer choices is on its way."""
+        return self._render_timer.isActive() or self._shown != self._asked
+
     def _on_choice_changed(self, *_) -> None:
         fmt = self.format.currentData()
         for key, widget in self._rows.items():
             shown = key in self.OPTIONS_OF[fmt]
             self._form.setRowVisible(widget, shown)  # the row, label and spacing too
-        shown_name = self.files.currentItem().text() if self.files.currentItem() else None
+        self.btn_export.setEnabled(False)  # until the preview shows these choices
+        self._render_timer.start()
+
+    def _on_render_timer_timeout(self) -> None:
+        self._asked += 1
+        number, fmt, options = self._asked, self.format.currentData(), self.options()
+        threading.Thread(target=self._render, args=(number, fmt, options), name="tfcc-gui-export-render",
+                         daemon=True).start()
+
+    def _render(self, number: int, fmt: str, options: export.Options) -> None:
+        """On the render's thread: the export of ``fmt``, or why not."""
+        rendered, error = None, None
         try:
-            self.current = export.render(fmt, self.cluster, self.options())
+            rendered = export.render(fmt, self.cluster, options)
         except export.ExportError as exc:
-            self.current = None
+            error = exc
+        except Exception as exc:  # a bug: said in one line, the traceback in the log
+            log.exception("rendering the export's preview failed")
+            error = export.ExportError(f"the preview failed ({exc})", "see the log file")
+        try:
+            self._render_finished.emit(number, rendered, error)
+        except RuntimeError:
+            pass  # the dialog was closed meanwhile
+
+    def _on_render_finished(self, number: int, rendered: export.Export | None, error) -> None:
+        if number < self._asked:
+            return  # newer choices were made meanwhile: their render comes
+        self._shown = number
+        self.current = rendered
+        if rendered is None:
             self.files.clear()
             self.text.setPlainText("")
-            self.notes.setText(f"<span style='color:#b00020'>{exc}</span>")
+            self.notes.setText(f"<span style='color:#b00020'>{html.escape(str(error))}</span>")
             self.btn_export.setEnabled(False)
+            self.rendered.emit()
             return
+        shown_name = self.files.currentItem().text() if self.files.currentItem() else None
         self.files.blockSignals(True)
         self.files.clear()
-        self.files.addItems(self.current.names)
+        self.files.addItems(rendered.names)
         self.files.blockSignals(False)
-        names = self.current.names
+        names = rendered.names
         self.files.setCurrentRow(names.index(shown_name) if shown_name in names else 0)
-        self.notes.setText("<br>".join(self.current.notes))
-        self.btn_export.setEnabled(True)
+        self.notes.setText("<br>".join(map(html.escape, rendered.notes)))
+        self.btn_export.setEnabled(not self._render_timer.isActive())
+        self.rendered.emit()
 
     def _on_files_current_row_changed(self, row: int) -> None:
         if self.current is None or row < 0:

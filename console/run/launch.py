@@ -76,7 +76,7 @@ def keras_choice(cluster: cl.Cluster, collected: workdir.Workdir | None = None) 
     if cluster.needs_tf_keras:
         return cl.TF_KERAS, f"{cluster.training_kind}: Keras 3 cannot run fit there"
     try:
-        collected = collected or workdir.collect(t)
+        collected = collected or workdir.collect(t, hashed=False)  # its files' names and text: no hash
     except (TfccError, OSError):
         return "", "its code could not be read"
     entry = collected.root / collected.script
