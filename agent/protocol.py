@@ -14,7 +14,8 @@ PROTOCOL_VERSION = 8  # 2: metrics follow messages carry the file's own lines ("
 # 5: "status" says a task's backups' steps ("backups", a list) and the files of its newest ("backup_files")
 # 6: "measure" asks a running task for its step-time breakdown at a step (MEASURE_FILE; docs/why-slow.md)
 # 7: "submit", "job" and "cancel": a run's tasks as one Slurm job from a login host (agent/slurm.py); "pending"
-# 8: "start" takes "refresh_work": a resume brings each task's copy of the script's files up to date
+# 8: "start" takes "refresh_work": a resume brings each task's copy of the script's files up to date; so does
+#    "submit" (its "work_refreshed" maps each task to what changed)
 
 # --------------------------------------------------------------------------- operations
 # agent/server.py has one handler per op (Server.op_<name>) and its op table is built from them.

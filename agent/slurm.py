@@ -102,13 +102,16 @@ def submit(req: dict) -> dict:
         names.append(name)
     python = req.get("python") or sys.executable
     dist = str(Path(__file__).resolve().parent.parent)
+    refreshed = {}
     for entry, name in zip(tasks, names):
         folder = task_dir(run_id, name)
         folder.mkdir(parents=True, exist_ok=True)
         for stale in ("exit.json", "state.json", protocol.HEARTBEAT, STOP_MARKER, DONE_MARKER):
             (folder / stale).unlink(missing_ok=True)
-        if entries is not None and not _workdir_step(workdir.has_work, folder):  # a resubmission keeps work/
-            _workdir_step(workdir.materialise, home(), folder, entries)
+        if entries is not None:  # a resubmission keeps work/; a person's resume brings its copies up to date
+            built = _workdir_step(workdir.materialise, home(), folder, entries)
+            if not built and req.get("refresh_work"):
+                refreshed[name] = _workdir_step(workdir.refresh, home(), folder, entries)
         work = workdir.work_dir(folder)  # the script's own copy of its folder: its cwd
         env = {str(k): str(v) for k, v in (entry.get("env") or {}).items()}
         env.update({protocol.RUN_DIR_VARIABLE: str(folder), protocol.RUN_ID_VARIABLE: run_id,
@@ -144,7 +147,8 @@ def submit(req: dict) -> dict:
     record = read_json(run / JOB_FILE)
     record["job_id"] = job_id
     write_json(run / JOB_FILE, record)
-    return {"run_id": run_id, "job_id": job_id, "script": str(run / SCRIPT)}
+    return {"run_id": run_id, "job_id": job_id, "script": str(run / SCRIPT),
+            **({"work_refreshed": refreshed} if refreshed else {})}
 
 
 def _batch_script(run_id: str, run: Path, options: list, srun_options: list, python: str, dist: str, restarts: int,
@@ -167,9 +171,10 @@ while :; do
   attempt=$((attempt + 1))
   export TFCC_SLURM_ATTEMPT=$attempt
   echo "tfcc: attempt $attempt"
-  # each rank: TF_CONFIG from Slurm's variables (the trainer's Slurm mode), then its task (agent/slurm.py)
+  # each rank: TF_CONFIG from Slurm's variables (the trainer's Slurm mode), then its task (agent/slurm.py), with
+  # the Keras its spec's environment chose (the console's keras_choice), else the node's own
   setsid srun --kill-on-bad-exit=1 --cpus-per-task={cpus}{wait}{"".join(" " + o for o in srun_options)} \\
-    {q(python)} -m trainer.slurm --jobs {jobs} --port-base "$port_base" -- -m agent.slurm task "$run" &
+    {q(python)} -m trainer.slurm --jobs {jobs} --port-base "$port_base" --keep-keras -- -m agent.slurm task "$run" &
   srun_pid=$!
   while :; do
     wait "$srun_pid"

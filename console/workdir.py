@@ -304,6 +304,9 @@ def collect(training: cl.Training, max_bytes: int | None = None, max_files: int 
     found, skipped = _walk(rules, root, max_files)
     if leave_out is not None:
         away = Path(leave_out).expanduser().resolve()
+        if root.resolve().is_relative_to(away):
+            raise RunError(f"the folder {str(away)!r} holds the code's own folder {str(root)!r}",
+                           f"choose a folder outside {str(root)!r}")
         found = [item for item in found if not item[1].resolve().is_relative_to(away)]
     if len(found) > max_files:
         raise RunError(_too_many(training, root, found, max_files),

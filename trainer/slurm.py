@@ -36,8 +36,8 @@ Where this differs from the resolver, and why:
 
 ``python -m trainer.slurm [--jobs chief:1,worker:3] [--port-base N] -- script.py ARGS``
 sets ``TF_CONFIG`` this way (unless it is set already) and ``TF_USE_LEGACY_KERAS=1``
-(unless set) and replaces itself with ``python script.py ARGS``: a user's own
-script runs under ``srun`` unchanged. ``python -m trainer`` does the same by itself
+(unless set, or ``--keep-keras``: tfcc chose each task's Keras already) and replaces
+itself with ``python script.py ARGS``: a user's own script runs under ``srun`` unchanged. ``python -m trainer`` does the same by itself
 when ``TF_CONFIG`` is unset and ``SLURM_PROCID`` is set (``--port-base``,
 ``--slurm-jobs``).
 """
@@ -333,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m trainer.slurm",
         usage="python -m trainer.slurm [--jobs chief:1,worker:3] [--port-base N] -- script.py [ARGS ...]",
         description="Run a TensorFlow script as one task of a Slurm job step: set TF_CONFIG from the SLURM_* "
-        "variables (unless TF_CONFIG is set) and TF_USE_LEGACY_KERAS=1 (unless set), then run "
+        "variables (unless TF_CONFIG is set) and TF_USE_LEGACY_KERAS=1 (unless set, or --keep-keras), then run "
         "python script.py ARGS in this process. Start it with srun, once per task.",
     )
     p.add_argument("--jobs", type=_jobs_option, default=None, metavar="ROLE:N,...",
@@ -341,6 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "chief, rank 1 the ps, ranks 2-3 workers (default: every task a worker)")
     p.add_argument("--port-base", type=_port_option, default=PORT_BASE, metavar="N",
                    help=f"the k-th task on a node listens on port base + k (default {PORT_BASE})")
+    p.add_argument("--keep-keras", action="store_true",
+                   help="leave TF_USE_LEGACY_KERAS as the environment has it (the script gets the Keras its "
+                   "environment chose for it, or the machine's own)")
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="what python runs: script.py ARGS (or -m module ARGS), after --")
     return p
@@ -366,8 +369,8 @@ def main(argv: list[str] | None = None) -> int:
     except SlurmError as exc:
         _say(str(exc))
         return 2
-    # tf-keras: Keras 3's fit fails under MultiWorkerMirroredStrategy (keras-team/keras#20585).
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    if not ns.keep_keras:  # tf-keras: Keras 3's fit fails under MultiWorkerMirroredStrategy (keras-team/keras#20585)
+        os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -335,11 +335,19 @@ class Run:
         shipped = {}  # (no secret_env: a Slurm cluster file refuses it, console/cluster.py)
         if workdir is not None:  # its blobs went to the login host with the deploy: each task's work/ from them
             shipped["workdir"] = workdir.entries()
+            if resume and explicit:  # a person resumes with the code as it is now (as _start_tasks does)
+                shipped["refresh_work"] = True
         reply = link.connect().call(SUBMIT, timeout=90, run_id=self.run_id, tasks=tasks, jobs=slurm.jobs(),
                                     port_base=SLURM_PORT_BASE, sbatch=slurm.sbatch_options(), srun=slurm.srun_options(),
                                     python=slurm.python or "python3", python_path=[link.dist],
                                     cpus_per_task=slurm.cpus_per_task, max_restarts=training.max_restarts,
                                     console=console_id(), fresh=not resume, **shipped)
+        self.code_refreshed = None
+        if shipped.get("refresh_work"):
+            refreshed = reply.get("work_refreshed")
+            self.code_refreshed = refreshed_words(workdir.root, {task: r for task, r in refreshed.items()
+                                                                 if isinstance(r, dict)}
+                                                  if isinstance(refreshed, dict) else {})
         self.job = {"job_id": reply["job_id"], "state": "PENDING", "reason": "", "nodes": ""}
         # Slurm picks the nodes: each task's TF_CONFIG is made on its node (tf_config.json in its folder)
         self.tf_configs = self.tf_configs or ["{}" for _ in self.tasks]

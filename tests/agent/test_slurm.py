@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from agent import protocol
+from tests.agent.test_workdir import put_blob
 from tests.trainer.conftest import THREADS
 from tests.helpers.waiting import wait_for
 from trainer.metrics import read_records
@@ -141,3 +142,29 @@ def test_a_cancel_of_a_running_job_leaves_no_process_on_any_node(agent, tmp_path
     for task in ("worker-0", "worker-1"):
         status = agent.ok(protocol.STATUS, run_id="r3", task=task)
         assert status["phase"] in protocol.ENDED and status["stopped"], status
+
+
+def test_a_resubmission_a_person_asked_for_runs_the_code_as_it_is_now(agent, tmp_path):
+    """``refresh_work`` (a person's resume): each task's copy of the script's files is brought up to date, what the
+    script wrote there stays; a resubmission without it (a restart) runs work/ as the task left it."""
+    home = tmp_path / "login-home"
+    script = 'open("out.txt", "a").write("{}\\n")\n'
+    tasks = [{"task": "worker-0", "argv": [sys.executable, "main.py"], "env": {}}]
+    job = dict(run_id="r4", tasks=tasks, jobs="worker:1", port_base=8888, python=sys.executable,
+               sbatch=["--nodes=1", "--ntasks-per-node=1", "--time=5"])
+    out = home / "runs" / "r4" / "worker-0" / "work" / "out.txt"
+
+    def submitted(code: str, **more) -> dict:
+        reply = agent.ok(protocol.SUBMIT, workdir=[["main.py", put_blob(home, code.encode()), False]], **job, **more)
+        wait_for(lambda: agent.ok(protocol.JOB, run_id="r4")["script_ended"], 120,
+                 lambda: str(agent.ok(protocol.JOB, run_id="r4")))
+        assert agent.ok(protocol.STATUS, run_id="r4", task="worker-0")["phase"] == protocol.FINISHED
+        return reply
+
+    first = submitted(script.format("old"))
+    assert "work_refreshed" not in first and out.read_text() == "old\n"
+    restarted = submitted(script.format("new"), fresh=False)
+    assert "work_refreshed" not in restarted and out.read_text() == "old\nold\n"
+    resumed = submitted(script.format("new"), fresh=False, refresh_work=True)
+    assert resumed["work_refreshed"] == {"worker-0": {"changed": ["main.py"], "count": 1, "kept": []}}
+    assert out.read_text() == "old\nold\nnew\n"

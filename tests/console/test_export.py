@@ -20,6 +20,7 @@ from console import cluster as cl
 from console import export
 from tests.disk import snapshot
 from tests.helpers.cli import tfcc
+from tests.helpers.waiting import wait_until
 from tests.trainer.conftest import THREADS
 from trainer.metrics import read_records
 from trainer.tf_config import TaskId, parse_tf_config
@@ -63,7 +64,8 @@ def run_script(argv: list[str], cwd: Path, env: dict[str, str], timeout: float =
 
 def task_env(**extra: str) -> dict[str, str]:
     """The environment a person's shell would have: the project's trainer on PYTHONPATH, small thread pools."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TFCC_", "TF_CONFIG", "SLURM_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TFCC_", "TF_CONFIG", "SLURM_"))
+           and k != "TF_USE_LEGACY_KERAS"}
     env.update(THREADS, PYTHONPATH=str(ROOT), **extra)
     return env
 
@@ -302,11 +304,78 @@ port = 7001
     assert not list(out.rglob("pwned"))
 
 
+@pytest.mark.parametrize("into", ["project", "."])
+def test_an_export_into_the_codes_own_folder_or_one_above_it_is_refused(tmp_path, into):
+    """Its files would all be the export's own: said so, with what to do, not that the script is missing."""
+    project = package_project(tmp_path)
+    cluster = cluster_of(f'[training]\nmodule = "trainer.task"\nworkdir = {json.dumps(str(project))}\n'
+                         '[[hosts]]\nname = "here"\nlocal = true\n[[tasks]]\nhost = "here"\nport = 7001\n')
+    with pytest.raises(export.ExportError) as refused:
+        export.render("scripts", cluster, export.Options(into=tmp_path / into))
+    assert str(refused.value) == (f"the folder {str((tmp_path / into).resolve())!r} holds the code's own folder "
+                                  f"{str(project)!r}; choose a folder outside {str(project)!r}")
+
+
+WAITS_FOR_TERM = """import signal, sys, time
+def on_term(*_):
+    open("terminated", "w").close()
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+open("started", "w").close()
+time.sleep(120)
+"""
+
+# cp as it fails part-way (a file that vanished, a full disk): it copies, then says it failed; worker-1's copy
+# fails once worker-0 runs
+FAILING_CP = """#!/bin/bash
+case "$*" in
+  *worker-1*)
+    for _ in $(seq 400); do [ -e "$RUNS_AT/worker-0/work/started" ] && break; sleep 0.05; done
+    /bin/cp "$@"
+    exit 1;;
+esac
+exec /bin/cp "$@"
+"""
+
+
+def test_a_task_that_cannot_start_stops_the_ones_started_and_leaves_no_half_copy(tmp_path):
+    """A launch script whose second task's copy of the code fails: no work/ left half-made (run again, it would be
+    kept), the first task is stopped (its peers would wait for the second), and the script exits 2 saying why."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text(WAITS_FOR_TERM)
+    (project / "data.txt").write_text("x\n")
+    cluster = cluster_of(f'[training]\nscript = {json.dumps(str(project / "train.py"))}\n'
+                         '[[hosts]]\nname = "here"\nlocal = true\n'
+                         '[[tasks]]\nhost = "here"\nport = 7001\n[[tasks]]\nhost = "here"\nport = 7002\n')
+    out = tmp_path / "out"
+    export.write(export.render("scripts", cluster, export.Options(into=out)), out)
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "cp").write_text(FAILING_CP)
+    (tools / "cp").chmod(0o755)
+    runs = out / "runs"
+    env = task_env(PYTHON=sys.executable, RUNS_AT=str(runs), PATH=f"{tools}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.Popen(["bash", "launch-here.sh"], cwd=out, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 2, err
+        assert (f"launch-here.sh: cannot copy the code into {runs}/worker-1/work; stopping this host's tasks "
+                "started so far") in err
+        assert wait_until(lambda: (runs / "worker-0" / "work" / "terminated").exists(), 30), err
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+    assert not (runs / "worker-1" / "work").exists() and list((runs / "worker-1").iterdir()) == []
+    assert sorted(p.name for p in (runs / "worker-0" / "work").iterdir()) == [
+        "data.txt", "started", "terminated", "train.py"]
+
+
 PACKAGE_TASK = """import json, os, sys
 from . import model
 with open("ran.json", "w") as f:
     json.dump({"argv": sys.argv[1:], "cwd": os.getcwd(), "model": model.NAME,
-               "task": json.loads(os.environ["TF_CONFIG"])["task"]}, f)
+               "task": json.loads(os.environ["TF_CONFIG"])["task"], "keras": os.environ.get("TF_USE_LEGACY_KERAS")}, f)
 """
 
 
@@ -324,7 +393,7 @@ def package_project(tmp_path: Path) -> Path:
 def test_a_module_is_exported_with_its_package_and_runs_as_python_m_runs_it(tmp_path, fmt):
     """``module = "trainer.task"``: the package's folder goes with the export, and each task runs ``python -m
     trainer.task`` in a copy of its own (its relative import works, its package named like tfcc's own is the one
-    it gets); an image holds the code where the manifest runs it."""
+    it gets, the Keras of its host); an image holds the code where the manifest runs it."""
     project = package_project(tmp_path)
     args = ["--job-dir", "a b"]
     cluster = cluster_of(f'[training]\nmodule = "trainer.task"\nworkdir = {json.dumps(str(project))}\n'
@@ -360,7 +429,7 @@ def test_a_module_is_exported_with_its_package_and_runs_as_python_m_runs_it(tmp_
         p.read_text() for p in runs.rglob("stderr.log"))
     ran = json.loads((runs / "worker-0" / "work" / "ran.json").read_text())
     assert ran == {"argv": args, "cwd": str(runs / "worker-0" / "work"), "model": "cnn",
-                   "task": {"type": "worker", "index": 0}}
+                   "task": {"type": "worker", "index": 0}, "keras": None}  # it uses no Keras: the machine's own
 
 
 def _containers(doc) -> list[dict]:
@@ -484,9 +553,12 @@ def test_sbatch_runs_a_users_script_through_the_slurm_helper(tmp_path):
     exported = export.render("slurm", cluster)
     assert exported.copies["user/train.py"] == script
     srun = srun_line(exported.files["tfcc.sbatch"])
-    assert '"$PYTHON" "$TFCC_ROOT/trainer/slurm.py" --jobs worker:2 --port-base 8888 -- train.py --lr 0.1' in srun
-    # each task runs it in its own copy of the code, in its run folder
-    assert '[ -d "$d/work" ] || cp -R "$TFCC_CODE" "$d/work" || exit 2' in exported.files["tfcc.sbatch"]
+    assert ('"$PYTHON" "$TFCC_ROOT/trainer/slurm.py" --jobs worker:2 --port-base 8888 --keep-keras -- '
+            'train.py --lr 0.1') in srun  # its Keras as the sbatch chose it, not the helper's
+    # each task runs it in its own copy of the code, in its run folder, made whole or not at all
+    assert ('if [ ! -d "$d/work" ]; then\n  t=$(mktemp -d "$d/.work.XXXXXX") || exit 2\n'
+            '  cp -R "$TFCC_CODE/." "$t" && mv "$t" "$d/work" || { rm -rf "$t"; exit 2; }\nfi\ncd "$d/work" || exit 2'
+            ) in exported.files["tfcc.sbatch"]
 
 
 HOSTILE = 'it\'s $(touch pwned) `touch pwned2` "x" ;touch pwned3.py'  # a file name: all of it is the name

@@ -297,6 +297,14 @@ def run_trainer(tmp_path: Path, args: list[str], env: dict[str, str], timeout: f
     return proc, (read_records(metrics) if metrics.exists() else [])
 
 
+def test_helper_with_keep_keras_leaves_the_keras_as_the_environment_chose_it(tmp_path):
+    """tfcc chose each task's Keras before srun (a script that uses no Keras: the node's own): not tf-keras."""
+    env = clean_environ(**slurm_env(0, "node1", "1", 1))
+    proc, out, err, seen = run_helper(tmp_path, ["--keep-keras", "--", "show_env.py"], env)
+    assert proc.returncode == 0, err
+    assert seen["TF_USE_LEGACY_KERAS"] is None and seen["argv"] == ["show_env.py"]
+
+
 @pytest.mark.parametrize(
     "variables, args, words",
     [
