@@ -208,21 +208,22 @@ class _SummaryFollower:
         self.prefixes: dict[str, str] = {}  # logdir -> what its tags are prefixed with
         self.offsets: dict[str, int] = {}
         self.pending: dict[str, dict] = {}  # event file -> its newest step's row, which may grow yet
-        self.writers: weakref.WeakSet = weakref.WeakSet()
+        self.writers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # writer -> its logdir, as added
         self._lock = threading.Lock()
         self._reading = threading.Lock()  # the follower's thread and the script's end read in turn
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
 
-    def add(self, logdir) -> None:
+    def add(self, logdir) -> str | None:
+        """Follow ``logdir``; the folder as followed, or None where it cannot be (a tensor, a bucket)."""
         try:
             logdir = os.fspath(logdir)
         except TypeError:
-            return  # a tensor: the writer's folder is decided in a graph
+            return None  # a tensor: the writer's folder is decided in a graph
         if isinstance(logdir, bytes):
             logdir = logdir.decode(errors="replace")
         if "://" in logdir:
-            return  # a bucket (gs://, s3://): not this host's disk
+            return None  # a bucket (gs://, s3://): not this host's disk
         with self._lock:
             if logdir not in self.logdirs:
                 self.logdirs.append(logdir)
@@ -233,6 +234,7 @@ class _SummaryFollower:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._follow, name="tfcc-capture-summaries", daemon=True)
                 self._thread.start()
+        return logdir
 
     def _follow(self) -> None:
         while True:
@@ -243,15 +245,22 @@ class _SummaryFollower:
             except Exception:
                 self.capture.failed("reading summaries")
 
-    def writer_made(self, writer) -> None:
+    def writer_made(self, writer, logdir: str) -> None:
         try:
-            self.writers.add(writer)
+            self.writers[writer] = logdir
         except TypeError:
             pass
 
+    def logdir_of(self, writer) -> str | None:
+        """The folder this follows of ``writer``; None for a writer it does not follow."""
+        try:
+            return self.writers.get(writer)
+        except TypeError:
+            return None
+
     def flush(self) -> None:
         """At the script's end: what its writers hold reaches their files, then is read."""
-        for writer in list(self.writers):
+        for writer in list(self.writers.keys()):
             try:
                 writer.flush()
             except Exception:
@@ -274,9 +283,9 @@ class _SummaryFollower:
             except OSError:
                 continue
             for name in names:
-                self._read_file(os.path.join(logdir, name), self.prefixes.get(logdir, ""), whole)
+                self._read_file(logdir, os.path.join(logdir, name), self.prefixes.get(logdir, ""), whole)
 
-    def _read_file(self, path: str, prefix: str, whole: bool) -> None:
+    def _read_file(self, logdir: str, path: str, prefix: str, whole: bool) -> None:
         offset = self.offsets.get(path, 0)
         try:
             with open(path, "rb") as f:
@@ -299,7 +308,8 @@ class _SummaryFollower:
                 if number is None:
                     continue
                 step = int(event.step)
-                row = rows.setdefault((step, self.capture.summary_at(value.tag, step)), {"time": event.wall_time})
+                row = rows.setdefault((step, self.capture.summary_at(logdir, value.tag, step)),
+                                      {"time": event.wall_time})
                 row[prefix + value.tag] = number
         keys = list(rows)  # in the file's order
         if keys and not whole:
@@ -450,7 +460,6 @@ class _StepAxis:
 class Capture:
     """What tfcc learns of one script's process, written to its metrics file."""
 
-    MAX_SAVED = 10_000  # optimizer counts kept of fits' epoch ends
     MAX_SUMMARY_NOTES = 100_000  # summaries noted as written off the optimizer's step, not yet read
 
     def __init__(self, writer: MetricsWriter, config: ClusterConfig):
@@ -469,8 +478,8 @@ class Capture:
         # optimizer no further, repeats fit's numbers (not recorded) or, after an ``evaluate``, says evaluation.
         self._fitted: dict | None = None
         self._evaluated = False
-        # (tag, its own step) -> where each write of it goes on the axis, in the order written (None: at its own
-        # step); each read of one takes the first
+        # (logdir, tag, its own step) -> where each write of it goes on the axis, in the order written (None: at its
+        # own step); each read of one takes the first
         self._summary_at: dict[tuple, collections.deque] = {}
         self._summary_notes = 0
         self._summary_lock = threading.Lock()  # the script writes, the follower's thread reads
@@ -558,37 +567,34 @@ class Capture:
         self._fit_depth += 1
         self._progressed = True
         history = None
-        start = _iterations(getattr(model, "optimizer", None))
         try:
             history = original(model, *args, **kwargs)
             return history
         finally:
             self._fit_depth -= 1
             try:
-                self._fit_ended(model, reporter, history, start)
+                self._fit_ended(model, reporter, history)
             except Exception:
                 self.failed("noting the end of fit")
 
-    def _fit_ended(self, model, reporter, history, start: int | None) -> None:
+    def _fit_ended(self, model, reporter, history) -> None:
         """Fit's optimizer goes on the axis where fit left it (a later print or schedule is placed after it);
-        what fit reported is kept for the lines printed next, with the optimizer's count at each of its
-        epochs' ends (where a checkpoint saved it: a model restored from one has that count)."""
+        what fit reported is kept for the lines printed next."""
         last = getattr(reporter, "_coordinated", None) or reporter
         optimizer = getattr(model, "optimizer", None)
         end = _iterations(optimizer)
         if last is not None and last._at is not None and end is not None:
             self.axis.align(("optimizer", id(optimizer)), end, last._at)
         names = set(getattr(history, "history", None) or {})
-        saved = set(self._fitted["saved"]) if self._fitted else set()
-        epochs = len(getattr(history, "epoch", None) or ())
-        if end:
-            saved.add(end)
-            if start is not None and 0 < epochs <= self.MAX_SAVED and (end - start) % epochs == 0:
-                saved.update(start + (end - start) // epochs * k for k in range(1, epochs))
-        while len(saved) > self.MAX_SAVED:
-            saved.discard(min(saved))
-        self._fitted = {"names": {name.lower() for name in names}, "top": self.axis.top, "saved": saved}
+        self._fitted = {"names": {name.lower() for name in names}, "top": self.axis.top, "restored": False}
         self._evaluated = False
+
+    def restored(self, *_) -> None:
+        """The script restored a model or checkpoint (``load_model``, ``load_weights``, a ``tf.train.Checkpoint``'s
+        ``restore`` or ``read``, an optimizer's own variables): an optimizer first seen after a fit has the count
+        it was saved at, not steps trained since."""
+        if self._fitted is not None and not self.fitting:
+            self._fitted["restored"] = True
 
     def _quietly(self, original, model, *args, **kwargs):
         self._fit_depth += 1
@@ -626,14 +632,14 @@ class Capture:
 
     def optimizer_placed(self) -> tuple[int | None, object]:
         """(the newest optimizer's step on the axis, its source key), or (None, None) without one. An optimizer
-        first seen after a fit at a count fit's optimizer had at an epoch's end is a restored model's: it is
-        where training is, and has trained only once its count grows."""
+        first seen after a fit and a restore is a restored model's: it is where training is, whatever count it
+        was saved at, and has trained only once its count grows."""
         optimizer = self._newest_optimizer()
         step = self._optimizer_step()
         if step is None:
             return None, None
         key = ("optimizer", id(optimizer))
-        if self._fitted is not None and step in self._fitted["saved"] and not self.axis.seen(key):
+        if self._fitted is not None and self._fitted["restored"] and not self.axis.seen(key):
             self.axis.align(key, step, self.axis.top)
         return self.axis.place(key, step, after=True), key
 
@@ -710,12 +716,18 @@ class Capture:
             for name in ("predict", "summary"):  # what these print is Keras's, not the script's
                 _replace(model, name, self._quietly)
             _replace(model, "evaluate", self._evaluating)  # the same; and the script's next lines are evaluation
+            _after(model, "load_weights", self.restored)
+        for api in (getattr(keras, "models", None), getattr(keras, "saving", None)):
+            _then_module(api, "load_model", self.restored)
         optimizers = getattr(keras, "optimizers", None)
         for cls in {getattr(optimizers, "Optimizer", None), getattr(getattr(optimizers, "legacy", None),
                                                                      "Optimizer", None)} - {None}:
             _after(cls, "__init__", lambda optimizer, *_: self.optimizer_made(optimizer))
+            if hasattr(cls, "load_own_variables"):  # a .keras file's optimizer
+                _after(cls, "load_own_variables", self.restored)
 
     def _patch_tensorflow(self, tf) -> None:
+        from tensorflow.python.checkpoint import checkpoint as checkpoints
         from tensorflow.python.distribute import collective_all_reduce_strategy as mwms
         from tensorflow.python.distribute import parameter_server_strategy_v2 as pss
         from tensorflow.python.distribute.coordinator import cluster_coordinator as coordinator
@@ -724,6 +736,8 @@ class Capture:
         for cls in (mwms.CollectiveAllReduceStrategy, pss.ParameterServerStrategyV2):
             _after(cls, "__init__", lambda strategy, *_: self.formed(strategy))
         _after(server_lib.Server, "__init__", lambda server, *_: self._server_made())
+        for name in ("restore", "read"):
+            _after(checkpoints.Checkpoint, name, self.restored)
         _replace(server_lib.Server, "join", lambda original, server: (
             self.join(server) if self._serves() else original(server)))
         _after(coordinator.ClusterCoordinator, "schedule",
@@ -740,8 +754,9 @@ class Capture:
                 return original(logdir, max_queue, flush_millis, *args, **kwargs)
             writer = original(logdir, max_queue, SUMMARY_FLUSH_MILLIS if flush_millis is None else flush_millis,
                               *args, **kwargs)
-            self.summaries.add(logdir)
-            self.summaries.writer_made(writer)
+            followed = self.summaries.add(logdir)
+            if followed is not None:
+                self.summaries.writer_made(writer, followed)
             for name in ("flush", "close"):  # read at once what they write: a worker may delete its folder next
                 _then(writer, name, self._flushed)
             return writer
@@ -772,6 +787,9 @@ class Capture:
         try:
             if not tf.executing_eagerly():
                 return  # in a tf.function: its step is a tensor of the graph (commonly the optimizer's)
+            logdir = self.summaries.logdir_of(getattr(summary_ops_v2._summary_state, "writer", None))
+            if logdir is None or not bool(summary_ops_v2.should_record_summaries()):
+                return  # nothing written where the follower reads: nothing to place
             own = summary_ops_v2.get_step() if step is None else step
             optimizer = self._optimizer_step()
             if own is None or optimizer is None:
@@ -782,33 +800,35 @@ class Capture:
             # Off the optimizer's step it counts something else (epochs, most often): placed where training is.
             at = self.optimizer_placed()[0] if own != optimizer else None
             with self._summary_lock:
-                notes = self._summary_at.get((tag, own))
+                key = (logdir, tag, own)
+                notes = self._summary_at.get(key)
                 if notes is None:
                     if at is None:
                         return  # at its own step, as a write that was not noted is
-                    notes = self._summary_at[(tag, own)] = collections.deque()
+                    notes = self._summary_at[key] = collections.deque()
                 while self._summary_notes >= self.MAX_SUMMARY_NOTES:  # writes never read (a writer not followed)
                     oldest = next(iter(self._summary_at))
                     self._summary_notes -= len(self._summary_at.pop(oldest))
-                    if oldest == (tag, own):
-                        notes = self._summary_at[(tag, own)] = collections.deque()
+                    if oldest == key:
+                        notes = self._summary_at[key] = collections.deque()
                 notes.append(at)
                 self._summary_notes += 1
         except Exception:
             self.failed("noting a summary's step")
 
-    def summary_at(self, tag: str, own: int) -> int | None:
-        """Where the summary ``tag`` written at its step ``own`` goes on the axis, read once per write in the
-        order written: a step placed where training was when it was written off the optimizer's step; None: at
-        its own step."""
+    def summary_at(self, logdir: str, tag: str, own: int) -> int | None:
+        """Where the summary ``tag`` written into ``logdir`` at its step ``own`` goes on the axis, read once per
+        write in the order written: a step placed where training was when it was written off the optimizer's
+        step; None: at its own step."""
+        key = (logdir, tag, own)
         with self._summary_lock:
-            notes = self._summary_at.get((tag, own))
+            notes = self._summary_at.get(key)
             if not notes:
                 return None
             at = notes.popleft()
             self._summary_notes -= 1
             if not notes:
-                del self._summary_at[(tag, own)]
+                del self._summary_at[key]
             return at
 
     def _flushed(self) -> None:
@@ -861,6 +881,28 @@ def _after(cls, name: str, then, with_result: bool = False) -> None:
 
     patched._tfcc = True
     setattr(cls, name, patched)
+
+
+def _then_module(module, name: str, then) -> None:
+    """``module.name(...)`` (a function of an API module) calls ``then()`` after it returns."""
+    original = getattr(module, name, None)
+    if original is None or getattr(original, "_tfcc", False):
+        return
+
+    @functools.wraps(original)
+    def patched(*args, **kwargs):
+        result = original(*args, **kwargs)
+        try:
+            then()
+        except Exception:
+            log.warning("tfcc's capture after %s failed (the script goes on)", name, exc_info=True)
+        return result
+
+    patched._tfcc = True
+    try:
+        setattr(module, name, patched)
+    except (AttributeError, TypeError):
+        pass
 
 
 def _then(instance, name: str, then) -> None:

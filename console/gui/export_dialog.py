@@ -8,7 +8,7 @@ import logging
 import threading
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFileDialog,
                                QHBoxLayout, QLabel, QLineEdit, QListWidget, QPlainTextEdit, QPushButton,
@@ -21,6 +21,12 @@ from console.gui.dialogs import form_of
 log = logging.getLogger("console.gui")
 
 
+class _Rendered(QObject):
+    """A render's thread says its result through this (no parent: a dialog closed meanwhile is disconnected)."""
+
+    finished = Signal(int, object, object)  # the render's number, its Export, its ExportError
+
+
 class ExportDialog(QDialog):
     """Choose how to export ``cluster``; the preview shows what ``export.render`` makes of it as
     the choices change. Accepted, ``chosen()`` has what to write and where (the caller writes it,
@@ -28,14 +34,14 @@ class ExportDialog(QDialog):
 
     A render reads the user's code from disk: it runs on a thread of its own, once typing pauses
     (``RENDER_DELAY_MS``); a render that a newer choice overtook is dropped. Export waits for the
-    preview of the choices shown."""
+    preview of the choices shown. One render runs at a time: choices made meanwhile are rendered
+    when it ends (a big code folder is read once, not once a pause)."""
 
     OPTIONS_OF = {"scripts": (), "slurm": ("time_limit", "port_base", "name"), "tfjob": ("image", "name"),
                   "trainjob": ("image", "name")}
     RENDER_DELAY_MS = 250
 
     rendered = Signal()  # the preview shows the choices made (or why they cannot be exported)
-    _render_finished = Signal(int, object, object)  # from the render's thread: its number, Export, ExportError
 
     def __init__(self, cluster: cl.Cluster, folder: Path, parent: QWidget | None = None):
         super().__init__(parent)
@@ -45,11 +51,11 @@ class ExportDialog(QDialog):
         self.current: export.Export | None = None
         self._asked = 0      # the newest render asked for
         self._shown = 0      # the newest render shown
+        self._in_flight = False  # a render's thread runs
         self._render_timer = QTimer(self)
         self._render_timer.setSingleShot(True)
         self._render_timer.setInterval(self.RENDER_DELAY_MS)
         self._render_timer.timeout.connect(self._on_render_timer_timeout)
-        self._render_finished.connect(self._on_render_finished)
 
         self.format = QComboBox()
         for fmt in export.FORMATS:
@@ -119,7 +125,7 @@ class ExportDialog(QDialog):
     @property
     def rendering(self) -> bool:
         """A preview of newer choices is on its way."""
-        return self._render_timer.isActive() or self._shown != self._asked
+        return self._render_timer.isActive() or self._in_flight or self._shown != self._asked
 
     def _on_choice_changed(self, *_) -> None:
         fmt = self.format.currentData()
@@ -131,11 +137,18 @@ class ExportDialog(QDialog):
 
     def _on_render_timer_timeout(self) -> None:
         self._asked += 1
-        number, fmt, options = self._asked, self.format.currentData(), self.options()
-        threading.Thread(target=self._render, args=(number, fmt, options), name="tfcc-gui-export-render",
-                         daemon=True).start()
+        if self._in_flight:
+            return  # rendered once the running one ends
+        self._start_render()
 
-    def _render(self, number: int, fmt: str, options: export.Options) -> None:
+    def _start_render(self) -> None:
+        self._in_flight = True
+        said = self._said = _Rendered()  # held here too: dropped on this thread, not the render's
+        said.finished.connect(self._on_render_finished)
+        threading.Thread(target=self._render, args=(said, self._asked, self.format.currentData(), self.options()),
+                         name="tfcc-gui-export-render", daemon=True).start()
+
+    def _render(self, said: _Rendered, number: int, fmt: str, options: export.Options) -> None:
         """On the render's thread: the export of ``fmt``, or why not."""
         rendered, error = None, None
         try:
@@ -145,14 +158,14 @@ class ExportDialog(QDialog):
         except Exception as exc:  # a bug: said in one line, the traceback in the log
             log.exception("rendering the export's preview failed")
             error = export.ExportError(f"the preview failed ({exc})", "see the log file")
-        try:
-            self._render_finished.emit(number, rendered, error)
-        except RuntimeError:
-            pass  # the dialog was closed meanwhile
+        said.finished.emit(number, rendered, error)
 
     def _on_render_finished(self, number: int, rendered: export.Export | None, error) -> None:
-        if number < self._asked:
-            return  # newer choices were made meanwhile: their render comes
+        self._in_flight = False
+        if number < self._asked:  # newer choices were made meanwhile: rendered now (unless typing goes on)
+            if not self._render_timer.isActive():
+                self._start_render()
+            return
         self._shown = number
         self.current = rendered
         if rendered is None:

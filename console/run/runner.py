@@ -307,6 +307,7 @@ class Run:
         resume, refused while the job still runs."""
         link = next(iter(self.links.values()))
         slurm = self.cluster.slurm
+        self.code_refreshed = None
         if resume:
             if self.tf_configs is None:
                 self._previous_configs(True)
@@ -342,7 +343,6 @@ class Run:
                                     python=slurm.python or "python3", python_path=[link.dist],
                                     cpus_per_task=slurm.cpus_per_task, max_restarts=training.max_restarts,
                                     console=console_id(), fresh=not resume, **shipped)
-        self.code_refreshed = None
         if shipped.get("refresh_work"):
             refreshed = reply.get("work_refreshed")
             self.code_refreshed = refreshed_words(workdir.root, {task: r for task, r in refreshed.items()

@@ -311,7 +311,8 @@ def test_parameter_server_coordinator_loop_reports_steps_and_epochs(homes, capsy
 @pytest.mark.slow
 def test_single_host_mirrored_fit_in_keras3_gets_keras3_and_its_second_fit_goes_on_after_the_first(homes, capsys):
     """fit (3 epochs of 12 steps), compile again and fit again to fine-tune (2 epochs): the second fit's steps
-    go on from step 37, marked ``fit: 2``; the evaluation printed at the end is evaluation, at the last step."""
+    go on from step 37, marked ``fit: 2``; the evaluations printed at the end (the model's, then the one saved and
+    restored with its optimizer) are evaluation, at the last step."""
     path = cluster_file(homes, "mirrored_fit_keras3", ONE_WORKER)
     stream = run_json(homes, path, "k3", capsys)
     started = of(stream, "worker-0", "event", event="started")[0]
@@ -328,7 +329,8 @@ def test_single_host_mirrored_fit_in_keras3_gets_keras3_and_its_second_fit_goes_
     assert all({"loss", "accuracy", "val_loss", "val_accuracy"} <= set(r) for r in epochs)
     printed = [r for r in stream if r.get("task") == "worker-0" and r.get("captured") == "print"]
     assert [(r["type"], r["global_step"], sorted(metrics(r))) for r in printed] == [
-        ("step", 60, ["Eval_accuracy", "Eval_loss"])]
+        ("step", 60, ["Eval_accuracy", "Eval_loss"]), ("step", 60, ["eval_accuracy"])]
+    assert printed[1]["eval_accuracy"] == pytest.approx(100 * printed[0]["Eval_accuracy"], abs=0.01)
     assert on_one_axis([r for r in stream if r.get("task") == "worker-0" and r.get("type") in ("step", "epoch")])
 
 

@@ -195,7 +195,7 @@ def _capture_after_fit(tmp_path, evaluated=False):
     capture.optimizer_made(trained)
     capture._progressed = True
     capture.axis.align(("optimizer", id(trained)), 30, 30)
-    capture._fitted = {"names": {"loss", "accuracy", "val_loss"}, "top": capture.axis.top, "saved": {10, 20, 30}}
+    capture._fitted = {"names": {"loss", "accuracy", "val_loss"}, "top": capture.axis.top, "restored": False}
     capture._evaluated = evaluated
     return capture, writer
 
@@ -210,6 +210,7 @@ def _printed_after_fit(tmp_path, lines, evaluated=False, restored=None) -> list[
     a restored model's optimizer (its count as restored) is the newest."""
     capture, writer = _capture_after_fit(tmp_path, evaluated)
     if restored is not None:
+        capture.restored()  # load_model, load_weights, a checkpoint's restore
         capture.held.append(_Optimizer(restored))
         capture.optimizer_made(capture.held[-1])
     for line in lines:
@@ -225,7 +226,7 @@ def test_a_line_printed_after_fit_repeating_its_numbers_is_left_out_and_the_rest
 
 def test_an_evaluation_printed_after_evaluate_is_evaluation_at_the_step_training_reached(tmp_path):
     """Also a restored model's (a fresh optimizer at 0; one restored at fit's end, or at an epoch's end where a
-    checkpoint saved it): at step 30, never at 0 and never past the steps trained."""
+    checkpoint saved the best): at step 30, never at 0 and never past the steps trained."""
     for restored in (None, 0, 30, 20):
         assert _printed_after_fit(tmp_path / str(restored), ["Restored model, accuracy: 64.00%",
                                                              "Test loss: 0.31, accuracy: 0.9"],
@@ -238,6 +239,7 @@ def test_a_restored_model_has_trained_only_once_its_optimizer_goes_on(tmp_path):
     """A model restored at fit's end: its printed numbers repeat fit's (left out) until it trains again; then
     they are training, at the steps it took after fit's last."""
     capture, writer = _capture_after_fit(tmp_path)
+    capture.restored()
     restored = _Optimizer(30)
     capture.held.append(restored)
     capture.optimizer_made(restored)
@@ -250,54 +252,79 @@ def test_a_restored_model_has_trained_only_once_its_optimizer_goes_on(tmp_path):
 
 
 def test_a_new_loop_after_fit_is_training_from_its_first_printed_step(tmp_path):
-    """A new optimizer first seen at a count no epoch of fit ended at: a loop that trained, after fit's steps."""
+    """A new optimizer, nothing restored: a loop that trained, its steps after fit's (at an epoch's count too)."""
     capture, writer = _capture_after_fit(tmp_path)
-    capture.held.append(_Optimizer(7))
+    capture.held.append(_Optimizer(10))
     capture.optimizer_made(capture.held[-1])
     capture.printed("loss: 1.5, accuracy: 0.4")
+    capture.held[-1].iterations.n = 20
+    capture.printed("loss: 1.2, accuracy: 0.5")
     assert _records(tmp_path, writer) == [
-        {"type": "step", "captured": "print", "global_step": 37, "loss": 1.5, "accuracy": 0.4}]
+        {"type": "step", "captured": "print", "global_step": 40, "loss": 1.5, "accuracy": 0.4},
+        {"type": "step", "captured": "print", "global_step": 50, "loss": 1.2, "accuracy": 0.5}]
 
 
-def _summary(capture, tag, step, optimizer_at) -> None:
-    """The script writes the summary ``tag`` at ``step`` eagerly, its newest optimizer at ``optimizer_at``."""
+class _Writer:
+    """A summary writer, as the capture tells one from another."""
+
+
+def _summary(capture, tag, step, optimizer_at, writer=None, recording=True) -> None:
+    """The script writes the summary ``tag`` at ``step`` eagerly into ``writer`` (the default: the first followed),
+    its newest optimizer at ``optimizer_at``."""
     from types import SimpleNamespace
 
     capture._newest_optimizer().iterations.n = optimizer_at
-    capture._summary_written(SimpleNamespace(get_step=lambda: None),
+    default = writer if writer is not None else next(iter(capture.summaries.writers.keys()))
+    capture._summary_written(SimpleNamespace(get_step=lambda: None, should_record_summaries=lambda: recording,
+                                             _summary_state=SimpleNamespace(writer=default)),
                              SimpleNamespace(executing_eagerly=lambda: True), tag, step)
+
+
+def _capture_with_writers(tmp_path, *logdirs):
+    """A capture, its optimizer at 0 and a followed writer for each of ``logdirs`` (held by the capture)."""
+    from trainer.capture import Capture
+    from trainer.metrics import MetricsWriter
+    from trainer.tf_config import ClusterConfig
+
+    capture = Capture(MetricsWriter(tmp_path / "m.jsonl"), ClusterConfig())
+    capture.held = [_Optimizer(0)] + [_Writer() for _ in logdirs]
+    capture.optimizer_made(capture.held[0])
+    for writer, logdir in zip(capture.held[1:], logdirs):
+        capture.summaries.writers[writer] = logdir
+    return capture
 
 
 def test_each_summary_written_off_the_optimizers_step_is_placed_once_in_the_order_written(tmp_path):
     """Two loops each writing ``step=epoch``: the second's epoch 1 is not the first's; a write at the
     optimizer's own step between them takes no note; each read takes one."""
-    from trainer.capture import Capture
-    from trainer.metrics import MetricsWriter
-    from trainer.tf_config import ClusterConfig
-
-    capture = Capture(MetricsWriter(tmp_path / "m.jsonl"), ClusterConfig())
-    optimizer = _Optimizer(0)
-    capture.optimizer_made(optimizer)
+    capture = _capture_with_writers(tmp_path, "logs/train")
     _summary(capture, "loss", 1, optimizer_at=10)
     _summary(capture, "loss", 20, optimizer_at=20)  # at the optimizer's step: as written
     _summary(capture, "loss", 1, optimizer_at=40)
-    assert [capture.summary_at("loss", 1) for _ in range(3)] == [10, 40, None]
-    assert capture.summary_at("loss", 20) is None and capture._summary_at == {}
+    assert [capture.summary_at("logs/train", "loss", 1) for _ in range(3)] == [10, 40, None]
+    assert capture.summary_at("logs/train", "loss", 20) is None and capture._summary_at == {}
+
+
+def test_a_summary_the_follower_does_not_read_takes_no_note(tmp_path):
+    """Written to a writer it does not follow (a bucket's, one made in fit), or not recorded (``record_if``): a
+    later write of the same tag and step where it reads is placed by its own note only; each folder its own."""
+    capture = _capture_with_writers(tmp_path, "logs/train", "logs/test")
+    train, test = capture.held[1:]
+    _summary(capture, "loss", 1, optimizer_at=10, writer=_Writer())
+    _summary(capture, "loss", 1, optimizer_at=10, writer=train, recording=False)
+    _summary(capture, "loss", 1, optimizer_at=30, writer=test)
+    _summary(capture, "loss", 1, optimizer_at=40, writer=train)
+    assert capture.summary_at("logs/train", "loss", 1) == 40 and capture.summary_at("logs/test", "loss", 1) == 30
+    assert capture._summary_at == {}
 
 
 def test_summary_notes_never_read_stay_bounded(tmp_path):
-    from trainer.capture import Capture
-    from trainer.metrics import MetricsWriter
-    from trainer.tf_config import ClusterConfig
-
-    capture = Capture(MetricsWriter(tmp_path / "m.jsonl"), ClusterConfig())
+    capture = _capture_with_writers(tmp_path, "logs")
     capture.MAX_SUMMARY_NOTES = 3
-    optimizer = _Optimizer(0)
-    capture.optimizer_made(optimizer)
     for epoch in range(1, 6):
         _summary(capture, "loss", epoch, optimizer_at=epoch * 10)
     assert capture._summary_notes == 3 and sum(map(len, capture._summary_at.values())) == 3
-    assert [capture.summary_at("loss", e) for e in range(1, 6)] == [None, None, 30, 40, 50]
+    assert [capture.summary_at("logs", "loss", e) for e in range(1, 6)] == [None, None, 30, 40, 50]
 
 
 def test_printed_steps_counted_again_go_on_after_the_first_loop(tmp_path):
@@ -509,7 +536,7 @@ def test_a_summary_step_read_in_two_parts_is_one_record(tmp_path):
 
     written = []
     follower = _SummaryFollower(type("Capture", (), {"write": lambda self, r: written.append(r), "axis": _StepAxis(),
-                                                     "summary_at": lambda self, tag, step: None})())
+                                                     "summary_at": lambda self, logdir, tag, step: None})())
     follower.logdirs.append(str(tmp_path))
     path = tmp_path / f"events.out.tfevents.1.host.{os.getpid()}.0.v2"
     path.write_bytes(frame(1, "loss", 0.5))

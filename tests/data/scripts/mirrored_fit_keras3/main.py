@@ -1,4 +1,4 @@
-"""Distributed training with Keras 3: MirroredStrategy on one host + Model.fit, then fine-tuning (fit again)."""
+"""Keras 3 MirroredStrategy on one host: Model.fit, fine-tuning (fit again), the model saved and restored."""
 import argparse
 
 import keras
@@ -71,3 +71,11 @@ model.fit(train_dataset, validation_data=eval_dataset, epochs=args.fine_tune_epo
 
 eval_loss, eval_acc = model.evaluate(eval_dataset, verbose=0)
 print(f"Eval loss: {eval_loss:.4f}, Eval accuracy: {eval_acc:.4f}")
+
+# Save the model and restore it, as the distributed-training tutorial does, then check the restored one.
+path = "digits.keras"
+model.save(path)
+with strategy.scope():
+  restored = keras.models.load_model(path, custom_objects={"Standardize": Standardize})
+restored_loss, restored_acc = restored.evaluate(eval_dataset, verbose=0)
+print(f"Restored model, accuracy: {100 * restored_acc:5.2f}%")
