@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import re
 
-PROTOCOL_VERSION = 8  # 2: metrics follow messages carry the file's own lines ("lines"), not records
+PROTOCOL_VERSION = 9  # 2: metrics follow messages carry the file's own lines ("lines"), not records
 # 3: the "system" op streams a host's CPU, memory and GPU load and its tasks' processes
 # 4: "missing_blobs" says which files of a script's workdir a host lacks; "start" takes "workdir"
 # 5: "status" says a task's backups' steps ("backups", a list) and the files of its newest ("backup_files")
 # 6: "measure" asks a running task for its step-time breakdown at a step (MEASURE_FILE; docs/why-slow.md)
 # 7: "submit", "job" and "cancel": a run's tasks as one Slurm job from a login host (agent/slurm.py); "pending"
-# 8: "start" takes "refresh_work": a resume brings each task's copy of the script's files up to date; so does
-#    "submit" (its "work_refreshed" maps each task to what changed)
+# 8: "start" takes "refresh_work": a resume brings each task's copy of the script's files up to date
+# 9: so does "submit" (its "work_refreshed" maps each task to what changed); a follow's lines are split at line
+#    feeds only (a log's "\r", a progress bar's redraw, stays in its line)
 
 # --------------------------------------------------------------------------- operations
 # agent/server.py has one handler per op (Server.op_<name>) and its op table is built from them.

@@ -616,7 +616,9 @@ def read_new(path: Path, offset: int, limit: int = protocol.MAX_LINE, instead=sk
                 # Whole lines up to MESSAGE_LINES bytes; a longer line (up to the cap) on its own.
                 end = data.rfind(b"\n", 0, protocol.MESSAGE_LINES) + 1 or data.find(b"\n") + 1
                 if end or len(data) < limit:
-                    return (data[:end].splitlines(), offset + end, 0) if end else ([], offset, 0)
+                    # Split at line feeds only: a "\r" (a progress bar's redraw) stays in its line for the console
+                    # to show as a terminal would
+                    return (data[:end - 1].split(b"\n"), offset + end, 0) if end else ([], offset, 0)
                 skipped = len(data)  # no newline in a whole read: one line over the cap
             while True:
                 chunk = f.read(1 << 20)

@@ -15,13 +15,14 @@ import time
 import re
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QFont
+from PySide6.QtGui import QFont, QTextCursor
 from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLineEdit, QListView, QListWidget, QListWidgetItem,
                                QPlainTextEdit, QTabWidget, QVBoxLayout, QWidget)
 
 from agent.protocol import ERROR, FAILED, LOST, STDOUT
 from console.states import RECONNECTING, SessionKind
 from console.store.metrics import MetricsStore
+from console.terminal import Terminal, shown_lines
 from console.text import event_line
 from trainer.records import number
 
@@ -44,12 +45,18 @@ def _clock(when) -> str:
         return dt.datetime.now().strftime("%H:%M:%S")
 
 
-def log_lines(stream: str, text: str) -> list[str]:
-    """``text`` a task wrote on ``stream`` as the log view's lines: stdout as it is, stderr's marked, each cut
-    at ``LOG_WIDTH``."""
+def marked(stream: str, lines: list[str]) -> list[str]:
+    """A task's ``lines`` on ``stream`` as the log view shows them: stdout's as they are, stderr's marked, each
+    cut at ``LOG_WIDTH``."""
     mark = "" if stream == STDOUT else f"[{stream.removesuffix('.log')}] "
     return [mark + (line if len(line) <= LOG_WIDTH else f"{line[:LOG_WIDTH]}… ({len(line) - LOG_WIDTH} more "
-                    "characters)") for line in text.splitlines()]
+                    "characters)") for line in lines]
+
+
+def log_lines(stream: str, text: str) -> list[str]:
+    """``text`` a task wrote on ``stream`` (whole: a log read from its file) as the log view's lines, as a
+    terminal shows them (``console.terminal``: a progress bar is its last state)."""
+    return marked(stream, shown_lines(text))
 
 
 # What TensorFlow and CUDA say as every process starts, whatever the run does: hidden unless asked for (a healthy
@@ -69,33 +76,53 @@ def is_noise(line: str) -> bool:
 
 class LogTails:
     """What tasks wrote that the window has not shown yet: each task's newest ``LOG_PER_TAKE`` lines, and how many
-    older ones went unshown (a person reads no faster; ``tfcc logs`` has every line). Filled on the session's thread, taken on the window's at its pace: a task that
-    writes faster than a text view can show costs a tail, not a queue of every message (thread-safe)."""
+    older ones went unshown (a person reads no faster; ``tfcc logs`` has every line), and the line each is
+    writing now (a progress bar: its newest state only). Filled on the session's thread, taken on the window's at
+    its pace: a task that writes faster than a text view can show costs a tail, not a queue of every message
+    (thread-safe). Each task's streams are read as a terminal shows them (``console.terminal``)."""
 
     def __init__(self):
         self._lock = threading.Lock()
+        self._terminals: dict[tuple[str, str], Terminal] = {}  # (task, stream): fed on the session's thread only
         self._tails: dict[str, collections.deque] = {}
         self._dropped: dict[str, int] = {}
+        self._open: dict[str, str] = {}  # task -> the line it is writing now ("": none), since the last take
+        # task -> each stream's open line, the one changed last at the end (session's thread only)
+        self._opens: dict[str, dict[str, str]] = {}
 
     def add(self, task: str, stream: str, text: str) -> bool:
         """Keep ``text``'s lines; whether the window must be told (nothing was waiting before)."""
-        lines = log_lines(stream, text)
-        if not lines:
+        terminal = self._terminals.get((task, stream))
+        if terminal is None:
+            terminal = self._terminals[(task, stream)] = Terminal()
+        opens = self._opens.setdefault(task, {})
+        was = opens.get(stream, "")
+        lines = marked(stream, terminal.feed(text))
+        now = marked(stream, [terminal.open])[0] if terminal.open else ""
+        if now != was:  # the stream whose line changed last is the one a terminal would show being written
+            opens.pop(stream, None)
+            opens[stream] = now
+        elif not lines:
             return False
+        shown = next((line for line in reversed(opens.values()) if line), "")
         with self._lock:
-            told = bool(self._tails)
+            told = bool(self._tails) or bool(self._open)
             tail = self._tails.setdefault(task, collections.deque(maxlen=LOG_PER_TAKE))
             over = len(tail) + len(lines) - LOG_PER_TAKE
             if over > 0:
                 self._dropped[task] = self._dropped.get(task, 0) + over
             tail.extend(lines)
+            self._open[task] = shown
         return not told
 
-    def take(self) -> list[tuple[str, list[str], int]]:
-        """Each task's waiting lines, and how many went unshown before them; nothing waits after."""
+    def take(self) -> list[tuple[str, list[str], int, str]]:
+        """Each task's waiting lines, how many went unshown before them, and the line it is writing now ("":
+        none); nothing waits after."""
         with self._lock:
-            taken = [(task, list(tail), self._dropped.pop(task, 0)) for task, tail in self._tails.items()]
+            taken = [(task, list(self._tails.get(task, ())), self._dropped.pop(task, 0), self._open.get(task, ""))
+                     for task in dict.fromkeys([*self._tails, *self._open])]
             self._tails.clear()
+            self._open.clear()
         return taken
 
 
@@ -111,6 +138,8 @@ class EventsView(QTabWidget):
         self.logs = QTabWidget()
         self.log_views: dict[str, QPlainTextEdit] = {}
         self._log_lines: dict[str, collections.deque] = {}  # each task's lines, noise too (the filter may change)
+        self._open_lines: dict[str, str] = {}  # each task's line being written (a progress bar), "" for none
+        self._open_shown: set[str] = set()     # tasks whose view ends with that line (replaced as it changes)
         self.log_search = QLineEdit()
         self.log_search.setPlaceholderText("Find in this log (Enter: next)")
         self.log_search.setClearButtonEnabled(True)
@@ -138,6 +167,8 @@ class EventsView(QTabWidget):
         self.logs.clear()
         self.log_views.clear()
         self._log_lines.clear()
+        self._open_lines.clear()
+        self._open_shown.clear()
         self._seen = 0
 
     def show_store(self, store: MetricsStore) -> None:
@@ -168,21 +199,46 @@ class EventsView(QTabWidget):
         """``text`` a task wrote on ``stream`` (agent.protocol's: stdout as it is, stderr's lines marked)."""
         self.append_lines(task, log_lines(stream, text))
 
-    def append_lines(self, task: str, lines: list[str], dropped: int = 0) -> None:
-        """A task's log lines (``log_lines``'), after ``dropped`` that were never shown (a line says so)."""
+    def append_lines(self, task: str, lines: list[str], dropped: int = 0, open_line: str | None = None) -> None:
+        """A task's log lines (``log_lines``'), after ``dropped`` that were never shown (a line says so).
+        ``open_line``: the line the task is writing now ("": none; None: as it was), shown last and replaced as
+        it changes (a progress bar updates in place, as in a terminal)."""
         if dropped:
             lines = [f"… {dropped} line{'s' * (dropped != 1)} not shown (tfcc logs has them)"] + lines
         view = self._log_view(task)
         self._log_lines[task].extend(lines)
-        shown = [line for line in lines if not is_noise(line)] if self.hide_noise.isChecked() else lines
+        if open_line is not None:
+            self._open_lines[task] = open_line
+        self._take_open_line(task, view)
+        shown = self._shown(lines)
         if shown:  # one append: a chatty task costs one layout, not one per line
             view.appendPlainText("\n".join(shown))
+        self._put_open_line(task, view)
+
+    def _shown(self, lines) -> list[str]:
+        return [line for line in lines if not is_noise(line)] if self.hide_noise.isChecked() else list(lines)
+
+    def _take_open_line(self, task: str, view: QPlainTextEdit) -> None:
+        """The open line shown last goes (what comes next is after it, or replaces it)."""
+        if task not in self._open_shown:
+            return
+        self._open_shown.discard(task)
+        cursor = QTextCursor(view.document())
+        cursor.movePosition(QTextCursor.End)
+        cursor.select(QTextCursor.BlockUnderCursor)  # with the line break before it
+        cursor.removeSelectedText()
+
+    def _put_open_line(self, task: str, view: QPlainTextEdit) -> None:
+        shown = self._shown([self._open_lines.get(task, "")] if self._open_lines.get(task) else [])
+        if shown:
+            view.appendPlainText(shown[0])
+            self._open_shown.add(task)
 
     def _on_hide_noise_toggled(self, _checked: bool) -> None:
         for task, view in self.log_views.items():
-            lines = self._log_lines[task]
-            view.setPlainText("\n".join(line for line in lines if not (self.hide_noise.isChecked()
-                                                                       and is_noise(line))))
+            view.setPlainText("\n".join(self._shown(self._log_lines[task])))
+            self._open_shown.discard(task)
+            self._put_open_line(task, view)
 
     def _on_log_search_return_pressed(self) -> None:
         """The next place of the search text in the log shown (from the top again after the last)."""

@@ -180,7 +180,7 @@ class RunBridge(QObject):
         self._logs = LogTails()
         self._start_failed_for.connect(self._on_self_start_failed_for)
 
-    def take_logs(self) -> list[tuple[str, list[str], int]]:
+    def take_logs(self) -> list[tuple[str, list[str], int, str]]:
         """What the tasks wrote since the last take (``LogTails.take``): on the window's thread, at its pace."""
         return self._logs.take()
 

@@ -234,8 +234,8 @@ class RunControl(QObject):
             self._log_timer.start()
 
     def _on_log_timer_timeout(self) -> None:
-        for task, lines, dropped in self.session.take_logs():
-            self.dashboard.events_view.append_lines(task, lines, dropped)
+        for task, lines, dropped, open_line in self.session.take_logs():
+            self.dashboard.events_view.append_lines(task, lines, dropped, open_line)
 
     def _on_session_task_ended(self, task: str, words: str) -> None:
         self.reported.emit(f"{task}: {words}")

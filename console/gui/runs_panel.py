@@ -261,7 +261,7 @@ class RunsPanel(QWidget):
                 try:
                     logs = run.links[task.host].connect().call(LOGS, run_id=run.run_id, task=task.name,
                                                                max_bytes=HISTORY_LOG_BYTES)["logs"]
-                    said = [(stream, text.printable(content)) for stream, content in logs.items()
+                    said = [(stream, content) for stream, content in logs.items()  # shown as a terminal would
                             if isinstance(content, str)]
                 except Exception as exc:
                     said = [("", f"The log could not be read from {task.host}: {describe(exc)} (tfcc logs {run_id} "

@@ -48,3 +48,12 @@ def test_a_long_line_written_slowly_is_read_through_once_and_skipped_with_a_note
     assert lines == [runs.skipped_line(4 * MAX_LINE)] and scan == {}
     assert end == offset + 4 * MAX_LINE + 1 and skipped == 4 * MAX_LINE + 1 - len(lines[0]) - 1
     assert runs.read_new(path, end)[0] == [b'{"type": "step", "step": 1}']
+
+
+def test_lines_end_at_line_feeds_only_a_progress_bars_returns_stay_in_its_line(tmp_path):
+    """Keras's progress bar redraws with ``\\b`` and ``\\r``: the line is the epoch's, as a terminal shows it."""
+    path = tmp_path / "stdout.log"
+    path.write_bytes(b"Epoch 1/2\n\x08\x08\r 1/4 [=>..]\x08\x08\r 4/4 [====]\nlast, not ended")
+    lines, offset, skipped = runs.read_new(path, 0)
+    assert lines == [b"Epoch 1/2", b"\x08\x08\r 1/4 [=>..]\x08\x08\r 4/4 [====]"] and skipped == 0
+    assert offset == path.read_bytes().index(b"last")

@@ -141,7 +141,7 @@ def test_a_task_that_floods_its_log_costs_a_tail_and_one_signal_till_it_is_shown
             for k in range(0, 1_000_000, 10_000)]
     told.append(tails.add("worker-1", STDERR, "w" * (1 << 20) + "\n"))
     assert told == [True] + [False] * 100
-    (task, lines, dropped), (other, wide, none) = tails.take()
+    (task, lines, dropped, _), (other, wide, none, _) = tails.take()
     assert (task, len(lines), dropped, lines[-1]) == ("worker-0", LOG_PER_TAKE, 1_000_000 - LOG_PER_TAKE,
                                                    "line 999999")
     assert (other, none) == ("worker-1", 0) and wide[0].startswith("[stderr] www")
@@ -160,6 +160,36 @@ to cuInit: UNKNOWN ERROR (303)
 Traceback (most recent call last):
 ValueError: the learning rate must be positive
 """
+
+
+def test_a_progress_bar_updates_in_place_as_in_a_terminal(qtbot):
+    """Keras's ``fit(verbose=1)`` in the pieces a follow brings: the view's last line is the bar as it stands,
+    replaced as it changes; each ended epoch leaves its last bar; no control character shows as a glyph."""
+    from console.gui.events_view import EventsView, LogTails
+    from tests.console.test_terminal import final_bar, keras_fit_output
+
+    view, tails = EventsView(), LogTails()
+    qtbot.addWidget(view)
+    view.show()
+    text = keras_fit_output()
+    log = view.log_views
+    states = []
+    warned = False
+    for at in range(0, len(text), 23):
+        tails.add("worker-0", STDOUT, text[at:at + 23])
+        if "3/4" in text[:at] and not warned:  # TensorFlow warns on stderr mid-epoch: the bar stays last
+            warned = tails.add("worker-0", STDERR, "W0000 a warning\n") or True
+        for task, lines, dropped, open_line in tails.take():
+            view.append_lines(task, lines, dropped, open_line)
+        states.append(log["worker-0"].toPlainText())
+    ended = ["Epoch 1/2", "[stderr] W0000 a warning", final_bar(4), "Epoch 2/2", final_bar(4)]
+    view.hide_noise.setChecked(False)  # shown again from what was kept: the same, the warning too
+    assert log["worker-0"].toPlainText().splitlines() == ended
+    mid = [s.splitlines() for s in states if s.startswith("Epoch 1/2\n3/4 ")]
+    assert mid and all(len(lines) == 2 for lines in mid), "the bar, mid-epoch: one line that updates"
+    after = [s.splitlines() for s in states if "a warning" in s and "Epoch 2/2" not in s]
+    assert after and all(lines[-1].startswith(("3/4 ", "4/4 ")) for lines in after), "the bar stays the last line"
+    assert not any(ord(c) < 32 and c != "\n" for s in states for c in s)
 
 
 def test_the_logs_hide_start_up_noise_unless_asked_and_find_text(qtbot):

@@ -3,10 +3,12 @@ metrics, the diagram its real batch split once it reports it (and nothing invent
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
 from PySide6.QtWidgets import QGraphicsSimpleTextItem
+from pytestqt.exceptions import TimeoutError as WaitTimedOut
 
 from console import cluster as cl
 from console.gui.main_window import MainWindow
@@ -86,6 +88,18 @@ def test_a_two_file_mwms_fit_script_through_the_window(qtbot, gui_homes, shots):
     _, loss = store.series("worker-0", "loss")
     assert loss[-1] < loss[0], "the script really trained"
     assert "loss" in board._layout_plots and "accuracy" in board._layout_plots
+
+    # The log: fit's progress bar (verbose=1: redrawn with \b and \r) as a terminal leaves it, one line an epoch.
+    def bars() -> list[str]:
+        return [line for line in board.events_view.log_views["worker-0"].toPlainText().splitlines()
+                if re.match(r"\s*\d+/10 \[", line)]
+    try:
+        qtbot.waitUntil(lambda: len(bars()) == 2, timeout=30_000)
+    except WaitTimedOut:
+        pytest.fail(f"not one line an epoch: {board.events_view.log_views['worker-0'].toPlainText()[-3000:]!r}")
+    assert all(bar.lstrip().startswith("10/10 [====") and "loss: " in bar for bar in bars()), bars()
+    shown = board.events_view.log_views["worker-0"].toPlainText()
+    assert not [c for c in shown if ord(c) < 32 and c not in "\n\t"], "no control character shows as a glyph"
 
     # The diagram: the script's real split, from its captured started event.
     started = window.run_control.started_event

@@ -134,7 +134,10 @@ def test_the_command_line_asks_during_tfcc_run_and_tfcc_runs_keeps_the_scaling(h
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("tfcc: why slow (measured at step "))
     assert lines[start + 1].startswith("  worker-0  step ") and lines[start + 2].startswith("  worker-1  step ")
-    assert lines[start + 3].startswith("  input-bound on worker-1: ")
+    # The seeded worker is named. How depends on the machine: where other processes take the host's CPU, worker-1's
+    # slowed compute hides its input wait and it is a straggler for that (the seeded cause is asserted by
+    # test_a_slow_input_pipeline_on_one_worker_is_input_bound_there, the busy host's by the straggler tests).
+    assert lines[start + 3].startswith(("  input-bound on worker-1: ", "  worker-1 is a straggler: ")), lines[start + 3]
     assert lines[start + 4].startswith("  worker-0 and worker-1 share here: ")  # a note: one host, shared
     assert lines[start + 5].startswith("  scaling: ") and lines[start + 5].endswith("of linear")
     code, out, _ = tfcc(["runs"], capsys)
