@@ -372,14 +372,16 @@ def _shown_board(qtbot, store, order=("worker-0", "worker-1")):
 
 
 def frame(board) -> None:
-    """Frames until the board has drawn what its store has (a frame makes a few new curves; the rest the next)."""
+    """Frames until the board has drawn what its store has (a frame makes the curves its time budget allows, fewer
+    on a busy machine; the rest the next), then the slow tick that lists the series drawn."""
     board.timer.timeout.emit()
     board.slow_timer.timeout.emit()
     board.timer.timeout.emit()
-    for _ in range(100):
+    for _ in range(1000):
         if board._seen_version == board.store.version:
             break
         board.timer.timeout.emit()
+    board.slow_timer.timeout.emit()
 
 
 def test_the_metric_list_offers_every_numeric_field_and_shows_what_is_checked(qtbot):
