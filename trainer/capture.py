@@ -718,7 +718,7 @@ class Capture:
             _replace(model, "evaluate", self._evaluating)  # the same; and the script's next lines are evaluation
             _after(model, "load_weights", self.restored)
         for api in (getattr(keras, "models", None), getattr(keras, "saving", None)):
-            _then_module(api, "load_model", self.restored)
+            _then(api, "load_model", self.restored)
         optimizers = getattr(keras, "optimizers", None)
         for cls in {getattr(optimizers, "Optimizer", None), getattr(getattr(optimizers, "legacy", None),
                                                                      "Optimizer", None)} - {None}:
@@ -883,9 +883,10 @@ def _after(cls, name: str, then, with_result: bool = False) -> None:
     setattr(cls, name, patched)
 
 
-def _then_module(module, name: str, then) -> None:
-    """``module.name(...)`` (a function of an API module) calls ``then()`` after it returns."""
-    original = getattr(module, name, None)
+def _then(owner, name: str, then) -> None:
+    """``owner.name(...)`` (a writer's method, on this object only; an API module's function) calls ``then()``
+    after it returns; ``then``'s failure is logged, the script goes on."""
+    original = getattr(owner, name, None)
     if original is None or getattr(original, "_tfcc", False):
         return
 
@@ -900,25 +901,7 @@ def _then_module(module, name: str, then) -> None:
 
     patched._tfcc = True
     try:
-        setattr(module, name, patched)
-    except (AttributeError, TypeError):
-        pass
-
-
-def _then(instance, name: str, then) -> None:
-    """``instance.name(...)`` calls ``then()`` after it returns (on this object only)."""
-    original = getattr(instance, name, None)
-    if original is None:
-        return
-
-    @functools.wraps(original)
-    def patched(*args, **kwargs):
-        result = original(*args, **kwargs)
-        then()
-        return result
-
-    try:
-        setattr(instance, name, patched)
+        setattr(owner, name, patched)
     except (AttributeError, TypeError):
         pass
 
