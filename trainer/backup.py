@@ -305,6 +305,11 @@ class TaskBackups(tf.keras.callbacks.Callback):
             return epoch + 1, 0
         return epoch, step + 1
 
+    @property
+    def global_step(self) -> int:
+        """The run's global step after the last step trained (as trainer.report counts it)."""
+        return self._global_step
+
     def backup_if_preempted(self):  # tf-keras's training state has it; tfcc's supervision restarts instead
         pass
 

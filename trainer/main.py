@@ -4,7 +4,8 @@ Under Slurm (``srun``, no TF_CONFIG) the task's TF_CONFIG is first built from th
 ``SLURM_*`` variables (``trainer.slurm``). Bad input (TF_CONFIG, the Slurm
 variables, options, model file, a busy port) ends the process with
 exit code 2, one ``tfcc-trainer: error: ...`` line on stderr and a ``failed``
-event in the metrics file; a failure during training exits with 1.
+event in the metrics file; a failure during training exits with 1; a stop (SIGTERM) after its backup with 143
+(trainer.stopping).
 """
 
 from __future__ import annotations
@@ -77,11 +78,15 @@ def main(argv: list[str] | None = None) -> int:
             check_autoshard(opts.autoshard, True, opts.workload, cluster.num_workers)  # built-in data is in memory
         with collector_paused():
             from trainer import train  # TensorFlow loads here, after validation
+            from trainer.stopping import EXIT_STOPPED, Stopped
 
         try:
             train.run(opts, cluster, writer)
         except ConfigError:
             raise
+        except Stopped as stopped:  # SIGTERM: the step finished, every task backed up after the same one
+            print(f"tfcc-trainer: {stopped}", file=sys.stderr, flush=True)
+            return EXIT_STOPPED
         except Exception as exc:
             message = train.describe_error(exc)
             if message.startswith(LOST_PEER) and _stopped(opts.run_dir):

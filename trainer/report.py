@@ -34,6 +34,7 @@ from trainer.breakdown import StepBreakdown
 from trainer.metrics import MetricsWriter, report  # noqa: F401  (report: the loops' one call)
 from trainer.plan import KERAS3, TF_KERAS, observed_batch_plan, strategy_name
 from trainer.records import FIT, SCRIPT_WORKLOAD, Event, RecordType
+from trainer.stopping import STOPPING
 from trainer.tf_config import ClusterConfig, TaskId, tf_config_as_given
 
 log = logging.getLogger("trainer.report")
@@ -416,6 +417,8 @@ class _Reporting:
         logs = logs if logs is not None else {}
         for key in _INTERNAL_KEYS:  # keep them out of History, TensorBoard and later callbacks
             logs.pop(key, None)
+        if getattr(self.model, STOPPING, False):  # an epoch a stop cut short: its numbers are no epoch's
+            return
         record = {"type": RecordType.EPOCH, "epoch": epoch, "epoch_time": time.perf_counter() - self._t_epoch,
                   "time": time.time(), **self._fit_field()}
         if self._at is not None and self._at != self._global_step:  # a later fit: its epoch at its last step

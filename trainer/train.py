@@ -29,6 +29,7 @@ from trainer.plan import check_autoshard, choose_strategy, plan_batches, replica
 from trainer.process import collector_paused, sigterm_back
 from trainer.records import LOST_PEER, Event, RecordType
 from trainer.report import CoordinatorReporter, MetricsReporter, instrument_step_loss
+from trainer.stopping import GracefulStop, Stopped
 from trainer.tf_config import ClusterConfig, ConfigError
 
 log = logging.getLogger("trainer.train")
@@ -254,7 +255,7 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
     if cluster.is_distributed:
         check_port_free(cluster)
     strategy = create_strategy(strategy_name, opts)  # MWMS: waits here until every task has joined
-    sigterm_back()  # a stop ends the task at once, not after its grace
+    sigterm_back()  # until the stop below is in place, a stop ends the task at once, not after its grace
     writer.event(Event.CLUSTER_FORMED, strategy=strategy_name, num_replicas=strategy.num_replicas_in_sync)
     if workload is None:
         workload = workloads.load(opts)  # user code may run TensorFlow ops: only now
@@ -267,6 +268,8 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
     run_dir = opts.run_dir
     backups = TaskBackups(run_dir / BACKUP_DIR, opts.backup_seconds, writer, multi_worker=cluster.num_workers > 1,
                           plan={**plan.as_dict(), "seed": opts.seed}, replicas_per_task=plan.replicas_per_worker)
+    stop = GracefulStop(backups, multi_worker=cluster.num_workers > 1)
+    stop.install()  # from here a stop finishes the step, backs up and ends the task (trainer/stopping.py)
     with strategy.scope():
         model = compiled_model(workload, plan)
         exact_step_loss = instrument_step_loss(model)
@@ -282,6 +285,7 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
     callbacks = [
         reporter,  # first: it takes its own keys out of the logs before other callbacks see them
         backups,
+        stop,      # after the backups: their global step is the run's
         tf.keras.callbacks.TensorBoard(str(tb_dir), update_freq="epoch", profile_batch=0, write_graph=False),
     ]
     if workload.extra_callbacks is not None:
@@ -311,6 +315,8 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
         verbose=2 if opts.verbose else 0,
     )
     train_time = time.perf_counter() - t0
+    if stop.stopped_at is not None:  # backed up at that step by every task (TaskBackups.on_train_end)
+        raise Stopped(stop.stopped_at)
     # A finished run keeps its last backups until the run is cleaned (tfcc clean).
     if not cluster.is_chief:
         shutil.rmtree(tb_dir, ignore_errors=True)

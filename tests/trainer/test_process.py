@@ -4,11 +4,12 @@ is bench/tf_import.py's), and SIGTERM back from TensorFlow's coordination servic
 from __future__ import annotations
 
 import gc
+import os
 import signal
 
 import pytest
 
-from agent.protocol import STOP_MARKER
+from agent.protocol import BACKUP_DIR, STOP_MARKER, backup_steps
 from tests.helpers.localrun import local_cluster, start_local_tasks
 from tests.helpers.waiting import bound, wait_until
 from trainer.metrics import read_records
@@ -80,7 +81,8 @@ model.fit(x, y, batch_size=16, epochs=100000, verbose=0)
 def test_a_stopped_multi_worker_task_ends_at_its_sigterm(tmp_path, what):
     """Stop sends SIGTERM (the agent, agent/runs.py): under MultiWorkerMirroredStrategy TensorFlow's coordination
     service took SIGTERM over, and every task trained on until the SIGKILL after the grace (10 s; Stop's
-    "stopping..." then watched three more epochs). Now each ends at once, killed by its SIGTERM."""
+    "stopping..." then watched three more epochs). Now tfcc's trainer finishes its step, every task stops after
+    the same step, backs up there and ends (trainer/stopping.py); a captured script ends at its SIGTERM."""
     script = None
     if what == "captured script":
         script = tmp_path / "train.py"
@@ -100,4 +102,16 @@ def test_a_stopped_multi_worker_task_ends_at_its_sigterm(tmp_path, what):
             t.process.wait(timeout=bound(10))  # the whole grace of a stop: it must not be needed
     finally:
         _kill(tasks)
-    assert [t.process.returncode for t in tasks] == [-signal.SIGTERM] * 2
+    if script is not None:
+        assert [t.process.returncode for t in tasks] == [-signal.SIGTERM] * 2
+        return
+    assert [t.process.returncode for t in tasks] == [128 + signal.SIGTERM] * 2  # trainer.stopping.EXIT_STOPPED
+    records = [read_records(t.metrics_path) for t in tasks]
+    last = [max(r["global_step"] for r in mine if r["type"] == "step") for mine in records]
+    assert last[0] == last[1], "every task stopped after the same step"
+    for t, mine in zip(tasks, records):
+        backed = [r for r in mine if r.get("event") == "backed_up"]
+        assert backed[-1]["global_step"] == last[0] and last[0] in backup_steps(os.listdir(t.run_dir / BACKUP_DIR))
+        cut = next(i for i, r in enumerate(mine) if r.get("global_step") == last[0] and r["type"] == "step")
+        assert not [r for r in mine[cut:] if r["type"] == "epoch"], "no record of the epoch the stop cut short"
+        assert not [r for r in mine if r.get("event") in ("failed", "finished")]
