@@ -42,6 +42,7 @@ class Diagnosis:
     retryable: bool  # whether restarting every task from the backups can help
 
 
+PORT_IN_USE = "port-in-use"  # a task's TensorFlow port was taken (supervision retries when tfcc chose it)
 _RESTART = ("tfcc restarts every task of the run from its backups with the same TF_CONFIG "
             "(up to the run's max_restarts; `tfcc resume RUN` after that)")
 _LOGS = "the task's log (`tfcc logs RUN TASK`)"
@@ -213,7 +214,7 @@ _SIGNATURES: tuple[_Signature, ...] = (
         "model was made first), or created it twice",
         "create the strategy once, right after importing TensorFlow and before any other TensorFlow call", False),
     _Signature(
-        "port-in-use", r"Could not start gRPC server|could not start this task's gRPC server"
+        PORT_IN_USE, r"Could not start gRPC server|could not start this task's gRPC server"
                        r"|is already in use on this host",
         "the task's TensorFlow port{port} is taken on its host (by another program, or a task of an earlier "
         "run still going), so TensorFlow could not start its gRPC server",
@@ -485,3 +486,99 @@ def _last_exception(text: str) -> str | None:
     message = _FUNCTION_NODE.sub("", _OP_SUFFIX.sub("", message))
     message = message if len(message) <= 200 else message[:197] + "..."
     return f"{name}: {message}" if message else name
+
+
+# ================================================================= where the user's code failed (the failure view)
+
+_TRACEBACK = "Traceback (most recent call last):"
+MESSAGE_LINES = 40  # of an exception's message that goes on after its first line
+_ANY_FRAME = re.compile(r'^(\s*)File "([^"\n]*)", line (\d+), in ([^\n]*)$')
+_WORK_PATH = re.compile(r"/runs/[^/]+/[^/]+/work/(.+)$")
+
+
+@dataclass(frozen=True)
+class CodeError:
+    """Where a task's last traceback went last in the user's own files, and what it raised."""
+
+    file: str        # relative to the workdir (as the person knows it: ``trainer/task.py``)
+    line: int
+    code: str        # that line of code ("" when the traceback did not show it)
+    exception: str   # ``NameError: name 'undefined' is not defined`` (TensorFlow's wrappings taken off)
+    traceback: str   # the whole last traceback, each frame of the user's own files by its workdir path, the
+                     # rest (Python's, TensorFlow's, Keras's, tfcc's) folded into one line per run of them
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+def last_traceback(text: str) -> str:
+    """The last traceback in ``text`` (a task's stderr, noise and all), from its first line to its exception's last
+    (the lines after one that ends with ":", TensorFlow's "Graph execution error:", up to ``MESSAGE_LINES``);
+    "" when none."""
+    start = text.rfind(_TRACEBACK)
+    if start < 0:
+        return ""
+    lines = text[start:].splitlines()
+    out = [lines[0]]
+    frames = True
+    said = 0  # lines of the exception's message after its first (one that ends with ":" goes on: TensorFlow's)
+    for line in lines[1:]:
+        if frames and (line.startswith((" ", "\t")) or not line.strip()):
+            out.append(line)
+        elif frames:
+            frames = False
+            out.append(line)  # the exception's line
+            if not line.rstrip().endswith(":"):
+                break
+        elif _TRACEBACK in line or said == MESSAGE_LINES:
+            break
+        else:
+            out.append(line)
+            said += 1
+    return "\n".join(out).rstrip()
+
+
+def folded_traceback(traceback: str) -> str:
+    """``traceback`` with each frame of the user's own files named by its workdir path and each run of other
+    frames (Python's, TensorFlow's, Keras's, tfcc's capture) folded into one line that counts them."""
+    out: list[str] = []
+    folded = 0
+    lines = traceback.splitlines()
+    i = 0
+    while i < len(lines):
+        frame = _ANY_FRAME.match(lines[i])
+        if frame is None:
+            if folded:
+                out.append(f"  … {folded} frame{'s' * (folded != 1)} of Python, TensorFlow, Keras or tfcc")
+                folded = 0
+            out.append(lines[i])
+            i += 1
+            continue
+        body = i + 1  # the frame's code line, and Python 3.11's ^^^^ marks under it
+        while body < len(lines) and lines[body].startswith("    ") and not _ANY_FRAME.match(lines[body]):
+            body += 1
+        own = _WORK_PATH.search(frame[2])
+        if own is None:
+            folded += 1
+        else:
+            if folded:
+                out.append(f"  … {folded} frame{'s' * (folded != 1)} of Python, TensorFlow, Keras or tfcc")
+                folded = 0
+            out.append(f'{frame[1]}File "{own[1]}", line {frame[3]}, in {frame[4]}')
+            out.extend(lines[i + 1:body])
+        i = body
+    if folded:
+        out.append(f"  … {folded} frame{'s' * (folded != 1)} of Python, TensorFlow, Keras or tfcc")
+    return "\n".join(out)
+
+
+def code_error(stderr: str) -> CodeError | None:
+    """Where the user's code failed, from a task's stderr (None: its last traceback, if any, never went through
+    the user's files: a signal, a lost peer, tfcc's own refusal)."""
+    traceback = last_traceback(stderr)
+    found = _last(_WORK_FRAME, traceback + "\n") if traceback else None
+    if found is None:
+        return None
+    exception = _last_exception(traceback) or traceback.splitlines()[-1].strip()
+    return CodeError(found[1], int(found[2]), (found[3] or "").strip(), exception, folded_traceback(traceback))

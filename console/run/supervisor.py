@@ -21,13 +21,13 @@ import signal
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from agent.protocol import (FAILED, FINISHED, LOGS, LOST, STARTING, STATUS, STDERR, TRAINING, parse_task_name,
                             task_name)
 from console import text
-from console.diagnosis import CONSEQUENCES, diagnose
+from console.diagnosis import CONSEQUENCES, PORT_IN_USE, diagnose
 from console.errors import TfccError
 from console.remote.channel import AgentTimeout
 from console.run.runner import Run
@@ -79,6 +79,19 @@ def signal_name(returncode: int) -> str:
         return f"signal {-returncode}"
 
 
+AUTO_PORT_FIX = ("the port was one tfcc chose (port = \"auto\"), taken by another program just before TensorFlow "
+                 "bound it; the restart checks the ports again and gives every task new ones where one is taken")
+
+
+def _auto_port(run, task: str) -> bool:
+    """Whether ``task``'s port is one tfcc chooses (``auto``) in ``run``'s cluster (no run known: no)."""
+    cluster = getattr(run, "cluster", None)
+    if cluster is None:
+        return False
+    names = cluster.task_names()
+    return task in names and cluster.tasks[names.index(task)].port == "auto"
+
+
 def judge(failures: list[Failure], facts=None) -> Verdict:
     """Restart or not, and the words for each failed task.
 
@@ -93,6 +106,10 @@ def judge(failures: list[Failure], facts=None) -> Verdict:
         # A stalled task was killed by tfcc's own stop: its log may say more than the stall, the kill does not
         # (judged as a plain error exit: a traceback counts, the signal not).
         found = diagnose(f.stderr_tail, 1 if f.stalled else f.returncode, f.failed_event, facts)
+        if found is not None and found.name == PORT_IN_USE and _auto_port(facts, f.task):
+            # A port tfcc chose, taken in the moment before TensorFlow bound it: no cause of the person's. The
+            # restart checks the ports again, and gives every task new ones where one is taken (Run.start).
+            found = replace(found, fix=AUTO_PORT_FIX, retryable=True)
         code = f.returncode
         lost_a_peer = (found is not None and found.name in CONSEQUENCES) or (
             found is None and f.failed_event is not None and LOST_PEER in f.failed_event)

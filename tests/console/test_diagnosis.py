@@ -516,3 +516,53 @@ def test_a_code_error_names_the_users_own_file_and_line_as_on_this_machine():
         "undefined_name)`): NameError: name 'undefined_name' is not defined",
         "fix it there, then start the run again; a restart would fail the same way", False)
     assert diagnose(NAME_ERROR, 1).cause.startswith("error in the training code at lib/loop.py:12 (`print(")
+
+
+# The traceback of a captured script run as a module (python -m trainer.task), Python 3.11's marks under the code.
+MODULE_ERROR = """2026-11-29 05:00:01.1: I tensorflow/core/util/port.cc:153] oneDNN custom operations are on.
+Traceback (most recent call last):
+  File "/usr/lib/python3.11/runpy.py", line 198, in _run_module_as_main
+    return _run_code(code, main_globals, None,
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/usr/lib/python3.11/runpy.py", line 88, in _run_code
+    exec(code, run_globals)
+  File "/home/u/.tfcc/dist/abc/trainer/capture.py", line 901, in <module>
+    main()
+  File "/home/u/.tfcc/runs/r1/worker-1/work/trainer/task.py", line 40, in <module>
+    model.fit(train, epochs=args.epochs, callbacks=[EpochReport()])
+  File "/venv/lib/python3.11/site-packages/tf_keras/src/utils/traceback_utils.py", line 70, in error_handler
+    raise e.with_traceback(filtered_tb) from None
+  File "/home/u/.tfcc/runs/r1/worker-1/work/trainer/report.py", line 7, in on_epoch_end
+    print(f"best {best_loss:.4f}")
+                  ^^^^^^^^^
+NameError: name 'best_loss' is not defined
+worker-1 exiting
+"""
+
+
+def test_a_code_error_is_the_users_file_line_code_and_exception_with_the_other_frames_folded():
+    error = diagnosis.code_error(MODULE_ERROR)
+    assert (error.where, error.code, error.exception) == (
+        "trainer/report.py:7", 'print(f"best {best_loss:.4f}")', "NameError: name 'best_loss' is not defined")
+    assert error.traceback.splitlines() == [
+        "Traceback (most recent call last):",
+        "  … 3 frames of Python, TensorFlow, Keras or tfcc",
+        '  File "trainer/task.py", line 40, in <module>',
+        "    model.fit(train, epochs=args.epochs, callbacks=[EpochReport()])",
+        "  … 1 frame of Python, TensorFlow, Keras or tfcc",
+        '  File "trainer/report.py", line 7, in on_epoch_end',
+        '    print(f"best {best_loss:.4f}")',
+        "                  ^^^^^^^^^",
+        "NameError: name 'best_loss' is not defined"]
+    whole = diagnosis.last_traceback(MODULE_ERROR)
+    assert whole.startswith("Traceback") and whole.endswith("is not defined") and "capture.py" in whole
+
+
+def test_a_code_error_is_the_last_traceback_and_only_one_through_the_users_files():
+    assert diagnosis.code_error(NAME_ERROR + MODULE_ERROR).where == "trainer/report.py:7"
+    assert diagnosis.code_error(MODULE_ERROR + NAME_ERROR).where == "lib/loop.py:12"
+    tensorflow_only = ('Traceback (most recent call last):\n  File "/venv/lib/python3.11/site-packages/tensorflow/'
+                       'x.py", line 3, in f\n    g()\ntensorflow.python.framework.errors_impl.UnavailableError: '
+                       'peer gone\n')
+    assert diagnosis.code_error(tensorflow_only) is None
+    assert diagnosis.code_error("Killed\n") is None and diagnosis.code_error("") is None

@@ -99,3 +99,22 @@ def test_a_host_that_fails_again_and_again_is_named_and_the_count_is_in_a_row():
                                          "network; tfcc check), or move its tasks to another host")
     assert streaks.failed(["a"]) == []          # another host's failure ends b's streak
     assert streaks.failed(["b"]) == []
+
+
+def test_a_port_tfcc_chose_taken_before_tensorflow_bound_it_is_retried_a_fixed_one_is_not():
+    """Between choosing an auto port and TensorFlow binding it another program took it (a busy machine): no cause
+    of the person's, a restart with the ports checked again works. A fixed port taken is the person's to fix."""
+    from types import SimpleNamespace
+
+    from console import cluster as cl
+    from tests.console.test_diagnosis import PORT_IN_USE
+
+    def run(port):
+        return SimpleNamespace(cluster=cl.Cluster([cl.Host(name="here", local=True)],
+                                                  [cl.Task(host="here", port=port), cl.Task(host="here", port=port)]))
+
+    failed = [Failure("worker-1", "here", "failed", 1, stderr_tail=PORT_IN_USE)]
+    auto = judge(failed, run("auto"))
+    assert auto.retryable and "the restart checks the ports again and gives every task new ones" in auto.lines[0]
+    fixed = judge(failed, run(23456))
+    assert not fixed.retryable and 'port = "auto" in the cluster file' in fixed.lines[0]
