@@ -150,6 +150,7 @@ class RunInfo:
     manifest_problem: bool = False                 # its manifest is missing or damaged: its hosts are not asked
     resizes: list = field(default_factory=list)    # an elastic run's changes of size (the manifest's)
     speed: dict = field(default_factory=dict)      # its newest breakdown's scaling efficiency (the manifest's)
+    caught_up: bool = False                        # it ended while no console followed it: its end was read now
 
     @property
     def cluster_text(self) -> str:
@@ -273,6 +274,44 @@ def ask_hosts(infos: list[RunInfo], ask_host_key=None, timeout: float = HOST_ASK
         threading.Thread(target=run.detach, name="tfcc-runs-drop", daemon=True).start()
 
 
+def catch_up(infos: list[RunInfo], ask_host_key=None, timeout: float = HOST_ASK_SECONDS) -> None:
+    """Runs that ended while no console followed them (their hosts just said so): what their tasks wrote since
+    is read from the hosts into the cache, all at once for at most ``timeout`` seconds, and each ``info`` then
+    says the run's real end, duration and final metrics. One that cannot be read in time keeps what the cache
+    had, with a note that says so."""
+    done: dict[str, RunInfo] = {}
+    lock = threading.Lock()
+
+    def read(info: RunInfo) -> None:
+        try:
+            _replay(info.run_id, MetricsStore(), ask_host_key, timeout)
+        except TfccError as exc:
+            with lock:
+                info.note = "; ".join(filter(None, [info.note, f"its end could not be read: {exc.cause}"]))
+            return
+        fresh = run_info(info.run_id)
+        with lock:
+            done[info.run_id] = fresh
+
+    threads = [threading.Thread(target=read, args=(info,), name=f"tfcc-catch-up-{info.run_id}", daemon=True)
+               for info in infos]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout
+    for info, thread in zip(infos, threads):
+        thread.join(max(0.0, deadline - time.monotonic()))
+        with lock:
+            fresh = done.get(info.run_id)
+            if fresh is None and thread.is_alive():
+                info.note = "; ".join(filter(None, [info.note, f"its end was not read within {timeout:.0f} s"]))
+            if fresh is not None:
+                for key in ("end", "duration", "metrics", "workload"):
+                    setattr(info, key, getattr(fresh, key))
+                if fresh.state in RunState.ENDED:
+                    info.state = fresh.state
+                info.caught_up = True
+
+
 def overview(ask_host_key=None, ask: bool = True, timeout: float = HOST_ASK_SECONDS) -> list[RunInfo]:
     """Every run this console knows (oldest first): from its manifest and history cache; the hosts of
     those not known to have ended are asked (``ask``) for at most ``timeout`` seconds."""
@@ -288,8 +327,9 @@ def overview(ask_host_key=None, ask: bool = True, timeout: float = HOST_ASK_SECO
         except RunError:
             continue
     if ask:
-        ask_hosts([i for i in infos if i.state not in RunState.ENDED and i.hosts and not i.manifest_problem],
-                  ask_host_key, timeout)
+        unsure = [i for i in infos if i.state not in RunState.ENDED and i.hosts and not i.manifest_problem]
+        ask_hosts(unsure, ask_host_key, timeout)
+        catch_up([i for i in unsure if i.state in RunState.ENDED], ask_host_key, timeout)
     now = time.time()
     for info in infos:
         if info.state == RunState.RUNNING and info.start is not None:

@@ -120,6 +120,11 @@ class Training:
         return bool(self.script or self.module)
 
     @property
+    def trains(self) -> str:
+        """What the run trains, as the history keeps it: the script, the module, the model file or the workload."""
+        return self.script or self.module or self.model_file or self.workload
+
+    @property
     def code_name(self) -> str:
         """The user's code as a person names it: ``task.py`` (a script's file name) or ``trainer.task``."""
         return self.module or self.script.rsplit("/", 1)[-1]
@@ -309,6 +314,17 @@ def address_problem(address: str) -> str | None:
             "with no spaces, ports or other characters")
 
 
+_USER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9._-]{0,31}\$?$")  # a POSIX login name, as useradd takes it
+
+
+def user_problem(user: str) -> str | None:
+    """Why ``user`` cannot be an SSH login name (no spaces, no shell's characters), or None ("" : SSH's default)."""
+    if not user or _USER_NAME.match(user):
+        return None
+    return ("a login name is letters, digits, '.', '_' and '-', starting with a letter or '_' (at most 32), "
+            "with no spaces")
+
+
 def host_name_problem(name: str) -> str | None:
     """Why ``name`` cannot name a host (it names files and folders, and stands in exported scripts), or None."""
     if not name:
@@ -476,6 +492,11 @@ def slurm_stand_ins(slurm: Slurm) -> tuple[list[Host], list[Task]]:
     return hosts, tasks
 
 
+def slurm_name_ok(name: str) -> bool:
+    """Whether ``name`` can name a Slurm partition, account or QOS."""
+    return bool(_SLURM_NAME.match(name))
+
+
 def slurm_problem(slurm: Slurm) -> str | None:
     """What is wrong with a [slurm] section (the window's dialog says it), or None."""
     try:
@@ -492,6 +513,9 @@ def _slurm_rules(slurm: Slurm) -> None:
                                "as you reach it with ssh)")
     if not 1 <= slurm.port <= 65535:
         raise ClusterFileError(f"slurm.port is {slurm.port}; use the login host's SSH port, 1 to 65535")
+    problem = user_problem(slurm.user)
+    if problem:
+        raise ClusterFileError(f"slurm.user is {slurm.user!r}; {problem}")
     for name, value, low, high in (("nodes", slurm.nodes, 1, MAX_SLURM_NODES),
                                    ("tasks_per_node", slurm.tasks_per_node, 1, MAX_TASKS_PER_NODE),
                                    ("gpus_per_task", slurm.gpus_per_task, 0, 64),
@@ -575,6 +599,9 @@ def validate(cluster: Cluster) -> None:
             problem = address_problem(host.address)
             if problem:
                 raise ClusterFileError(f"hosts[{i}].address is {host.address!r}; {problem}")
+        problem = user_problem(host.user)
+        if problem:
+            raise ClusterFileError(f"hosts[{i}].user is {host.user!r}; {problem}")
     seen: dict[str, int] = {}
     for i, task in enumerate(cluster.tasks):
         if task.host not in names:

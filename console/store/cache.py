@@ -309,7 +309,7 @@ class History:
             cluster = self.run.cluster
             self._summary = {
                 "run_id": self.run_id, "state": old.get("state", RunState.RUNNING), "hosts": hosts, "tasks": {},
-                "workload": cluster.training.script or cluster.training.module or cluster.training.model_file or cluster.training.workload,
+                "workload": cluster.training.trains,
                 "epochs": cluster.training.epochs, "start": old.get("start"), "end": old.get("end"),
                 "duration": old.get("duration"), "metrics": old.get("metrics") or {},
                 "task_metrics": old.get("task_metrics") or {}}

@@ -20,7 +20,7 @@ from console.cli import Printer, main
 from console.remote.link import CONNECT_TIMEOUT
 from console.states import TaskState
 from console.states import SessionEvent
-from tests.helpers.waiting import bound
+from tests.helpers.waiting import bound, wait_for
 from trainer.metrics import read_records
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -253,6 +253,40 @@ def test_a_diverged_loss_prints_nan_and_the_console_goes_on():
         "worker-0: epoch 1 done  loss nan  val_loss nan  val_accuracy 0.5000",
         "worker-0: a line of its metrics file is not a record, skipped: '[1, 2]'",
         "  worker-0 e1 5/? loss nan ? ms"]
+
+
+@pytest.mark.slow
+def test_stop_on_the_embedded_default_ends_every_task_within_seconds_each_backed_up_after_the_same_step(homes, capsys):
+    """Stop: each task finishes its step, every task stops after the same one, backs up there and ends, well within
+    the grace (bench/stop_time.py has the figure: goal 2 s); nothing trained is lost, and the run is stopped."""
+    from console import cluster as cl
+    from console.run.runner import Run
+
+    cluster = cl.default()
+    cluster.training.epochs = 100  # still training when the stop comes
+    run = Run(cluster, "halt")
+    run.start()
+    folders = task_dirs(homes, "halt")
+    try:
+        def training() -> bool:
+            return all((f / "metrics.jsonl").exists() and any(r["type"] == "step" and r["global_step"] >= 5
+                                                              for r in read_records(f / "metrics.jsonl"))
+                       for f in folders)
+        wait_for(training, 180, lambda: "no training")
+        asked = time.time()
+        assert main(["stop", "halt"]) == 0
+    finally:
+        run.detach()
+    ends = [json.loads((f / "exit.json").read_text()) for f in folders]
+    assert max(e["ended"] for e in ends) - asked < bound(5), ends
+    assert [e["returncode"] for e in ends] == [143, 143], "each ended on its own, after its backup (no SIGKILL)"
+    records = [read_records(f / "metrics.jsonl") for f in folders]
+    last = [max(r["global_step"] for r in mine if r["type"] == "step") for mine in records]
+    assert last[0] == last[1]
+    assert all([r for r in mine if r.get("event") == "backed_up"][-1]["global_step"] == last[0] for mine in records)
+    capsys.readouterr()
+    assert main(["runs", "--json"]) == 0
+    assert [r["state"] for r in json.loads(capsys.readouterr().out) if r["run_id"] == "halt"] == ["stopped"]
 
 
 @pytest.mark.slow
@@ -510,6 +544,25 @@ def test_runs_shows_state_cluster_start_duration_and_final_metrics(homes, capsys
     finally:
         going.stop(grace=0.5)
         going.detach()
+
+
+def test_a_run_that_ended_while_no_console_followed_it_lists_its_real_end_finals_and_duration(homes, capsys):
+    """A console followed the run's first epoch and went; the run trained on and finished. The next listing asks
+    its hosts, reads what the tasks wrote since, and says its end, final metrics and duration: never the first
+    epoch's numbers as if they were its last."""
+    from console.store.cache import read_summary
+    from tests.helpers.scripted import ended_unfollowed
+
+    ended_unfollowed(homes, "away")
+    assert read_summary("away")[0].get("state") in (None, "running"), "the console left it running"
+    assert main(["runs", "--json"]) == 0
+    listed = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}["away"]
+    assert listed["state"] == "finished"
+    assert listed["metrics"] == {"loss": 1 / 30, "accuracy": 0.7, "val_loss": 1 / 30 + 0.1, "val_accuracy": 0.8}
+    assert listed["end"] is not None and listed["duration"] == pytest.approx(listed["end"] - listed["start"])
+    assert main(["runs"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("away "))
+    assert row.split()[1] == "finished" and "0.0333" in row.split() and "0.8000" in row.split()
 
 
 def test_delete_asks_first_and_removes_the_runs_folders_and_history(homes, capsys, monkeypatch):

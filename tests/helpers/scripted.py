@@ -7,6 +7,7 @@ of the history, the runs list and the Runs panel can have several finished runs 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from console import cluster as cl
@@ -16,7 +17,7 @@ from console.run.session import RunSession
 
 SCRIPT = """import json, os, pathlib, signal, sys, time
 path = pathlib.Path(os.environ["TFCC_RUN_DIR"]) / "metrics.jsonl"
-epochs, steps, forever = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "forever"
+epochs, steps, forever, gated = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "forever", sys.argv[3] == "gated"
 seed = float(sys.argv[4])
 def write(f, **r):
     f.write(json.dumps({"time": time.time(), **r}) + "\\n")
@@ -36,6 +37,9 @@ with open(path, "a") as f:
         metrics = {"loss": seed / g, "accuracy": 0.5 + e / 10, "val_loss": seed / g + 0.1,
                    "val_accuracy": 0.6 + e / 10}
         write(f, type="epoch", epoch=e, epoch_time=0.01, **metrics)
+        gate = pathlib.Path(os.environ["TFCC_RUN_DIR"]) / "go"
+        while gated and e == 0 and not gate.exists():  # the first epoch done: on once the test says so
+            time.sleep(0.02)
     if forever:
         (pathlib.Path(os.environ["TFCC_RUN_DIR"]) / "trained").touch()
         while True:  # a task still going: until a stop's signal ends it
@@ -50,12 +54,14 @@ with open(path, "a") as f:
 
 
 def scripted_cluster(home: Path, epochs: int = 2, steps: int = 30, forever: bool = False, tasks: int = 2,
-                     seed: float = 1.0) -> cl.Cluster:
+                     seed: float = 1.0, gated: bool = False) -> cl.Cluster:
+    """``forever``: each task waits for a stop's signal after its last epoch; ``gated``: after its first epoch,
+    until a file ``go`` is in its run folder."""
     script = home / "scripted.py"
     script.write_text(SCRIPT)
     return cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here") for _ in range(tasks)],
                       cl.Training(script=str(script),  # it writes a trainer's records itself: nothing to capture
-                                  args=[str(epochs), str(steps), "forever" if forever else "once", str(seed)],
+                                  args=[str(epochs), str(steps), "forever" if forever else "gated" if gated else "once", str(seed)],
                                   capture=False))
 
 
@@ -76,3 +82,25 @@ def follow_to_end(session: RunSession, timeout: float = 30) -> None:
         assert session.wait(timeout), f"run {session.run.run_id} did not end in {timeout} s"
     finally:
         session.detach()
+
+
+def ended_unfollowed(home: Path, run_id: str) -> Path:
+    """A scripted run (3 epochs of 10 steps, two tasks) that a console followed for its first epoch only: the
+    console went, the run trained on to its end. Returns the tasks' folder on the host."""
+    from tests.helpers.waiting import wait_for
+
+    run = Run(scripted_cluster(home, epochs=3, steps=10, gated=True), run_id)
+    run.start()
+    store = MetricsStore()
+    session = RunSession(run, store)
+    session.follow()
+    try:
+        wait_for(lambda: len(store.epochs) >= 1 and len(store.progress) == 2, 30, lambda: "no first epoch")
+    finally:
+        session.detach()  # the console goes; the run goes on
+    folders = [Path(os.environ["TFCC_HOME"]) / "runs" / run_id / t.name for t in run.tasks]
+    for folder in folders:
+        (folder / "go").touch()
+    wait_for(lambda: all((f / "exit.json").exists() for f in folders), 30, lambda: "the run did not end")
+    run.detach()
+    return folders[0].parent
