@@ -163,6 +163,20 @@ def workload_files(cluster: cl.Cluster) -> tuple[list[dict], list[Problem]]:
             problem = Problem("cluster", exc.cause, exc.fix or "")
             rows.append({"what": what, "path": path, "ok": False, "problem": str(problem)})
             problems.append(problem)
+            continue
+        if what in ("script", "module"):  # the folder that ships with it, as a start collects it
+            try:
+                shipped = workdir.collect(cluster.training, hashed=False)
+            except TfccError as exc:
+                problem = Problem("cluster", exc.cause, exc.fix or "")
+                rows.append({"what": "workdir", "path": str(workdir.locate(cluster.training)[0]), "ok": False,
+                             "problem": str(problem)})
+                problems.append(problem)
+                continue
+            left = f"; {len(shipped.skipped)} left out (.tfccignore and defaults)" if shipped.skipped else ""
+            rows.append({"what": "workdir", "path": f"{shipped.root}: ships {len(shipped.files)} file"
+                         f"{'s' * (len(shipped.files) != 1)}, {workdir.human_bytes(shipped.size)}{left}",
+                         "ok": True, "problem": ""})
     return rows, problems
 
 

@@ -15,6 +15,7 @@ from console.files import write_atomically
 
 log = logging.getLogger("console.profiles")
 MAX_RECENT = 8
+MAX_SCREENS = 8  # window sizes remembered, one per screen size (the newest kept)
 
 
 class Profiles:
@@ -23,6 +24,7 @@ class Profiles:
         self.recent: list[str] = []
         self.last: str | None = None
         self.view: dict = {}  # the dashboard's reading aids (Dashboard.view()), as the person left them
+        self.windows: dict[str, list[int]] = {}  # per screen size ("1440x900"): the window's size left there
         try:
             data = json.loads(self.path.read_text())
             if not isinstance(data, dict):
@@ -31,6 +33,9 @@ class Profiles:
             self.recent = [p for p in recent if isinstance(p, str)] if isinstance(recent, list) else []
             self.last = data.get("last") if isinstance(data.get("last"), str) else None
             self.view = data.get("view") if isinstance(data.get("view"), dict) else {}
+            windows = data.get("windows") if isinstance(data.get("windows"), dict) else {}
+            self.windows = {k: v for k, v in windows.items() if isinstance(k, str) and isinstance(v, list)
+                            and len(v) == 2 and all(type(n) is int and 200 <= n <= 20000 for n in v)}
         except FileNotFoundError:
             pass
         except (OSError, ValueError) as exc:
@@ -58,9 +63,24 @@ class Profiles:
             self.view = dict(view)
             self._save()
 
+    def window_size(self, screen: str) -> tuple[int, int] | None:
+        """The window's size as the person left it on a screen of size ``screen`` (None: never there)."""
+        size = self.windows.get(screen)
+        return (size[0], size[1]) if size else None
+
+    def set_window_size(self, screen: str, size: tuple[int, int]) -> None:
+        """Remember the window's ``size`` for screens of size ``screen`` (saved only when it changed)."""
+        size = [int(size[0]), int(size[1])]
+        if self.windows.get(screen) != size:
+            self.windows.pop(screen, None)
+            self.windows[screen] = size
+            while len(self.windows) > MAX_SCREENS:
+                self.windows.pop(next(iter(self.windows)))
+            self._save()
+
     def _save(self) -> None:
         if self.path.parent == state_dir():
             make_state_dir()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(self.path, json.dumps({"recent": self.recent, "last": self.last, "view": self.view},
-                                               indent=1), mode=0o600)
+        write_atomically(self.path, json.dumps({"recent": self.recent, "last": self.last, "view": self.view,
+                                                "windows": self.windows}, indent=1), mode=0o600)

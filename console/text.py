@@ -11,7 +11,7 @@ import re
 import time
 
 from console.states import RECONNECTING, Mark
-from trainer.records import PLAN_FIELDS, Event, RecordType
+from trainer.records import FIT, PLAN_FIELDS, Event, RecordType
 from trainer.records import number as metric_value  # a record's metric as a float: NaN for none
 
 
@@ -50,6 +50,12 @@ def event_text(r: dict) -> str:
         workers, replicas = r.get("num_workers"), r.get("replicas_per_worker")
         return (f"training started: global batch {r.get('global_batch')} = {workers} worker{'s' * (workers != 1)} × "
                 f"{replicas} replica{'s' * (replicas != 1)} × {r.get('per_replica_batch')}")
+    if name == Event.TRAIN_BEGIN:
+        fit = r.get(FIT)
+        return f"fit began (fit {fit} of the script)" if isinstance(fit, int) and fit > 1 else "fit began"
+    if name == Event.TRAIN_END:
+        seconds = metric_value(r.get("train_time"))
+        return f"fit ended after {duration_text(seconds)} of training" if math.isfinite(seconds) else "fit ended"
     if name == Event.SAVING:
         return "training done; saving the model" + (f" to {r['path']}" if r.get("path") else " (its part of it)")
     if name == Event.SAVED:

@@ -19,19 +19,22 @@ from dataclasses import dataclass
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QImage, QPainter
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFrame, QHBoxLayout, QInputDialog, QLabel, QListWidget,
                                QListWidgetItem, QPushButton, QScrollArea, QSizePolicy, QSlider, QSplitter,
                                QStackedWidget,
                                QToolButton, QVBoxLayout, QWidget)
 
+from console import diagnosis
 from console.gui.colors import (CLUSTER, EPOCH as EPOCH_PEN, VALIDATION, compared_color, host_encoding,
                                 worker_color)
 from console.gui.events_view import EventsView
+from console.gui.failure_view import FailureView
 from console.gui.plot_parts import SeriesList, ValueTable
 from console.gui.progress_view import ProgressView
 from console.gui.speed_view import SpeedView
 from console.store.metric_ids import DEFAULT_PLOTS, EPOCH, HOST, SYSTEM, X_AXES, is_cluster_wide, plot_label, plot_of
+from console.states import Mark
 from console.store.metrics import Marker, MetricsStore
 from console.text import duration_text, marker_label, marker_text, metric_text
 from console.threads import WINDOW
@@ -46,7 +49,7 @@ SLOW_REFRESH_MS = 250      # progress lines, ETA, straggler marks, the metric li
 X_AXIS_NAMES = {"step": "global step", "time": "wall-clock time", "relative": "seconds since the run began"}
 READOUT_CURVES = 12        # rows of the value table at the cursor (the rest are counted)
 MIN_PLOT_HEIGHT = 200      # a plot card's least height: more cards than fit scroll
-MIN_PLOT_WIDTH = 440       # a card's least width: the grid has as many columns as fit (up to MAX_COLUMNS)
+MIN_PLOT_WIDTH = 360       # a card's least width: the grid has as many columns as fit (up to MAX_COLUMNS)
 MAX_COLUMNS = 3
 CARD_SPACING = 12
 FRAME_BUDGET = 0.015  # seconds of reducing new rows per frame and group of plots; the rest next frame
@@ -58,7 +61,8 @@ MARKER_PENS = {Marker.RESTART: ("#b00020", Qt.DashLine), Marker.STALL: ("#E69F00
                Marker.NAN: ("#b00020", Qt.DotLine)}
 
 EMPTY = np.empty(0)
-NO_RUN = ("<p style='font-size:13pt'><b>No run yet</b></p><p>Set the hosts and tasks in <b>Setup</b>, then "
+NO_RUN = ("<p style='font-size:13pt'><b>No run yet</b></p><p>Set the hosts and tasks in the <b>Setup panel</b> "
+          "(View ▸ Setup panel, Ctrl+0), then "
           "<b>Run ▸ Check</b> (Ctrl+K) to test them and <b>Run ▸ Deploy &amp; Start</b> (F5) to train: each plot "
           "fills here as the numbers come.</p><p>The <b>Runs</b> tab opens an earlier run.</p>")
 SAMPLE_GAP_SECONDS = 5.0  # system samples come every second: a pause this long (and 5 x the usual) is a gap
@@ -123,9 +127,46 @@ def _bounds(x: np.ndarray, y: np.ndarray):
     return float(x[0]), float(x[-1]), float(y[finite].min()), float(y[finite].max()), False
 
 
+def _spiky(metric: str) -> bool:
+    """A duration (a step's time, a wait): its first steps (tracing, a warm-up) or a pause spike far above the
+    rest, which must not set the plot's range."""
+    return plot_of(metric) == "step_time" or metric.endswith(("_time", "_seconds", "_ms"))
+
+
+def _robust_bounds(x: np.ndarray, y: np.ndarray):
+    """``_bounds`` with a y top that spikes do not set: the highest value under Tukey's far fence (the third
+    quartile plus three interquartile ranges, at least 5 % of it); a spike is still drawn, above the view."""
+    bounds = _bounds(x, y)
+    finite = y[np.isfinite(y)]
+    if len(finite) < 8 or bounds[3] is None:
+        return bounds
+    q1, q3 = np.quantile(finite, (0.25, 0.75))
+    fence = q3 + 3 * max(q3 - q1, 0.05 * abs(q3))
+    top = float(finite[finite <= fence].max())
+    return bounds[0], bounds[1], bounds[2], top, bounds[4]
+
+
 class _YAxis(pg.AxisItem):
     """A y axis that, logarithmic, labels the decades only (1, 0.1, 0.01: the ticks between them unlabelled),
     and every tick when less than a decade is shown."""
+
+    def logTickValues(self, minVal, maxVal, size, stdTicks):  # noqa: N802 (pyqtgraph's name and arguments)
+        """pyqtgraph's decades and their 2..9 marks; a range that holds fewer than two of those (inside one decade)
+        gets ticks at round values instead (0.32, 0.34, ...), so that the axis still says its numbers."""
+        ticks = super().logTickValues(minVal, maxVal, size, stdTicks)
+        if sum(len(values) for _, values in ticks) >= 2 or not (math.isfinite(minVal) and math.isfinite(maxVal)):
+            return ticks
+        low, high = 10.0 ** minVal, 10.0 ** maxVal
+        if not high > low > 0:
+            return ticks
+        step = 10.0 ** math.floor(math.log10((high - low) / 2))
+        for factor in (5, 2, 1, 0.5, 0.2):  # the widest round step that gives at least three ticks
+            if (high - low) / (step * factor) >= 3:
+                step *= factor
+                break
+        first = math.ceil(low / step)
+        values = [k * step for k in range(first, first + 12) if low < k * step < high]
+        return [(None, [math.log10(v) for v in values])]
 
     def tickStrings(self, values, scale, spacing):  # noqa: N802 (pyqtgraph's name)
         if not self.logMode:
@@ -148,6 +189,8 @@ class Dashboard(QWidget):
     view_changed = Signal(dict)  # the person changed a reading aid: view()
     renamed = Signal(str, str)   # the person named the run shown: run id, name
     comparison_removed = Signal(str)  # the person took a compared run away (its chip's ×): its run id
+    side_panel_toggled = Signal(bool)  # the events, logs and Why slow? panel was shown (True) or collapsed
+    offered_run_opened = Signal(str)   # the person opened the run the empty Dashboard offered: its id
 
     def __init__(self, store: MetricsStore | None = None, parent=None):
         super().__init__(parent)
@@ -187,6 +230,7 @@ class Dashboard(QWidget):
         controls.addWidget(QLabel("Smoothing"))
         self.smoothing_slider = QSlider(Qt.Horizontal)
         self.smoothing_slider.setRange(0, 99)
+        self.smoothing_slider.setMinimumWidth(80)  # a slider, never a nub that reads as a box
         self.smoothing_slider.setMaximumWidth(140)
         self.smoothing_slider.setToolTip("A time-weighted moving average of the training curves (0: none); "
                                          "the raw curve stays faint behind it")
@@ -198,6 +242,8 @@ class Dashboard(QWidget):
         controls.addWidget(self.log_box)
         controls.addWidget(QLabel("x:"))
         self.x_box = QComboBox()
+        self.x_box.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+        self.x_box.setMinimumContentsLength(12)  # the longest name is cut in the box, whole in its list
         for axis in X_AXES:
             self.x_box.addItem(X_AXIS_NAMES[axis], axis)
         controls.addWidget(self.x_box)
@@ -254,6 +300,7 @@ class Dashboard(QWidget):
         self.empty_state.setAlignment(Qt.AlignCenter)
         self.empty_state.setWordWrap(True)
         self.empty_state.setStyleSheet("background: white; color: #333; padding: 40px")
+        self.empty_state.linkActivated.connect(self._on_empty_state_link_activated)
         self.plot_stack = QStackedWidget()
         self.plot_stack.addWidget(self.empty_state)
         self.plot_stack.addWidget(self.plot_scroll)
@@ -278,7 +325,7 @@ class Dashboard(QWidget):
         plots_row.addWidget(self.plot_stack)
         plots_row.setSizes([170, 700])
         plots_row.setStretchFactor(1, 1)
-        left = QWidget()
+        left = self.left = QWidget()
         left_layout = QVBoxLayout(left)
         left_layout.setContentsMargins(0, 0, 0, 0)
         # The run shown, in a line: its name, state, how long it went, its cluster and settings, where it ended.
@@ -300,6 +347,10 @@ class Dashboard(QWidget):
         self.notice.setStyleSheet("background: #fff4ce; color: #5c4400; padding: 4px")
         self.notice.hide()
         left_layout.addWidget(self.notice)
+        self.failure_view = FailureView()  # a failed run: where in the user's code, what it raised, what to do
+        self.failure_view.log_asked.connect(self._on_failure_view_log_asked)
+        self._failure_shown: tuple | None = None  # what the failure view was made from
+        left_layout.addWidget(self.failure_view)
         left_layout.addWidget(self.progress_view)
         left_layout.addLayout(controls)
         left_layout.addWidget(self.chip_row)
@@ -313,8 +364,11 @@ class Dashboard(QWidget):
         split.addWidget(left)
         split.addWidget(right)
         split.setStretchFactor(0, 1)  # the plots take what the window gains; the events keep their width
+        split.setCollapsible(0, False)
         split.setSizes([1000 - EVENTS_WIDTH, EVENTS_WIDTH])
+        self._events_width = EVENTS_WIDTH  # as the person left it (a drag), whatever squeezed it since
         split.splitterMoved.connect(self._on_split_splitter_moved)
+        self.events_view.wide_toggled.connect(self._on_events_view_wide_toggled)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(split)
@@ -362,6 +416,9 @@ class Dashboard(QWidget):
         self.set_notice("")
         self._detached = False
         self.events_view.clear_run()
+        self.progress_view.ended = False
+        self.failure_view.clear()
+        self._failure_shown = None
         self._seen_version = self._slow_version = -1
         self._views.clear()
         self._drawn.clear()
@@ -386,9 +443,22 @@ class Dashboard(QWidget):
         empty = self.run_header is None and not self._expected and not self.store.metrics()
         self.plot_stack.setCurrentWidget(self.empty_state if empty else self.plot_scroll)
 
+    def offer_run(self, run_id: str, words: str) -> None:
+        """No run shown yet: the empty Dashboard offers ``run_id`` (``words``: what it says of it), with a link that
+        opens it (``offered_run_opened``)."""
+        self.empty_state.setText(f"<p style='font-size:13pt'><b>{html.escape(words)}</b></p>"
+                                 f"<p><a href='open:{html.escape(run_id)}'>Open it</a> (its whole history), or "
+                                 "start a new run: <b>Run ▸ Deploy &amp; Start</b> (F5).</p>"
+                                 "<p>The <b>Runs</b> tab lists every run.</p>")
+
+    def _on_empty_state_link_activated(self, link: str) -> None:
+        if link.startswith("open:"):
+            self.offered_run_opened.emit(link.removeprefix("open:"))
+
     def set_ended(self) -> None:
         """The run shown went as far as it goes: each plot fits its data (no room ahead kept)."""
         self.live = False
+        self.progress_view.ended = True
         self.speed_view.set_available(False)
         self._expected = set()
         self._slow_version = -1  # the empty plots go at the next tick
@@ -494,11 +564,36 @@ class Dashboard(QWidget):
                 "events_width": self.events_width()}
 
     def events_width(self) -> int:
-        """The events and logs pane's width, as the person left it."""
-        return self.split.sizes()[1] if self.split.sizes()[1] > 0 else EVENTS_WIDTH
+        """The events and logs pane's width, as the person left it (a drag): never one a long line or a narrow
+        window forced on it."""
+        return self._events_width
 
     def _on_split_splitter_moved(self, *_) -> None:
+        width = self.split.sizes()[1]
+        if width > 0:
+            self._events_width = width
+        self.side_panel_toggled.emit(width > 0)
         self.view_changed.emit(self.view())
+
+    def side_panel_shown(self) -> bool:
+        return self.split.sizes()[1] > 0
+
+    def set_side_panel_shown(self, shown: bool) -> None:
+        """The events, logs and Why slow? panel beside the plots, at the width the person left it; or collapsed
+        (the plots take the whole width)."""
+        if shown == self.side_panel_shown() and not (shown and self.events_view.wide_button.isChecked()):
+            return
+        total = sum(self.split.sizes()) or self.width()
+        if shown:
+            self.events_view.wide_button.setChecked(False)
+            self.split.setSizes([max(200, total - self._events_width), self._events_width])
+        else:
+            self.split.setSizes([total, 0])
+        self.side_panel_toggled.emit(shown)
+
+    def _on_events_view_wide_toggled(self, wide: bool) -> None:
+        """The events and logs as wide as the Dashboard (the plots hidden), or beside the plots again."""
+        self.left.setVisible(not wide)
 
     def apply_view(self, view: dict) -> None:
         """Restore remembered reading aids (unknown or damaged values are left as they are)."""
@@ -517,6 +612,7 @@ class Dashboard(QWidget):
         width = view.get("events_width")
         if type(width) is int and 120 <= width <= 3000:
             total = sum(self.split.sizes()) or 1000
+            self._events_width = width
             self.split.setSizes([max(200, total - width), width])
         self._relayout()
         self._redraw_all()
@@ -909,10 +1005,13 @@ class Dashboard(QWidget):
                 if metric.startswith(SYSTEM):
                     x, y = _with_gaps(x, y)
                 curve = self._curve(owner, metric) if own else self._overlay_curve(run_id, owner, metric)
-                curve.set_points(x, _logged(y, log))
+                y = _logged(y, log)
+                curve.set_points(x, y, _robust_bounds(x, y) if _spiky(metric) else None)
                 if smooth is not None and own and not metric.startswith(EPOCH):
                     sx, sy = smooth
-                    self._curve(owner, metric, smooth=True).set_points(sx, _logged(sy, log))
+                    sy = _logged(sy, log)
+                    self._curve(owner, metric, smooth=True).set_points(
+                        sx, sy, _robust_bounds(sx, sy) if _spiky(metric) else None)
                 if own and is_cluster_wide(metric):  # drawn once: from the task that says it now (the first in
                     for stale in [k for k in self.curves if k[1] == metric and k[0] != owner]:  # order that has)
                         self._remove_curve(stale)
@@ -1124,6 +1223,7 @@ class Dashboard(QWidget):
         store = self.store
         if self.series_list.count() != len(self._series) or self._series.keys() != set(self.series_list.names()):
             self._sync_series()  # curves came or went (a compared run's too)
+        self._show_failure(store)
         if store.version == self._slow_version:
             return
         self._slow_version = store.version
@@ -1134,6 +1234,30 @@ class Dashboard(QWidget):
             self.progress_view.show_store(store)
         self._show_header()
         self.events_view.show_store(store)
+
+    def _show_failure(self, store: MetricsStore) -> None:
+        """The failure view on the first failed task in cluster order whose stderr went through the user's code
+        (else the first failed one); none while no task is marked failed (a restart takes it away)."""
+        failed = {task: why for task, (state, why) in store.states_snapshot().items() if state == Mark.FAILED}
+        if not failed:
+            if self._failure_shown is not None:
+                self.failure_view.clear()
+                self._failure_shown = None
+            return
+        tasks = [t for t in self.order if t in failed] + [t for t in failed if t not in self.order]
+        key = (tuple(failed.items()), tuple(self.events_view.log_count(t) for t in tasks))
+        if key == self._failure_shown:
+            return
+        self._failure_shown = key
+        found = [(t, diagnosis.code_error(self.events_view.stderr_text(t))) for t in tasks]
+        task, error = next(((t, e) for t, e in found if e is not None), (tasks[0], None))
+        whole = diagnosis.last_traceback(self.events_view.stderr_text(task)) if error is not None else ""
+        self.failure_view.show_failure(task, failed[task], error, whole)
+
+    def _on_failure_view_log_asked(self, task: str) -> None:
+        self.events_view.show_log(task)
+        if self.split.sizes()[1] == 0:  # the panel collapsed: open again
+            self.set_side_panel_shown(True)
 
     def showEvent(self, event):  # noqa: N802 (Qt's name): curves were not fed while hidden
         self._seen_version = self._slow_version = -1
@@ -1154,8 +1278,53 @@ class Dashboard(QWidget):
     def export_csv(self, path) -> int:
         return self.store.write_csv(path)
 
+    def picture(self) -> QImage:
+        """The plots as a picture that stands alone: the run (name, state, duration, cluster, settings) over them, the
+        key of every series drawn and the run's final values under them."""
+        plots = self.plot_area.grab().toImage()
+        width = max(plots.width(), 900)
+        font = QFont(self.font())
+        font.setPointSize(10)
+        metrics = QFontMetrics(font)
+        line = metrics.height() + 4
+        h = self.run_header
+        title = (f"{h.name} ({h.run_id})" if h is not None and h.name else h.run_id if h is not None else "tfcc")
+        about = [part for part in (h.state if h else "", duration_text(self.store.runtime())
+                                   if self.store.runtime() is not None else "", h.cluster if h else "",
+                                   h.settings if h else "") if part]
+        final = self.store.final_metrics()
+        values = "final: " + "  ".join(f"{k} {metric_text(v)}" for k, v in final.items()) if final else ""
+        key = [(name, pen) for name, (_, pen, _symbol) in sorted(self._series.items(), key=lambda kv: (kv[1][0], kv[0]))
+               if name not in self.hidden]
+        per_row = max(1, width // 260)
+        key_rows = -(-len(key) // per_row)
+        image = QImage(width, 2 * line + plots.height() + (key_rows + 2) * line + 8, QImage.Format_RGB32)
+        image.fill(Qt.white)
+        painter = QPainter(image)
+        painter.setFont(font)
+        painter.setPen(QColor("#222"))
+        bold = QFont(font)
+        bold.setBold(True)
+        painter.setFont(bold)
+        painter.drawText(8, line - 4, title)
+        painter.setFont(font)
+        painter.drawText(8, 2 * line - 4, " · ".join(about))
+        painter.drawImage(0, 2 * line, plots)
+        y = 2 * line + plots.height() + 4
+        for i, (name, pen) in enumerate(key):
+            row, col = divmod(i, per_row)
+            x, top = 8 + col * 260, y + row * line
+            painter.setPen(pg.mkPen(pen))
+            painter.drawLine(x, top + line // 2, x + 28, top + line // 2)
+            painter.setPen(QColor("#222"))
+            painter.drawText(x + 34, top + line - 6, metrics.elidedText(name, Qt.ElideRight, 220))
+        painter.drawText(8, y + key_rows * line + line - 6, values)
+        painter.end()
+        return image
+
     def export_png(self, path) -> bool:
-        return self.plot_area.grab().save(str(path))
+        """``picture()`` saved as PNG at ``path`` (a person's export: see FileActions, which saves it on a thread)."""
+        return self.picture().save(str(path))
 
 
 def plot_title(plot_id: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import paramiko
 from PySide6.QtCore import Qt
@@ -10,6 +11,7 @@ from PySide6.QtWidgets import (QCheckBox, QDialog, QDialogButtonBox, QFileDialog
                                QLineEdit, QListWidget, QListWidgetItem, QPushButton, QSpinBox, QVBoxLayout, QWidget)
 
 from console import cluster as cl
+from console.gui.elided import ElidedLabel
 from console.remote.ssh import ssh_config_path
 from trainer.tf_config import CHIEF, EVALUATOR, PS, WORKER
 
@@ -45,15 +47,32 @@ def parse_gpus(text: str) -> list[int]:
     return gpus
 
 
-FIELD_ERROR_STYLE = "border: 1px solid #b00020"
+# A field with a problem is framed red; one without keeps a frame of the same size (the fields never move).
+FIELD_OK_STYLE = "QLineEdit { border: 1px solid #a0a0a0; border-radius: 2px; padding: 2px }"
+FIELD_ERROR_STYLE = "QLineEdit { border: 1px solid #b00020; border-radius: 2px; padding: 2px }"
 
 
-def _error_label() -> QLabel:
-    label = QLabel()
+def _error_label() -> ElidedLabel:
+    """A field's problem under it: a line whose room is kept (the fields below never move as one comes or goes),
+    cut to the dialog's width with the whole in its tooltip."""
+    label = ElidedLabel()
     label.setStyleSheet("color: #b00020")
-    label.setWordWrap(True)
-    label.hide()
     return label
+
+
+_USER_HOST_PORT = re.compile(r"^(?:(?P<user>[^@\s:]+)@)?(?P<host>[^@\s:]+|\[[0-9A-Fa-f:.]+\])(?::(?P<port>\d{1,5}))?$")
+
+
+def split_address(text: str) -> tuple[str, str, int | None] | None:
+    """``user@host:port`` (as ssh and scp take it; any part but the host optional) as (user, host, port); None
+    when ``text`` is no such thing, or is a plain address (nothing to split)."""
+    found = _USER_HOST_PORT.match(text.strip())
+    if found is None or (found["user"] is None and found["port"] is None):
+        return None
+    port = int(found["port"]) if found["port"] is not None else None
+    if port is not None and not 1 <= port <= 65535:
+        return None
+    return found["user"] or "", found["host"].strip("[]"), port
 
 
 class HostDialog(QDialog):
@@ -107,12 +126,12 @@ class HostDialog(QDialog):
         self.chief.setChecked(bool(tasks) and tasks[0].role == CHIEF)
         # Each field's problem under it, once the person edited that field (a new dialog shows none; OK's
         # tooltip says what is missing).
-        self.errors = {field: _error_label() for field in (self.name, self.address, self.key, self.python,
-                                                           self.task_port, self.gpus)}
+        self.errors = {field: _error_label() for field in (self.name, self.address, self.user, self.key,
+                                                           self.python, self.task_port, self.gpus)}
         self._edited: set = set()
         e = self.errors
         form = form_of(("Name", self.name), ("", e[self.name]), ("", self.local), ("Address", self.address),
-                       ("", e[self.address]), ("SSH user", self.user), ("SSH port", self.ssh_port),
+                       ("", e[self.address]), ("SSH user", self.user), ("", e[self.user]), ("SSH port", self.ssh_port),
                        ("SSH key", key_row), ("", e[self.key]), ("Python", self.python), ("", e[self.python]),
                        ("Workers on this host", self.workers), ("Parameter servers", self.ps),
                        ("Task port", self.task_port), ("", e[self.task_port]), ("GPUs per task", self.gpus),
@@ -126,6 +145,7 @@ class HostDialog(QDialog):
         for edit in (self.name, self.address, self.user, self.key, self.python, self.task_port, self.gpus):
             edit.textEdited.connect(lambda _text, edit=edit: self._on_field_edited(edit))  # the person's, not ours
             edit.textChanged.connect(self._on_field_changed)
+        self.address.editingFinished.connect(self._on_address_editing_finished)
         for box in (self.local, self.chief, self.evaluator, self.spare):
             box.toggled.connect(self._on_field_changed)
         self.spare.toggled.connect(self._on_spare_toggled)
@@ -151,8 +171,13 @@ class HostDialog(QDialog):
         address = self.address.text().strip()
         if not local and not address:
             out.append((self.address, "Address: type the host's name or IP (or tick 'this machine')."))
+        elif not local and split_address(address) is not None:
+            pass  # user@host:port: its parts go to their fields when the person leaves the field (or at OK)
         elif not local and cl.address_problem(address):
             out.append((self.address, f"Address: {address!r}: {cl.address_problem(address)}."))
+        user = self.user.text().strip()
+        if not local and cl.user_problem(user):
+            out.append((self.user, f"SSH user: {user!r}: {cl.user_problem(user)}."))
         key = self.key.text().strip()
         if key and not os.path.isfile(os.path.expanduser(key)):
             out.append((self.key, f"SSH key: {key} does not exist."))
@@ -187,13 +212,23 @@ class HostDialog(QDialog):
             by_field.setdefault(field, words)
         for field, label in self.errors.items():
             words = by_field.get(field, "") if field in self._edited else ""
-            if label.text() != words:
-                label.setText(words)
-                label.setVisible(bool(words))
-            field.setStyleSheet(FIELD_ERROR_STYLE if words else "")
+            label.setText(words)
+            field.setStyleSheet(FIELD_ERROR_STYLE if words else FIELD_OK_STYLE)
         ok = self.buttons.button(QDialogButtonBox.Ok)
         ok.setEnabled(not problems)
         ok.setToolTip("\n".join(words for _, words in problems))
+
+    def _on_address_editing_finished(self) -> None:
+        """``user@host:port`` typed (or pasted) as the address: each part to its own field."""
+        parts = split_address(self.address.text())
+        if parts is None:
+            return
+        user, address, port = parts
+        if user:
+            self.user.setText(user)
+        if port is not None:
+            self.ssh_port.setValue(port)
+        self.address.setText(address)
 
     def _on_spare_toggled(self, spare: bool) -> None:
         """A spare runs no task: what would say its tasks is greyed."""
@@ -206,6 +241,7 @@ class HostDialog(QDialog):
             self.key.setText(path)
 
     def host(self) -> cl.Host:
+        self._on_address_editing_finished()  # OK pressed with the address field still in focus
         local = self.local.isChecked()
         return cl.Host(name=self.name.text().strip(), address=self.address.text().strip(), local=local,
                        user="" if local else self.user.text().strip(), port=self.ssh_port.value(),
@@ -357,13 +393,21 @@ class SlurmDialog(QDialog):
         self.parameter_servers = _spin(0, 64, slurm.parameter_servers)
         self.parameter_servers.setToolTip("Parameter-server training: this many tasks are ps (the first task is the "
                                           "chief); 0 for synchronous training (MultiWorkerMirrored)")
-        self.error = _error_label()
-        form = form_of(("Login host", self.login), ("SSH user", self.user), ("SSH port", self.ssh_port),
-                       ("SSH key", self.key), ("Python", self.python), ("Partition", self.partition),
-                       ("Nodes", self.nodes), ("Tasks per node", self.tasks_per_node),
-                       ("GPUs per task", self.gpus_per_task), ("CPUs per task", self.cpus_per_task),
-                       ("Time limit", self.time), ("Account", self.account), ("QOS", self.qos),
-                       ("Parameter servers", self.parameter_servers), ("", self.error))
+        # Each field's problem under it once the person edited it (as Add host's), in the form's own words.
+        self.errors = {field: _error_label() for field in (self.login, self.user, self.key, self.partition,
+                                                           self.time, self.account, self.qos,
+                                                           self.parameter_servers)}
+        self._edited: set = set()
+        self.python.setStyleSheet(FIELD_OK_STYLE)  # framed as the fields that can show a problem
+        e = self.errors
+        form = form_of(("Login host", self.login), ("", e[self.login]), ("SSH user", self.user), ("", e[self.user]),
+                       ("SSH port", self.ssh_port), ("SSH key", self.key), ("", e[self.key]), ("Python", self.python),
+                       ("Partition", self.partition), ("", e[self.partition]), ("Nodes", self.nodes),
+                       ("Tasks per node", self.tasks_per_node), ("GPUs per task", self.gpus_per_task),
+                       ("CPUs per task", self.cpus_per_task), ("Time limit", self.time), ("", e[self.time]),
+                       ("Account", self.account), ("", e[self.account]), ("QOS", self.qos), ("", e[self.qos]),
+                       ("Parameter servers", self.parameter_servers), ("", e[self.parameter_servers]))
+        form.setVerticalSpacing(2)
         self.buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
@@ -373,10 +417,11 @@ class SlurmDialog(QDialog):
         layout.addLayout(form)
         layout.addWidget(self.buttons)
         for edit in (self.login, self.user, self.key, self.python, self.partition, self.time, self.account, self.qos):
+            edit.textEdited.connect(lambda _text, edit=edit: self._on_field_edited(edit))  # the person's, not ours
             edit.textChanged.connect(self._on_field_changed)
         for spin in (self.ssh_port, self.nodes, self.tasks_per_node, self.gpus_per_task, self.cpus_per_task,
                      self.parameter_servers):
-            spin.valueChanged.connect(self._on_field_changed)
+            spin.valueChanged.connect(lambda _value: self._on_field_edited(self.parameter_servers))
         self._on_field_changed()
 
     def slurm(self) -> cl.Slurm:
@@ -388,22 +433,64 @@ class SlurmDialog(QDialog):
                         account=self.account.text().strip(), qos=self.qos.text().strip(),
                         parameter_servers=self.parameter_servers.value())
 
-    def problem(self) -> str | None:
-        """What keeps OK disabled, in words that say what to do (the cluster file's rules)."""
-        if not self.login.text().strip():
-            return "Login host: type the host you submit Slurm jobs from."
+    def field_problems(self) -> list[tuple[QWidget, str]]:
+        """Each problem with its field, in the form's words (the cluster file's rules: console.cluster)."""
+        out = []
+        login = self.login.text().strip()
+        if not login:
+            out.append((self.login, "Login host: type the host you submit Slurm jobs from."))
+        elif cl.address_problem(login):
+            out.append((self.login, f"Login host: {login!r}: {cl.address_problem(login)}."))
+        user = self.user.text().strip()
+        if cl.user_problem(user):
+            out.append((self.user, f"SSH user: {user!r}: {cl.user_problem(user)}."))
         key = self.key.text().strip()
         if key and not os.path.isfile(os.path.expanduser(key)):
-            return f"SSH key: {key} does not exist."
-        return cl.slurm_problem(self.slurm())
+            out.append((self.key, f"SSH key: {key} does not exist."))
+        for field, words in ((self.partition, "Partition"), (self.account, "Account"), (self.qos, "QOS")):
+            value = field.text().strip()
+            if value and not cl.slurm_name_ok(value):
+                out.append((field, f"{words}: {value!r}: a Slurm name is letters, digits, '.', '_' and '-' (sinfo "
+                                   "and sacctmgr list them); leave it empty for the default."))
+        time = self.time.text().strip()
+        if not cl.SLURM_TIME.match(time):
+            out.append((self.time, f"Time limit: {time!r} is no time sbatch reads; write it like 1:00:00 "
+                                   "(hours:minutes:seconds), 90 (minutes) or 2-00:00:00 (days-hours:minutes:seconds)."))
+        slurm = self.slurm()
+        if slurm.parameter_servers and slurm.task_count < slurm.parameter_servers + 2:
+            out.append((self.parameter_servers, f"Parameter servers: {slurm.task_count} tasks leave no worker beside "
+                                                f"the chief and {slurm.parameter_servers} ps; raise Nodes or Tasks per "
+                                                "node."))
+        if not out and cl.slurm_problem(slurm):  # a rule no field above says (kept in step with the file's)
+            out.append((self.login, cl.slurm_problem(slurm)))
+        return out
+
+    def problem(self) -> str | None:
+        """What keeps OK disabled, in words that say what to do (the first of ``field_problems``), or None."""
+        problems = self.field_problems()
+        return problems[0][1] if problems else None
+
+    def shown_errors(self) -> str:
+        """The problems shown at their fields now."""
+        return "\n".join(label.text() for label in self.errors.values() if label.text())
+
+    def _on_field_edited(self, field: QWidget) -> None:
+        self._edited.add(field)
+        self._on_field_changed()
 
     def _on_field_changed(self, *_) -> None:
-        problem = self.problem()
-        self.error.setText(problem or "")
-        self.error.setVisible(bool(problem) and bool(self.login.text().strip()))
+        problems = self.field_problems()
+        by_field: dict = {}
+        for field, words in problems:
+            by_field.setdefault(field, words)
+        for field, label in self.errors.items():
+            words = by_field.get(field, "") if field in self._edited else ""
+            label.setText(words)
+            if isinstance(field, QLineEdit):
+                field.setStyleSheet(FIELD_ERROR_STYLE if words else FIELD_OK_STYLE)
         ok = self.buttons.button(QDialogButtonBox.Ok)
-        ok.setEnabled(problem is None)
-        ok.setToolTip(problem or "")
+        ok.setEnabled(not problems)
+        ok.setToolTip("\n".join(words for _, words in problems))
 
 
 def _spin(low: int, high: int, value: int) -> QSpinBox:

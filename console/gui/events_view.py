@@ -14,12 +14,12 @@ import time
 
 import re
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFont, QTextCursor
 from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLineEdit, QListView, QListWidget, QListWidgetItem,
-                               QPlainTextEdit, QTabWidget, QVBoxLayout, QWidget)
+                               QPlainTextEdit, QTabWidget, QToolButton, QVBoxLayout, QWidget)
 
-from agent.protocol import ERROR, FAILED, LOST, STDOUT
+from agent.protocol import ERROR, FAILED, LOST, STDERR, STDOUT
 from console.states import RECONNECTING, SessionKind
 from console.store.metrics import MetricsStore
 from console.terminal import Terminal, shown_lines
@@ -129,6 +129,9 @@ class LogTails:
 class EventsView(QTabWidget):
     """The *Events* tab (``events``) and the *Logs* tab (``logs``: ``log_views`` by task)."""
 
+    whole_log_asked = Signal(str)  # the person wants a task's whole log (its own window): the task
+    wide_toggled = Signal(bool)    # the person wants the events and logs as wide as the Dashboard (or not)
+
     def __init__(self, parent=None):
         super().__init__(parent)
         self.events = QListWidget()
@@ -144,17 +147,29 @@ class EventsView(QTabWidget):
         self.log_search.setPlaceholderText("Find in this log (Enter: next)")
         self.log_search.setClearButtonEnabled(True)
         self.log_search.returnPressed.connect(self._on_log_search_return_pressed)
-        self.hide_noise = QCheckBox("hide start-up noise")
+        self.hide_noise = QCheckBox("hide noise")
         self.hide_noise.setToolTip("Hide what TensorFlow and CUDA say as every process starts (oneDNN, cuDNN, "
                                    "CPU instructions): the lines tfcc logs keeps whole")
         self.hide_noise.setChecked(True)
         self.hide_noise.toggled.connect(self._on_hide_noise_toggled)
+        self.wide_button = QToolButton()
+        self.wide_button.setText("Wide")
+        self.wide_button.setCheckable(True)
+        self.wide_button.setToolTip("The events and logs as wide as the Dashboard (the plots hide till "
+                                    "pressed again)")
+        self.wide_button.toggled.connect(self.wide_toggled)
+        self.whole_button = QToolButton()
+        self.whole_button.setText("Whole log…")
+        self.whole_button.setToolTip("This task's whole log in a window of its own, with find and Save")
+        self.whole_button.clicked.connect(self._on_whole_button_clicked)
         logs_page = QWidget()
         logs_layout = QVBoxLayout(logs_page)
         logs_layout.setContentsMargins(0, 2, 0, 0)
         tools = QHBoxLayout()
         tools.addWidget(self.log_search, 1)
         tools.addWidget(self.hide_noise)
+        tools.addWidget(self.whole_button)
+        tools.addWidget(self.wide_button)
         logs_layout.addLayout(tools)
         logs_layout.addWidget(self.logs, 1)
         self.addTab(self.events, "Events")
@@ -250,6 +265,32 @@ class EventsView(QTabWidget):
             cursor.movePosition(cursor.MoveOperation.Start)
             view.setTextCursor(cursor)
             view.find(words)
+
+    def _on_whole_button_clicked(self) -> None:
+        task = self.shown_task()
+        if task:
+            self.whole_log_asked.emit(task)
+
+    def shown_task(self) -> str:
+        """The task whose log tab is in front ("" : none)."""
+        view = self.logs.currentWidget()
+        return next((task for task, v in self.log_views.items() if v is view), "")
+
+    def show_log(self, task: str) -> None:
+        """``task``'s log in front (the Logs tab, its own tab)."""
+        self.setCurrentIndex(1)
+        view = self.log_views.get(task)
+        if view is not None:
+            self.logs.setCurrentWidget(view)
+
+    def log_count(self, task: str) -> int:
+        """Lines of ``task`` kept (noise too)."""
+        return len(self._log_lines.get(task, ())) + bool(self._open_lines.get(task))
+
+    def stderr_text(self, task: str) -> str:
+        """What ``task`` wrote on stderr, as kept (its newest ``LOG_LINES``), without the view's mark."""
+        mark = f"[{STDERR.removesuffix('.log')}] "
+        return "\n".join(line[len(mark):] for line in self._log_lines.get(task, ()) if line.startswith(mark))
 
     def _log_view(self, task: str) -> QPlainTextEdit:
         view = self.log_views.get(task)

@@ -199,5 +199,16 @@ class FileActions(QObject):
         path, _ = QFileDialog.getSaveFileName(self.window, "Export plots", str(Path.cwd() / "plots.png"),
                                               "PNG (*.png)")
         if path:
-            self.dashboard.export_png(path)
-            self.reported.emit(f"Wrote {path}")
+            self.export_png(path)
+
+    def export_png(self, path) -> None:
+        """The Dashboard's picture (made here: widgets are the UI thread's), saved on a thread."""
+        image = self.dashboard.picture()
+
+        def write():
+            if image.save(str(path), "PNG"):
+                self.exported.emit(f"Wrote {path}")
+            else:
+                self.exported.emit(f"Could not write {path}; choose another place")
+
+        self.threads.start("export", write)

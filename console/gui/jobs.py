@@ -200,6 +200,12 @@ class RunBridge(QObject):
         core = self.core
         return core is not None and core.settled and any(t.phase != FINISHED for t in core.run.members)
 
+    @property
+    def code_failed(self) -> bool:
+        """Supervision gave up on an error a restart would repeat (the code, its settings)."""
+        core = self.core
+        return core is not None and core.supervisor.code_failed
+
     def ask_host(self, what: str, host: str) -> None:
         """A person asks an elastic run to go on without ``host`` (REMOVE_HOST) or to take it back (TAKE_BACK):
         queued for supervision (no wait); a RunError says at once why it cannot be."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer, QUrl
+from PySide6.QtCore import QSize, Qt, QTimer, QUrl
 from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
-from PySide6.QtWidgets import QMainWindow, QMessageBox, QProgressBar, QSplitter, QStyle, QTabWidget
+from PySide6.QtWidgets import (QFrame, QMainWindow, QMessageBox, QProgressBar, QScrollArea, QSplitter, QStyle,
+                               QTabWidget)
 
 from console import cluster as cl
 from console.gui.check_view import CheckView
@@ -23,6 +24,14 @@ from console.profiles import Profiles
 
 
 DOCS = Path(__file__).resolve().parents[2] / "README.md"  # the guide; docs/ holds the rest
+DEFAULT_SIZE = (1400, 860)  # a first window's size on a screen that has the room
+FRAME = (16, 48)            # what a window manager's frame and title bar take around it, at most
+SETUP_WIDTH = 470
+
+
+def _screen_key(available: QSize) -> str:
+    """A screen's size as the remembered window sizes are keyed: ``1440x900`` (its available room)."""
+    return f"{available.width()}x{available.height()}"
 
 
 def versions() -> dict[str, str]:
@@ -30,8 +39,10 @@ def versions() -> dict[str, str]:
     import platform
     from importlib import metadata
 
-    out = {"Python": platform.python_version()}
-    for package in ("tfcc", "PySide6", "pyqtgraph", "paramiko", "tensorflow", "tf-keras", "keras"):
+    from PySide6 import __version__ as pyside
+
+    out = {"Python": platform.python_version(), "PySide6": pyside}  # what runs (its wheel: PySide6-Essentials)
+    for package in ("tfcc", "pyqtgraph", "paramiko", "tensorflow", "tf-keras", "keras"):
         try:
             out[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
@@ -50,7 +61,6 @@ class MainWindow(QMainWindow):
 
     def __init__(self, cluster_path: str | Path | None = None, profiles: Profiles | None = None):
         super().__init__()
-        self.resize(1400, 860)
         self.profiles = profiles or Profiles()
         self.threads = Threads()
         self.asker = HostKeyAsker(parent=self)
@@ -72,21 +82,31 @@ class MainWindow(QMainWindow):
         for page, title in ((self.dashboard, "Dashboard"), (self.runs_panel, "Runs"), (self.diagram, "Cluster"),
                             (self.check_view, "Check")):
             self.tabs.addTab(page, title)
-        split = QSplitter(Qt.Horizontal)
-        split.addWidget(self.setup)
+        # The setup, a side panel that scrolls (it never makes the window wider than the screen); a run's plots
+        # take its room.
+        self.setup_panel = QScrollArea()
+        self.setup_panel.setWidgetResizable(True)
+        self.setup_panel.setFrameShape(QFrame.NoFrame)
+        self.setup_panel.setWidget(self.setup)
+        split = self.split = QSplitter(Qt.Horizontal)
+        split.addWidget(self.setup_panel)
         split.addWidget(self.tabs)
-        split.setSizes([470, 930])
+        split.setCollapsible(1, False)
+        split.setStretchFactor(1, 1)
+        split.setSizes([SETUP_WIDTH, DEFAULT_SIZE[0] - SETUP_WIDTH])
         self.setCentralWidget(split)
         self.run_control = RunControl(self.threads, self.asker, self.dashboard, self.diagram, self.runs_panel,
                                       self.tabs, self.setup.gpus_by_host, self)
         self.session = self.run_control.session  # the run this window follows
         self._build_bars()
         self._connect_signals()
+        self.fit_to_screen(self.screen().availableGeometry().size())
 
         last = self.profiles.last if self.profiles.last and Path(self.profiles.last).exists() else None
         path = cluster_path if cluster_path is not None else last
         if path is None or not self.files.open(path):
             self.set_cluster(cl.default(), None)
+        self.run_control.offer_last_run()  # the empty Dashboard offers it once its hosts said how it ended
 
     def _build_bars(self) -> None:
         """The menus (File: the file actions' own; Run; View: the tabs; Help), the toolbar and the status bar's
@@ -111,6 +131,14 @@ class MainWindow(QMainWindow):
         run_actions = [self.act_check, self.act_start, self.act_stop, self.act_resume, self.act_detach]
         self.menuBar().addMenu("&Run").addActions(run_actions)
         view = self.menuBar().addMenu("&View")
+        self.act_setup = QAction("&Setup panel", self, shortcut="Ctrl+0", checkable=True, checked=True)
+        self.act_setup.setToolTip("The hosts, tasks and training settings beside the tabs (Ctrl+0); a run shown "
+                                  "folds them away for its plots")
+        self.act_side = QAction("&Events, logs and Why slow?", self, shortcut="Ctrl+L", checkable=True,
+                                checked=True)
+        self.act_side.setToolTip("The panel beside the plots (Ctrl+L); folded, the plots take its room")
+        view.addActions([self.act_setup, self.act_side])
+        view.addSeparator()
         self.view_actions = []
         for i in range(self.tabs.count()):
             action = QAction(self.tabs.tabText(i), self, shortcut=f"Ctrl+{i + 1}")
@@ -125,6 +153,8 @@ class MainWindow(QMainWindow):
         help_menu.addActions([self.act_docs, self.act_about])
         bar = self.addToolBar("Actions")
         bar.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
+        bar.addAction(self.act_setup)
+        bar.addSeparator()
         bar.addActions(run_actions)
         self.progress = QProgressBar(maximumWidth=260)
         self.progress.hide()
@@ -153,12 +183,37 @@ class MainWindow(QMainWindow):
         self.run_control.progressed.connect(self._show_progress)
         self.run_control.progress_ended.connect(self.progress.hide)
         self.run_control.actions_changed.connect(self._update_actions)
+        self.run_control.run_shown.connect(self._on_run_control_run_shown)
+        self.act_setup.toggled.connect(self._on_act_setup_toggled)
+        self.act_side.toggled.connect(self.dashboard.set_side_panel_shown)
+        self.dashboard.side_panel_toggled.connect(self.act_side.setChecked)
+        self.split.splitterMoved.connect(self._on_split_splitter_moved)
 
     def _on_dashboard_view_changed(self, view: dict) -> None:
         self._view_saver.start()
 
     def _on_view_saver_timeout(self) -> None:
         self.profiles.set_view(self.dashboard.view())
+
+    # ================================================================= room for the plots
+
+    def fit_to_screen(self, available: QSize) -> None:
+        """Open at the size the person left for a screen of this size, else ``DEFAULT_SIZE``; never larger than
+        the screen's available room (its panels off), less the window's frame."""
+        remembered = self.profiles.window_size(_screen_key(available))
+        width, height = remembered or DEFAULT_SIZE
+        self.resize(min(width, available.width() - FRAME[0]), min(height, available.height() - FRAME[1]))
+
+    def _on_run_control_run_shown(self) -> None:
+        """A run is shown: its plots take the setup's room (Ctrl+0 or the toolbar's Setup brings it back)."""
+        self.act_setup.setChecked(False)
+
+    def _on_act_setup_toggled(self, shown: bool) -> None:
+        self.setup_panel.setVisible(shown)
+
+    def _on_split_splitter_moved(self, *_) -> None:
+        """Dragged shut, the setup is folded (its action says so)."""
+        self.act_setup.setChecked(self.split.sizes()[0] > 0)
 
     # ================================================================= the cluster
 
@@ -238,7 +293,15 @@ class MainWindow(QMainWindow):
         self.files.act_export_png.setEnabled(has_metrics)
 
     def _on_docs_triggered(self) -> None:
-        QDesktopServices.openUrl(QUrl.fromLocalFile(str(DOCS)))
+        """The guide in the desktop's viewer; with none, where it is (a dialog that waits for nothing)."""
+        if QDesktopServices.openUrl(QUrl.fromLocalFile(str(DOCS))):
+            return
+        self.docs_box = QMessageBox(QMessageBox.Information, "tfcc's guide",
+                                    f"No browser or viewer opened the guide. It is the file\n{DOCS}\nand the "
+                                    f"folder {DOCS.parent / 'docs'} beside it (plain Markdown: any editor reads "
+                                    "them).", QMessageBox.Ok, self)
+        self.docs_box.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.docs_box.open()
 
     def _on_about_triggered(self) -> None:
         QMessageBox.about(self, "About tfcc", about_text())
@@ -278,7 +341,7 @@ class MainWindow(QMainWindow):
             "Upload what is missing, start every task and follow them (F5)")
         self.act_stop.setEnabled(running)
         self.act_resume.setEnabled(self.run_control.resumable)
-        self.act_detach.setEnabled(self.session.run is not None)
+        self.act_detach.setEnabled(running)  # an ended run has nothing to detach from
 
     def _on_asker_asked(self, number: int, host: str, key_type: str, fingerprint: str) -> None:
         """A host key to trust or not: its dialog answers that question, and no other."""
@@ -303,6 +366,9 @@ class MainWindow(QMainWindow):
         if self._view_saver.isActive():  # a change not saved yet
             self._view_saver.stop()
             self._on_view_saver_timeout()
+        if not self.isMaximized() and not self.isFullScreen():
+            self.profiles.set_window_size(_screen_key(self.screen().availableGeometry().size()),
+                                          (self.width(), self.height()))
         self.dashboard.timer.stop()
         self.dashboard.slow_timer.stop()  # its widgets go with the window: no late tick on them
         self.runs_panel.stop_tensorboards()

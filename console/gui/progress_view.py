@@ -11,6 +11,7 @@ from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QWidget
 
 from agent.protocol import WAITING
+from console.gui.elided import ElidedLabel
 from console.states import Mark
 from console.store.metrics import Marker, MetricsStore
 from console.text import STATE_BADGES, after_training_text, alive_text, marker_text, state_text
@@ -71,9 +72,11 @@ class ProgressView(QWidget):
         super().__init__(parent)
         self.grid = QGridLayout(self)
         self.grid.setContentsMargins(4, 4, 4, 4)
+        self.grid.setColumnStretch(1, 1)  # the bars take the room; a badge what its words want, cut when long
         self.bars: dict[str, ProgressLine] = {}
-        self.badges: dict[str, QLabel] = {}  # per task: its supervision state, a diverged loss, or "straggler"
+        self.badges: dict[str, ElidedLabel] = {}  # per task: its supervision state, a diverged loss, or "straggler"
         self._names: dict[str, QLabel] = {}
+        self.ended = False  # the run shown went as far as it goes: no ETA
 
     def rows(self) -> list[str]:
         return list(self.bars)
@@ -84,7 +87,7 @@ class ProgressView(QWidget):
         row = len(self.bars)
         name = QLabel(f"<b style='color:{colour.name()}'>■</b> {task}")
         bar = ProgressLine(colour)
-        badge = QLabel("")
+        badge = ElidedLabel("")
         badge.setStyleSheet(ALARM_STYLE)
         self.grid.addWidget(name, row, 0)
         self.grid.addWidget(bar, row, 1)
@@ -130,10 +133,12 @@ class ProgressView(QWidget):
             elif task in alive and not (prog is not None and prog.steps_per_epoch):  # a server: no steps of its own
                 bar.set_progress(0.0, alive_text(alive[task]))
             elif prog is not None and prog.steps_per_epoch:
+                # Where it stopped, and no ETA of training that is not going on (failed, or the run is over).
                 bar.set_progress(prog.fraction,
                                  f"epoch {prog.epoch + 1}/{prog.epochs}  step {prog.step + 1}/{prog.steps_per_epoch}"
                                  f"  {prog.fraction * 100:.0f}%  "
-                                 + (after_training_text(prog.after) if prog.after else eta_text(prog.eta())))
+                                 + ("failed here" if calm == Mark.FAILED else after_training_text(prog.after)
+                                    if prog.after else "ended here" if self.ended else eta_text(prog.eta())))
         slow = set(store.stragglers())
         diverged = {m.task: marker_text(m) for m in store.markers_snapshot() if m.kind == Marker.NAN}
         for task, label in self.badges.items():
@@ -146,5 +151,5 @@ class ProgressView(QWidget):
                 words = "straggler: step time well above the others'" if task in slow else ""
             if label.text() != words:
                 label.setText(words)
-                label.setToolTip(why)
+                label.setToolTip(why or words)
                 label.setStyleSheet(CALM_STYLE if state in Mark.CALM else ALARM_STYLE)

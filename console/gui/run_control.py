@@ -10,18 +10,20 @@ import copy
 import logging
 from typing import Callable
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import QMessageBox, QTabWidget, QWidget
 
-from agent.protocol import FAILED, FINISHED, STOPPED
+from agent.protocol import FAILED, FINISHED, LOGS, STOPPED
 from console import cluster as cl
-from console.catalog import running_runs
+from console.catalog import overview, running_runs
 from console.errors import TfccError, describe
 from console import speed, text
 from console.gui.dashboard import Dashboard, RunHeader
 from console.gui.events_view import LOG_TAKE_MS
 from console.gui.diagram import ClusterDiagram
 from console.gui.jobs import RunBridge, Threads
+from console.gui.log_window import WHOLE_LOG_BYTES, LogWindow
+from console.run.runner import Run
 from console.run.supervisor import REMOVE_HOST
 from console.gui.runs_panel import RunsPanel
 from console.states import RunState, SessionKind, run_state
@@ -46,7 +48,10 @@ class RunControl(QObject):
     progressed = Signal(int, int, str)
     progress_ended = Signal()
     actions_changed = Signal()
+    run_shown = Signal()        # the Dashboard shows a run now (started, reattached or opened)
     _runs_found = Signal(list)  # runs still going on this profile's hosts (from a thread)
+    _whole_log_read = Signal(object, list)  # a log window, what its task's host said [(stream, text)]
+    _last_run_found = Signal(object)  # the newest run this console knows, as its hosts say it ended (a RunInfo)
 
     def __init__(self, threads: Threads, ask_host_key, dashboard: Dashboard, diagram: ClusterDiagram,
                  runs_panel: RunsPanel, tabs: QTabWidget, gpus_by_host: Callable[[], dict], parent: QWidget):
@@ -68,6 +73,11 @@ class RunControl(QObject):
         dashboard.speed_view.asked.connect(self._on_speed_view_asked)
         dashboard.renamed.connect(self._on_dashboard_renamed)
         dashboard.comparison_removed.connect(self._on_dashboard_comparison_removed)
+        dashboard.events_view.whole_log_asked.connect(self._on_events_view_whole_log_asked)
+        self._whole_log_read.connect(self._on_self_whole_log_read)
+        self._last_run_found.connect(self._on_self_last_run_found)
+        dashboard.offered_run_opened.connect(self._on_runs_panel_open_requested)
+        self.log_windows: list[LogWindow] = []  # open ones
         self.detached_from: str | None = None  # the run this window detached from (it goes on there)
         self._log_timer = QTimer(self, singleShot=True, interval=LOG_TAKE_MS)
         self._log_timer.timeout.connect(self._on_log_timer_timeout)
@@ -78,17 +88,31 @@ class RunControl(QObject):
 
     @property
     def resumable(self) -> bool:
-        return self.session.run is not None and not self.running and self.session.resumable
+        """The run shown ended unfinished and Resume can help: not after an error a restart would repeat (the
+        code, its settings: fixed, it is started anew)."""
+        return self.session.run is not None and not self.running and self.session.resumable \
+            and not self.session.code_failed
 
     # ------------------------------------------------------------ what the person asks
 
     def start(self, cluster: cl.Cluster) -> None:
         self.started_event = None
+        self._drop_other_workloads(cluster)
         self.session.start(cluster)
         self._show(self.session.store, cluster.task_names(), live=True)
         self.progressed.emit(0, 0, "deploying")
         self.reported.emit("Deploying and starting…")
         self.actions_changed.emit()
+
+    def _drop_other_workloads(self, cluster: cl.Cluster) -> None:
+        """A run of another workload (data, model or script) is no baseline for this one: its comparison goes."""
+        workload = cluster.training.trains
+        for run_id in list(self.dashboard.compared):
+            info = self.runs_panel.infos.get(run_id)
+            if info is not None and info.workload and info.workload != workload:
+                self.dashboard.remove_comparison(run_id)
+                self.reported.emit(f"Run {run_id} compared no more: it trained {info.workload}, this run {workload}")
+        self._show_compared()
 
     def stop(self) -> None:
         self.reported.emit("Stopping every task (SIGTERM, then SIGKILL after 10 s)…")
@@ -164,6 +188,31 @@ class RunControl(QObject):
         self.reported.emit(f"Reattached to run {newest.run_id}")
         self.actions_changed.emit()
 
+    def offer_last_run(self) -> None:
+        """In the background: the newest run this console knows, once its hosts said how it ended (a run that
+        ended while no window followed it has its end read now); the empty Dashboard offers it."""
+        self.threads.start("last-run", self._find_last_run)
+
+    def _find_last_run(self) -> None:
+        try:
+            infos = overview(self.asker)
+        except Exception:  # noqa: BLE001 - nothing offered; the Runs tab says what is wrong
+            log.exception("looking for the last run")
+            return
+        started = [i for i in infos if i.start is not None]
+        if started:
+            self._last_run_found.emit(max(started, key=lambda i: i.start))
+
+    def _on_self_last_run_found(self, info) -> None:
+        if self.session.run is not None or self.dashboard.run_header is not None or info.state not in RunState.ENDED:
+            return  # a run is shown (or reattached meanwhile); one still running is reattached, not offered
+        known = [f"in {text.duration_text(info.duration)}"] if info.duration is not None else []
+        known += [f"{k} {text.metric_text(v)}" for k, v in info.metrics.items() if k in ("loss", "accuracy")]
+        name = f"{info.name} ({info.run_id})" if info.name else info.run_id
+        said = f"Run {name} {info.state} while you were away" if info.caught_up else \
+            f"Your last run, {name}, {info.state}"
+        self.dashboard.offer_run(info.run_id, said + (": " + ", ".join(known) if known else ""))
+
     def _show(self, store, order: list[str], live: bool = False) -> None:
         """``store`` in the Dashboard, brought forward (``live``: its run goes on)."""
         self._set_store(store, order, live)
@@ -176,6 +225,7 @@ class RunControl(QObject):
         self.dashboard.set_store(store, order, live)
         if live:
             self._show_header(RunState.RUNNING)
+        self.run_shown.emit()
 
     def _on_dashboard_renamed(self, run_id: str, name: str) -> None:
         """The person named the run shown: kept (on a thread), and the Runs tab lists it so."""
@@ -266,13 +316,52 @@ class RunControl(QObject):
             failed = [t.name for t in run.members if t.phase not in (FINISHED, STOPPED)]
             stopped = any(t.phase == STOPPED for t in run.members)
             self._show_header(run_state([t.phase for t in run.tasks], [t.phase == STOPPED for t in run.tasks]))
+            again = ("fix the code, then Deploy & Start (F5)" if self.session.code_failed else
+                     "Resume starts every task again from their backups")
             self.reported.emit(f"Run {run.run_id} " + (
-                f"ended; not finished: {', '.join(failed)} (Resume starts every task again from their backups)"
+                f"ended; not finished: {', '.join(failed)} ({again})"
                 if failed else "stopped (Resume goes on from the newest backups)" if stopped
                 else "ended: every task finished"))
         if self.runs_panel.isVisible():  # its state there is the run's now
             self.runs_panel.refresh()
         self.actions_changed.emit()
+
+    # ------------------------------------------------------------ a whole log
+
+    def _on_events_view_whole_log_asked(self, task: str) -> None:
+        """``task``'s whole log of the run shown, in a window of its own (read from its host on a thread)."""
+        header = self.dashboard.run_header
+        if header is None:
+            return
+        window = LogWindow(header.run_id, task)
+        window.setAttribute(Qt.WA_DeleteOnClose)
+        window.destroyed.connect(lambda *_: self.log_windows.remove(window) if window in self.log_windows else None)
+        self.log_windows.append(window)
+        window.show()
+        self.threads.start("whole-log", self._read_whole_log, window, header.run_id, task)
+
+    def _read_whole_log(self, window: LogWindow, run_id: str, task: str) -> None:
+        try:
+            run = Run.load(run_id, self.asker)
+        except Exception as exc:  # noqa: BLE001 - said in its window; the log has the traceback
+            log.exception("reading a whole log")
+            self._whole_log_read.emit(window, [("", f"The log could not be read: {describe(exc)}")])
+            return
+        try:
+            host = next(t.host for t in run.tasks if t.name == task)
+            logs = run.links[host].connect().call(LOGS, run_id=run_id, task=task, max_bytes=WHOLE_LOG_BYTES)["logs"]
+            said = [(stream, words) for stream, words in logs.items() if isinstance(words, str)]
+        except Exception as exc:  # noqa: BLE001
+            log.exception("reading a whole log")
+            said = [("", f"The log could not be read: {describe(exc)} (tfcc logs {run_id} {task} reads it once "
+                         "its host answers)")]
+        finally:
+            run.detach()
+        self._whole_log_read.emit(window, said)
+
+    def _on_self_whole_log_read(self, window: LogWindow, said: list) -> None:
+        if window in self.log_windows:  # not closed meanwhile
+            window.show_logs(said)
 
     # ------------------------------------------------------------ the Runs panel
 

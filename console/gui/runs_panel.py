@@ -9,6 +9,7 @@ window (``open_requested``: it may be following a live run, and asks first); it 
 
 from __future__ import annotations
 
+import html
 import logging
 
 from PySide6.QtCore import Qt, QUrl, Signal
@@ -90,6 +91,11 @@ class RunsPanel(QWidget):
         self.refresh_button = QPushButton("Refresh")
         self.note = QLabel()
         self.note.setWordWrap(True)
+        self.tensorboard_line = QLabel()  # where the TensorBoard started last answers (selectable, a link)
+        self.tensorboard_line.setTextFormat(Qt.RichText)
+        self.tensorboard_line.setOpenExternalLinks(True)
+        self.tensorboard_line.setTextInteractionFlags(Qt.TextBrowserInteraction)
+        self.tensorboard_line.hide()
         buttons = QHBoxLayout()
         for button in (self.open_button, self.compare_button, self.delete_button, self.tensorboard_button):
             buttons.addWidget(button)
@@ -99,6 +105,7 @@ class RunsPanel(QWidget):
         layout.addLayout(buttons)
         layout.addWidget(self.table, 1)
         layout.addWidget(self.note)
+        layout.addWidget(self.tensorboard_line)
 
         self.open_button.clicked.connect(self._on_open_button_clicked)
         self.compare_button.clicked.connect(self._on_compare_button_clicked)
@@ -350,8 +357,14 @@ class RunsPanel(QWidget):
         self.tensorboard_started.emit(run_id, url)
 
     def _on_self_tensorboard_started(self, run_id: str, url: str) -> None:
+        """In the browser; the address stays under the list (selectable: no browser may have opened), until the
+        window quits or another run's TensorBoard starts."""
         self.reported.emit(f"TensorBoard of run {run_id}: {url}")
-        QDesktopServices.openUrl(QUrl(url))
+        opened = QDesktopServices.openUrl(QUrl(url))
+        self.tensorboard_line.show()
+        self.tensorboard_line.setText(f"TensorBoard of run {html.escape(run_id)} answers at <a href='{html.escape(url)}'>"
+                          f"{html.escape(url)}</a>" + ("" if opened else " (no browser opened it: open that address "
+                                                                        "in one)"))
 
     def stop_tensorboards(self) -> None:
         """Stop every TensorBoard this panel started, those still starting too, on a thread (the window quits)."""

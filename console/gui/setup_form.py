@@ -10,7 +10,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
-                               QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPushButton, QSpinBox, QStyle,
+                               QHBoxLayout, QHeaderView, QLabel, QLineEdit, QMessageBox, QPushButton, QSpinBox, QStyle,
                                QTableWidget, QVBoxLayout, QWidget)
 
 from console import cluster as cl
@@ -29,6 +29,16 @@ USER_CODE = (SCRIPT, MODULE)
 WORKLOADS = ("digits", "synthetic", "file", SCRIPT, MODULE)
 CAPTURE_TEXT = "Capture metrics from the script (fit, tf.summary, printed values)"
 ARGS_TIP = "Split as a shell splits them: quote an argument that holds spaces"
+
+
+def gpus_text(chosen: list[int], found: int | None) -> str:
+    """A task's GPUs in the tasks table: those chosen, else what it gets: every GPU its host has (``found``, once a
+    check saw them: "none (CPU)" for a host with none), "all the host's" before a check."""
+    if chosen:
+        return ",".join(map(str, chosen))
+    if found is None:
+        return "all the host's"
+    return "none (CPU)" if found == 0 else f"all {found}"
 
 
 class SetupForm(QWidget):
@@ -301,7 +311,8 @@ class SetupForm(QWidget):
         self.file_label.setText({SCRIPT: "Script", MODULE: "Module"}.get(workload, "Model file / script"))
         self.user_file.setPlaceholderText(
             "pkg.module, run as python -m pkg.module in the workdir" if workload == MODULE else
-            "your model file (build_model, train_dataset) or script")
+            "your training script: path/to/train.py, run as python train.py" if workload == SCRIPT else
+            "your model file (build_model, train_dataset)")
         self.workdir.setPlaceholderText("the folder tfcc runs in" if workload == MODULE else "the script's folder")
         self._refresh_keras_hint()
 
@@ -352,9 +363,10 @@ class SetupForm(QWidget):
         names = c.task_names()
         self.tasks_table.setRowCount(len(c.tasks))
         chief = chief_name(names)
+        found = self.gpus_by_host() if self.report is not None else {}  # what the check saw on each host
         for row, (name, task) in enumerate(zip(names, c.tasks)):
             row_cells = (cell(("\u265b " if name == chief else "") + name), cell(task.host), cell(task.role),
-                         cell(str(task.port)), cell(",".join(map(str, task.gpus)) or "all"))
+                         cell(str(task.port)), cell(gpus_text(task.gpus, found.get(task.host))))
             for column, item in enumerate(row_cells):
                 self.tasks_table.setItem(row, column, item)
         self._on_hosts_selection_changed()
@@ -432,15 +444,31 @@ class SetupForm(QWidget):
             self.open_host_dialog(host)
 
     def _on_remove_host_clicked(self) -> None:
-        if self.cluster.slurm is not None:  # back to hosts of one's own: none yet
-            self.cluster.slurm, self.cluster.hosts, self.cluster.tasks = None, [], []
-            self._on_hosts_edited()
+        """Asks first (a dialog that waits for nothing): the host and its tasks, or the Slurm cluster, go on a yes."""
+        host = self._selected_host() if self.cluster.slurm is None else None
+        if self.cluster.slurm is None and host is None:
             return
-        host = self._selected_host()
         if host is None:
-            return
-        self.cluster.hosts.remove(host)
-        self.cluster.tasks = [t for t in self.cluster.tasks if t.host != host.name]
+            what = "the Slurm cluster (back to hosts of your own: none yet)"
+        else:
+            count = sum(t.host == host.name for t in self.cluster.tasks)
+            what = f"host {host.name} and its {count} task{'s' * (count != 1)}"
+        box = self.remove_box = QMessageBox(QMessageBox.Question, "Remove?",
+                                            f"Remove {what} from this cluster? Nothing on the host is touched; the "
+                                            "cluster file changes when you save it.",
+                                            QMessageBox.Yes | QMessageBox.No, self)
+        box.setDefaultButton(QMessageBox.No)
+        box.finished.connect(lambda _: self._remove(host) if box.clickedButton() is box.button(QMessageBox.Yes)
+                             else None)
+        box.open()
+
+    def _remove(self, host: cl.Host | None) -> None:
+        """``host`` and its tasks go (None: the Slurm cluster)."""
+        if host is None:
+            self.cluster.slurm, self.cluster.hosts, self.cluster.tasks = None, [], []
+        elif host in self.cluster.hosts:
+            self.cluster.hosts.remove(host)
+            self.cluster.tasks = [t for t in self.cluster.tasks if t.host != host.name]
         self._on_hosts_edited()
 
     def _on_import_clicked(self) -> None:

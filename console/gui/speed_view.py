@@ -8,7 +8,7 @@ import html
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
 from console import speed
 from console.gui.colors import STEP_PARTS, worker_color
@@ -76,7 +76,13 @@ class SpeedView(QWidget):
         layout.addLayout(top)
         layout.addWidget(self.bar_plot)
         layout.addWidget(self.legend)
-        layout.addWidget(self.verdict, 1)  # the verdict first: the bars are as tall as their workers need
+        verdict_scroll = QScrollArea()  # a long verdict scrolls; it is never cut
+        verdict_scroll.setWidgetResizable(True)
+        verdict_scroll.setFrameShape(QFrame.NoFrame)
+        verdict_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        verdict_scroll.setWidget(self.verdict)
+        self.verdict_scroll = verdict_scroll
+        layout.addWidget(verdict_scroll, 1)  # the verdict first: the bars are as tall as their workers need
         layout.addWidget(self.history_plot)
 
     # ------------------------------------------------------------------ what the run control says

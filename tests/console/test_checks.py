@@ -83,8 +83,13 @@ def test_check_looks_at_the_workload_files_a_start_ships(tmp_path):
     rows, problems = checks.workload_files(broken)
     assert [r["ok"] for r in rows] == [False] and "has a syntax error at line 1" in str(problems[0])
     fine = script_cluster(tmp_path, "print(1)\n", workers=1)
-    assert checks.workload_files(fine) == ([{"what": "script", "path": fine.training.script, "ok": True,
-                                             "problem": ""}], [])
+    folder = Path(fine.training.script).parent
+    (folder / "model.py").write_text("X = 1\n")  # the script's folder ships with it: the check says what goes
+    shipped = sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    rows, problems = checks.workload_files(fine)
+    assert problems == [] and rows[0] == {"what": "script", "path": fine.training.script, "ok": True, "problem": ""}
+    assert rows[1]["what"] == "workdir" and rows[1]["ok"]
+    assert rows[1]["path"].startswith(f"{folder}: ships {len(shipped)} files, ")
     assert checks.workload_files(cl.default()) == ([], [])  # the embedded trainer ships no file of the person's
 
 

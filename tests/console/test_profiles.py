@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from console.profiles import MAX_RECENT, Profiles
+from console.profiles import MAX_RECENT, MAX_SCREENS, Profiles
 
 
 def test_recent_files_and_the_last_one(tmp_path):
@@ -35,3 +35,17 @@ def test_a_file_of_another_shape_is_ignored_not_fatal(tmp_path, text):
     assert (p.recent, p.last, p.view) == ([], None, {})
     p.opened(tmp_path / "a.toml")
     assert Profiles(tmp_path / "profiles.json").recent == [str(tmp_path / "a.toml")]
+
+
+def test_the_window_size_is_remembered_per_screen_size_and_damage_is_ignored(tmp_path):
+    p = Profiles(tmp_path / "profiles.json")
+    assert p.window_size("1440x900") is None
+    p.set_window_size("1440x900", (1300, 820))
+    p.set_window_size("1280x720", (1200, 650))
+    again = Profiles(tmp_path / "profiles.json")
+    assert again.window_size("1440x900") == (1300, 820) and again.window_size("1280x720") == (1200, 650)
+    for i in range(MAX_SCREENS + 2):
+        again.set_window_size(f"{2000 + i}x1000", (900, 700))
+    assert len(Profiles(tmp_path / "profiles.json").windows) == MAX_SCREENS
+    (tmp_path / "profiles.json").write_text('{"windows": {"1x1": [1, 2], "2x2": "big", "3x3": [900, 700, 1]}}')
+    assert Profiles(tmp_path / "profiles.json").windows == {}

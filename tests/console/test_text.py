@@ -73,3 +73,13 @@ def test_an_elastic_runs_changes_of_size_and_its_restart_marker_say_who_left_and
     assert text.marker_text(shrunk) == ("attempt 2 took up training at step 29; changed since the backup: workers "
                                         "3 → 2, per-replica batch 16 → 24")
     assert text.marker_label(Marker(Marker.RESTART, "worker-0", 29, 0.0, attempt=2)) == "attempt 2"
+
+
+def test_a_scripts_fit_begins_and_ends_in_words():
+    from console.text import event_text
+
+    assert event_text({"type": "event", "event": "train_begin", "exact_step_loss": True}) == "fit began"
+    assert event_text({"type": "event", "event": "train_begin", "fit": 2}) == "fit began (fit 2 of the script)"
+    assert event_text({"type": "event", "event": "train_end", "train_time": 75.4}) == \
+        "fit ended after 0:01:15 of training"
+    assert event_text({"type": "event", "event": "train_end", "train_time": "x"}) == "fit ended"

@@ -5,6 +5,7 @@ run, progress, stragglers, export."""
 from __future__ import annotations
 
 import gc
+import math
 import random
 import time
 
@@ -581,6 +582,11 @@ def test_a_log_y_axis_labels_decades_only(qtbot):
     assert axis.tickStrings(values, 1, 1) == ["0.001", "", "0.01", "", "0.1", "1"]
     axis.setRange(-1.0, -0.6)  # less than a decade: every tick says its value
     assert axis.tickStrings([-0.9, -0.7], 1, 0.1) == ["0.126", "0.2"]
+    # A loss between 0.31 and 0.39 holds no decade and no 2..9 mark: round values are its ticks, each said.
+    low, high = math.log10(0.31), math.log10(0.39)
+    axis.setRange(low, high)
+    values = [v for _, level in axis.tickValues(low, high, 300) for v in level]
+    assert axis.tickStrings(values, 1, None) == ["0.32", "0.34", "0.36", "0.38"]
 
 
 def test_the_series_list_names_each_series_once_in_a_stable_order(qtbot):
@@ -817,3 +823,119 @@ def test_a_new_store_of_the_same_tasks_keeps_rows_and_legend_and_draws_only_its_
     board.slow_timer.timeout.emit()
     assert sorted(board.progress_view.bars) == ["chief-0", "worker-0"]
     assert not any("worker-1" in name for name in _legend(board))
+
+
+def test_a_first_step_spike_does_not_set_the_step_time_range_and_is_still_drawn(qtbot):
+    """The first step traces the model (seconds); the rest take ~0.1 s: the range is the steady steps', the spike
+    drawn above it. A loss that falls fast keeps its whole range: its first values are data, not a spike."""
+    store = MetricsStore()
+    rng = random.Random(3)
+    records = [started_record(0, 1, 60, 60)]
+    for g in range(1, 61):
+        step = step_record(0, g, 60, rng)
+        records.append({**step, "step_time": 4.0 if g == 1 else step["step_time"], "loss": 2.3 / g})
+    store.ingest("worker-0", records)
+    board = _shown_board(qtbot, store, order=("worker-0",))
+    (_, _), (low, high) = board.plots["step_time"].getViewBox().viewRange()
+    assert high < 0.5 and low < 0.1, (low, high)
+    _, y = board.curves[("worker-0", "step_time")].getData()
+    assert y.max() == pytest.approx(4.0), "the spike is drawn"
+    (_, _), (_, loss_high) = board.plots["loss"].getViewBox().viewRange()
+    assert loss_high >= 2.3
+
+
+def test_a_long_failure_keeps_the_layout_and_the_remembered_width(qtbot):
+    """A failure's words are a few hundred characters: the badge is cut (its tooltip has them whole), the
+    Dashboard's least width and the events pane's width do not move, and the width remembered is the person's."""
+    store = MetricsStore()
+    _digits_like(store)
+    board = _shown_board(qtbot, store)
+    least, events = board.minimumSizeHint().width(), board.split.sizes()[1]
+    remembered = board.view()["events_width"]
+    words = ("worker-1 on localhost: error in the training code at trainer/report.py:7 (`print(f\"best "
+             "{best_loss:.4f}\")`): NameError: name 'best_loss' is not defined " + "and more words " * 30
+             + "; fix it there, then start the run again; a restart would fail the same way")
+    store.set_state("worker-1", "failed", words)
+    frame(board)
+    badge = board.progress_view.badges["worker-1"]
+    assert badge.text().startswith("FAILED: error in the training code") and words in badge.toolTip()
+    qtbot.waitUntil(lambda: 0 < badge.width() <= 400, timeout=10_000)  # once laid out: cut, never wider
+    assert badge.shown_text().endswith("…")
+    assert board.progress_view.bars["worker-1"].width() > badge.width(), "the bars keep the room"
+    assert board.minimumSizeHint().width() == least and board.split.sizes()[1] == events
+    assert board.view()["events_width"] == remembered
+    assert board.failure_view.isVisible() and board.failure_view.task == "worker-1"
+    assert board.failure_view.title.text() == "worker-1 failed" and board.failure_view.where.text().startswith(
+        "error in the training code at trainer/report.py:7")
+    assert board.failure_view.minimumSizeHint().width() < 300
+
+
+def test_the_failure_view_names_the_users_file_line_and_code_from_the_tasks_stderr(qtbot):
+    from tests.console.test_diagnosis import MODULE_ERROR
+    store = MetricsStore()
+    _digits_like(store)
+    board = _shown_board(qtbot, store)
+    board.events_view.append_log("worker-1", STDERR, MODULE_ERROR)
+    store.set_state("worker-1", "failed", "worker-1 on localhost: error in the training code at trainer/report.py:7 "
+                    "(`...`): NameError: name 'best_loss' is not defined; fix it there, then start the run again")
+    frame(board)
+    view = board.failure_view
+    assert view.title.text() == "worker-1 failed: an error in your code"
+    assert view.where.text() == 'trainer/report.py:7   print(f"best {best_loss:.4f}")'
+    assert view.exception.text() == "NameError: name 'best_loss' is not defined"
+    assert view.next_step.text().startswith("Fix it in trainer/report.py, then Run ▸ Deploy & Start")
+    view.traceback_button.click()
+    dialog = view._dialog
+    assert dialog.isVisible() and "… 3 frames of Python" in dialog.text.toPlainText()
+    assert "capture.py" not in dialog.text.toPlainText()
+    dialog.every_frame.setChecked(True)
+    assert "capture.py" in dialog.text.toPlainText()
+    dialog.close()
+    board.set_side_panel_shown(False)
+    view.log_button.click()
+    assert board.side_panel_shown() and board.events_view.shown_task() == "worker-1"
+    store.set_state("worker-1", "restarting", "restart 1")  # a restart: the failure is gone from the view
+    frame(board)
+    assert not view.isVisible()
+
+
+def test_the_side_panel_folds_and_comes_back_at_its_width_and_the_logs_go_wide(qtbot):
+    store = MetricsStore()
+    _digits_like(store)
+    board = _shown_board(qtbot, store)
+    board.apply_view({"events_width": 400})
+    plots = board.plot_stack.width()
+    with qtbot.waitSignal(board.side_panel_toggled) as toggled:
+        board.set_side_panel_shown(False)
+    assert toggled.args == [False] and board.split.sizes()[1] == 0
+    qtbot.waitUntil(lambda: board.plot_stack.width() > plots + 300, timeout=10_000)
+    assert board.events_width() == 400
+    board.set_side_panel_shown(True)
+    assert abs(board.split.sizes()[1] - 400) <= 10
+    board.events_view.wide_button.setChecked(True)
+    assert not board.left.isVisible()
+    qtbot.waitUntil(lambda: board.events_view.width() > 1000, timeout=10_000)
+    board.events_view.wide_button.setChecked(False)
+    assert board.left.isVisible()
+
+
+def test_the_exported_picture_says_the_run_and_has_a_key_and_the_final_values(qtbot, tmp_path):
+    """A PNG that stands alone: the run over the plots, the key of every series drawn and the final values under
+    them (the on-screen grid alone said none of it)."""
+    from PySide6.QtGui import QImage
+
+    from console.gui.dashboard import RunHeader
+
+    store = MetricsStore()
+    _digits_like(store)
+    board = _shown_board(qtbot, store)
+    board.set_header(RunHeader("r1", "baseline", "finished", "local: worker-0, worker-1", "digits, batch 32"))
+    frame(board)
+    image, plots = board.picture(), board.plot_area.grab().toImage()
+    assert image.width() >= plots.width() and image.height() > plots.height() + 60
+    title = {image.pixelColor(x, y).name() for x in range(0, 300) for y in range(0, 20)}
+    assert len(title) > 3, "the run's name is written over the plots"
+    below = {image.pixelColor(x, y).name() for x in range(0, image.width())
+             for y in range(image.height() - 60, image.height())}
+    assert worker_color(1).name() in below, "the key has each worker's line"
+    assert board.export_png(tmp_path / "plots.png") and QImage(str(tmp_path / "plots.png")).size() == image.size()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QDialogButtonBox
+from PySide6.QtWidgets import QApplication, QDialogButtonBox
 
 from console import cluster as cl
 from console.gui.dialogs import FingerprintDialog, HostDialog, ImportDialog
@@ -37,10 +37,10 @@ def ok_enabled(d: HostDialog) -> bool:
         ({"name": "b", "address": "10.0.0.2", "gpus": "1,1"}, "gpus", "GPUs '1,1': indices must be different"),
         ({"name": "b", "address": "bad host!!"}, "address", "Address: 'bad host!!': it must be a host name"),
         ({"name": "b", "address": "999.1.1.1"}, "address", "Address: '999.1.1.1': it must be a host name"),
-        ({"name": "b", "address": "user@host:22"}, "address", "Address: 'user@host:22': it must be a host name"),
+        ({"name": "b", "address": "user@bad host"}, "address", "Address: 'user@bad host': it must be a host name"),
     ],
     ids=["no-name", "taken-name", "space", "shell", "path", "no-address", "missing-key", "port", "gpus-word",
-         "gpus-twice", "address-words", "address-no-ip", "address-user-port"],
+         "gpus-twice", "address-words", "address-no-ip", "address-user-bad"],
 )
 def test_bad_fields_say_what_to_do_at_the_field_and_block_ok(qtbot, fill, field, message):
     d = dialog(qtbot, taken={"gpu1"})
@@ -175,3 +175,34 @@ def test_a_spare_host_is_kept_and_runs_no_task(qtbot):
     assert plain.workers.isEnabled()
     plain.spare.setChecked(True)
     assert plain.host().spare and plain.tasks() == [] and not plain.workers.isEnabled()
+
+
+@pytest.mark.parametrize("typed, user, address, port", [
+    ("bob@gpu2:2222", "bob", "gpu2", 2222), ("bob@gpu2", "bob", "gpu2", 22), ("gpu2:2200", "", "gpu2", 2200),
+    ("alice@[fe80::1]:23", "alice", "fe80::1", 23)])
+def test_user_at_host_colon_port_is_split_into_its_fields(qtbot, typed, user, address, port):
+    """As ssh and scp take it: typed or pasted as the address, each part goes to its own field."""
+    d = dialog(qtbot)
+    d.show()
+    qtbot.keyClicks(d.name, "gpu2")
+    qtbot.keyClicks(d.address, typed)
+    assert d.shown_errors() == "" and ok_enabled(d), "no error while it is being typed"
+    d.address.editingFinished.emit()  # the person leaves the field
+    assert (d.user.text(), d.address.text(), d.ssh_port.value()) == (user, address, port)
+    assert d.host() == cl.Host(name="gpu2", address=address, user=user, port=port)
+
+
+def test_an_error_line_never_moves_the_fields_below_it(qtbot):
+    d = dialog(qtbot)
+    d.show()
+    qtbot.waitExposed(d)
+    below = {field: field.geometry().top() for field in (d.address, d.user, d.python, d.gpus, d.spare)}
+    height = d.height()
+    qtbot.keyClicks(d.name, "my host")  # an error under Name, then under Address
+    qtbot.keyClicks(d.address, "bad host!!")
+    assert "Name: host name 'my host' is not a valid name" in d.shown_errors() and "Address:" in d.shown_errors()
+    QApplication.processEvents()  # laid out again, if anything changed
+    assert {field: field.geometry().top() for field in below} == below and d.height() == height
+    long_words = d.errors[d.name]
+    assert long_words.shown_text().endswith("…") or long_words.width() >= long_words.sizeHint().width() - 2
+    assert "Name: host name 'my host'" in long_words.toolTip()

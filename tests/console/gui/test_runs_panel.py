@@ -18,7 +18,7 @@ from console.store import manifests
 from tests.console.gui.conftest import save_shot
 from console.gui.runs_panel import COLUMNS
 from console.store import labels
-from tests.helpers.scripted import finished_run, scripted_cluster
+from tests.helpers.scripted import ended_unfollowed, finished_run, scripted_cluster
 
 
 def open_window(qtbot, homes) -> MainWindow:
@@ -225,16 +225,62 @@ def test_open_tensorboard_shows_it_in_the_browser_and_the_window_stops_it(qtbot,
     pytest.importorskip("tensorboard")
     finished_run(gui_homes, "boarded", epochs=1, steps=5)
     opened = []
-    monkeypatch.setattr(QDesktopServices, "openUrl", staticmethod(lambda url: opened.append(url.toString()) or True))
+    # No browser here: the address stays under the list, to copy (a status-bar line passes).
+    monkeypatch.setattr(QDesktopServices, "openUrl", staticmethod(lambda url: opened.append(url.toString()) and False))
     window = open_window(qtbot, gui_homes)
     show_runs(qtbot, window, 1)
     window.runs_panel.select("boarded")
     click(qtbot, window.runs_panel.tensorboard_button)
     qtbot.waitUntil(lambda: bool(opened), timeout=120_000)
     assert opened[0].startswith("http://127.0.0.1:")
+    line = window.runs_panel.tensorboard_line
+    assert line.isVisible() and f"answers at <a href='{opened[0]}'>{opened[0]}</a> (no browser opened it" in line.text()
     assert (cache.cache_dir("boarded") / "tensorboard" / "train").is_dir()
     server = window.runs_panel.tensorboards._servers["boarded"]
     process = server.process
     assert process.poll() is None
     window.close()
     assert process.poll() is not None  # the window's quit stopped it
+
+
+def test_a_run_that_finished_while_the_window_was_closed_is_offered_with_its_real_end(qtbot, gui_homes):
+    """The window followed a run's first epoch and was closed; the run finished. The next window reads its end
+    from its host: the empty Dashboard offers it ("finished while you were away"), the Runs tab lists its real
+    finals and duration, and the offer's link opens its whole history."""
+    ended_unfollowed(gui_homes, "away")
+    window = open_window(qtbot, gui_homes)
+    board = window.dashboard
+    qtbot.waitUntil(lambda: "while you were away" in board.empty_state.text(), timeout=30_000)
+    assert "Run away finished while you were away: in " in board.empty_state.text()
+    assert "loss 0.0333" in board.empty_state.text() and "accuracy 0.7000" in board.empty_state.text()
+    rows = show_runs(qtbot, window, 1)
+    col = {name: COLUMNS.index(name) for name in COLUMNS}
+    assert rows[0][col["State"]] == "finished" and rows[0][col["Loss"]:col["Val accuracy"] + 1] == [
+        "0.0333", "0.7000", "0.8000"]
+    assert rows[0][col["Duration"]] != "-"
+    window.tabs.setCurrentWidget(board)
+    with qtbot.waitSignal(window.runs_panel.history_loaded, timeout=30_000):
+        board.empty_state.linkActivated.emit("open:away")
+    assert board.run_header.run_id == "away" and "<b>finished</b>" in board.header.text()
+    window.close()
+
+
+def test_a_run_of_another_workload_is_compared_no_more_one_of_the_same_stays(qtbot, gui_homes):
+    finished_run(gui_homes, "base", epochs=1, steps=5)
+    window = open_window(qtbot, gui_homes)
+    show_runs(qtbot, window, 1)
+    window.runs_panel.select("base")
+    click(qtbot, window.runs_panel.compare_button)
+    qtbot.waitUntil(lambda: "base" in window.dashboard.compared, timeout=30_000)
+    window.set_cluster(scripted_cluster(gui_homes, epochs=1, steps=5), None)  # the same script: a baseline still
+    with qtbot.waitSignal(window.session.ended, timeout=60_000):
+        window.act_start.trigger()
+    assert "base" in window.dashboard.compared
+    other = gui_homes / "other"
+    other.mkdir()
+    window.set_cluster(scripted_cluster(other, epochs=1, steps=5), None)  # another script: no baseline
+    with qtbot.waitSignal(window.session.ended, timeout=60_000):
+        window.act_start.trigger()
+    assert "base" not in window.dashboard.compared and window.dashboard.chip_texts() == []
+    window.files.dirty = False
+    window.close()

@@ -23,6 +23,17 @@ SCRIPTS = cl.PROJECT_ROOT / "tests" / "data" / "scripts"
 WATCHDOG_WORDS = "for the cluster to form"  # the startup watchdog's report (console.run.supervisor.waiting_report)
 
 
+def window_on(qtbot, gui_homes, training: cl.Training) -> MainWindow:
+    """The window at 1440×900 on two local workers of ``training``."""
+    window = MainWindow(profiles=Profiles(gui_homes / "profiles.json"))
+    qtbot.addWidget(window)
+    window.resize(1440, 900)
+    window.show()
+    window.set_cluster(cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
+                                  training), None)
+    return window
+
+
 def scene_texts(window) -> list[str]:
     return [i.text() for i in window.diagram.scene.items() if isinstance(i, QGraphicsSimpleTextItem)]
 
@@ -31,12 +42,7 @@ def test_a_two_file_mwms_fit_script_through_the_window(qtbot, gui_homes, shots):
     """The tutorial-shaped MWMS fit script (main.py imports mnist_setup.py and reads config.json by a relative
     path) on two local workers, chosen and started from the window."""
     job = shutil.copytree(SCRIPTS / "mwms_fit", gui_homes / "mwms_fit")
-    window = MainWindow(profiles=Profiles(gui_homes / "profiles.json"))
-    qtbot.addWidget(window)
-    window.resize(1440, 900)
-    window.show()
-    window.set_cluster(cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
-                                  cl.Training(epochs=5, per_replica_batch=16)), None)
+    window = window_on(qtbot, gui_homes, cl.Training(epochs=5, per_replica_batch=16))
 
     # The form: the script's rows, not the trainer's settings it never reads.
     form = window.setup
@@ -69,6 +75,8 @@ def test_a_two_file_mwms_fit_script_through_the_window(qtbot, gui_homes, shots):
         window.act_start.trigger()
     run = window.session.run
     assert [(task.name, task.phase) for task in run.tasks] == [("worker-0", "finished"), ("worker-1", "finished")]
+    assert not window.setup_panel.isVisible(), "the run shown: its plots took the setup's room"
+    window.act_setup.trigger()  # the setup back, as it was
     assert form.keras.isVisibleTo(window) and not form.epochs.isVisibleTo(window)  # the form stays the script's
 
     # The dashboard: the captured step loss (the global batch's: drawn once), each worker's step time and
@@ -125,6 +133,71 @@ def test_a_two_file_mwms_fit_script_through_the_window(qtbot, gui_homes, shots):
     save_shot(window, shots, "script_diagram_1280x720")
     window.tabs.setCurrentWidget(board)
     save_shot(window, shots, "script_dashboard_1280x720")
+    window.files.dirty = False
+    window.close()
+    assert not window.threads.busy()
+
+
+def test_a_failed_script_keeps_the_layout_says_where_and_offers_no_resume(qtbot, gui_homes, shots):
+    """The two-file MWMS script whose callback raises a NameError after the first epoch, at 1440×900 then 1280×720:
+    while it runs the plots have at least half the window each way (the setup folded away); once it failed, the
+    failure view names the user's own file:line and code, the events pane keeps its width, nothing is off the
+    screen and no size is remembered from it; Resume is not offered (a restart would fail the same way); the
+    whole log opens in a window of its own and saves."""
+    job = shutil.copytree(SCRIPTS / "mwms_name_error", gui_homes / "mwms_name_error")
+    window = window_on(qtbot, gui_homes, cl.Training(script=str(job / "main.py"), args=["--epochs", "3"]))
+    board = window.dashboard
+    events = board.split.sizes()[1]
+    remembered = board.view()["events_width"]
+    window.act_start.trigger()
+    assert not window.setup_panel.isVisible(), "a run shown: the setup folds away for its plots"
+
+    def plots_take_half() -> bool:
+        area = board.plot_stack
+        return area.isVisible() and area.width() >= window.width() / 2 and area.height() >= window.height() / 2
+
+    qtbot.waitUntil(lambda: board.plot_stack.currentWidget() is board.plot_scroll and plots_take_half(),
+                    timeout=60_000)
+    assert board._fitting_columns() >= 2, "two columns of plots at 1440"
+    with qtbot.waitSignal(window.session.ended, timeout=240_000):
+        pass
+    qtbot.waitUntil(lambda: board.failure_view.isVisible() and board.failure_view.error is not None,
+                    timeout=30_000)
+    view = board.failure_view
+    assert view.where.text() == "reporting.py:7   print(f\"epoch {epoch} done, loss {logs['loss']:.4f}, best " \
+                                "{best_loss:.4f}\")"
+    assert view.exception.text() == "NameError: name 'best_loss' is not defined"
+    assert view.next_step.text().startswith("Fix it in reporting.py, then Run ▸ Deploy & Start")
+    assert not window.act_resume.isEnabled(), "no Resume for a code bug"
+    qtbot.waitUntil(lambda: "Deploy & Start" in window.statusBar().currentMessage(), timeout=30_000)
+    assert "Resume" not in window.statusBar().currentMessage()
+    bars = board.progress_view.bars
+    qtbot.waitUntil(lambda: bars[view.task].text().endswith("failed here")
+                    and not any("ETA" in bar.text() for bar in bars.values()), timeout=30_000)  # where each ended
+    qtbot.waitUntil(lambda: "accuracy" not in board._layout_plots, timeout=30_000)  # it reports none
+    for width, height in ((1440, 900), (1280, 720)):
+        window.resize(width, height)
+        qtbot.waitUntil(lambda: window.width() == width and window.height() == height and plots_take_half(),
+                        timeout=30_000)
+        assert board.split.sizes()[1] == events, "the events pane keeps its width"
+        right = board.events_view.mapTo(window, board.events_view.rect().bottomRight())
+        assert right.x() < width and right.y() < height, "Events/Logs on the screen"
+        assert window.minimumSizeHint().width() <= width
+        save_shot(window, shots, f"failed-script-{width}x{height}")
+    assert board.view()["events_width"] == remembered
+
+    # The whole log of the failed task: its own window, as a terminal shows it, saved on a thread.
+    board.events_view.show_log(view.task)
+    with qtbot.waitSignal(board.events_view.whole_log_asked):
+        board.events_view.whole_button.click()
+    logs = window.run_control.log_windows[-1]
+    qtbot.waitUntil(lambda: "NameError: name 'best_loss' is not defined" in logs.text.toPlainText(), timeout=60_000)
+    assert logs.text.toPlainText().startswith("==> stdout.log <==") and logs.save_button.isEnabled()
+    with qtbot.waitSignal(logs.saved, timeout=30_000) as saved:
+        logs.save_to(gui_homes / "worker.log")
+    assert saved.args == [f"Saved to {gui_homes / 'worker.log'}"]
+    assert "Traceback (most recent call last):" in (gui_homes / "worker.log").read_text()
+    logs.close()
     window.files.dirty = False
     window.close()
     assert not window.threads.busy()

@@ -145,3 +145,10 @@ def test_elastic_is_edited_in_the_form_and_kept(form, qtbot):
     elastic.training.elastic = 2
     form.set_cluster(elastic)
     assert form.elastic.value() == 2
+
+
+def test_a_tasks_gpus_say_what_it_gets():
+    from console.gui.setup_form import gpus_text
+
+    assert gpus_text([0, 1], None) == "0,1" and gpus_text([], None) == "all the host's"
+    assert gpus_text([], 0) == "none (CPU)" and gpus_text([], 8) == "all 8"

@@ -31,14 +31,24 @@ def test_the_slurm_dialog_makes_the_cluster_a_slurm_job_and_says_what_is_wrong(q
     dialog = form.open_slurm_dialog()
     ok = dialog.buttons.button(QDialogButtonBox.Ok)
     assert not ok.isEnabled()  # no login host yet
-    dialog.login.setText("login1")
-    dialog.time.setText("soon")
-    assert not ok.isEnabled() and "slurm.time is 'soon'" in dialog.error.text()
+    assert dialog.shown_errors() == "", "nothing said before the person types"
+    qtbot.keyClicks(dialog.login, "login1")
+    qtbot.keyClicks(dialog.user, "bob smith")
+    dialog.time.selectAll()
+    qtbot.keyClicks(dialog.time, "soon")
+    # Each problem under its own field, in the form's words (never the file's slurm.time), all at once.
+    assert not ok.isEnabled()
+    assert dialog.errors[dialog.time].text().startswith("Time limit: 'soon' is no time sbatch reads; write it like "
+                                                        "1:00:00")
+    assert dialog.errors[dialog.user].text().startswith("SSH user: 'bob smith': a login name is letters")
+    assert "slurm." not in dialog.shown_errors() and dialog.errors[dialog.login].text() == ""
+    dialog.user.clear()
     dialog.time.setText("30:00")
     dialog.nodes.setValue(3)
     dialog.tasks_per_node.setValue(2)
     dialog.partition.setText("gpu")
-    assert ok.isEnabled(), dialog.error.text()
+    assert ok.isEnabled(), dialog.shown_errors()
+    assert dialog.sizeHint().height() <= 720 - 48, "the dialog fits a 1280x720 screen"
     dialog.accept()
     c = form.cluster
     assert c.slurm is not None and (c.slurm.login, c.slurm.nodes, c.slurm.partition) == ("login1", 3, "gpu")
@@ -49,6 +59,7 @@ def test_the_slurm_dialog_makes_the_cluster_a_slurm_job_and_says_what_is_wrong(q
     assert "[slurm]" in cl.dumps(c)  # saved as a cluster file says it
     form.hosts_table.selectRow(0)
     form.btn_remove.click()
+    form.remove_box.button(QMessageBox.Yes).click()
     assert form.cluster.slurm is None and not form.cluster.tasks and form.btn_add.isEnabled()
     window.files.dirty = False
     window.close()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from PySide6.QtCore import QSize
+from PySide6.QtWidgets import QMessageBox
+
 from console import cluster as cl
 from console.gui.main_window import MainWindow
 from console.profiles import Profiles
@@ -43,7 +46,12 @@ def test_first_start_is_the_embedded_default_and_the_batch_follows_edits(qtbot, 
 def test_removing_every_host_blocks_start_and_check_explains(qtbot, gui_homes):
     w = window_on(qtbot, gui_homes)
     w.setup.hosts_table.selectRow(0)
+    w.setup.btn_remove.click()  # asks first: a no keeps the host
+    assert "Remove host local and its 2 tasks from this cluster?" in w.setup.remove_box.text()
+    w.setup.remove_box.button(QMessageBox.No).click()
+    assert [h.name for h in w.cluster.hosts] == ["local"]
     w.setup.btn_remove.click()
+    w.setup.remove_box.button(QMessageBox.Yes).click()
     assert w.cluster.hosts == [] and not w.act_start.isEnabled() and not w.act_check.isEnabled()
     w.cluster.hosts.append(cl.Host(name="lonely", local=True))
     w._on_check_triggered()
@@ -101,6 +109,8 @@ def test_every_action_is_in_a_menu_and_the_help_says_the_versions(qtbot, gui_hom
     w.act_about.trigger()
     (name, args), = [(d, a) for d, a in dialogs.asked if d == "QMessageBox.about"]
     assert "tfcc 0.1.0" in args[2] and "PySide6" in args[2] and "Python" in args[2]
+    from PySide6 import __version__ as pyside
+    assert f"<td>PySide6</td><td>{pyside}</td>" in args[2] and "not installed</td>" not in args[2].split("tensorflow")[0]
     w.files.dirty = False
     w.close()
 
@@ -117,3 +127,56 @@ def test_quit_with_changes_offers_to_save_them(qtbot, gui_homes, dialogs):
     dialogs.answer("QFileDialog.getSaveFileName", (str(gui_homes / "kept.toml"), ""))
     assert w.close()
     assert cl.load(gui_homes / "kept.toml").training.per_replica_batch == 48
+
+
+def test_the_window_fits_the_screen_it_opens_on_and_remembers_its_size_per_screen_size(qtbot, gui_homes):
+    w = window_on(qtbot, gui_homes)
+    w.fit_to_screen(QSize(1280, 720))
+    assert w.width() <= 1280 - 16 and w.height() <= 720 - 48, "a first window: never larger than the screen"
+    least = w.minimumSizeHint()
+    assert least.width() <= 1280 - 16 and least.height() <= 720 - 48, "nothing in it makes it wider than the screen"
+    w.fit_to_screen(QSize(2560, 1440))
+    assert (w.width(), w.height()) == (1400, 860)
+    w.resize(1500, 1000)
+    w.close()
+    screen = w.screen().availableGeometry().size()
+    again = window_on(qtbot, gui_homes)
+    assert again.profiles.window_size(f"{screen.width()}x{screen.height()}") == (1500, 1000), "kept at quit"
+    again.profiles.set_window_size("1440x900", (1300, 800))
+    again.profiles.set_window_size("1280x720", (1500, 1000))  # left larger than such a screen: never so
+    again.fit_to_screen(QSize(1440, 900))
+    assert (again.width(), again.height()) == (1300, 800)
+    again.fit_to_screen(QSize(1280, 720))
+    assert (again.width(), again.height()) == (1280 - 16, 720 - 48)
+    again.close()
+
+
+def test_the_setup_is_a_panel_that_folds_and_a_run_shown_folds_it(qtbot, gui_homes):
+    w = window_on(qtbot, gui_homes)
+    w.resize(1440, 900)
+    assert w.setup_panel.isVisible() and w.act_setup.isChecked()
+    w.act_setup.trigger()
+    assert not w.setup_panel.isVisible()
+    qtbot.waitUntil(lambda: w.tabs.width() > 1400, timeout=10_000)  # its room goes to the tabs
+    w.act_setup.trigger()
+    assert w.setup_panel.isVisible()
+    w.run_control.run_shown.emit()  # a run started, reattached or opened: its plots take the room
+    assert not w.setup_panel.isVisible() and not w.act_setup.isChecked()
+    w.act_side.trigger()
+    assert not w.dashboard.side_panel_shown() and not w.act_side.isChecked()
+    w.act_side.trigger()
+    assert w.dashboard.side_panel_shown()
+    w.close()
+
+
+def test_help_without_a_browser_says_where_the_guide_is(qtbot, gui_homes, monkeypatch):
+    from PySide6.QtGui import QDesktopServices
+
+    from console.gui.main_window import DOCS
+
+    monkeypatch.setattr(QDesktopServices, "openUrl", staticmethod(lambda url: False))
+    w = window_on(qtbot, gui_homes)
+    w.act_docs.trigger()  # F1
+    assert w.docs_box.isVisible() and str(DOCS) in w.docs_box.text() and DOCS.is_file()
+    w.docs_box.accept()
+    w.close()
