@@ -5,7 +5,8 @@
 Checks the embedded default's hosts (the Check tab); starts the two local digits workers from the window and grabs
 the Dashboard in their third epoch and the Cluster tab; lets the run end and grabs the Dashboard after it; trains
 two shorter runs (other batch sizes) to their ends, opens the first run and compares the other two with it (the
-Runs tab and the Dashboard). Each view at both sizes: ``<view>-1440x900.png`` and ``<view>-1280x720.png``.
+Runs tab and the Dashboard); runs a two-file script that fails after its first epoch and grabs the failure view.
+Each view at both sizes: ``<view>-1440x900.png`` and ``<view>-1280x720.png``.
 """
 
 from __future__ import annotations
@@ -106,6 +107,17 @@ def main() -> None:
         wait(lambda: run_id in window.dashboard.compared, 60, f"run {run_id} to compare")
     shoot(panel, "runs")
     shoot(window.dashboard, "compare")
+
+    # A script that fails (a NameError in its callback after the first epoch, on both workers): the failure view.
+    script = ROOT / "tests" / "data" / "scripts" / "mwms_name_error" / "main.py"
+    window.setup.workload.setCurrentText("script")
+    window.setup.user_file.setText(str(script))
+    window.setup.script_args.setText("--epochs 3")
+    window.act_start.trigger()
+    view = window.dashboard.failure_view
+    wait(lambda: view.isVisible() and view.error is not None, 300, "the script's failure")
+    wait(lambda: not window.session.active, 120, "the failed run's end")
+    shoot(window.dashboard, "failed")
     window.files.dirty = False
     window.close()
     print(f"wrote {', '.join(written)} in {out}")
