@@ -32,6 +32,7 @@ TFCC_WINDOW_PACKAGES=(
 # The tests' SSH hosts: network namespaces with their own sshd, and nftables for the firewall check;
 # Slurm (slurmctld, a slurmd per test host, munge) for the tests' Slurm cluster.
 TFCC_TEST_PACKAGES=(
+  "xvfb /usr/bin/Xvfb"
   "openssh-server /usr/sbin/sshd"
   "openssh-client ssh-keygen"
   "iproute2 ip"
