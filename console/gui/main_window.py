@@ -27,6 +27,7 @@ DOCS = Path(__file__).resolve().parents[2] / "README.md"  # the guide; docs/ hol
 DEFAULT_SIZE = (1400, 860)  # a first window's size on a screen that has the room
 FRAME = (16, 48)            # what a window manager's frame and title bar take around it, at most
 SETUP_WIDTH = 470
+CODE_TO_COME = "(your code)"  # stands in the diagram for a script or module whose path is not set yet
 
 
 def _screen_key(available: QSize) -> str:
@@ -235,8 +236,13 @@ class MainWindow(QMainWindow):
         self._show_settings()
 
     def _show_settings(self) -> None:
-        """The diagram follows the settings (a run's own numbers while they are its settings; a line below when not)."""
-        self.diagram.set_cluster(copy.deepcopy(self.cluster), self.setup.gpus_by_host())
+        """The diagram follows the settings (a run's own numbers while they are its settings; a line below when not).
+        A script or module chosen whose path is not set yet is drawn as a script: its batch unknown till it reports
+        (never the trainer's split, nor the last run's)."""
+        shown = copy.deepcopy(self.cluster)
+        if self.setup.code_chosen() and not shown.training.user_code:
+            shown.training.module = CODE_TO_COME
+        self.diagram.set_cluster(shown, self.setup.gpus_by_host())
         self._update_actions()
 
     # ================================================================= check

@@ -234,6 +234,10 @@ class SetupForm(QWidget):
         self._refresh_tables()
         self._refresh_batch_line()
 
+    def code_chosen(self) -> bool:
+        """A script or a module is the workload chosen (its path may not be set yet)."""
+        return self.workload.currentText() in USER_CODE
+
     def gpus_by_host(self) -> dict[str, int]:
         """The GPUs the last check found on each host it reached ({} before a check)."""
         if self.report is None:

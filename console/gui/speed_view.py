@@ -16,7 +16,7 @@ from console.gui.colors import STEP_PARTS, worker_color
 HINT = ("Where each worker's step time goes: input, compute, all-reduce, waiting for a slower peer. Every worker "
         f"pauses a few seconds at the same step to measure; the verdict comes {speed.ANSWER_WORDS}.")
 BAR_PX = 26       # a worker's row in the bars
-BAR_AXIS_PX = 52  # the bars' axis and margins
+BAR_AXIS_PX = 72  # the bars' axis, its label and margins: the label under the ticks, never over what follows
 KIND_WORDS = {speed.INPUT_BOUND: "input-bound", speed.STRAGGLER: "a straggler",
               speed.COMMUNICATION_BOUND: "communication-bound", speed.HEALTHY: "healthy",
               speed.UNMEASURED: "not measured"}

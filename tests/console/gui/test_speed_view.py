@@ -52,6 +52,8 @@ def test_why_slow_shows_an_input_bound_worker_with_its_fix(qtbot, gui_homes, sho
     assert window.statusBar().currentMessage().startswith("Why slow: input-bound on worker-1")
     assert len(view.bar_plot.getPlotItem().items) == len(speed.PARTS)  # a stacked bar item per part
     QApplication.processEvents()  # the layout with the bars' height
+    label = view.bar_plot.getAxis("bottom").label  # "% of the step": inside the plot, not under the legend
+    assert label.mapRectToScene(label.boundingRect()).bottom() <= view.bar_plot.height()
     save_shot(window, shots, "window-why-slow-1440")
     window.resize(1280, 720)
     QApplication.processEvents()  # the layout at the new size

@@ -180,3 +180,16 @@ def test_help_without_a_browser_says_where_the_guide_is(qtbot, gui_homes, monkey
     assert w.docs_box.isVisible() and str(DOCS) in w.docs_box.text() and DOCS.is_file()
     w.docs_box.accept()
     w.close()
+
+
+def test_a_script_chosen_before_its_path_is_drawn_as_a_script_not_the_last_runs_split(qtbot, gui_homes):
+    from tests.helpers.synthetic import started_record
+
+    w = window_on(qtbot, gui_homes)
+    w.diagram.set_run(started_record(0, 2, 100, 50), {})
+    assert w.diagram.split.known, "the run's own numbers"
+    w.setup.workload.setCurrentText("script")  # no path yet
+    assert not w.diagram.split.known and "until the script reports" in w.diagram.split.label
+    assert w.setup.user_file.placeholderText().startswith("your training script")
+    w.files.dirty = False
+    w.close()
