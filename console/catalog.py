@@ -37,6 +37,7 @@ from console.store.metrics import MetricsStore
 log = logging.getLogger("console.catalog")
 
 HOST_ASK_SECONDS = 5.0  # how long ``overview`` waits for hosts to say how a run's tasks are
+CATCH_UP_SECONDS = 30.0  # then for the end of runs that ended unfollowed to be read (once: the cache is whole after)
 
 
 class HistoryError(TfccError):
@@ -274,24 +275,26 @@ def ask_hosts(infos: list[RunInfo], ask_host_key=None, timeout: float = HOST_ASK
         threading.Thread(target=run.detach, name="tfcc-runs-drop", daemon=True).start()
 
 
-def catch_up(infos: list[RunInfo], ask_host_key=None, timeout: float = HOST_ASK_SECONDS) -> None:
+def catch_up(infos: list[RunInfo], ask_host_key=None, timeout: float = CATCH_UP_SECONDS) -> None:
     """Runs that ended while no console followed them (their hosts just said so): what their tasks wrote since
     is read from the hosts into the cache, all at once for at most ``timeout`` seconds, and each ``info`` then
     says the run's real end, duration and final metrics. One that cannot be read in time keeps what the cache
-    had, with a note that says so."""
-    done: dict[str, RunInfo] = {}
+    had, with a note that says so (the next listing tries again). Only this call's thread changes ``infos``: a
+    reading thread that outlives the call leaves them as they were returned."""
+    done: dict[str, RunInfo | str] = {}  # run id -> its fresh info, or why it could not be read
     lock = threading.Lock()
 
     def read(info: RunInfo) -> None:
         try:
             _replay(info.run_id, MetricsStore(), ask_host_key, timeout)
+            found: RunInfo | str = run_info(info.run_id)
         except TfccError as exc:
-            with lock:
-                info.note = "; ".join(filter(None, [info.note, f"its end could not be read: {exc.cause}"]))
-            return
-        fresh = run_info(info.run_id)
+            found = f"its end could not be read: {exc.cause}"
+        except Exception as exc:  # noqa: BLE001 - a note on the run; the log has the traceback
+            log.exception("reading the end of run %s", info.run_id)
+            found = f"its end could not be read: {exc}"
         with lock:
-            done[info.run_id] = fresh
+            done[info.run_id] = found
 
     threads = [threading.Thread(target=read, args=(info,), name=f"tfcc-catch-up-{info.run_id}", daemon=True)
                for info in infos]
@@ -301,15 +304,15 @@ def catch_up(infos: list[RunInfo], ask_host_key=None, timeout: float = HOST_ASK_
     for info, thread in zip(infos, threads):
         thread.join(max(0.0, deadline - time.monotonic()))
         with lock:
-            fresh = done.get(info.run_id)
-            if fresh is None and thread.is_alive():
-                info.note = "; ".join(filter(None, [info.note, f"its end was not read within {timeout:.0f} s"]))
-            if fresh is not None:
-                for key in ("end", "duration", "metrics", "workload"):
-                    setattr(info, key, getattr(fresh, key))
-                if fresh.state in RunState.ENDED:
-                    info.state = fresh.state
-                info.caught_up = True
+            found = done.get(info.run_id, f"its end was not read within {timeout:.0f} s")
+        if isinstance(found, str):
+            info.note = "; ".join(filter(None, [info.note, found]))
+            continue
+        for key in ("end", "duration", "metrics", "workload"):
+            setattr(info, key, getattr(found, key))
+        if found.state in RunState.ENDED:
+            info.state = found.state
+        info.caught_up = True
 
 
 def overview(ask_host_key=None, ask: bool = True, timeout: float = HOST_ASK_SECONDS) -> list[RunInfo]:
@@ -329,7 +332,7 @@ def overview(ask_host_key=None, ask: bool = True, timeout: float = HOST_ASK_SECO
     if ask:
         unsure = [i for i in infos if i.state not in RunState.ENDED and i.hosts and not i.manifest_problem]
         ask_hosts(unsure, ask_host_key, timeout)
-        catch_up([i for i in unsure if i.state in RunState.ENDED], ask_host_key, timeout)
+        catch_up([i for i in unsure if i.state in RunState.ENDED], ask_host_key)
     now = time.time()
     for info in infos:
         if info.state == RunState.RUNNING and info.start is not None:

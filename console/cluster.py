@@ -314,15 +314,20 @@ def address_problem(address: str) -> str | None:
             "with no spaces, ports or other characters")
 
 
-_USER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9._-]{0,31}\$?$")  # a POSIX login name, as useradd takes it
+# A login name: POSIX's letters, digits, '.', '_', '-' (a '$' last), and a directory's user@domain or DOMAIN\user.
+_USER_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._@\\-]{0,63}\$?$")
+
+
+def user_name_ok(user: str) -> bool:
+    return not user or bool(_USER_NAME.match(user))
 
 
 def user_problem(user: str) -> str | None:
     """Why ``user`` cannot be an SSH login name (no spaces, no shell's characters), or None ("" : SSH's default)."""
-    if not user or _USER_NAME.match(user):
+    if user_name_ok(user):
         return None
-    return ("a login name is letters, digits, '.', '_' and '-', starting with a letter or '_' (at most 32), "
-            "with no spaces")
+    return ("a login name is letters, digits, '.', '_', '-' (a directory's user@domain or DOMAIN\\user too), "
+            "at most 64, with no spaces")
 
 
 def host_name_problem(name: str) -> str | None:

@@ -492,6 +492,9 @@ def _last_exception(text: str) -> str | None:
 
 _TRACEBACK = "Traceback (most recent call last):"
 MESSAGE_LINES = 40  # of an exception's message that goes on after its first line
+# A log line of absl, TensorFlow's C++ or Python's logging, which other threads print between a traceback's lines.
+_LOG_LINE = re.compile(r"^(?:[IWEF]\d{4} \d\d:\d\d:\d+\.\d+ |\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[.,]\d+:? [IWEF]|"
+                       r"WARNING: All log messages|(?:INFO|WARNING|ERROR):[\w.]+:)")
 _ANY_FRAME = re.compile(r'^(\s*)File "([^"\n]*)", line (\d+), in ([^\n]*)$')
 _WORK_PATH = re.compile(r"/runs/[^/]+/[^/]+/work/(.+)$")
 
@@ -512,18 +515,27 @@ class CodeError:
         return f"{self.file}:{self.line}"
 
 
-def last_traceback(text: str) -> str:
+def last_traceback(text: str, own: bool = False) -> str:
     """The last traceback in ``text`` (a task's stderr, noise and all), from its first line to its exception's last
     (the lines after one that ends with ":", TensorFlow's "Graph execution error:", up to ``MESSAGE_LINES``);
-    "" when none."""
-    start = text.rfind(_TRACEBACK)
-    if start < 0:
-        return ""
-    lines = text[start:].splitlines()
+    ``own``: the last one that goes through the user's own files (not one printed at shutdown, "Exception ignored
+    in ..."). Log lines of other threads within it are left out. "" when none."""
+    starts = [found.start() for found in re.finditer(re.escape(_TRACEBACK), text)]
+    for start in reversed(starts):
+        traceback = _one_traceback(text[start:])
+        if not own or _WORK_FRAME.search(traceback + "\n"):
+            return traceback
+    return ""
+
+
+def _one_traceback(text: str) -> str:
+    lines = text.splitlines()
     out = [lines[0]]
     frames = True
     said = 0  # lines of the exception's message after its first (one that ends with ":" goes on: TensorFlow's)
     for line in lines[1:]:
+        if frames and _LOG_LINE.match(line):
+            continue  # another thread's log line, printed between the frames
         if frames and (line.startswith((" ", "\t")) or not line.strip()):
             out.append(line)
         elif frames:
@@ -576,9 +588,9 @@ def folded_traceback(traceback: str) -> str:
 def code_error(stderr: str) -> CodeError | None:
     """Where the user's code failed, from a task's stderr (None: its last traceback, if any, never went through
     the user's files: a signal, a lost peer, tfcc's own refusal)."""
-    traceback = last_traceback(stderr)
+    traceback = last_traceback(stderr, own=True)
     found = _last(_WORK_FRAME, traceback + "\n") if traceback else None
-    if found is None:
+    exception = _last_exception(traceback) if found is not None else None
+    if exception is None:
         return None
-    exception = _last_exception(traceback) or traceback.splitlines()[-1].strip()
     return CodeError(found[1], int(found[2]), (found[3] or "").strip(), exception, folded_traceback(traceback))

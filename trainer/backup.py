@@ -40,6 +40,7 @@ import tensorflow as tf
 from agent.protocol import BACKUP_DIR, BACKUP_LIST, backup_list, backup_steps
 from trainer.metrics import MetricsWriter
 from trainer.records import PLAN_FIELDS, Event
+from trainer.stopping import DIVERGED
 from trainer.tf_config import ConfigError
 
 log = logging.getLogger("trainer.backup")
@@ -371,6 +372,8 @@ class TaskBackups(tf.keras.callbacks.Callback):
                           seconds=time.perf_counter() - t0)
 
     def on_train_end(self, logs=None):
-        if self._global_step and self._global_step not in backups_in(self.folder):
+        if getattr(self.model, DIVERGED, False):  # stopped for a diverged loss: the last good backup stays newest
+            log.info("no backup of step %d: its loss is not finite", self._global_step)
+        elif self._global_step and self._global_step not in backups_in(self.folder):
             self.save(self._last_batch)  # the end state stays with the run until it is cleaned
         self.model._training_state = None

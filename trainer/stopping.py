@@ -4,18 +4,27 @@ within the grace; SIGKILL stays the agent's last resort).
 
 Synchronous multi-worker training steps together (each step's all-reduce waits for every worker), so a worker that
 stopped alone would leave the others waiting in their next all-reduce until the SIGKILL. The first task to hear
-SIGTERM names a step ``AHEAD`` steps on in the coordination service's key-value store, which every task of a
-MultiWorkerMirrored cluster reaches (TensorFlow's own ``PreemptionCheckpointHandler`` agrees the same way); each
-task's watcher thread reads it. A worker can be at most one step from another, so every task learns the step before
-it gets there. ``fit`` ends after that step, without the cut epoch's validation or epoch record (numbers of an epoch
-that did not happen); ``TaskBackups.on_train_end`` writes the backup on every task at the same step.
+SIGTERM (at the end of its step N) names step N + 1 in the coordination service's key-value store, which every task
+of a MultiWorkerMirrored cluster reaches, and waits until every other task's watcher thread has read it and said so
+(TensorFlow's own ``PreemptionCheckpointHandler`` agrees the same way). Meanwhile no task can finish step N + 1 (its
+all-reduce waits for the first one), so every task stops after it. ``fit`` ends there, without the cut epoch's
+validation or epoch record (numbers of an epoch that did not happen; a stop at an epoch's last step keeps its end);
+``TaskBackups.on_train_end`` writes the backup on every task at that step, unless the loss there is not finite (a
+stop for a diverged loss keeps the last good backup the newest).
+
+SIGTERM outside ``fit``'s steps (before training, while saving the model) ends the task at once, as does a step that
+does not end within ``patience`` (a peer gone, the main thread blocked in an all-reduce): no stop waits out the grace.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import os
 import signal
+import sys
 import threading
+import time
 
 import tensorflow as tf
 from tensorflow.python.eager import context  # the coordination service's key-value store (no public API)
@@ -23,31 +32,55 @@ from tensorflow.python.eager import context  # the coordination service's key-va
 log = logging.getLogger("trainer.stopping")
 
 EXIT_STOPPED = 128 + signal.SIGTERM  # a task that stopped on SIGTERM, backed up: as a shell says "terminated"
-AHEAD = 2                        # steps after the step the first SIGTERM was heard at, where every task stops
-STOP_KEY = "tfcc_stop_at_step"   # in the coordination service's key-value store
+AHEAD = 1                        # steps after the step the first SIGTERM was heard at, where every task stops
+STOP_KEY = "tfcc_stop_at_step"   # in the coordination service's key-value store; each task's ack: ack_key(task)
+ACK_SECONDS = 5.0                # how long the first task waits for the others' watchers (then it stops anyway)
+PATIENCE_SECONDS = 3.0           # the steps to the agreed one end within this and 3 of the slowest seen
 STOPPING = "_tfcc_stopping"      # set on the model once it stops: the reporter writes no record of a cut epoch
+DIVERGED = "_tfcc_diverged"      # set on the model when the loss at the stop is not finite: no backup of it
 
 
 class Stopped(Exception):
     """Training stopped on SIGTERM after ``step``, backed up there; the process ends with ``EXIT_STOPPED``."""
 
-    def __init__(self, step: int):
-        super().__init__(f"stopped on SIGTERM after step {step}, backed up there")
+    def __init__(self, step: int | None):
+        super().__init__(f"stopped on SIGTERM after step {step}, backed up there" if step is not None else
+                         "stopped on SIGTERM at the end of training, backed up there")
         self.step = step
+
+
+def ack_key(task: str) -> str:
+    """Where ``task``'s watcher says it read the stop step."""
+    return f"{STOP_KEY}_ack_{task}"
+
+
+def _die_by_sigterm() -> None:
+    """End as SIGTERM's default action ends a process (no handler, no backup)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 class GracefulStop(tf.keras.callbacks.Callback):
     """SIGTERM ends ``fit`` after a step every task agrees on (after ``backups`` in the callbacks: its global step
-    is the run's). ``stopped_at``: the global step training stopped after (None: it was not stopped)."""
+    is the run's). ``me`` and ``peers``: this task's name and those of the other training tasks (none: one task).
+    ``stopped_at``: the global step training stopped after (None: it was not stopped)."""
 
-    def __init__(self, backups, multi_worker: bool):
+    def __init__(self, backups, me: str = "", peers: tuple[str, ...] = ()):
         super().__init__()
-        self._supports_tf_logs = True  # it reads no logs
+        self._supports_tf_logs = True  # it reads the logs once, at the stop
         self.backups = backups
-        self.multi_worker = multi_worker
+        self.me, self.peers = me, tuple(peers)
         self.asked = threading.Event()     # this process got SIGTERM
         self.stop_at: int | None = None    # the step every task stops after, once known
         self.stopped_at: int | None = None
+        self.active = False                # within fit's steps: SIGTERM is taken here, else it ends the task
+        self._slowest = 0.0                # the slowest step seen (its wall time), for the patience
+        self._step_began = time.perf_counter()
+        self._patience: threading.Timer | None = None
+
+    @property
+    def multi_worker(self) -> bool:
+        return bool(self.peers)
 
     def install(self) -> None:
         """Take SIGTERM (on the main thread, after the strategy is made: TensorFlow's coordination service took it
@@ -59,23 +92,38 @@ class GracefulStop(tf.keras.callbacks.Callback):
             threading.Thread(target=self._watch, name="tfcc-stop-watch", daemon=True).start()
 
     def _on_sigterm(self, signum, frame) -> None:
+        if not self.active:
+            _die_by_sigterm()  # no step to finish: before training, or after it (the model's save)
+            return
         self.asked.set()  # acted on at the end of the step in progress (a handler runs between Python's steps)
+        if self._patience is None:
+            # The agreement's wait for the others, then the steps to the agreed one.
+            self._patience = threading.Timer(ACK_SECONDS + PATIENCE_SECONDS + 3 * self._slowest,
+                                             self._out_of_patience)
+            self._patience.daemon = True
+            self._patience.start()
+
+    def _out_of_patience(self) -> None:
+        """(On the timer's thread: the main one is stuck in a step.) The task ends as SIGTERM would end it."""
+        if self.stopped_at is None:
+            print("tfcc-trainer: no step ended within the stop's patience (a peer gone?): ending now, without a "
+                  "backup", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(EXIT_STOPPED)
 
     def _watch(self) -> None:
-        """Wait for the step another task named (the call returns when the key is set, or fails when the cluster
-        goes away: then there is nothing to agree on)."""
+        """Wait for the step another task named, then say it was read (the call returns when the key is set, or
+        fails when the cluster goes away: then there is nothing to agree on)."""
         try:
             value = context.context().get_config_key_value(STOP_KEY)
+            self.stop_at = int(value)
+            context.context().set_config_key_value(ack_key(self.me), value)
         except Exception as exc:  # noqa: BLE001 - the cluster ended: a stop of this task alone
             log.debug("stop watcher ended: %s", exc)
-            return
-        try:
-            self.stop_at = int(value)
-        except (TypeError, ValueError):
-            log.warning("a stop step that is no number: %r", value)
 
     def _propose(self, step: int) -> int:
-        """The step every task stops after: ours, ``AHEAD`` on, unless another task named one first."""
+        """The step every task stops after: ours, ``AHEAD`` on, once every other task's watcher read it (unless
+        another task named one first: then that one)."""
         if not self.multi_worker:
             return step
         try:
@@ -83,17 +131,46 @@ class GracefulStop(tf.keras.callbacks.Callback):
         except Exception as exc:  # noqa: BLE001 - named by another task first (or the cluster is going)
             log.debug("stop step already named: %s", exc)
         try:
-            return int(context.context().get_config_key_value(STOP_KEY, 1000))
+            agreed = int(context.context().get_config_key_value(STOP_KEY, 1000))
         except Exception as exc:  # noqa: BLE001 - the cluster is going: stop here
             log.warning("no stop step agreed (%s): this task stops after step %d", exc, step)
             return step
+        deadline = time.monotonic() + ACK_SECONDS
+        for peer in self.peers:  # each peer is at most inside the next step: it learns before it can end it
+            left = max(1, int(1000 * (deadline - time.monotonic())))
+            try:
+                context.context().get_config_key_value(ack_key(peer), left)
+            except Exception as exc:  # noqa: BLE001 - a peer gone or too slow: stop anyway
+                log.warning("%s did not read the stop step in time (%s)", peer, exc)
+        return agreed
+
+    def on_train_begin(self, logs=None):
+        self.active = True
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._step_began = time.perf_counter()
 
     def on_train_batch_end(self, batch, logs=None):
+        self._slowest = max(self._slowest, time.perf_counter() - self._step_began)
         step = self.backups.global_step
         if self.asked.is_set() and self.stop_at is None:
             self.stop_at = self._propose(step)
-        if self.stop_at is not None and step >= self.stop_at and self.stopped_at is None:
-            self.stopped_at = step
-            self.model.stop_training = True
+        if self.stop_at is None or step < self.stop_at or self.stopped_at is not None:
+            return
+        self.stopped_at = step
+        self.model.stop_training = True
+        loss = (logs or {}).get("loss")
+        try:
+            if loss is not None and not math.isfinite(float(loss)):
+                setattr(self.model, DIVERGED, True)  # a stop for a diverged loss: the last good backup stays newest
+        except (TypeError, ValueError):
+            pass
+        steps = (self.params or {}).get("steps")
+        if not steps or batch + 1 < steps:  # an epoch cut short: no validation of it, no record of it
             setattr(self.model, STOPPING, True)
-            self.model._should_eval = lambda *_: False  # no validation of an epoch cut short: the stop's time
+            self.model._should_eval = lambda *_: False
+
+    def on_train_end(self, logs=None):
+        self.active = False  # after the backups' end (before it in the callbacks): SIGTERM ends the task now
+        if self._patience is not None:
+            self._patience.cancel()

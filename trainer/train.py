@@ -20,7 +20,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from agent.protocol import BACKUP_DIR
+from agent.protocol import BACKUP_DIR, task_name
 from trainer import workloads
 from trainer.backup import TaskBackups, backups_in, plan_of
 from trainer.config import Options
@@ -30,7 +30,7 @@ from trainer.process import collector_paused, sigterm_back
 from trainer.records import LOST_PEER, Event, RecordType
 from trainer.report import CoordinatorReporter, MetricsReporter, instrument_step_loss
 from trainer.stopping import GracefulStop, Stopped
-from trainer.tf_config import ClusterConfig, ConfigError
+from trainer.tf_config import TRAINING_ROLES, ClusterConfig, ConfigError
 
 log = logging.getLogger("trainer.train")
 # Keras warns that on_train_batch_end is "slow" when the step's own work shows up
@@ -268,7 +268,9 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
     run_dir = opts.run_dir
     backups = TaskBackups(run_dir / BACKUP_DIR, opts.backup_seconds, writer, multi_worker=cluster.num_workers > 1,
                           plan={**plan.as_dict(), "seed": opts.seed}, replicas_per_task=plan.replicas_per_worker)
-    stop = GracefulStop(backups, multi_worker=cluster.num_workers > 1)
+    me = task_name(cluster.task.type, cluster.task.index)
+    training = [task_name(role, i) for role in TRAINING_ROLES for i in range(len(cluster.cluster.get(role, [])))]
+    stop = GracefulStop(backups, me, tuple(name for name in training if name != me))
     stop.install()  # from here a stop finishes the step, backs up and ends the task (trainer/stopping.py)
     with strategy.scope():
         model = compiled_model(workload, plan)
@@ -315,7 +317,7 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
         verbose=2 if opts.verbose else 0,
     )
     train_time = time.perf_counter() - t0
-    if stop.stopped_at is not None:  # backed up at that step by every task (TaskBackups.on_train_end)
+    if stop.stopped_at is not None or stop.asked.is_set():  # backed up there by every task (TaskBackups.on_train_end)
         raise Stopped(stop.stopped_at)
     # A finished run keeps its last backups until the run is cleaned (tfcc clean).
     if not cluster.is_chief:

@@ -127,6 +127,9 @@ def _bounds(x: np.ndarray, y: np.ndarray):
     return float(x[0]), float(x[-1]), float(y[finite].min()), float(y[finite].max()), False
 
 
+NEWEST_SHOWN = 5  # a robust range holds the newest points whatever they are (a slowdown that lasts is no spike)
+
+
 def _spiky(metric: str) -> bool:
     """A duration (a step's time, a wait): its first steps (tracing, a warm-up) or a pause spike far above the
     rest, which must not set the plot's range."""
@@ -142,7 +145,9 @@ def _robust_bounds(x: np.ndarray, y: np.ndarray):
         return bounds
     q1, q3 = np.quantile(finite, (0.25, 0.75))
     fence = q3 + 3 * max(q3 - q1, 0.05 * abs(q3))
-    top = float(finite[finite <= fence].max())
+    top = max(float(finite[finite <= fence].max()), float(finite[-NEWEST_SHOWN:].max()))  # a lasting change shows
+    if not top > bounds[2]:
+        return bounds  # most values alike (a metric mostly 0): nothing to call a spike
     return bounds[0], bounds[1], bounds[2], top, bounds[4]
 
 
@@ -581,11 +586,11 @@ class Dashboard(QWidget):
     def set_side_panel_shown(self, shown: bool) -> None:
         """The events, logs and Why slow? panel beside the plots, at the width the person left it; or collapsed
         (the plots take the whole width)."""
-        if shown == self.side_panel_shown() and not (shown and self.events_view.wide_button.isChecked()):
+        if shown == self.side_panel_shown() and not self.events_view.wide_button.isChecked():
             return
+        self.events_view.wide_button.setChecked(False)  # wide and folded would leave nothing shown
         total = sum(self.split.sizes()) or self.width()
         if shown:
-            self.events_view.wide_button.setChecked(False)
             self.split.setSizes([max(200, total - self._events_width), self._events_width])
         else:
             self.split.setSizes([total, 0])
@@ -1251,7 +1256,7 @@ class Dashboard(QWidget):
         self._failure_shown = key
         found = [(t, diagnosis.code_error(self.events_view.stderr_text(t))) for t in tasks]
         task, error = next(((t, e) for t, e in found if e is not None), (tasks[0], None))
-        whole = diagnosis.last_traceback(self.events_view.stderr_text(task)) if error is not None else ""
+        whole = diagnosis.last_traceback(self.events_view.stderr_text(task), own=True) if error is not None else ""
         self.failure_view.show_failure(task, failed[task], error, whole)
 
     def _on_failure_view_log_asked(self, task: str) -> None:

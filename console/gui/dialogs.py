@@ -171,8 +171,11 @@ class HostDialog(QDialog):
         address = self.address.text().strip()
         if not local and not address:
             out.append((self.address, "Address: type the host's name or IP (or tick 'this machine')."))
-        elif not local and split_address(address) is not None:
-            pass  # user@host:port: its parts go to their fields when the person leaves the field (or at OK)
+        elif not local and split_address(address) is not None:  # user@host:port: its parts go to their fields
+            user, host, _ = split_address(address)                 # when the person leaves the field (or at OK)
+            if cl.address_problem(host) or cl.user_problem(user):
+                out.append((self.address, f"Address: {address!r}: "
+                                          f"{cl.address_problem(host) or 'its user: ' + cl.user_problem(user)}."))
         elif not local and cl.address_problem(address):
             out.append((self.address, f"Address: {address!r}: {cl.address_problem(address)}."))
         user = self.user.text().strip()

@@ -141,6 +141,7 @@ class EventsView(QTabWidget):
         self.logs = QTabWidget()
         self.log_views: dict[str, QPlainTextEdit] = {}
         self._log_lines: dict[str, collections.deque] = {}  # each task's lines, noise too (the filter may change)
+        self._received: dict[str, int] = {}  # each task's lines received so far (only grows, unlike the tail kept)
         self._open_lines: dict[str, str] = {}  # each task's line being written (a progress bar), "" for none
         self._open_shown: set[str] = set()     # tasks whose view ends with that line (replaced as it changes)
         self.log_search = QLineEdit()
@@ -182,6 +183,7 @@ class EventsView(QTabWidget):
         self.logs.clear()
         self.log_views.clear()
         self._log_lines.clear()
+        self._received.clear()
         self._open_lines.clear()
         self._open_shown.clear()
         self._seen = 0
@@ -222,6 +224,7 @@ class EventsView(QTabWidget):
             lines = [f"… {dropped} line{'s' * (dropped != 1)} not shown (tfcc logs has them)"] + lines
         view = self._log_view(task)
         self._log_lines[task].extend(lines)
+        self._received[task] = self._received.get(task, 0) + len(lines)
         if open_line is not None:
             self._open_lines[task] = open_line
         self._take_open_line(task, view)
@@ -284,8 +287,8 @@ class EventsView(QTabWidget):
             self.logs.setCurrentWidget(view)
 
     def log_count(self, task: str) -> int:
-        """Lines of ``task`` kept (noise too)."""
-        return len(self._log_lines.get(task, ())) + bool(self._open_lines.get(task))
+        """Lines of ``task`` received so far (noise too; it only grows), and whether it writes one now."""
+        return 2 * self._received.get(task, 0) + bool(self._open_lines.get(task))
 
     def stderr_text(self, task: str) -> str:
         """What ``task`` wrote on stderr, as kept (its newest ``LOG_LINES``), without the view's mark."""

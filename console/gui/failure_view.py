@@ -6,7 +6,7 @@ every line is cut to the width it is given (its tooltip has it whole), so a long
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (QCheckBox, QDialog, QDialogButtonBox, QFrame, QHBoxLayout, QPlainTextEdit,
                                QPushButton, QVBoxLayout)
@@ -120,6 +120,7 @@ class FailureView(QFrame):
         if self.error is None:
             return
         self._dialog = TracebackDialog(self.task, self.error, self._whole or self.error.traceback, self)
+        self._dialog.setAttribute(Qt.WA_DeleteOnClose)
         self._dialog.show()
 
     def _on_log_button_clicked(self) -> None:

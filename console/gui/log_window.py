@@ -7,7 +7,6 @@ window never waits on the network or the disk.
 from __future__ import annotations
 
 import logging
-import threading
 from pathlib import Path
 
 from PySide6.QtCore import Signal
@@ -21,7 +20,18 @@ from console.files import write_atomically
 
 log = logging.getLogger("console.gui")
 
-WHOLE_LOG_BYTES = 3 << 20  # of each stream: one agent message carries both (console.remote.channel.MAX_MESSAGE)
+# Of each stream: one agent message carries both, JSON-escaped (a control character is 6 bytes there), within
+# console.remote.channel.MAX_MESSAGE (8 MiB).
+WHOLE_LOG_BYTES = 512 << 10
+
+
+def shown_log(words: str, run_id: str, task: str) -> str:
+    """A stream's text (its newest ``WHOLE_LOG_BYTES``) as a terminal shows it, said when its start is cut (on the
+    reading thread: a long log's rendering never holds up the window)."""
+    head = ""
+    if len(words.encode("utf-8", "replace")) >= WHOLE_LOG_BYTES:
+        head = (f"(its newest {WHOLE_LOG_BYTES >> 10} KB; tfcc logs {run_id} {task} --bytes N prints more)\n")
+    return head + "\n".join(shown_lines(words))
 
 
 class LogWindow(QWidget):
@@ -29,8 +39,9 @@ class LogWindow(QWidget):
 
     saved = Signal(str)  # what became of a save, in words (from a thread)
 
-    def __init__(self, run_id: str, task: str, parent=None):
+    def __init__(self, run_id: str, task: str, threads, parent=None):
         super().__init__(parent)
+        self.threads = threads
         self.setWindowTitle(f"{task} of run {run_id}: its log")
         self.run_id, self.task = run_id, task
         self.resize(1000, 640)
@@ -58,18 +69,8 @@ class LogWindow(QWidget):
 
     def show_logs(self, said: list) -> None:
         """[(stream, text)] as the agent read them (a stream "" : a line of tfcc's, e.g. why it could not be read)."""
-        parts = []
-        for stream, words in said:
-            if not stream:
-                parts.append(words)
-                continue
-            cut = len(words.encode("utf-8", "replace")) >= WHOLE_LOG_BYTES
-            head = f"==> {stream} <=="
-            if cut:
-                head += (f" (its newest {WHOLE_LOG_BYTES >> 20} MB; tfcc logs {self.run_id} {self.task} --bytes "
-                         "N prints more)")
-            parts.append("\n".join([head, *shown_lines(words)]))
-        self.text.setPlainText("\n\n".join(parts))
+        self.text.setPlainText("\n\n".join(f"==> {stream} <==\n{words}" if stream else words
+                                             for stream, words in said))
         self.save_button.setEnabled(any(stream for stream, _ in said))
 
     def _on_find_box_return_pressed(self) -> None:
@@ -86,19 +87,20 @@ class LogWindow(QWidget):
         if path:
             self.save_to(path)
 
-    def save_to(self, path) -> threading.Thread:
+    def save_to(self, path):
         """Write what the window shows to ``path`` (on a thread; ``saved`` says how it went)."""
         content = self.text.toPlainText() + "\n"
 
         def write():
             try:
                 write_atomically(Path(path), content)
+                words = f"Saved to {path}"
             except Exception as exc:  # noqa: BLE001 - said in the window; the log has the traceback
                 log.exception("saving a log")
-                self.saved.emit(f"Not saved: {describe(exc)}")
-                return
-            self.saved.emit(f"Saved to {path}")
+                words = f"Not saved: {describe(exc)}"
+            try:
+                self.saved.emit(words)
+            except RuntimeError:  # the window was closed meanwhile: nobody to tell
+                log.info("%s (its window closed)", words)
 
-        thread = threading.Thread(target=write, name="tfcc-gui-save-log", daemon=True)
-        thread.start()
-        return thread
+        return self.threads.start("save-log", write)

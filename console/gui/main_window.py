@@ -211,6 +211,9 @@ class MainWindow(QMainWindow):
 
     def _on_act_setup_toggled(self, shown: bool) -> None:
         self.setup_panel.setVisible(shown)
+        if shown and self.split.sizes()[0] == 0:  # dragged shut before: back at its width
+            total = sum(self.split.sizes())
+            self.split.setSizes([SETUP_WIDTH, max(200, total - SETUP_WIDTH)])
 
     def _on_split_splitter_moved(self, *_) -> None:
         """Dragged shut, the setup is folded (its action says so)."""
@@ -307,6 +310,7 @@ class MainWindow(QMainWindow):
                                     f"folder {DOCS.parent / 'docs'} beside it (plain Markdown: any editor reads "
                                     "them).", QMessageBox.Ok, self)
         self.docs_box.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.docs_box.setAttribute(Qt.WA_DeleteOnClose)
         self.docs_box.open()
 
     def _on_about_triggered(self) -> None:
@@ -378,6 +382,8 @@ class MainWindow(QMainWindow):
         self.dashboard.timer.stop()
         self.dashboard.slow_timer.stop()  # its widgets go with the window: no late tick on them
         self.runs_panel.stop_tensorboards()
+        for window in list(self.run_control.log_windows):  # the logs opened from here go with the window
+            window.close()
         self.session.detach()   # the run goes on; its follow threads end here
         self.threads.join(timeout=10)
         super().closeEvent(event)

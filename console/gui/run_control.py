@@ -22,7 +22,7 @@ from console.gui.dashboard import Dashboard, RunHeader
 from console.gui.events_view import LOG_TAKE_MS
 from console.gui.diagram import ClusterDiagram
 from console.gui.jobs import RunBridge, Threads
-from console.gui.log_window import WHOLE_LOG_BYTES, LogWindow
+from console.gui.log_window import WHOLE_LOG_BYTES, LogWindow, shown_log
 from console.run.runner import Run
 from console.run.supervisor import REMOVE_HOST
 from console.gui.runs_panel import RunsPanel
@@ -32,6 +32,7 @@ from console.store.cache import CONSOLE_TASK
 
 log = logging.getLogger("console.gui")
 
+LAST_RUN_SECONDS = 30.0  # the hosts of the last run may take this long to say how it is (in the background)
 # Supervision's events after which what can be done with the run changes.
 CHANGES_ACTIONS = (SessionKind.OFFERED, SessionKind.GAVE_UP, SessionKind.RESTARTING, SessionKind.RESTARTED)
 
@@ -91,9 +92,15 @@ class RunControl(QObject):
         """The run shown ended unfinished and Resume can help: not after an error a restart would repeat (the
         code, its settings: fixed, it is started anew)."""
         return self.session.run is not None and not self.running and self.session.resumable \
-            and not self.session.code_failed
+            and not self._code_to_fix()
 
     # ------------------------------------------------------------ what the person asks
+
+    def _code_to_fix(self) -> bool:
+        """The run shown is a person's own code that failed in a way a restart would repeat: fixed, it is started
+        anew (tfcc holds no backup of its training to resume from)."""
+        run = self.session.run
+        return run is not None and self.session.code_failed and run.cluster.training.user_code
 
     def start(self, cluster: cl.Cluster) -> None:
         self.started_event = None
@@ -195,7 +202,7 @@ class RunControl(QObject):
 
     def _find_last_run(self) -> None:
         try:
-            infos = overview(self.asker)
+            infos = overview(self.asker, timeout=LAST_RUN_SECONDS)
         except Exception:  # noqa: BLE001 - nothing offered; the Runs tab says what is wrong
             log.exception("looking for the last run")
             return
@@ -316,7 +323,7 @@ class RunControl(QObject):
             failed = [t.name for t in run.members if t.phase not in (FINISHED, STOPPED)]
             stopped = any(t.phase == STOPPED for t in run.members)
             self._show_header(run_state([t.phase for t in run.tasks], [t.phase == STOPPED for t in run.tasks]))
-            again = ("fix the code, then Deploy & Start (F5)" if self.session.code_failed else
+            again = ("fix the code, then Deploy & Start (F5)" if self._code_to_fix() else
                      "Resume starts every task again from their backups")
             self.reported.emit(f"Run {run.run_id} " + (
                 f"ended; not finished: {', '.join(failed)} ({again})"
@@ -333,7 +340,7 @@ class RunControl(QObject):
         header = self.dashboard.run_header
         if header is None:
             return
-        window = LogWindow(header.run_id, task)
+        window = LogWindow(header.run_id, task, self.threads)
         window.setAttribute(Qt.WA_DeleteOnClose)
         window.destroyed.connect(lambda *_: self.log_windows.remove(window) if window in self.log_windows else None)
         self.log_windows.append(window)
@@ -350,7 +357,7 @@ class RunControl(QObject):
         try:
             host = next(t.host for t in run.tasks if t.name == task)
             logs = run.links[host].connect().call(LOGS, run_id=run_id, task=task, max_bytes=WHOLE_LOG_BYTES)["logs"]
-            said = [(stream, words) for stream, words in logs.items() if isinstance(words, str)]
+            said = [(stream, shown_log(words, run_id, task)) for stream, words in logs.items() if isinstance(words, str)]
         except Exception as exc:  # noqa: BLE001
             log.exception("reading a whole log")
             said = [("", f"The log could not be read: {describe(exc)} (tfcc logs {run_id} {task} reads it once "

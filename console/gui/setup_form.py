@@ -462,6 +462,7 @@ class SetupForm(QWidget):
                                             "cluster file changes when you save it.",
                                             QMessageBox.Yes | QMessageBox.No, self)
         box.setDefaultButton(QMessageBox.No)
+        box.setAttribute(Qt.WA_DeleteOnClose)
         box.finished.connect(lambda _: self._remove(host) if box.clickedButton() is box.button(QMessageBox.Yes)
                              else None)
         box.open()

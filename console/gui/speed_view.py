@@ -70,19 +70,24 @@ class SpeedView(QWidget):
         self.history_plot.getAxis("bottom").setLabel("step measured at")
         self.history_plot.setFixedHeight(110)
         self.history_plot.hide()
-        layout = QVBoxLayout(self)
+        # Everything in one area that scrolls: a long verdict, or a panel shorter than the bars, is never cut nor
+        # drawn over (a layout squeezed below its content overlaps its parts).
+        content = QWidget()
+        self.scroll = QScrollArea()
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.scroll.setWidget(content)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(self.scroll)
+        layout = QVBoxLayout(content)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(QLabel("<b>Why slow?</b>"))
         layout.addLayout(top)
         layout.addWidget(self.bar_plot)
         layout.addWidget(self.legend)
-        verdict_scroll = QScrollArea()  # a long verdict scrolls; it is never cut
-        verdict_scroll.setWidgetResizable(True)
-        verdict_scroll.setFrameShape(QFrame.NoFrame)
-        verdict_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
-        verdict_scroll.setWidget(self.verdict)
-        self.verdict_scroll = verdict_scroll
-        layout.addWidget(verdict_scroll, 1)  # the verdict first: the bars are as tall as their workers need
+        layout.addWidget(self.verdict, 1)  # the verdict first: the bars are as tall as their workers need
         layout.addWidget(self.history_plot)
 
     # ------------------------------------------------------------------ what the run control says

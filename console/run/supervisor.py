@@ -86,7 +86,7 @@ AUTO_PORT_FIX = ("the port was one tfcc chose (port = \"auto\"), taken by anothe
 def _auto_port(run, task: str) -> bool:
     """Whether ``task``'s port is one tfcc chooses (``auto``) in ``run``'s cluster (no run known: no)."""
     cluster = getattr(run, "cluster", None)
-    if cluster is None:
+    if cluster is None or cluster.slurm is not None:  # a Slurm job's ports are its job id's, the same each attempt
         return False
     names = cluster.task_names()
     return task in names and cluster.tasks[names.index(task)].port == "auto"

@@ -555,12 +555,12 @@ def test_a_run_that_ended_while_no_console_followed_it_lists_its_real_end_finals
 
     ended_unfollowed(homes, "away")
     assert read_summary("away")[0].get("state") in (None, "running"), "the console left it running"
-    assert main(["runs", "--json"]) == 0
+    assert main(["runs", "--json", "--timeout", str(bound(30))]) == 0
     listed = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}["away"]
     assert listed["state"] == "finished"
     assert listed["metrics"] == {"loss": 1 / 30, "accuracy": 0.7, "val_loss": 1 / 30 + 0.1, "val_accuracy": 0.8}
     assert listed["end"] is not None and listed["duration"] == pytest.approx(listed["end"] - listed["start"])
-    assert main(["runs"]) == 0
+    assert main(["runs", "--timeout", str(bound(30))]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("away "))
     assert row.split()[1] == "finished" and "0.0333" in row.split() and "0.8000" in row.split()
 

@@ -566,3 +566,15 @@ def test_a_code_error_is_the_last_traceback_and_only_one_through_the_users_files
                        'peer gone\n')
     assert diagnosis.code_error(tensorflow_only) is None
     assert diagnosis.code_error("Killed\n") is None and diagnosis.code_error("") is None
+
+
+def test_a_code_error_skips_other_threads_log_lines_and_a_traceback_printed_at_shutdown():
+    interleaved = MODULE_ERROR.replace(
+        '    model.fit(train, epochs=args.epochs, callbacks=[EpochReport()])\n',
+        '    model.fit(train, epochs=args.epochs, callbacks=[EpochReport()])\n'
+        'W0000 00:00:1795930855.196065    7757 collective_ops.cc:52] a collective op is slow\n')
+    assert diagnosis.code_error(interleaved).exception == "NameError: name 'best_loss' is not defined"
+    shutdown = MODULE_ERROR + ("Exception ignored in: <function Pool.__del__ at 0x7f>\nTraceback (most recent call "
+                               "last):\n  File \"/usr/lib/python3.11/multiprocessing/pool.py\", line 271, in __del__\n"
+                               "RuntimeError: cannot join current thread\n")
+    assert diagnosis.code_error(shutdown).where == "trainer/report.py:7"

@@ -159,8 +159,7 @@ def test_a_failed_script_keeps_the_layout_says_where_and_offers_no_resume(qtbot,
     qtbot.waitUntil(lambda: board.plot_stack.currentWidget() is board.plot_scroll and plots_take_half(),
                     timeout=60_000)
     assert board._fitting_columns() >= 2, "two columns of plots at 1440"
-    with qtbot.waitSignal(window.session.ended, timeout=240_000):
-        pass
+    qtbot.waitUntil(lambda: window.session.run is not None and not window.session.active, timeout=240_000)
     qtbot.waitUntil(lambda: board.failure_view.isVisible() and board.failure_view.error is not None,
                     timeout=30_000)
     view = board.failure_view

@@ -53,10 +53,12 @@ def test_why_slow_shows_an_input_bound_worker_with_its_fix(qtbot, gui_homes, sho
     assert len(view.bar_plot.getPlotItem().items) == len(speed.PARTS)  # a stacked bar item per part
     QApplication.processEvents()  # the layout with the bars' height
     label = view.bar_plot.getAxis("bottom").label  # "% of the step": inside the plot, not under the legend
-    assert label.mapRectToScene(label.boundingRect()).bottom() <= view.bar_plot.height()
+    text = label.boundingRect().adjusted(0, 0, 0, -label.document().documentMargin())  # the text, not its margin
+    assert label.mapRectToScene(text).bottom() <= view.bar_plot.height()
     save_shot(window, shots, "window-why-slow-1440")
     window.resize(1280, 720)
     QApplication.processEvents()  # the layout at the new size
+    assert view.legend.geometry().top() >= view.bar_plot.geometry().bottom(), "nothing drawn over the bars' axis"
     save_shot(window, shots, "window-why-slow-1280")
     dialogs.answer("QMessageBox.question", QMessageBox.Yes)  # Stop the run? Yes
     window.act_stop.trigger()
