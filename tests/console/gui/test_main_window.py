@@ -161,6 +161,7 @@ def test_add_two_hosts_check_start_watch_and_stop(qtbot, gui_homes, shots, dialo
         save_shot(again, shots, f"dashboard-stopped-{width}")
     qtbot.waitUntil(lambda: again.statusBar().currentMessage() ==
                     f"Run {run_id} stopped (Resume goes on from the newest backups)", timeout=30_000)
+    assert not again.act_detach.isEnabled() and again.act_resume.isEnabled(), "an ended run: nothing to detach"
     again.close()
     assert not again.threads.busy()
 
