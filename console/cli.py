@@ -33,7 +33,7 @@ import time
 import traceback
 from pathlib import Path
 
-from agent.protocol import FINISHED, LOGS, TRAINING
+from agent.protocol import FINISHED, TRAINING
 from console import catalog, checks, export, memory, slurm
 from console import cluster as cl
 from console import speed, text
@@ -396,9 +396,7 @@ def cmd_logs(ns) -> int:
     for task in run.tasks:
         if ns.task and task.name != ns.task:
             continue
-        logs = run.links[task.host].connect().call(LOGS, run_id=run.run_id, task=task.name,
-                                                   max_bytes=ns.bytes)["logs"]
-        for stream, content in logs.items():
+        for stream, content in run.logs(task.name, ns.bytes):
             content = text.printable(content)  # what a task wrote: its escape sequences are shown, not run
             print(f"==> {task.name} on {task.host}: {stream} <==")
             print(content, end="" if content.endswith("\n") or not content else "\n")

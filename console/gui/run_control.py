@@ -13,7 +13,7 @@ from typing import Callable
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import QMessageBox, QTabWidget, QWidget
 
-from agent.protocol import FAILED, FINISHED, LOGS, STOPPED
+from agent.protocol import FAILED, FINISHED, STOPPED
 from console import cluster as cl
 from console.catalog import overview, running_runs
 from console.errors import TfccError, describe
@@ -355,9 +355,7 @@ class RunControl(QObject):
             self._whole_log_read.emit(window, [("", f"The log could not be read: {describe(exc)}")])
             return
         try:
-            host = next(t.host for t in run.tasks if t.name == task)
-            logs = run.links[host].connect().call(LOGS, run_id=run_id, task=task, max_bytes=WHOLE_LOG_BYTES)["logs"]
-            said = [(stream, shown_log(words, run_id, task)) for stream, words in logs.items() if isinstance(words, str)]
+            said = [(stream, shown_log(words, run_id, task)) for stream, words in run.logs(task, WHOLE_LOG_BYTES)]
         except Exception as exc:  # noqa: BLE001
             log.exception("reading a whole log")
             said = [("", f"The log could not be read: {describe(exc)} (tfcc logs {run_id} {task} reads it once "

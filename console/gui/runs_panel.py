@@ -17,7 +17,6 @@ from PySide6.QtGui import QColor, QDesktopServices, QIcon, QPixmap
 from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QMessageBox, QPushButton,
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
-from agent.protocol import LOGS
 from console import text
 from console.catalog import RunInfo, delete_run, load_store, overview
 from console.errors import describe
@@ -266,10 +265,7 @@ class RunsPanel(QWidget):
         try:
             for task in run.tasks:
                 try:
-                    logs = run.links[task.host].connect().call(LOGS, run_id=run.run_id, task=task.name,
-                                                               max_bytes=HISTORY_LOG_BYTES)["logs"]
-                    said = [(stream, content) for stream, content in logs.items()  # shown as a terminal would
-                            if isinstance(content, str)]
+                    said = run.logs(task.name, HISTORY_LOG_BYTES)  # shown as a terminal would
                 except Exception as exc:
                     said = [("", f"The log could not be read from {task.host}: {describe(exc)} (tfcc logs {run_id} "
                                  f"{task.name} reads it once the host answers)")]

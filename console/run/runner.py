@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable
 
-from agent.protocol import (CANCEL, CHECK_PORTS, FINISHED, FIREWALL, JOB, LOST, LOG_MESSAGE, MEASURE, METRICS,
+from agent.protocol import (CANCEL, CHECK_PORTS, FINISHED, FIREWALL, JOB, LOGS, LOST, LOG_MESSAGE, MEASURE, METRICS,
                             METRICS_MESSAGE, NO_SUCH_TASK, NOT_STARTED, PORTS, RUNNING, RUNS_DIR, START, STATUS, STOP,
                             SLURM_LIVE_STATES, SUBMIT, SYSTEM_MESSAGE, parse_address, parse_task_name)
 from console import cluster as cl
@@ -885,6 +885,12 @@ class Run:
                 return exc
 
         return at_once([(t,) for t in tasks], measure)
+
+    def logs(self, task: str, max_bytes: int) -> list[tuple[str, str]]:
+        """The newest ``max_bytes`` of each of ``task``'s streams, as its host's agent reads them: (stream, text)."""
+        host = next(t.host for t in self.tasks if t.name == task)
+        said = self.links[host].connect().call(LOGS, run_id=self.run_id, task=task, max_bytes=max_bytes)["logs"]
+        return [(stream, words) for stream, words in said.items() if isinstance(words, str)]
 
     def status(self) -> list[dict]:
         return at_once([(t,) for t in self.members], lambda task: self.links[task.host].connect().call(
