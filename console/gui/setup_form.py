@@ -27,7 +27,7 @@ SCRIPT = "script"  # the workload that runs a user's own script: the trainer's s
 MODULE = "module"  # a user's package module, run as python -m from its workdir (a script's rows too)
 USER_CODE = (SCRIPT, MODULE)
 WORKLOADS = ("digits", "synthetic", "file", SCRIPT, MODULE)
-CAPTURE_TEXT = "Capture metrics from the script (fit, tf.summary, printed values)"
+CAPTURE_TEXT = "Capture metrics (fit, tf.summary, printed values)"
 ARGS_TIP = "Split as a shell splits them: quote an argument that holds spaces"
 
 
@@ -80,9 +80,11 @@ class SetupForm(QWidget):
         self.btn_edit.clicked.connect(self._on_edit_host_clicked)
         self.btn_remove = QPushButton("Remove")
         self.btn_remove.clicked.connect(self._on_remove_host_clicked)
-        buttons = QHBoxLayout()
-        for b in (self.btn_add, self.btn_slurm, self.btn_import, self.btn_edit, self.btn_remove):
-            buttons.addWidget(b)
+        # Two rows: one would make the side panel scroll sideways at its width.
+        hosts_buttons, other_buttons = _row(self.btn_add, self.btn_edit, self.btn_remove), _row(self.btn_import,
+                                                                                              self.btn_slurm)
+        for row in (hosts_buttons, other_buttons):
+            row.addStretch(1)
         self.tasks_table = QTableWidget(0, 5)
         self.tasks_table.setHorizontalHeaderLabels(["Task", "Host", "Role", "Port", "GPUs"])
         self.tasks_table.verticalHeader().hide()
@@ -91,7 +93,8 @@ class SetupForm(QWidget):
         box = QGroupBox("Hosts")
         layout = QVBoxLayout(box)
         layout.addWidget(self.hosts_table)
-        layout.addLayout(buttons)
+        layout.addLayout(hosts_buttons)
+        layout.addLayout(other_buttons)
         layout.addWidget(QLabel("Tasks (edit a host to change its tasks)"))
         layout.addWidget(self.tasks_table)
         return box
@@ -118,7 +121,9 @@ class SetupForm(QWidget):
             self.keras.addItem(flavour, flavour)
         self.keras.setToolTip("The Keras the script gets; multi-worker fit needs tf-keras (Keras 3 fails there)")
         self.capture = QCheckBox(CAPTURE_TEXT)
-        self.capture.setToolTip("Off: the dashboard shows only what the script reports itself (MetricsReporter)")
+        self.capture.setToolTip("What tfcc captures from the script from the outside: its fit, its tf.summary scalars, "
+                                "the values it prints. Off: the dashboard shows only what the script reports itself "
+                                "(MetricsReporter)")
         self.epochs = QSpinBox()
         self.epochs.setRange(1, 100000)
         self.batch_mode = QComboBox()
@@ -173,11 +178,14 @@ class SetupForm(QWidget):
                 ("Epochs", self.epochs), ("Batch", batch_row), ("Learning rate", self.lr),
                 ("LR scaling", self.lr_rule), ("Strategy", self.strategy), ("Communication", self.communication),
                 ("Autoshard", self.autoshard),
-                ("Restarts", _row(self.max_restarts, self.backup_label, self.backup_seconds, self.elastic,
-                                  self.stop_on_nan)),
+                ("Restarts", _row(self.max_restarts, self.backup_label, self.backup_seconds, stretch=True)),
+                ("", _row(self.elastic, self.stop_on_nan, stretch=True)),
                 ("", self.batch_label))
         for label, field in rows:
-            form.addRow(label, field)
+            if field is self.capture:
+                form.addRow(field)  # the whole row's width: beside the labels it would be wider than the panel
+            else:
+                form.addRow(label, field)
         self.file_label = form.labelForField(file_row)
         for combo in (self.workload, self.batch_mode, self.lr_rule, self.strategy, self.communication, self.autoshard,
                       self.keras):
@@ -530,8 +538,11 @@ def module_of(file: Path, workdir: Path | None = None) -> tuple[Path, str]:
     return folder, ".".join(parts)
 
 
-def _row(*widgets: QWidget) -> QHBoxLayout:
+def _row(*widgets: QWidget, stretch: bool = False) -> QHBoxLayout:
+    """``widgets`` side by side (``stretch``: at their own widths, the room left after them)."""
     row = QHBoxLayout()
     for widget in widgets:
         row.addWidget(widget)
+    if stretch:
+        row.addStretch(1)
     return row

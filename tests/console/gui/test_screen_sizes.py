@@ -80,6 +80,37 @@ def test_the_window_at_each_size_gives_the_plots_the_room_and_keeps_its_layout_o
     window.close()
 
 
+@pytest.mark.parametrize("size", SIZES, ids=["1280x720", "1440x900"])
+def test_the_setup_panel_fits_its_width_for_the_trainer_and_a_script(qtbot, gui_homes, shots, size):
+    """The setup side panel scrolls up and down, never sideways: every row fits its width (it had a row of five
+    host buttons, a long check box and a row of five restart settings wider than the panel)."""
+    window = MainWindow(profiles=Profiles(gui_homes / "profiles.json"))
+    qtbot.addWidget(window)
+    window.resize(*size)
+    window.show()
+    qtbot.waitExposed(window)
+    panel = window.setup_panel
+    seen: list[tuple] = []
+
+    def settled(*state) -> bool:
+        """Laid out: the panel's geometry the same over several turns of the event loop (a change of rows takes
+        the scroll area more than one)."""
+        seen.append(state)
+        return len(seen) >= 5 and len(set(seen[-5:])) == 1
+
+    for workload in ("digits", "script"):
+        seen.clear()
+        window.setup.workload.setCurrentText(workload)
+        qtbot.waitUntil(lambda: window.setup.capture.isVisible() == (workload == "script"), timeout=10_000)
+        assert window.setup.minimumSizeHint().width() <= panel.viewport().width(), workload
+        qtbot.waitUntil(lambda: settled(window.setup.width(), window.setup.height(),
+                                        panel.verticalScrollBar().isVisible()), timeout=10_000)
+        assert not panel.horizontalScrollBar().isVisible(), workload
+        save_shot(window, shots, f"setup-{workload}-{size[0]}x{size[1]}")
+    window.files.set_dirty(False)  # the workload changed: closing would ask to save
+    window.close()
+
+
 def test_on_the_screen_it_opens_on(qtbot, gui_homes, shots):
     """As it opens on its screen (a real one under Xvfb, below): it sizes itself to fit, and the rest holds."""
     if QGuiApplication.platformName() == "offscreen":
