@@ -22,6 +22,9 @@ docs/metrics.md:
 - its lifecycle: ``launched``, ``cluster_formed`` (a MultiWorkerMirrored or ParameterServer
   strategy exists), ``serving`` (a parameter-server worker or ps serves; SIGTERM then ends it cleanly).
 
+A Stop's SIGTERM stops a ``fit`` after a step every task agrees on, the script's own ``BackupAndRestore``
+backing up there, and ends the process (``trainer.stopping.ScriptStop``); outside ``fit`` it ends it at once.
+
 A failure of the capture itself never fails the script: it is logged to stderr once and the script
 goes on. It is started by its path, not with ``-m``: ``-m`` would look for tfcc's ``trainer`` package
 in the script's folder first, where many projects have a ``trainer.py`` of their own; when the script's
@@ -51,13 +54,13 @@ from pathlib import Path
 if __name__ == "__main__" and __package__ in (None, ""):  # started by its path: tfcc's code is beside it
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from agent.protocol import KERAS_REASON_VARIABLE, METRICS, RUN_DIR_VARIABLE  # noqa: E402
+from agent.protocol import KERAS_REASON_VARIABLE, METRICS, RUN_DIR_VARIABLE, task_name  # noqa: E402
 from trainer.metrics import MetricsWriter  # noqa: E402
 from trainer.plan import strategy_name  # noqa: E402
 from trainer.process import collector_paused, sigterm_back  # noqa: E402
 from trainer.records import (CAPTURED, FROM_PRINT, FROM_SCHEDULE, FROM_SUMMARY, SCRIPT_WORKLOAD,  # noqa: E402
                              SUMMARY_STEP, Event, RecordType)
-from trainer.tf_config import ClusterConfig, tf_config_as_given  # noqa: E402
+from trainer.tf_config import TRAINING_ROLES, ClusterConfig, tf_config_as_given  # noqa: E402
 
 log = logging.getLogger("trainer.capture")
 
@@ -485,6 +488,7 @@ class Capture:
         self._summary_lock = threading.Lock()  # the script writes, the follower's thread reads
         self.summaries = _SummaryFollower(self)
         self.scheduled = _ScheduledSteps(self)
+        self._stop = None  # the stop of the script's fits (trainer/stopping.py), from its first fit
 
     @property
     def fitting(self) -> bool:
@@ -542,13 +546,18 @@ class Capture:
     # ---------------------------------------------------------------- fit
 
     def fit(self, original, model, args, kwargs):
-        reporter = None
+        reporter = stop = None
         try:
             signature = inspect.signature(original)
             bound = signature.bind(model, *args, **kwargs)
             callbacks = bound.arguments.get("callbacks")
             if callbacks is None or isinstance(callbacks, (list, tuple)):
                 callbacks = list(callbacks or [])
+                stop = self._stop_for(model, callbacks)
+                if stop is not None:
+                    callbacks.append(stop)  # after the script's: they have seen a step before it stops there
+                    bound.arguments["callbacks"] = callbacks
+                    args, kwargs = bound.args[1:], bound.kwargs
                 if not any(getattr(c, "_tfcc_reporter", False) for c in callbacks):
                     with _own_modules():
                         from trainer.report import reporter_for
@@ -569,13 +578,62 @@ class Capture:
         history = None
         try:
             history = original(model, *args, **kwargs)
-            return history
         finally:
             self._fit_depth -= 1
             try:
                 self._fit_ended(model, reporter, history)
             except Exception:
                 self.failed("noting the end of fit")
+        if stop is not None and stop.told:
+            self._exit_stopped(stop, model)
+        return history
+
+    def _stop_for(self, model, callbacks):
+        """The stop of this fit (trainer/stopping.py), watching its ``callbacks``; None: SIGTERM is the script's
+        own (a handler of its own, or ignored), or this fit is of the other Keras than the first's."""
+        try:
+            with _own_modules():
+                from trainer.report import callback_class
+                from trainer.stopping import GracefulScriptStop, ScriptStop
+            cls = callback_class(model, ScriptStop, GracefulScriptStop)
+            if self._stop is None:
+                if (threading.current_thread() is not threading.main_thread()
+                        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+                    return None
+                me = task_name(self.config.task.type, self.config.task.index)
+                peers = ()
+                if strategy_name(model.distribute_strategy) == "multi_worker_mirrored":
+                    peers = tuple(name for role in TRAINING_ROLES for name in
+                                  (task_name(role, i) for i in range(len(self.cluster.get(role) or [])))
+                                  if name != me)
+                self._stop = cls(me, peers)
+                self._stop.install()
+            if not isinstance(self._stop, cls):
+                return None
+            self._stop.watch(callbacks)
+            return self._stop
+        except Exception:
+            self.failed("adding tfcc's stop to fit")
+            return None
+
+    def _exit_stopped(self, stop, model) -> None:
+        """A stop's end: what the script keeps is said, what was captured is written, and the process ends as the
+        trainer's does (``EXIT_STOPPED``); the script's code after its fit does not run."""
+        with _own_modules():
+            from trainer.stopping import EXIT_STOPPED
+        if stop.stopped_at is None:
+            at, kept = "at the end of fit", "fit had ended: its backups are as it left them"
+        else:
+            # The optimizer's count: the run's step (a resumed fit's goes on from its backup's), as recorded.
+            at = f"after step {_iterations(getattr(model, 'optimizer', None)) or stop.stopped_at}"
+            kept = "; ".join(stop.said) or "the script keeps no BackupAndRestore: nothing was backed up"
+        print(f"tfcc: stopped on SIGTERM {at}; {kept}", file=sys.stderr, flush=True)
+        try:
+            sys.stdout.flush()
+            self.summaries.flush()
+            self.writer.close()
+        finally:
+            os._exit(EXIT_STOPPED)
 
     def _fit_ended(self, model, reporter, history) -> None:
         """Fit's optimizer goes on the axis where fit left it (a later print or schedule is placed after it);

@@ -71,6 +71,17 @@ def keras_of(model) -> str:
     return TF_KERAS if tf.keras.__name__.startswith("tf_keras") else KERAS3
 
 
+def _per_execution(model) -> int:
+    """The steps ``fit`` runs per call of its step function (tf-keras: a variable; Keras 3: an int)."""
+    value = getattr(model, "_steps_per_execution", None)
+    if value is None:
+        value = getattr(model, "steps_per_execution", None)
+    try:
+        return max(1, int(value.numpy() if hasattr(value, "numpy") else value or 1))
+    except (TypeError, ValueError):
+        return 1
+
+
 def _first_input(data):
     """The inputs of a batch as Keras unpacks it: ``x`` of ``(x, y[, sample_weight])``, else the batch."""
     return data[0] if isinstance(data, (tuple, list)) else data
@@ -376,7 +387,9 @@ class _Reporting:
         # hook once per execution: the time is shared by the steps it ran.
         now = time.perf_counter()
         took, self._t_step = now - self._t_step, now
-        done = max(1, batch - self._last_batch)
+        batch = int(batch)  # a tensor in a fit tf-keras resumed mid-epoch (its BackupAndRestore)
+        # The epoch's first hook: its steps are one execution's, a resumed epoch's first step is not its first.
+        done = max(1, batch - self._last_batch if self._last_batch >= 0 else min(batch + 1, _per_execution(self.model)))
         self._last_batch = batch
         step_time = took / done
         steps = (self.params or {}).get("steps")
@@ -459,24 +472,30 @@ class MetricsReporter(_Reporting, tf.keras.callbacks.Callback):
     """
 
 
-_REPORTERS: dict = {}
+_CALLBACKS: dict = {}  # (mixin, flavour) -> the mixin on that Keras's Callback
 
 
-def reporter_for(model, **kwargs):
-    """A ``MetricsReporter`` whose callback base is ``model``'s own Keras (tf-keras or Keras 3)."""
+def callback_class(model, mixin, default):
+    """``default`` (``mixin`` on tf.keras's ``Callback``) when ``model`` is of tf.keras's Keras, else ``mixin`` on
+    ``model``'s own Keras's ``Callback`` (tf-keras or Keras 3: fit takes only its own Keras's callbacks)."""
     flavour = keras_of(model)
     if (flavour == TF_KERAS) == tf.keras.__name__.startswith("tf_keras"):
-        return MetricsReporter(**kwargs)
-    if flavour not in _REPORTERS:
+        return default
+    if (mixin, flavour) not in _CALLBACKS:
         if flavour == KERAS3:
             import keras
             base = keras.callbacks.Callback
         else:
             import tf_keras
             base = tf_keras.callbacks.Callback
-        _REPORTERS[flavour] = type("MetricsReporter", (_Reporting, base), {"__doc__": MetricsReporter.__doc__,
-                                                                           "__module__": __name__})
-    return _REPORTERS[flavour](**kwargs)
+        _CALLBACKS[mixin, flavour] = type(default.__name__, (mixin, base), {"__doc__": default.__doc__,
+                                                                            "__module__": default.__module__})
+    return _CALLBACKS[mixin, flavour]
+
+
+def reporter_for(model, **kwargs):
+    """A ``MetricsReporter`` whose callback base is ``model``'s own Keras (tf-keras or Keras 3)."""
+    return callback_class(model, _Reporting, MetricsReporter)(**kwargs)
 
 
 class CoordinatorReporter(tf.keras.callbacks.Callback):

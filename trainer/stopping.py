@@ -14,6 +14,9 @@ stop for a diverged loss keeps the last good backup the newest).
 
 SIGTERM outside ``fit``'s steps (before training, while saving the model) ends the task at once, as does a step that
 does not end within ``patience`` (a peer gone, the main thread blocked in an all-reduce): no stop waits out the grace.
+
+A user's script gets the same stop through the capture (``trainer.capture``: ``Stopping`` on the base of the model's
+own Keras, counting the script's steps itself); what it backs up there is the script's own ``BackupAndRestore``'s.
 """
 
 from __future__ import annotations
@@ -54,21 +57,29 @@ def ack_key(task: str) -> str:
     return f"{STOP_KEY}_ack_{task}"
 
 
+def _nothing(*args, **kwargs) -> None:
+    pass
+
+
 def _die_by_sigterm() -> None:
     """End as SIGTERM's default action ends a process (no handler, no backup)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-class GracefulStop(tf.keras.callbacks.Callback):
+class Stopping:
     """SIGTERM ends ``fit`` after a step every task agrees on (after ``backups`` in the callbacks: its global step
-    is the run's). ``me`` and ``peers``: this task's name and those of the other training tasks (none: one task).
-    ``stopped_at``: the global step training stopped after (None: it was not stopped)."""
+    is the run's; None: the steps are counted here, over every ``fit`` of the process). ``me`` and ``peers``: this
+    task's name and those of the other training tasks (none: one task). ``stopped_at``: the step training stopped
+    after (None: it was not stopped). A Keras callback with a Keras's ``Callback`` as its other base
+    (``GracefulStop``: tf.keras's)."""
 
-    def __init__(self, backups, me: str = "", peers: tuple[str, ...] = ()):
+    def __init__(self, backups=None, me: str = "", peers: tuple[str, ...] = ()):
         super().__init__()
         self._supports_tf_logs = True  # it reads the logs once, at the stop
         self.backups = backups
+        self._steps = 0                    # without backups: the steps trained in this process
+        self.others: list = []             # the fit's other callbacks: no end of an epoch the stop cut short
         self.me, self.peers = me, tuple(peers)
         self.asked = threading.Event()     # this process got SIGTERM
         self.stop_at: int | None = None    # the step every task stops after, once known
@@ -106,7 +117,7 @@ class GracefulStop(tf.keras.callbacks.Callback):
     def _out_of_patience(self) -> None:
         """(On the timer's thread: the main one is stuck in a step.) The task ends as SIGTERM would end it."""
         if self.stopped_at is None:
-            print("tfcc-trainer: no step ended within the stop's patience (a peer gone?): ending now, without a "
+            print("tfcc: no step ended within the stop's patience (a peer gone?): ending now, without a "
                   "backup", file=sys.stderr, flush=True)
             sys.stdout.flush()
             os._exit(EXIT_STOPPED)
@@ -152,7 +163,9 @@ class GracefulStop(tf.keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         self._slowest = max(self._slowest, time.perf_counter() - self._step_began)
-        step = self.backups.global_step
+        if self.backups is None:
+            self._steps += 1
+        step = self.step
         if self.asked.is_set() and self.stop_at is None:
             self.stop_at = self._propose(step)
         if self.stop_at is None or step < self.stop_at or self.stopped_at is not None:
@@ -166,11 +179,106 @@ class GracefulStop(tf.keras.callbacks.Callback):
         except (TypeError, ValueError):
             pass
         steps = (self.params or {}).get("steps")
-        if not steps or batch + 1 < steps:  # an epoch cut short: no validation of it, no record of it
+        cut = not steps or batch + 1 < steps
+        if cut:  # an epoch cut short: no validation of it, no record of it, no epoch end for the other callbacks
             setattr(self.model, STOPPING, True)
             self.model._should_eval = lambda *_: False
+            for callback in self.others:  # (TensorBoard's point, a ModelCheckpoint, a CSV row of a cut epoch)
+                callback.on_epoch_end = _nothing
+        self.stopping(batch, cut)
+
+    @property
+    def told(self) -> bool:
+        """This task heard SIGTERM, or another task named the step to stop after."""
+        return self.asked.is_set() or self.stop_at is not None
+
+    @property
+    def step(self) -> int:
+        """The step the tasks agree on: the backups' global step, else the steps counted here."""
+        return self.backups.global_step if self.backups is not None else self._steps
+
+    def stopping(self, batch: int, cut: bool) -> None:
+        """Training stops after ``batch`` (``cut``: before its epoch's end); the other callbacks saw the step."""
 
     def on_train_end(self, logs=None):
         self.active = False  # after the backups' end (before it in the callbacks): SIGTERM ends the task now
         if self._patience is not None:
             self._patience.cancel()
+
+
+class GracefulStop(Stopping, tf.keras.callbacks.Callback):
+    __doc__ = Stopping.__doc__
+
+
+def _keeps_backups(callback) -> bool:
+    """``callback`` is a ``BackupAndRestore`` of tf-keras or Keras 3 (or of a class of the script's on it)."""
+    return any(cls.__name__ in ("BackupAndRestore", "BackupAndRestoreExperimental")
+               and (cls.__module__ or "").partition(".")[0] in ("tf_keras", "keras") for cls in type(callback).__mro__)
+
+
+class ScriptStop(Stopping):
+    """The stop of a user's script (through the capture, the script unchanged): the steps are counted here, and what
+    is backed up at the stop is the script's own ``BackupAndRestore``'s, where it keeps it (``watch`` them for each
+    ``fit``). ``said``: what became of each (for the stop's line); none: the script keeps no backup.
+
+    - ``save_freq`` a number of steps: backed up at the stop's step (tf-keras resumes at the next step; Keras 3,
+      as its own step backups do, at the start of that epoch with the weights of the stop);
+    - ``save_freq="epoch"``: an epoch the stop cut short is not backed up (a resume would skip its rest); the last
+      whole epoch's backup stays the newest;
+    - a loss that is not finite at the stop: nothing is backed up there;
+    - fit's end keeps the backup (``delete_checkpoint`` is for a fit that finished, not one that was stopped)."""
+
+    def __init__(self, me: str = "", peers: tuple[str, ...] = ()):
+        super().__init__(None, me, peers)
+        self.backup_callbacks: list = []
+        self._at_epoch_end: list = []
+        self.said: list[str] = []
+
+    def watch(self, callbacks) -> None:
+        """``callbacks``: the script's of the fit to come."""
+        self.others = list(callbacks)
+        self.backup_callbacks = [c for c in callbacks if _keeps_backups(c)]
+        self._at_epoch_end = []
+        for callback in self.backup_callbacks:
+            callback.__dict__.pop("on_train_end", None)  # a wrapper of a fit that failed before its end
+            ended = callback.on_train_end
+
+            def on_train_end(logs=None, callback=callback, ended=ended):
+                if self.told:
+                    callback.delete_checkpoint = False  # a stop is the interruption it keeps its backup for
+                callback.__dict__.pop("on_train_end", None)  # the class's again, for the script's next fit
+                return ended(logs)
+
+            callback.on_train_end = on_train_end
+
+    def stopping(self, batch: int, cut: bool) -> None:
+        diverged = bool(getattr(self.model, DIVERGED, False))
+        for callback in self.backup_callbacks:
+            mine = f"its BackupAndRestore ({getattr(callback, 'backup_dir', '?')})"
+            if diverged:
+                callback.on_epoch_end = _nothing  # not a model to keep (a cut epoch's end: Stopping's)
+                self.said.append(f"the loss is not finite: {mine} keeps the backup before it")
+            elif callback.save_freq == "epoch":
+                self.said.append(f"{mine} keeps the backup of the last whole epoch (save_freq='epoch')" if cut else
+                                 f"{mine} backed up at the end of the epoch")
+            elif type(callback).__module__.startswith("tf_keras"):
+                if isinstance(self.model.distribute_strategy, tf.distribute.ParameterServerStrategy):
+                    self.said.append(f"{mine} keeps its newest backup (no step backups under parameter servers)")
+                    continue
+                callback._backup(epoch=callback._current_epoch, batch=batch)
+                self.said.append(f"{mine} backed up at the stop")
+            elif cut:
+                callback._save_model()
+                self.said.append(f"{mine} backed up at the stop")
+            else:
+                self._at_epoch_end.append(callback)  # after its own epoch end: the next epoch is where to go on
+                self.said.append(f"{mine} backed up at the end of the epoch")
+
+    def on_epoch_end(self, epoch, logs=None):
+        for callback in self._at_epoch_end:
+            callback._save_model()
+        self._at_epoch_end = []
+
+
+class GracefulScriptStop(ScriptStop, tf.keras.callbacks.Callback):
+    __doc__ = ScriptStop.__doc__

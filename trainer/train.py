@@ -292,6 +292,7 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
     ]
     if workload.extra_callbacks is not None:
         callbacks += list(workload.extra_callbacks(run_dir, cluster.task) or [])
+    stop.others = callbacks[3:]  # TensorBoard's point of a cut epoch, say
 
     writer.event(Event.STARTED,
         strategy=strategy_name,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import struct
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.waiting import bound, wait_until
 from trainer.capture import _StepAxis, _tfrecords, parse_line
 from trainer.metrics import read_records
 
@@ -69,18 +71,45 @@ def test_tfrecords_are_read_whole_and_a_partial_one_waits():
 # --------------------------------------------------------------------------- running a script
 
 
-def run(tmp_path: Path, source: str, *args: str, env: dict | None = None, files: dict | None = None):
-    """``trainer/capture.py SCRIPT ARGS`` in ``tmp_path`` (its run folder too): the process and its records."""
+def _environ(tmp_path: Path, source: str, env: dict | None, files: dict | None) -> dict:
+    """``main.py`` and ``files`` written in ``tmp_path``; the environment a task of it gets."""
     (tmp_path / "main.py").write_text(source)
     for name, text in (files or {}).items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     environ = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "PYTHONPATH")}
     environ.update(TFCC_RUN_DIR=str(tmp_path), PYTHONPATH=str(ROOT), **(env or {}))
+    return environ
+
+
+def run(tmp_path: Path, source: str, *args: str, env: dict | None = None, files: dict | None = None):
+    """``trainer/capture.py SCRIPT ARGS`` in ``tmp_path`` (its run folder too): the process and its records."""
+    environ = _environ(tmp_path, source, env, files)
     proc = subprocess.run([sys.executable, str(CAPTURE), "main.py", *args], cwd=tmp_path, env=environ,
                           capture_output=True, text=True, timeout=300)
     path = tmp_path / "metrics.jsonl"
     return proc, read_records(path) if path.exists() else []
+
+
+def stopped(tmp_path: Path, source: str, when, env: dict | None = None):
+    """``run``, but once ``when(records)`` holds the process gets SIGTERM, as a Stop sends it: the process (ended),
+    its stderr and its records."""
+    environ = _environ(tmp_path, source, env, None)
+    path = tmp_path / "metrics.jsonl"
+    with open(tmp_path / "stderr.txt", "w+") as err:
+        proc = subprocess.Popen([sys.executable, str(CAPTURE), "main.py"], cwd=tmp_path, env=environ,
+                                stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            assert wait_until(lambda: proc.poll() is None and path.exists() and when(read_records(path)), 120,
+                              every=0.05), proc.poll()
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=bound(10))  # the stop's whole grace: it must not be needed
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        err.seek(0)
+        return proc, err.read(), read_records(path)
 
 
 def test_a_script_runs_as_python_would_run_it(tmp_path):
@@ -549,3 +578,76 @@ def test_a_summary_step_read_in_two_parts_is_one_record(tmp_path):
     follower.read(whole=True)
     assert [(r["global_step"], r.get("loss"), r.get("accuracy")) for r in written] == [(1, 0.5, 0.25),
                                                                                       (2, 0.25, None)]
+
+
+# --------------------------------------------------------------------------- a Stop
+
+
+def _steps(records: list[dict]) -> list[dict]:
+    return [r for r in records if r["type"] == "step"]
+
+
+@pytest.mark.slow
+def test_a_stopped_fit_backs_up_where_the_script_keeps_backups_and_a_rerun_goes_on_at_the_next_step(tmp_path):
+    """Stop sends SIGTERM: the step in progress finishes, the script's own BackupAndRestore (every 50 steps, as the
+    Keras guide's) backs up at that step, fit's end keeps it, and the process ends as tfcc's trainer does
+    (143), its code after fit not run. The script run again goes on at the next step, each step recorded once."""
+    source = """
+import argparse, os
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import numpy as np, tensorflow as tf
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--backup-dir", default="backup")
+args = parser.parse_args()
+x = np.random.default_rng(0).random((3200, 8), dtype="float32"); y = (x.sum(1) > 4).astype("int32")
+layers = tf.keras.layers
+model = tf.keras.Sequential([tf.keras.Input((8,)), layers.Dense(8, activation="relu"), layers.Dense(2)])
+model.compile("adam", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+model.fit(x, y, batch_size=32, epochs=1000, verbose=0,
+          callbacks=[tf.keras.callbacks.BackupAndRestore(args.backup_dir, save_freq=50)])
+open("after_fit", "w").close()
+"""
+    # Mid-epoch (100 steps an epoch), off the script's own backups' steps.
+    proc, stderr, records = stopped(tmp_path, source, lambda rs: any(r["global_step"] >= 130 for r in _steps(rs)))
+    assert proc.returncode == 143, stderr[-2000:]
+    last = _steps(records)[-1]["global_step"]
+    assert f"tfcc: stopped on SIGTERM after step {last}; its BackupAndRestore (backup) backed up at the stop" in stderr
+    assert not (tmp_path / "after_fit").exists()
+    assert (tmp_path / "backup" / "chief" / "checkpoint").exists()
+    assert [r["epoch"] for r in records if r["type"] == "epoch"] == list(range(last // 100))  # none of the cut one
+
+    os.rename(tmp_path / "metrics.jsonl", tmp_path / "first.jsonl")
+    proc, stderr, again = stopped(tmp_path, source, lambda rs: len(_steps(rs)) >= 3)
+    assert proc.returncode == 143, stderr[-2000:]
+    first = _steps(again)[0]
+    assert (first["epoch"], first["step"], first["global_step"]) == (last // 100, last % 100, last + 1)
+    assert "steps" not in first  # one step, its own time
+    steps = _steps(again)
+    assert [r["global_step"] for r in steps] == list(range(last + 1, last + 1 + len(steps)))
+    assert all(type(r[k]) is int for r in steps for k in ("epoch", "step", "global_step"))
+
+
+@pytest.mark.slow
+def test_a_stop_in_a_keras3_epoch_keeps_the_backup_of_the_last_whole_epoch(tmp_path):
+    """Keras 3, BackupAndRestore at each epoch's end (its default): a backup of the cut epoch would resume after
+    it, its rest skipped; the last whole epoch's stays the newest, and nothing deletes it."""
+    source = """
+import keras, numpy as np
+x = np.random.default_rng(0).random((640, 8), dtype="float32"); y = (x.sum(1) > 4).astype("int32")
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
+model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(x, y, batch_size=32, epochs=1000, verbose=0, callbacks=[keras.callbacks.BackupAndRestore("backup")])
+"""
+    proc, stderr, records = stopped(tmp_path, source, lambda rs: any(r["global_step"] >= 50 for r in _steps(rs)),
+                                    env={"TF_USE_LEGACY_KERAS": "0"})
+    assert proc.returncode == 143, stderr[-2000:]
+    last = _steps(records)[-1]
+    epochs = [r["epoch"] for r in records if r["type"] == "epoch"]
+    kept = json.loads((tmp_path / "backup" / "training_metadata.json").read_text())
+    if last["step"] == 19:  # the stop fell on an epoch's last step: that epoch is whole, and backed up
+        assert epochs == list(range(last["epoch"] + 1)) and kept["epoch"] == last["epoch"] + 1
+        assert "; its BackupAndRestore (backup) backed up at the end of the epoch" in stderr
+    else:
+        assert epochs == list(range(last["epoch"])) and kept["epoch"] == last["epoch"]
+        assert "; its BackupAndRestore (backup) keeps the backup of the last whole epoch (save_freq='epoch')" in stderr

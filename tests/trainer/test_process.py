@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -64,6 +65,7 @@ def test_a_script_that_turned_the_collector_off_keeps_it_off(collector):
 
 
 FOREVER_FIT = """\
+import sys
 import numpy as np
 import tensorflow as tf
 
@@ -72,7 +74,9 @@ with strategy.scope():
     model = tf.keras.Sequential([tf.keras.Input(shape=(4,)), tf.keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
 x, y = np.ones((64, 4), "float32"), np.ones((64, 1), "float32")
-model.fit(x, y, batch_size=16, epochs=100000, verbose=0)
+backup = tf.keras.callbacks.BackupAndRestore(sys.argv[1], save_freq=100)  # as the multi-worker tutorial's
+model.fit(x, y, batch_size=16, epochs=100000, verbose=0, callbacks=[backup])
+open(sys.argv[1] + "-after-fit", "w").close()
 """
 
 
@@ -82,13 +86,14 @@ def test_a_stopped_multi_worker_task_ends_at_its_sigterm(tmp_path, what):
     """Stop sends SIGTERM (the agent, agent/runs.py): under MultiWorkerMirroredStrategy TensorFlow's coordination
     service took SIGTERM over, and every task trained on until the SIGKILL after the grace (10 s; Stop's
     "stopping..." then watched three more epochs). Now tfcc's trainer finishes its step, every task stops after
-    the same step, backs up there and ends (trainer/stopping.py); a captured script ends at its SIGTERM."""
-    script = None
+    the same step, backs up there and ends (trainer/stopping.py); a user's script, through the capture, the same,
+    its backup its own BackupAndRestore's (trainer.stopping.ScriptStop), its code after fit not run."""
+    script = backup = None
     if what == "captured script":
-        script = tmp_path / "train.py"
+        script, backup = tmp_path / "train.py", tmp_path / "backup"
         script.write_text(FOREVER_FIT)
     tasks = start_local_tasks(local_cluster(2), tmp_path / "run", ["--workload", "digits", "--epochs", "200"]
-                              if script is None else [], env=THREADS, script=script and str(script),
+                              if script is None else [str(backup)], env=THREADS, script=script and str(script),
                               capture=script is not None)
     try:
         def training() -> bool:
@@ -103,14 +108,21 @@ def test_a_stopped_multi_worker_task_ends_at_its_sigterm(tmp_path, what):
             t.process.wait(timeout=bound(10))  # the whole grace of a stop: it must not be needed
     finally:
         _kill(tasks)
-    if script is not None:
-        assert [t.process.returncode for t in tasks] == [-signal.SIGTERM] * 2
-        return
     assert [t.process.returncode for t in tasks] == [128 + signal.SIGTERM] * 2  # trainer.stopping.EXIT_STOPPED
     records = [read_records(t.metrics_path) for t in tasks]
     last = [max(r["global_step"] for r in mine if r["type"] == "step") for mine in records]
     assert last[0] == last[1], "every task stopped after the same step"
+    if script is not None:
+        for t in tasks:
+            said = (t.run_dir / "stderr.log").read_text()
+            assert (f"tfcc: stopped on SIGTERM after step {last[0]}; its BackupAndRestore ({backup}) backed up at "
+                    "the stop") in said
+        assert (backup / "chief" / "checkpoint").exists() and not Path(f"{backup}-after-fit").exists()
     for t, mine in zip(tasks, records):
+        if script is not None:
+            cut = next(i for i, r in enumerate(mine) if r.get("global_step") == last[0] and r["type"] == "step")
+            assert not [r for r in mine[cut:] if r["type"] == "epoch"]
+            continue
         backed = [r for r in mine if r.get("event") == "backed_up"]
         assert backed[-1]["global_step"] == last[0] and last[0] in backup_steps(os.listdir(t.run_dir / BACKUP_DIR))
         cut = next(i for i, r in enumerate(mine) if r.get("global_step") == last[0] and r["type"] == "step")
