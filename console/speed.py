@@ -241,6 +241,22 @@ def _cause(row: WorkerBreakdown) -> str:
     return "its host computes slower than its peers' (a slower CPU or GPU) — give it a host like the others'"
 
 
+def _busy_elsewhere(rows: list[WorkerBreakdown]) -> str | None:
+    """The busiest processes outside the run on the workers' hosts while their steps were timed, in words (None:
+    none used ``OTHER_PROCESS`` of a core)."""
+    seen: dict = {}
+    for row in rows:
+        cpu = row.record.get("cpu") if isinstance(row.record.get("cpu"), dict) else {}
+        for other in cpu.get("others") or []:
+            if isinstance(other, dict) and (_value(other, "cpu") or 0) >= OTHER_PROCESS:
+                seen.setdefault((row.task, other.get("pid")), other)
+    if not seen:
+        return None
+    busiest = sorted(seen.values(), key=lambda o: -(_value(o, "cpu") or 0))[:2]
+    return ", ".join(f"pid {o.get('pid')} ({str(o.get('name'))[:40]}) uses {_value(o, 'cpu'):.1f} CPU"
+                     for o in busiest) + " beside the run"
+
+
 def _gpu_use(system: dict, task: str) -> float | None:
     """The mean utilisation (%) of the GPUs ``task`` sees, from its host's system record (None: no GPU known)."""
     gpus = [g for g in system.get("gpus") or [] if isinstance(g, dict)]
@@ -324,10 +340,17 @@ def explain(ask: str, records: dict[str, dict], missing: list[str] | None = None
         reduce = statistics.median(r.communication for r in rows)
         size = _value(rows[0].record, "gradient_bytes")
         amount = f" ({size / 1e6:.2g} MB of gradients in {_ms(reduce)})" if size else ""
-        findings.append(Finding(COMMUNICATION_BOUND, (
-            f"communication-bound: {communication:.0%} of each step waits on the all-reduce{amount} — a larger batch "
-            f"per replica (fewer all-reduces per example), RING or NCCL (training.communication), fewer hosts, or "
-            f"a faster link between them")))
+        busy = _busy_elsewhere(rows)
+        if busy:  # a worker those processes hold back keeps its peers in the all-reduce: no link or batch helps
+            findings.append(Finding(COMMUNICATION_BOUND, (
+                f"communication-bound while other processes load the hosts: {communication:.0%} of each step waits "
+                f"on the all-reduce{amount}, and {busy} — a worker they slow keeps its peers waiting there: stop "
+                f"them (or move the tasks), then ask again before changing the batch or the link")))
+        else:
+            findings.append(Finding(COMMUNICATION_BOUND, (
+                f"communication-bound: {communication:.0%} of each step waits on the all-reduce{amount} — a larger "
+                f"batch per replica (fewer all-reduces per example), RING or NCCL (training.communication), fewer "
+                f"hosts, or a faster link between them")))
     if not findings:
         compute = statistics.mean(r.share("compute") for r in rows)
         other = statistics.mean(r.share("other") for r in rows)

@@ -69,6 +69,20 @@ def test_workers_that_wait_on_the_all_reduce_are_communication_bound():
                                                 "of gradients in 50 ms) — a larger batch per replica")
 
 
+def test_an_all_reduce_wait_beside_other_busy_processes_names_them_not_the_link():
+    """Another training on the workers' hosts (the CI's own load beside the suite): a worker it slows keeps its
+    peers in the all-reduce. The verdict names those processes and sends no one to change the batch or the link."""
+    busy = {"used": 0.6, "cores": 2, "allowed": 2, "others": [{"pid": 4242, "name": "python", "cpu": 1.4},
+                                                               {"pid": 77, "name": "gzip", "cpu": 0.1}]}
+    verdict = speed.explain("a", {"worker-0": record(step=0.06, compute=0.005, reduce=0.05, cpu=busy),
+                                  "worker-1": record(step=0.06, compute=0.005, reduce=0.05)})
+    assert verdict.kind == speed.COMMUNICATION_BOUND
+    assert verdict.findings[0].words == (
+        "communication-bound while other processes load the hosts: 83% of each step waits on the all-reduce (1 MB "
+        "of gradients in 50 ms), and pid 4242 (python) uses 1.4 CPU beside the run — a worker they slow keeps its "
+        "peers waiting there: stop them (or move the tasks), then ask again before changing the batch or the link")
+
+
 def test_a_run_whose_workers_compute_is_healthy_and_its_scaling_is_said():
     verdict = speed.explain("a", {f"worker-{i}": record(step=0.015, compute=0.01, reduce=0.003) for i in range(2)})
     assert verdict.kind == speed.HEALTHY
