@@ -31,6 +31,7 @@ from trainer.tf_config import CHIEF, WORKER
 
 log = logging.getLogger("console.checks")
 LISTEN_SECONDS = 60.0
+DOTFILES_SAID = 20  # a workdir row names this many of the dotfiles it ships (all of them in its "dotfiles")
 
 
 @dataclass
@@ -174,9 +175,14 @@ def workload_files(cluster: cl.Cluster) -> tuple[list[dict], list[Problem]]:
                 problems.append(problem)
                 continue
             left = f"; {len(shipped.skipped)} left out (.tfccignore and defaults)" if shipped.skipped else ""
+            dots = shipped.dotfiles()
+            if dots:  # settings files travel; a token one must be seen before it does
+                more = f" and {len(dots) - DOTFILES_SAID} more (tfcc check --json lists them all)" \
+                    if len(dots) > DOTFILES_SAID else ""
+                left += f"; dotfiles shipped: {', '.join(dots[:DOTFILES_SAID])}{more}"
             rows.append({"what": "workdir", "path": f"{shipped.root}: ships {len(shipped.files)} file"
                          f"{'s' * (len(shipped.files) != 1)}, {workdir.human_bytes(shipped.size)}{left}",
-                         "ok": True, "problem": ""})
+                         "ok": True, "problem": "", "dotfiles": dots})
     return rows, problems
 
 

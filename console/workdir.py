@@ -45,8 +45,10 @@ MAX_FILES = 10_000      # and how many files
 IGNORE_FILES = (".gitignore", ".tfccignore")  # one folder's, in rising precedence
 DEFAULT_EXCLUDES = (".git/", "__pycache__/", "*.pyc", ".venv/", "venv/", ".tox/", ".mypy_cache/", ".pytest_cache/",
                     ".ipynb_checkpoints/", "node_modules/", "*.egg-info/", ".tfcc/",
-                    # keys and credentials: never sent to a host by default (a .tfccignore "!" can)
-                    ".ssh/", ".aws/", ".gnupg/", ".netrc", "*.pem", "id_rsa*", "id_ed25519*", "id_ecdsa*", "id_dsa*")
+                    # keys, tokens and credentials: never sent to a host by default (a .tfccignore "!" can)
+                    ".ssh/", ".aws/", ".gnupg/", ".kube/", ".docker/", ".netrc", ".git-credentials", ".pypirc",
+                    ".env", ".env.*", "credentials*.json", "*.pem", "*.key", "*.p12", "*.pfx",
+                    "id_rsa*", "id_ed25519*", "id_ecdsa*", "id_dsa*")
 DEFAULTS = "tfcc's default excludes"
 VENV_MARKER = "pyvenv.cfg"
 BIGGEST = 5             # files an error about the size names
@@ -85,6 +87,10 @@ class Workdir:
     def entries(self) -> list[list]:
         """The agent's ``start`` argument: ``[relative path, sha256, executable]`` per file."""
         return [[f.rel, f.sha256, f.executable] for f in self.files]
+
+    def dotfiles(self) -> list[str]:
+        """The files shipped whose name or a folder's starts with a dot (settings, and tokens a "!" let through)."""
+        return [f.rel for f in self.files if any(part.startswith(".") for part in f.rel.split("/"))]
 
     def blobs(self) -> dict[str, WorkFile]:
         """One file per distinct content: what a host may lack."""

@@ -261,6 +261,32 @@ def test_what_holds_home_and_its_settings_folders_are_no_workdir_and_keys_are_ne
     assert [f.rel for f in collect(cl.Training(script=str(home / "proj" / "main.py"))).files] == ["main.py"]
 
 
+TOKEN_FILES = (".env", ".env.production", ".git-credentials", ".pypirc", ".netrc", ".kube/config",
+               ".docker/config.json", "credentials.json", "credentials-gcp.json", "tls/server.key", "certs/me.p12",
+               "certs/me.pfx", "keys/deploy.pem")
+
+
+def test_token_files_stay_home_unless_a_bang_line_takes_one_and_check_names_every_dotfile_shipped(homes):
+    """A project folder as people have it: a .env beside the code, a kube config, a registry login, cloud
+    credentials. None reaches a host by default (that would go around secret_env); a "!" line in .tfccignore
+    ships one, and the check lists every dotfile that will ship, so it is seen before it goes."""
+    from console import checks
+
+    proj = homes / "proj"
+    write(proj, {"main.py": "print(1)\n", "model/net.py": "X = 1\n", **{name: "TOKEN" for name in TOKEN_FILES}})
+    training = cl.Training(script=str(proj / "main.py"))
+    assert sorted(f.rel for f in collect(training).files) == ["main.py", "model/net.py"]
+    (proj / ".tfccignore").write_text("!.env.production\n!.kube/\n")
+    shipped = collect(training)
+    assert sorted(f.rel for f in shipped.files) == [".env.production", ".kube/config", ".tfccignore", "main.py",
+                                                    "model/net.py"]
+    cluster = cl.default()
+    cluster.training = training
+    rows, problems = checks.workload_files(cluster)
+    assert problems == [] and rows[1]["dotfiles"] == [".env.production", ".kube/config", ".tfccignore"]
+    assert rows[1]["path"].endswith("; dotfiles shipped: .env.production, .kube/config, .tfccignore")
+
+
 # --------------------------------------------------------------------------- upload
 
 
