@@ -355,15 +355,7 @@ class SSHConnection:
 
         Returns (home, the agent's channel), or (home, None) when the code must be deployed first.
         """
-        script = (f'h="${{TFCC_HOME:-$HOME/.tfcc}}"; d="$h/dist/{dist_name}"; printf "tfcc-home %s\\n" "$h"; '
-                  # A home (or dist/) that another user owns or may write in: its code is not run.
-                  'for x in "$h" "$h/dist"; do [ -e "$x" ] || continue; '
-                  f'if [ ! -O "$x" ]; then echo "tfcc-unsafe {UNSAFE_OWNER} $x"; exit 0; fi; '
-                  'if [ -n "$(find "$x" -prune \\( -perm -020 -o -perm -002 \\) 2>/dev/null)" ]; then '
-                  f'echo "tfcc-unsafe {UNSAFE_WRITABLE} $x"; exit 0; fi; done; '
-                  f'if [ -f "$d/.complete" ]; then echo tfcc-agent; {_agent_command("$d", python)}; '
-                  'fi; echo tfcc-deploy')
-        chan, stdin, stdout = self._exec_streams(script)
+        chan, stdin, stdout = self._exec_streams(_start_script(dist_name, python))
         chan.settimeout(self.timeout)
         try:
             first, second = stdout.readline(), stdout.readline()
@@ -445,8 +437,24 @@ class SSHConnection:
             jump.close()
 
 
+def _start_script(dist_name: str, python: str) -> str:
+    """The shell script of ``start_agent``: tfcc's home on the host, whether it is safe, and the agent started from
+    ``dist/<dist_name>`` when that is complete (a home's path may hold spaces or glob characters: every use of it is
+    quoted)."""
+    start = _agent_command('"$d"', python)
+    return (f'h="${{TFCC_HOME:-$HOME/.tfcc}}"; d="$h/dist/{dist_name}"; printf "tfcc-home %s\\n" "$h"; '
+            # A home (or dist/) that another user owns or may write in: its code is not run.
+            'for x in "$h" "$h/dist"; do [ -e "$x" ] || continue; '
+            f'if [ ! -O "$x" ]; then echo "tfcc-unsafe {UNSAFE_OWNER} $x"; exit 0; fi; '
+            'if [ -n "$(find "$x" -prune \\( -perm -020 -o -perm -002 \\) 2>/dev/null)" ]; then '
+            f'echo "tfcc-unsafe {UNSAFE_WRITABLE} $x"; exit 0; fi; done; '
+            f'if [ -f "$d/.complete" ]; then echo tfcc-agent; {start}; '
+            'fi; echo tfcc-deploy')
+
+
 def _agent_command(dist: str, python: str) -> str:
-    """Shell words that start the agent in ``dist`` (already quoted, or a $variable), its stderr kept in a file.
+    """Shell words that start the agent in ``dist`` (already quoted: ``shlex.quote``'d, or a double-quoted
+    $variable), its stderr kept in a file.
 
     -S: the agent needs only the standard library; skipping site saves most of the start-up.
     The file is removed by the agent when it ends cleanly, and read by the console when it does not.

@@ -613,3 +613,19 @@ def test_firewall_admits_the_cluster_only_and_goes_with_the_run(ssh_hosts, ssh_e
     finally:
         link.drop()
     assert _tfcc_tables(h1) == []
+
+
+def test_the_agent_starts_from_a_home_whose_path_has_spaces_and_glob_characters(tmp_path):
+    """``start_agent``'s script in a shell, as sshd runs it: TFCC_HOME with a space and a glob pattern in it (a
+    home on a mounted drive, "/mnt/My Drive [1]") is quoted at every use; the agent starts from its dist folder."""
+    home = tmp_path / "My Drive [1]" / ".tfcc"
+    dist = home / "dist" / "abc123"
+    (dist / "agent").mkdir(parents=True)
+    (dist / "agent" / "__main__.py").write_text("import os\nprint('agent in', os.getcwd(), flush=True)\n")
+    (dist / ".complete").write_text("")
+    (tmp_path / "My").mkdir()  # what an unquoted cd would reach for its first word
+    done = subprocess.run(["sh", "-c", ssh._start_script("abc123", sys.executable)], capture_output=True, text=True,
+                          env={**os.environ, "TFCC_HOME": str(home)}, timeout=60, cwd=tmp_path)
+    lines = done.stdout.splitlines()
+    assert lines[:2] == [f"tfcc-home {home}", "tfcc-agent"], done.stdout + done.stderr
+    assert lines[2].startswith(f"tfcc-stderr {home}/agent-") and lines[3] == f"agent in {dist}", lines
