@@ -226,6 +226,12 @@ def _used_hosts(cluster: cl.Cluster) -> list[cl.Host]:
     return [h for h in cluster.hosts if any(t.host == h.name for t in cluster.tasks)]
 
 
+def _comment_safe(text: str) -> str:
+    """``text`` for a comment line of a script or a YAML file: each character that is not printable ('\\n', '\\r',
+    U+2028 and U+2029, which YAML reads as line breaks, other controls) as '?', so nothing ends the comment."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
 def _describe(cluster: cl.Cluster) -> str:
     """``2 workers on 1 host (local), training digits for 5 epochs``."""
     counts = _roles(cluster)
@@ -235,9 +241,9 @@ def _describe(cluster: cl.Cluster) -> str:
     hosts = _used_hosts(cluster)
     t = cluster.training
     if t.script:
-        what = f"running the script {Path(t.script).name}"
+        what = f"running the script {_comment_safe(Path(t.script).name)}"
     elif t.model_file:
-        what = f"training the model file {Path(t.model_file).name} for {t.epochs} epochs"
+        what = f"training the model file {_comment_safe(Path(t.model_file).name)} for {t.epochs} epochs"
     else:
         what = f"training {t.workload} for {t.epochs} epochs"
     return (f"{roles} on {len(hosts)} host{'s' if len(hosts) > 1 else ''} "

@@ -1261,3 +1261,29 @@ def test_an_export_into_a_pipe_that_closes_early_is_no_error(homes):
     assert done.stderr == ""
     log = homes / "console" / "tfcc.log"
     assert not log.exists() or "Traceback" not in log.read_text()
+
+
+@pytest.mark.parametrize("breaker", ["\u2028", "\u2029", "\x85", "\n", "\r"])
+def test_a_file_name_that_breaks_a_line_stays_in_its_header_comment(tmp_path, breaker):
+    """A script's file name is in each export's header comment. A line break in it (U+2028, which YAML reads as
+    one; a newline, which the shell does) must not end the comment: the rest would be YAML (another Kubernetes
+    object on kubectl apply) or shell commands. The comment carries the name with such characters as '?'."""
+    import yaml
+
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    injected = f"train{breaker}---{breaker}kind: Secret{breaker}touch pwned #.py"
+    (proj / injected).write_text("print('hi')\n")
+    cluster = cluster_of(MWMS_THREE)
+    cluster.training.script = str(proj / injected)
+    for fmt, kinds in (("tfjob", ["TFJob"]), ("trainjob", ["TrainingRuntime", "TrainJob"])):
+        (text,) = [t for n, t in export.render(fmt, cluster, export.Options(image="reg.example/tfcc:2.21")).files.items()
+                   if n.endswith(".yaml")]
+        assert sorted(doc["kind"] for doc in yaml.safe_load_all(text) if doc) == sorted(kinds)
+        assert "running the script train?---?kind: Secret?touch pwned #.py" in text
+    for name, text in export.render("scripts", cluster).files.items():
+        if name.endswith(".sh"):  # its commands quote the name (shlex.quote); its header comment holds it whole
+            header = text.split("\nset -u")[0].splitlines()[1:]
+            assert all(line.startswith("#") for line in header), header
+            assert any("running the script train?---?kind: Secret?touch pwned #.py" in line for line in header)
+            assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
