@@ -38,6 +38,10 @@ def check_user_file(path: str, what: str) -> Path:
         except ConfigError as exc:
             raise RunError(str(exc)) from None
     else:
+        if local.suffix != ".py" or local.name.startswith("."):
+            # A settings or token file that happens to compile (a .env of NAME=value lines, say) is not code to ship.
+            raise RunError(f"{where} is not a Python script (a file named *.py, not a dotfile)",
+                           "give the path of the .py file that trains")
         try:
             source = local.read_bytes()
             compile(source, str(local), "exec", dont_inherit=True)

@@ -93,6 +93,20 @@ def test_check_looks_at_the_workload_files_a_start_ships(tmp_path):
     assert checks.workload_files(cl.default()) == ([], [])  # the embedded trainer ships no file of the person's
 
 
+@pytest.mark.parametrize("name", [".env", "credentials", "deploy.key"])
+def test_a_script_must_be_a_python_file_not_a_token_file_that_compiles(tmp_path, name):
+    """``TOKEN = "abc"`` is valid Python: a .env, a credentials file or a key named as the script compiled, and a
+    start shipped it (around the workdir's excludes and secret_env). Only a *.py file that is no dotfile runs."""
+    cluster = script_cluster(tmp_path, "print(1)\n", workers=1)
+    token = Path(cluster.training.script).parent / name
+    token.write_text('TOKEN = "abc"\n')
+    cluster.training.script = str(token)
+    rows, problems = checks.workload_files(cluster)
+    assert [r["ok"] for r in rows] == [False]
+    assert str(problems[0]) == (f"cluster: training.script {str(token)!r} is not a Python script (a file named *.py, "
+                                "not a dotfile); give the path of the .py file that trains")
+
+
 def test_a_check_of_a_missing_script_is_not_ready(tmp_path):
     cluster = script_cluster(tmp_path, "print(1)\n", workers=1)
     cluster.hosts = [cl.Host(name="here", local=True)]
