@@ -465,10 +465,15 @@ def _whole_lines(path: Path) -> int:
             count += chunk.count(b"\n")
         f.seek(size - 1)
         if f.read(1) != b"\n":
-            back = min(size, 1 << 20)
-            f.seek(size - back)
-            tail = f.read(back)
-            keep = size - back + tail.rfind(b"\n") + 1 if b"\n" in tail else 0
+            keep, end = 0, size  # the end of the last whole line: looked for backwards, however long the cut one
+            while end > 0:
+                start = max(0, end - (1 << 20))
+                f.seek(start)
+                found = f.read(end - start).rfind(b"\n")
+                if found >= 0:
+                    keep = start + found + 1
+                    break
+                end = start
             f.truncate(keep)
             log.warning("%s ended in a cut line (a crash while writing); it was dropped", path)
     return count

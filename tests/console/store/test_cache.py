@@ -495,3 +495,16 @@ def test_a_hostile_tasks_lines_are_noted_its_good_records_kept_once_and_its_hist
     session = RunSession(Run.load("hostile"), MetricsStore())  # a reattach reads the host's file again
     follow_to_end(session, 30)
     assert steps_in(session.store, "worker-0") == 5
+
+
+@pytest.mark.parametrize("cut", [10, (1 << 20) + 10, 3 * (1 << 20)])
+def test_a_cut_last_line_of_any_length_leaves_the_whole_lines_before_it_and_their_true_count(tmp_path, cut):
+    """A crash while a long line was written (a line over 1 MiB cut short): the file keeps its whole lines, and the
+    count says how many there are (it kept the old count and emptied the file: every later line was then numbered
+    wrong, and the history lost)."""
+    path = tmp_path / "worker-0.jsonl"
+    whole = b"".join(json.dumps({"type": "step", "global_step": i}).encode() + b"\n" for i in range(3))
+    path.write_bytes(whole + b'{"type": "step", "note": "' + b"x" * cut)
+    assert cache._whole_lines(path) == 3
+    assert path.read_bytes() == whole
+    assert cache._whole_lines(path) == 3 and path.read_bytes() == whole  # a whole file is left as it is
