@@ -637,12 +637,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Shown:
+    """A terminal stream that shows every control character written to it (``text.printable``: an escape sequence
+    as ``\\x1b``, a carriage return as a new line) instead of letting the terminal run it: text from hosts (an
+    error, a check's problem, a run's note, a log) reaches the terminal through it, whatever prints it."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, data: str) -> int:
+        self._stream.write(text.printable(data))
+        return len(data)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _shown_streams():
+    """Within: ``sys.stdout`` and ``sys.stderr`` are ``_Shown``; after, what they were."""
+    was = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Shown(sys.stdout), _Shown(sys.stderr)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = was
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Every command's one error boundary: one ``tfcc: error:`` line that says what to do, exit 2.
+    """Every command's one error boundary: one ``tfcc: error:`` line that says what to do, exit 2; everything it
+    prints goes through one sanitiser (``_Shown``).
 
     A tfcc error is its own message; anything else is a bug, whose traceback goes to the
     log file that the line names (``--debug`` prints it here instead).
     """
+    with _shown_streams():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     debug, verbose = "--debug" in argv, "--verbose" in argv  # anywhere on the line

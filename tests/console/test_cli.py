@@ -640,3 +640,24 @@ def test_runs_says_each_change_of_an_elastic_runs_size(homes, capsys):
         "here answers again)")
     assert main(["runs", "--json", "--timeout", "5"]) == 0
     assert {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}["grew"]["resizes"] == resizes
+
+
+def test_text_a_host_sent_reaches_the_terminal_shown_not_run(capsys, monkeypatch, tmp_path):
+    """An error, a note or a line whose words a host chose (a hostile one: a title change, a screen clear, a
+    carriage return that hides what came before) is printed with its control characters shown, by every command:
+    the CLI's streams have one sanitiser."""
+    from console import catalog
+    from console.store.cache import HistoryError
+
+    monkeypatch.setenv("TFCC_CONSOLE_HOME", str(tmp_path / "console"))
+    said = "host h0: \x1b]0;owned\x07\x1b[2Jall is well\rrm -rf ~"
+
+    def overview(*args, **kwargs):
+        raise HistoryError(said, "check that the host is up and reachable, then try again")
+
+    monkeypatch.setattr(catalog, "overview", overview)
+    assert main(["runs"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("tfcc: error: host h0: \\x1b]0;owned\\x07\\x1b[2Jall is well\nrm -rf ~; check that the host is up "
+                   "and reachable, then try again\n")
+    assert sys.stdout is not None and not hasattr(sys.stdout, "_stream"), "the streams are back as they were"
