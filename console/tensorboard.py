@@ -12,6 +12,7 @@ calls it off its UI thread. ``Servers`` keeps one per run and stops them all whe
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import socket
@@ -120,6 +121,20 @@ def answers(url: str, timeout: float = 1.0) -> bool:
         return False
 
 
+def serves(url: str, logdir: Path, timeout: float = 1.0) -> bool | None:
+    """Whether the server at ``url`` is the TensorBoard of ``logdir`` (its ``/data/environment`` names that logdir);
+    None: nothing answers there (yet). Another server on the port (another user's, or one that took the port between
+    its choice and TensorBoard's bind) is False: never opened as this run's."""
+    try:
+        with urllib.request.urlopen(url + "data/environment", timeout=timeout) as reply:
+            environment = json.loads(reply.read(1 << 16))
+    except urllib.error.HTTPError:
+        return False  # a server, not TensorBoard's answer
+    except (OSError, ValueError):
+        return None if not answers(url, timeout) else False
+    return isinstance(environment, dict) and environment.get("data_location") == str(logdir)
+
+
 class TensorBoard:
     """One TensorBoard process on ``logdir``, bound to 127.0.0.1."""
 
@@ -157,9 +172,15 @@ class TensorBoard:
                 self.process = process
                 self.stop()
                 raise TensorBoardError("TensorBoard was stopped while it started")
-            if answers(self.url):
+            found = serves(self.url, self.logdir)
+            if found:
                 break
             code = process.poll()
+            if found is False and (code is not None or time.monotonic() > deadline):
+                self.stop()
+                raise TensorBoardError(f"another server answers on {self.url}, not this run's TensorBoard (it holds "
+                                       f"port {self.port})", "give TensorBoard another port (tfcc tensorboard --port), "
+                                       "or none for a free one")
             if code is not None:
                 raise TensorBoardError(f"TensorBoard ended at once (exit code {code}): {self._last_words()}",
                                        f"its output is in {self.log_path}")

@@ -104,6 +104,41 @@ def test_tensorboard_serves_the_logs_on_localhost_and_stops(homes):
     assert process.poll() is not None and not tb.answers(url)
 
 
+def test_another_server_on_the_port_is_never_taken_for_the_runs_tensorboard(homes):
+    """A port taken before TensorBoard binds it (another user's server on it, or one that took it between tfcc's
+    choice and TensorBoard's bind): it answers HTTP, and tfcc opened it as the run's. Only the TensorBoard whose
+    environment names this run's logs is; another server is said, with what to do, and not opened."""
+    import http.server
+    import threading
+
+    pytest.importorskip("tensorboard")
+
+    class Other(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"data_location": "/somewhere/else"}).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    other = http.server.HTTPServer(("127.0.0.1", 0), Other)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        (homes / "logs" / "tensorboard").mkdir(parents=True)
+        server = tb.TensorBoard(homes / "logs" / "tensorboard", port=other.server_address[1])
+        with pytest.raises(tb.TensorBoardError) as raised:
+            server.start(timeout=120)
+        assert str(raised.value) == (
+            f"another server answers on http://127.0.0.1:{other.server_address[1]}/, not this run's TensorBoard (it "
+            f"holds port {other.server_address[1]}); give TensorBoard another port (tfcc tensorboard --port), or none "
+            "for a free one")
+        assert server.process is None
+    finally:
+        other.shutdown()
+
+
 def test_logs_are_copied_over_sftp(ssh_hosts, ssh_env, tmp_path):
     ssh_hosts.known_hosts(ssh_env / "known_hosts")
     host = ssh_hosts.hosts[0]
