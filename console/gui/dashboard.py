@@ -159,8 +159,8 @@ class _YAxis(pg.AxisItem):
         """pyqtgraph's decades and their 2..9 marks; a range that holds fewer than two of those (inside one decade)
         gets ticks at round values instead (0.32, 0.34, ...), so that the axis still says its numbers."""
         ticks = super().logTickValues(minVal, maxVal, size, stdTicks)
-        if sum(len(values) for _, values in ticks) >= 2 or not (math.isfinite(minVal) and math.isfinite(maxVal)):
-            return ticks
+        if sum(len(values) for _, values in ticks) >= 2 or not (abs(minVal) < 300 and abs(maxVal) < 300):
+            return ticks  # (a range a host made up, beyond a float's powers of ten: pyqtgraph's own)
         low, high = 10.0 ** minVal, 10.0 ** maxVal
         if not high > low > 0:
             return ticks
@@ -177,6 +177,8 @@ class _YAxis(pg.AxisItem):
         if not self.logMode:
             return super().tickStrings(values, scale, spacing)
         low, high = sorted(self.range)
+        if not all(abs(v) < 300 for v in values):  # a range a host made up: no power of ten a float holds
+            return ["" for _ in values]
         if high - low < 1:
             return [f"{10 ** v:.3g}" for v in values]
         return [f"{10.0 ** round(v):g}" if abs(v - round(v)) < 1e-6 else "" for v in values]
@@ -1090,6 +1092,8 @@ class Dashboard(QWidget):
                 least = (MIN_X_SPAN if self._axis_of(plot_id) == "step" else 10.0) if self.live else 0.0
                 end = max(x1 + ahead * width, x0 + least) if self.live else x1 + 0.02 * width
                 view = ((x0 - (0 if self.live else 0.02 * width), end), (y0 - 0.08 * span, y1 + 0.08 * span))
+                if not all(math.isfinite(v) for pair in view for v in pair):
+                    continue  # steps or values a host made up (±1e308): the view stays where it is
                 self._views[plot_id] = view
                 vb.setRange(xRange=view[0], yRange=view[1], padding=0, update=False)
 

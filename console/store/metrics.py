@@ -132,7 +132,7 @@ class WorkerProgress:
     @property
     def fraction(self) -> float:
         total = self.steps_per_epoch * self.epochs
-        return min(1.0, self.global_step / total) if total else 0.0
+        return min(1.0, max(0.0, self.global_step / total)) if total else 0.0  # a step a host made up: still 0..1
 
     def eta(self) -> float | None:
         """Seconds left at the recent pace, or None before there is a pace."""

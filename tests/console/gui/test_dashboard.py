@@ -939,3 +939,41 @@ def test_the_exported_picture_says_the_run_and_has_a_key_and_the_final_values(qt
              for y in range(image.height() - 60, image.height())}
     assert worker_color(1).name() in below, "the key has each worker's line"
     assert board.export_png(tmp_path / "plots.png") and QImage(str(tmp_path / "plots.png")).size() == image.size()
+
+
+HOSTILE_STEPS = {
+    "near the float's end": [1e308, -1e308, 1.7e308],
+    "a span below a float's step": [1.0, 1.0 + 1e-15, 1.0 + 2e-15],
+    "going back and jumping": [100, 50, 3, 1e6, 2],
+    "past int64": [2**62, 2**63 - 1, -2**63, 2**70],
+    "tiny and huge": [0, 1e300, 1e-300, -5],
+}
+
+
+@pytest.mark.parametrize("steps", list(HOSTILE_STEPS))
+def test_the_refresh_survives_any_range_a_host_sends(qtbot, steps):
+    """Steps and values a hostile or broken host made up (±1e308, past int64, going back, a span below a float's
+    resolution), on every x axis, with log y: the view stays where it is rather than ask pyqtgraph for a range it
+    refuses, the progress bars stay within their rows, and no refresh raises (pytest-qt fails a test on any
+    exception in Qt's event loop)."""
+    store = MetricsStore()
+    board = Dashboard(store)
+    qtbot.addWidget(board)
+    board.resize(1100, 800)
+    board.show()
+    board.set_store(store, ["worker-0"], live=True)
+    values = [1.0, -1e308, 1e308, float("nan"), 2**70, 1e-320]
+    records = [started_record(0, 1, 100, 32)]
+    for i, g in enumerate(HOSTILE_STEPS[steps] * 40):
+        records.append({"type": "step", "epoch": 0, "step": i, "global_step": g, "loss": values[i % len(values)],
+                        "step_time": 0.01, "time": 1000.0 + i})
+    records.append({"type": "epoch", "epoch": 0, "global_step": HOSTILE_STEPS[steps][-1], "loss": 1e308,
+                    "val_loss": -1e308, "time": 2000.0})
+    store.ingest("worker-0", records)
+    for log_y in (False, True):
+        board.log_box.setChecked(log_y)
+        for index in range(board.x_box.count()):
+            board.x_box.setCurrentIndex(index)
+            qtbot.waitUntil(lambda: board._seen_version == store.version, timeout=30_000)
+            board.grab()  # a paint of every part, now
+    assert 0.0 <= board.progress_view.bars["worker-0"].value() <= 1.0
