@@ -49,7 +49,10 @@ def message_size(message: dict) -> int:
     if isinstance(lines, list):
         return 100 + sum(len(line) for line in lines)
     text_ = message.get("text")
-    return 100 + (len(text_) if isinstance(text_, str) else 0)
+    # A system sample (as the agent sent it, or queued as a "record"): about 200 bytes a task or GPU it names.
+    sample = message.get("record") if isinstance(message.get("record"), dict) else message
+    parts = sum(len(part) for part in (sample.get("tasks"), sample.get("gpus")) if isinstance(part, (dict, list)))
+    return 100 + (len(text_) if isinstance(text_, str) else 0) + 200 * parts
 
 
 class Backlog:
@@ -66,6 +69,7 @@ class Backlog:
         self.size = 0
         self.peak = 0
         self.holds = 0  # how many times a follow was held (the bench reads it)
+        self.dropped_samples = 0  # system samples not queued while past HIGH
         self._held: dict[int, object] = {}
 
     def delivered(self, follow, message: dict) -> None:
@@ -80,6 +84,18 @@ class Backlog:
                 self.holds += 1
         if hold:
             follow.pause(True)
+
+    def take_sample(self, message: dict) -> bool:
+        """A host's system sample, counted as a follow's message is; False (not queued) while the console is past
+        ``HIGH``: a newer sample comes a second later (``handled`` takes it off once done)."""
+        size = message_size(message)
+        with self._lock:
+            if self.size > self.HIGH:
+                self.dropped_samples += 1
+                return False
+            self.size += size
+            self.peak = max(self.peak, self.size)
+        return True
 
     def handled(self, message: dict) -> None:
         """A queued ``message`` was handled (on the consumer's thread)."""
@@ -129,6 +145,7 @@ class Run:
         self._sampling = threading.Lock()                     # guards the two maps below
         self._following: dict[str, threading.Thread] = {}    # task -> its newest follow thread
         self._samplers: dict[str, threading.Thread] = {}     # host -> its system thread while it runs
+        self._nodes: set[str] = set()                        # a Slurm run's nodes its samples named (capped)
         self.backlog = Backlog()  # the follows' messages not handled yet: the consumer says ``handled``
 
     # ----------------------------------------------------------------- manifest
@@ -737,6 +754,17 @@ class Run:
                 self._samplers[host] = thread
                 thread.start()
 
+    def _system_source(self, name: str) -> bool:
+        """Whether system samples named ``name`` are kept: a host of the run, or one of a Slurm job's nodes (the
+        first ``slurm.nodes`` names its login host's agent sends: a host cannot grow the console's hosts)."""
+        if self.cluster.slurm is None:
+            return name in self.links
+        with self._sampling:
+            if name in self._nodes or len(self._nodes) < max(1, self.cluster.slurm.nodes):
+                self._nodes.add(name)
+                return True
+        return False
+
     def _followed(self, host: str) -> bool:
         """Whether a follow of one of ``host``'s tasks still runs (with ``_sampling`` held)."""
         return any(thread.is_alive() for name, thread in self._following.items()
@@ -752,8 +780,10 @@ class Run:
                 backoff["delay"] = 0.2
                 # a Slurm run's samples are its nodes', each named (the login host's agent streams them)
                 node = message.get("node") if self.cluster.slurm is not None else None
-                on_system(node if isinstance(node, str) and node else host,
-                          {k: v for k, v in message.items() if k not in ("id", "node")})
+                name = node if isinstance(node, str) and node else host
+                if not self._system_source(name) or not self.backlog.take_sample(message):
+                    return  # a node name past the job's count, or a console behind: a sample is only a sample
+                on_system(name, {k: v for k, v in message.items() if k not in ("id", "node")})
 
         def finished() -> bool:
             """Whether to end now: stopped, or the host's follows are over (then this thread is gone)."""

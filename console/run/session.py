@@ -438,7 +438,7 @@ class RunSession:
         except Exception:  # a bug must not end the session: the log has it
             log.exception("handling a message of %s", task.name if task is not None else message.get("host"))
         finally:
-            if message.get("type") in (METRICS_MESSAGE, LOG_MESSAGE):
+            if message.get("type") in (METRICS_MESSAGE, LOG_MESSAGE, SYSTEM_QUEUED):
                 self.run.backlog.handled(message)  # held follows go on once the backlog is small again
 
     def _drain(self) -> None:
@@ -472,8 +472,9 @@ class RunSession:
         elif kind == SYSTEM_QUEUED:  # task is None: the record is the host's
             host, record = message["host"], message["record"]
             self._systems[host] = record
-            if self.store is not None:
-                self.store.ingest_system(host, record)
+            if self.store is not None:  # the run's own tasks there only (a Slurm node's: any of the run's)
+                self.store.ingest_system(host, record, tasks={t.name for t in self.run.tasks
+                                                              if self.run.cluster.slurm is not None or t.host == host})
             self._tell(SessionEvent(SessionKind.SYSTEM, host=host, message=record))
         elif kind == FOLLOWING:
             started = number(message.get("started"))

@@ -632,7 +632,7 @@ def fill_from_cache(run_id: str, store, tasks: list[str], hosts: list[str] | Non
             if hosts is not None and host not in hosts:
                 continue
             for record in _read_objects(path, notes):
-                ingest_system(host, record)  # the cluster's name of the host, as the session gave it
+                ingest_system(host, record, tasks=set(tasks))  # the host's name as the session gave it
     return notes
 
 

@@ -174,6 +174,7 @@ def _columns(records: list[dict]) -> dict[str, np.ndarray]:
                 if any(_is_number(r.get(name)) for r in records) or name in ("loss", "loss_avg")}
 
 
+MAX_GPUS = 16  # GPU rows a host's samples may make (a machine has at most 16; more is a host making them up)
 FINAL_METRICS = ("loss", "accuracy", "val_loss", "val_accuracy")  # what a run header says it ended at
 _CURSOR = (None, None)  # the key of ``changed``'s ``seen`` that says where a call with a budget stopped
 
@@ -243,6 +244,7 @@ class MetricsStore:
         self._tables: dict[tuple[str, str], Table] = {}
         self.workers: list[str] = []
         self.hosts: list[str] = []            # hosts with system samples, in the order they came
+        self._gpus: dict[str, set] = {}       # host -> the GPU indexes its samples made rows of (MAX_GPUS at most)
         self.progress: dict[str, WorkerProgress] = {}
         self.epochs = Newest(self.MAX_EPOCHS, self.EPOCH_BYTES)
         # {"time", "task", "event", and "record": a task's record, or "text": the console's own words}
@@ -438,9 +440,11 @@ class MetricsStore:
         self.markers.append(Marker(Marker.NAN, task, step, when if math.isfinite(when) else time.time(), metric=metric,
                                    value=None if math.isnan(value) else value))
 
-    def ingest_system(self, host: str, record: dict) -> None:
+    def ingest_system(self, host: str, record: dict, tasks: set[str] | None = None) -> None:
         """A host's system sample (docs/metrics.md, ``system``): its CPU and memory, each GPU's
-        load, and each of its tasks' CPU and memory, as rows of the system lane."""
+        load, and each of its tasks' CPU and memory, as rows of the system lane. A host cannot grow the tables:
+        only ``tasks`` (the run's tasks there; None: any) get rows, and at most ``MAX_GPUS`` GPUs a host, each an
+        index below ``MAX_GPUS * 4``."""
         now = np.array([number(record.get("time"))])
         value = number
 
@@ -460,7 +464,7 @@ class MetricsStore:
                               "sys:swap_gb": value(record.get("swap_used_bytes")) * gb})
             used: set | None = set()
             for task, t in (record.get("tasks") or {}).items():
-                if not isinstance(t, dict):
+                if not isinstance(t, dict) or (tasks is not None and task not in tasks):
                     continue
                 row(task, {"sys:cpu_cores": value(t.get("cpu_percent")) / 100,
                            "sys:memory_gb": value(t.get("rss_bytes")) * gb})
@@ -470,12 +474,20 @@ class MetricsStore:
                 else:
                     used = None
             self.gpus_used[host] = used or None
+            known = self._gpus.setdefault(host, set())
             for gpu in record.get("gpus") or []:
                 if not isinstance(gpu, dict):
                     continue
-                if used and str(gpu.get("index")) not in used:
+                index = gpu.get("index")
+                if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 4 * MAX_GPUS:
+                    continue  # no GPU index a machine has
+                if used and str(index) not in used:
                     continue  # a GPU no task of the run uses
-                row(f"{HOST}{host}/gpu{gpu.get('index')}",
+                if index not in known:
+                    if len(known) >= MAX_GPUS:
+                        continue
+                    known.add(index)
+                row(f"{HOST}{host}/gpu{index}",
                     {"sys:gpu_percent": value(gpu.get("utilization_percent")),
                      "sys:gpu_memory_gb": value(gpu.get("memory_used_bytes")) * gb})
             self.version += 1

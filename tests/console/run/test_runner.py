@@ -302,3 +302,20 @@ def test_an_elastic_runs_members_are_kept_in_its_manifest_and_loaded_again(homes
     again = read_manifest("el")
     assert again.left == {} and [r["tasks"] for r in again.resizes] == [["worker-0", "worker-2"],
                                                                          ["worker-0", "worker-1", "worker-2"]]
+
+
+def test_system_samples_come_only_from_the_runs_hosts_or_as_many_nodes_as_its_job_has():
+    """A host's samples name where they come from; a hostile login host could name thousands of nodes (each a
+    host of the Dashboard and a history file). A run of hosts keeps its own hosts' samples; a Slurm run the first
+    ``slurm.nodes`` node names, then no new one."""
+    from console.run.runner import Run
+
+    hosts = cl.Cluster([cl.Host("a", address="10.0.0.1"), cl.Host("b", address="10.0.0.2")],
+                       [cl.Task("a"), cl.Task("b")], cl.Training())
+    run = Run(hosts, "sampled")
+    assert [run._system_source(name) for name in ("a", "b", "c", "login")] == [True, True, False, False]
+    slurm = cl.loads('[training]\nworkload = "digits"\n[slurm]\nlogin = "login.hpc.example"\nnodes = 3\n'
+                     'tasks_per_node = 2\ntime = "1:00:00"\n')
+    run = Run(slurm, "sampled-slurm")
+    assert [run._system_source(f"node{i}") for i in range(10)] == [True] * 3 + [False] * 7
+    assert run._system_source("node1") and not run._system_source("node9")

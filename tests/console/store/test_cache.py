@@ -208,11 +208,11 @@ def test_system_records_are_kept_per_host_and_given_back(homes):
     got = []
 
     class Store(MetricsStore):
-        def ingest_system(self, host, r):
-            got.append((host, r))
+        def ingest_system(self, host, r, tasks=None):
+            got.append((host, r, tasks))
 
     cache.fill_from_cache("sys", Store(), ["worker-0", "worker-1"])
-    assert got == [("here", record)]
+    assert got == [("here", record, {"worker-0", "worker-1"})]  # the run's tasks only, as the session kept them
 
 
 def test_the_list_of_runs_says_state_cluster_times_and_final_metrics(homes):

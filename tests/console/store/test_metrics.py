@@ -182,6 +182,55 @@ def test_system_samples_are_rows_per_host_task_and_used_gpu():
     assert "sys:gpu_memory_gb" in store.metrics()
 
 
+def test_a_host_that_names_thousands_of_tasks_and_gpus_grows_no_table(tmp_path):
+    """A hostile host's samples: 10,000 task names and 10,000 GPU indexes each (a 260 KB sample made 22,001 tables
+    and 372 MB in 1.4 s). Only the run's tasks on that host and at most ``MAX_GPUS`` real GPU indexes get rows:
+    the store holds no more than for a host with that many GPUs that sent only its own (tracemalloc: what Python
+    allocated for it, numpy's arrays too, within 1 MB); the run's own samples still make their rows."""
+    import tracemalloc
+
+    from console.store.metrics import MAX_GPUS
+
+    def sample(t: float, gpus: int, made_up: int) -> dict:
+        return {"type": "system", "time": t, "cpus": 8, "cpu_percent": 50.0, "memory_used_bytes": 3e9,
+                "gpus": [{"index": i, "utilization_percent": 50} for i in range(gpus)]
+                + [{"index": "x" * 100, "utilization_percent": 1}, {"index": True, "utilization_percent": 1}],
+                "tasks": {**{f"made-up-{i}": {"cpu_percent": 1.0, "rss_bytes": 1e6} for i in range(made_up)},
+                          "worker-0": {"cpu_percent": 100.0, "rss_bytes": 5e8}}}
+
+    def held(samples) -> tuple[MetricsStore, int]:
+        store = MetricsStore()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        for one in samples:
+            store.ingest_system("gpu-a", one, tasks={"worker-0", "worker-1"})
+        grown = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+        return store, grown
+
+    _, clean = held([sample(1000.0 + k, MAX_GPUS, 0) for k in range(4)])
+    store, hostile = held([sample(1000.0 + k, 10_000, 10_000) for k in range(4)])
+    assert hostile < clean + (1 << 20), f"{hostile / 2**20:.1f} MB, a host's own {clean / 2**20:.1f} MB"
+    assert store.owners("sys:cpu_cores") == ["host:gpu-a", "worker-0"]
+    assert store.owners("sys:gpu_percent") == [f"host:gpu-a/gpu{i}" for i in range(MAX_GPUS)]
+    assert list(store.series("worker-0", "sys:cpu_cores")[1]) == [1.0] * 4
+
+
+def test_system_samples_count_against_the_backlog_and_wait_past_its_mark():
+    """A host's samples count in the follows' backlog (a 10,000-task sample about 2 MB of it): past its mark the
+    console takes none until it has caught up (a sample is only a sample: the next comes a second later)."""
+    from console.run.runner import Backlog
+
+    backlog = Backlog()
+    hostile = {"type": "system", "tasks": {f"t{i}": {} for i in range(10_000)}}
+    taken = [backlog.take_sample(hostile) for _ in range(10)]
+    assert taken == [True] * 5 + [False] * 5 and backlog.dropped_samples == 5
+    assert Backlog.HIGH < backlog.size <= Backlog.HIGH + 2_000_100
+    for _ in range(5):
+        backlog.handled({"type": "system", "record": hostile})
+    assert backlog.size == 0 and backlog.take_sample(hostile)
+
+
 def test_progress_eta_stragglers_and_events():
     store = MetricsStore()
     rng = random.Random(0)
