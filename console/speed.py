@@ -241,20 +241,24 @@ def _cause(row: WorkerBreakdown) -> str:
     return "its host computes slower than its peers' (a slower CPU or GPU) — give it a host like the others'"
 
 
-def _busy_elsewhere(rows: list[WorkerBreakdown]) -> str | None:
-    """The busiest processes outside the run on the workers' hosts while their steps were timed, in words (None:
-    none used ``OTHER_PROCESS`` of a core)."""
+def _busy_hosts(rows: list[WorkerBreakdown]) -> str | None:
+    """What else held the workers' hosts' CPUs while their steps were timed, in words: the busiest processes outside
+    the run (``OTHER_PROCESS`` of a core or more), else a host ``SATURATED``; None: neither."""
     seen: dict = {}
+    busiest = 0.0
     for row in rows:
         cpu = row.record.get("cpu") if isinstance(row.record.get("cpu"), dict) else {}
+        busiest = max(busiest, _value(cpu, "host_busy") or 0.0)
         for other in cpu.get("others") or []:
             if isinstance(other, dict) and (_value(other, "cpu") or 0) >= OTHER_PROCESS:
                 seen.setdefault((row.task, other.get("pid")), other)
-    if not seen:
-        return None
-    busiest = sorted(seen.values(), key=lambda o: -(_value(o, "cpu") or 0))[:2]
-    return ", ".join(f"pid {o.get('pid')} ({str(o.get('name'))[:40]}) uses {_value(o, 'cpu'):.1f} CPU"
-                     for o in busiest) + " beside the run"
+    if seen:
+        named = sorted(seen.values(), key=lambda o: -(_value(o, "cpu") or 0))[:2]
+        return "other processes used the hosts' CPU (" + ", ".join(
+            f"pid {o.get('pid')} ({str(o.get('name'))[:40]}) {_value(o, 'cpu'):.1f} CPU" for o in named) + ")"
+    if busiest >= SATURATED:
+        return f"the hosts' CPUs were saturated ({busiest:.0%} busy)"
+    return None
 
 
 def _gpu_use(system: dict, task: str) -> float | None:
@@ -340,17 +344,14 @@ def explain(ask: str, records: dict[str, dict], missing: list[str] | None = None
         reduce = statistics.median(r.communication for r in rows)
         size = _value(rows[0].record, "gradient_bytes")
         amount = f" ({size / 1e6:.2g} MB of gradients in {_ms(reduce)})" if size else ""
-        busy = _busy_elsewhere(rows)
-        if busy:  # a worker those processes hold back keeps its peers in the all-reduce: no link or batch helps
-            findings.append(Finding(COMMUNICATION_BOUND, (
-                f"communication-bound while other processes load the hosts: {communication:.0%} of each step waits "
-                f"on the all-reduce{amount}, and {busy} — a worker they slow keeps its peers waiting there: stop "
-                f"them (or move the tasks), then ask again before changing the batch or the link")))
-        else:
-            findings.append(Finding(COMMUNICATION_BOUND, (
-                f"communication-bound: {communication:.0%} of each step waits on the all-reduce{amount} — a larger "
-                f"batch per replica (fewer all-reduces per example), RING or NCCL (training.communication), fewer "
-                f"hosts, or a faster link between them")))
+        words = (f"communication-bound: {communication:.0%} of each step waits on the all-reduce{amount} — a larger "
+                 f"batch per replica (fewer all-reduces per example), RING or NCCL (training.communication), fewer "
+                 f"hosts, or a faster link between them")
+        busy = _busy_hosts(rows)
+        if busy:  # a worker starved of CPU keeps its peers in the all-reduce: the link may not be the cause
+            words += (f"; but {busy} while it was measured: a worker they hold back keeps its peers waiting in the "
+                      f"all-reduce too — ask again when the hosts are quiet, before changing anything")
+        findings.append(Finding(COMMUNICATION_BOUND, words))
     if not findings:
         compute = statistics.mean(r.share("compute") for r in rows)
         other = statistics.mean(r.share("other") for r in rows)

@@ -69,18 +69,23 @@ def test_workers_that_wait_on_the_all_reduce_are_communication_bound():
                                                 "of gradients in 50 ms) — a larger batch per replica")
 
 
-def test_an_all_reduce_wait_beside_other_busy_processes_names_them_not_the_link():
-    """Another training on the workers' hosts (the CI's own load beside the suite): a worker it slows keeps its
-    peers in the all-reduce. The verdict names those processes and sends no one to change the batch or the link."""
-    busy = {"used": 0.6, "cores": 2, "allowed": 2, "others": [{"pid": 4242, "name": "python", "cpu": 1.4},
-                                                               {"pid": 77, "name": "gzip", "cpu": 0.1}]}
-    verdict = speed.explain("a", {"worker-0": record(step=0.06, compute=0.005, reduce=0.05, cpu=busy),
+@pytest.mark.parametrize("cpu, busy", [
+    ({"others": [{"pid": 4242, "name": "python", "cpu": 1.4}, {"pid": 77, "name": "gzip", "cpu": 0.1}]},
+     "other processes used the hosts' CPU (pid 4242 (python) 1.4 CPU)"),
+    ({"host_busy": 0.97}, "the hosts' CPUs were saturated (97% busy)")])
+def test_an_all_reduce_wait_on_busy_hosts_says_so_beside_the_advice(cpu, busy):
+    """Another training on the workers' hosts (the CI's own load beside the suite), or hosts with no CPU to spare:
+    a worker they hold back keeps its peers in the all-reduce. The verdict keeps the advice (a slow link may be
+    there too) and says what else held the hosts, and to ask again when they are quiet."""
+    verdict = speed.explain("a", {"worker-0": record(step=0.06, compute=0.005, reduce=0.05,
+                                                     cpu={"used": 0.6, "cores": 2, "allowed": 2, **cpu}),
                                   "worker-1": record(step=0.06, compute=0.005, reduce=0.05)})
     assert verdict.kind == speed.COMMUNICATION_BOUND
     assert verdict.findings[0].words == (
-        "communication-bound while other processes load the hosts: 83% of each step waits on the all-reduce (1 MB "
-        "of gradients in 50 ms), and pid 4242 (python) uses 1.4 CPU beside the run — a worker they slow keeps its "
-        "peers waiting there: stop them (or move the tasks), then ask again before changing the batch or the link")
+        "communication-bound: 83% of each step waits on the all-reduce (1 MB of gradients in 50 ms) — a larger batch "
+        "per replica (fewer all-reduces per example), RING or NCCL (training.communication), fewer hosts, or a faster "
+        f"link between them; but {busy} while it was measured: a worker they hold back keeps its peers waiting in the "
+        "all-reduce too — ask again when the hosts are quiet, before changing anything")
 
 
 def test_a_run_whose_workers_compute_is_healthy_and_its_scaling_is_said():

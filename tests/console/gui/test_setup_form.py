@@ -50,7 +50,7 @@ def test_a_script_shows_its_own_rows_and_hides_those_it_never_sees(form, qtbot):
         assert not field.isVisibleTo(form) and (label is None or not label.isVisibleTo(form)), field
     assert all(shown(form, f) for f in script_fields(form))
     assert form.file_label.text() == "Script" and form.workdir.placeholderText() == "the script's folder"
-    assert form.capture.text() == "Capture metrics from the script (fit, tf.summary, printed values)"
+    assert form.capture.text() == "Capture metrics (fit, tf.summary, printed values)"
     assert form.capture.isChecked() and form.keras.currentData() == "auto"
     assert [form.keras.itemData(i) for i in range(form.keras.count())] == list(KERAS_FLAVOURS)
     assert form.keras.itemText(0) == "auto (tf-keras: 2 training tasks)"

@@ -110,10 +110,11 @@ def test_a_run_with_nothing_seeded_is_healthy_and_tfcc_why_slow_asks_it_too(home
 
     verdict, _, took = measured(script_cluster(homes), "healthy", show=True, then=ask_from_the_command_line)
     assert took <= bound(60)
-    # Healthy on a quiet machine; beside other work (the CI's training loop), an all-reduce wait they cause is named
-    # as theirs, never sent to the link.
-    assert verdict.kind == speed.HEALTHY or verdict.lines()[0].startswith(
-        "communication-bound while other processes load the hosts"), verdict.lines()
+    # Healthy on a quiet machine; beside other work (the CI's training loop), an all-reduce wait a starved worker
+    # causes is said with what held the hosts' CPUs.
+    assert verdict.kind == speed.HEALTHY or (
+        verdict.kind == speed.COMMUNICATION_BOUND and "while it was measured: a worker they hold back" in
+        verdict.lines()[0]), verdict.lines()
     assert verdict.speedup is not None and 0 < verdict.efficiency <= 1.2, verdict.lines()
     assert verdict.lines()[-1].startswith("scaling: ")
     code, _, err = tfcc(["why-slow", "healthy", "--wait", "30"], capsys)
