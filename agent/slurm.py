@@ -100,6 +100,16 @@ def submit(req: dict) -> dict:
             raise AgentError(f"run {run_id} already has a task {name} here; choose another run id",
                              protocol.TASK_EXISTS)
         names.append(name)
+    if req.get("fresh", True):  # a new run's id: another console's tasks under it are theirs (as delete holds)
+        theirs = sorted(child.name for child in _children(run) if (child / "spec.json").exists()
+                        and _console_of(child) != req.get("console"))
+        if theirs:
+            raise AgentError(f"run {run_id} already has tasks here that another console started "
+                             f"({', '.join(theirs[:5])}); choose another run id", protocol.TASK_EXISTS)
+    # What this submit makes, and only that, goes again if sbatch refuses the job (a folder it found stays).
+    made_run = not run.exists()
+    made = [task_dir(run_id, name) for name in names if not task_dir(run_id, name).exists()]
+    made_files = [run / f for f in (JOB_FILE, SCRIPT) if not (run / f).exists()]
     python = req.get("python") or sys.executable
     dist = str(Path(__file__).resolve().parent.parent)
     refreshed = {}
@@ -138,8 +148,8 @@ def submit(req: dict) -> dict:
         raise AgentError(f"cannot run sbatch here ({exc}); is this Slurm's login host?", protocol.SLURM) from None
     if done.returncode != 0:
         said = " ".join(done.stderr.split())[:500]
-        if before is None:  # nothing ran: the run id stays free
-            shutil.rmtree(run, ignore_errors=True)
+        if before is None:  # nothing ran: what this submit made goes, the run id stays free
+            _remove_made(run, made_run, made, made_files)
         raise AgentError(f"sbatch refused the job: {said}", protocol.SLURM)
     job_id = done.stdout.strip().split(";")[0]
     if not _JOB_ID.match(job_id):
@@ -149,6 +159,36 @@ def submit(req: dict) -> dict:
     write_json(run / JOB_FILE, record)
     return {"run_id": run_id, "job_id": job_id, "script": str(run / SCRIPT),
             **({"work_refreshed": refreshed} if refreshed else {})}
+
+
+def _console_of(task_folder: Path):
+    """The console that started the task in ``task_folder`` (its spec's ``console``), None if it says none."""
+    spec = read_json(task_folder / "spec.json")
+    return spec.get("console") if isinstance(spec, dict) else None
+
+
+def _children(folder: Path) -> list[Path]:
+    """``folder``'s sub-folders (none when it is not there); a link is none."""
+    try:
+        return [child for child in folder.iterdir() if child.is_dir() and not child.is_symlink()]
+    except OSError:
+        return []
+
+
+def _remove_made(run: Path, made_run: bool, folders: list[Path], files: list[Path]) -> None:
+    """Take away what a refused submit made: its files and task folders, and ``run`` if it made that (and it is
+    empty by then). Nothing it found is touched."""
+    for path in files:
+        path.unlink(missing_ok=True)
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+    if made_run:
+        for stale in (ENDED_FILE, protocol.SLURM_CANCELLED):
+            (run / stale).unlink(missing_ok=True)
+        try:
+            run.rmdir()  # empty unless someone else wrote there meanwhile: then it stays
+        except OSError:
+            pass
 
 
 def _batch_script(run_id: str, run: Path, options: list, srun_options: list, python: str, dist: str, restarts: int,

@@ -127,6 +127,37 @@ def test_a_pending_job_says_slurms_reason_and_a_cancel_ends_it(agent, slurm_clus
     assert agent.ok(protocol.JOB, run_id="r2")["state"] in ("CANCELLED", "GONE")
 
 
+def test_a_refused_submit_takes_away_only_what_it_made(agent, tmp_path):
+    """sbatch refuses a job (a partition that does not exist): the submit removed the whole run folder, with
+    another console's tasks in it (their model, their backups). Now a fresh submit into a run id under which
+    another console's tasks are is refused before anything is written, and a refused job takes away exactly what
+    its submit made: every folder and file it found is byte-identical after."""
+    from tests.disk import snapshot
+
+    run = agent.home / protocol.RUNS_DIR / "shared-id"
+    theirs = run / "worker-7"
+    theirs.mkdir(parents=True)
+    (theirs / "spec.json").write_text(json.dumps({"run_id": "shared-id", "task": "worker-7", "console": "another"}))
+    (theirs / "model.keras").write_bytes(b"their model" * 1000)
+    before = snapshot(run)
+    answer = agent.call(protocol.SUBMIT, run_id="shared-id", tasks=trainer_tasks(["worker-0", "worker-1"]),
+                        jobs="worker:2", port_base=8888, sbatch=["--time=10"], python=sys.executable, console="me")
+    assert answer.get("code") == protocol.TASK_EXISTS and "another console started (worker-7)" in answer["error"]
+    assert snapshot(run) == before
+    (theirs / "spec.json").unlink()  # a folder that is no task of a console's: the submit goes as far as sbatch
+    (run / "notes.txt").write_text("mine, not tfcc's\n")
+    before = snapshot(run)
+    answer = agent.call(protocol.SUBMIT, run_id="shared-id", tasks=trainer_tasks(["worker-0", "worker-1"]),
+                        jobs="worker:2", port_base=8888, sbatch=["--partition=no-such-partition", "--time=10"],
+                        python=sys.executable, console="me")
+    assert answer.get("code") == protocol.SLURM and "sbatch refused the job" in answer["error"], answer
+    assert snapshot(run) == before
+    fresh = agent.home / protocol.RUNS_DIR / "fresh-id"
+    answer = agent.call(protocol.SUBMIT, run_id="fresh-id", tasks=trainer_tasks(["worker-0"]), jobs="worker:1",
+                        port_base=8888, sbatch=["--partition=no-such-partition"], python=sys.executable, console="me")
+    assert answer.get("code") == protocol.SLURM and not fresh.exists(), "a run folder it made goes: the id stays free"
+
+
 def test_a_cancel_of_a_running_job_leaves_no_process_on_any_node(agent, tmp_path):
     tasks = trainer_tasks(["worker-0", "worker-1"])
     for task in tasks:
