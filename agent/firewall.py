@@ -2,8 +2,12 @@
 
 Standard library only. With ``firewall = true`` in a cluster file, each task's start asks for a rule set: one
 nftables table per task (``tfcc_`` and a hash of its run and task), whose input chain accepts the task's port
-from loopback and from the cluster's hosts (resolved here, on this host) and drops it from everyone else. It
-only ever takes away: a packet another table drops stays dropped. The table goes when the task's supervisor
+from loopback and from the cluster's hosts (resolved here, on this host) and drops it from everyone else. Its
+output chain keeps the other users of this host out: a connection to the task's port on any local address, or to
+any task of the run (its ``endpoints``, ``host:port``) on the peers, is dropped unless its socket is the training
+user's (``meta skuid``: the agent's user, whose processes the tasks are; refused at once, a TCP reset). Each host's table does the same for its
+own users, so a user of a peer host reaches no task either; its forward chain drops what this host routes to the
+run's tasks (a container's connection). It only ever takes away: a packet another table drops stays dropped. The table goes when the task's supervisor
 records its end, and on the next agent start for a task whose supervisor did not live to do it (killed, a
 reboot); ``registry()`` (``<tfcc home>/firewall/``) is what was set and not yet taken away.
 
@@ -76,8 +80,24 @@ def resolve(peers: list) -> list[str]:
     return sorted(addresses)
 
 
-def ruleset(table: str, port: int, addresses: list[str]) -> str:
-    """The nft script that (re)makes ``table``: ``port`` from loopback and ``addresses`` only."""
+def resolve_endpoints(endpoints: list) -> list[tuple[str, int]]:
+    """The ``(address, port)`` pairs of the run's tasks (``host:port`` each) as this host resolves them."""
+    pairs = set()
+    for endpoint in endpoints:
+        if not isinstance(endpoint, str) or ":" not in endpoint:
+            raise FirewallError(f"firewall: {endpoint!r} is no host:port")
+        host, _, port = endpoint.rpartition(":")
+        if not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise FirewallError(f"firewall: {endpoint!r} has no TCP port")
+        pairs.update((address, int(port)) for address in resolve([host]))
+    return sorted(pairs)
+
+
+def ruleset(table: str, port: int, addresses: list[str], endpoints: list[tuple[str, int]] = (),
+            uid: int | None = None) -> str:
+    """The nft script that (re)makes ``table``: ``port`` from loopback and ``addresses`` only; with ``uid``, the
+    local connections to ``port`` and to the run's ``endpoints`` from that user's sockets only, and nothing this
+    host forwards to them."""
     v4 = [a for a in addresses if ":" not in a]
     v6 = [a for a in addresses if ":" in a]
     lines = [f"table inet {table}", f"delete table inet {table}", f"table inet {table} {{", "  chain input {",
@@ -87,7 +107,25 @@ def ruleset(table: str, port: int, addresses: list[str]) -> str:
         lines.append(f"    ip saddr {{ {', '.join(v4)} }} tcp dport {port} accept")
     if v6:
         lines.append(f"    ip6 saddr {{ {', '.join(v6)} }} tcp dport {port} accept")
-    lines += [f"    tcp dport {port} drop", "  }", "}"]
+    lines += [f"    tcp dport {port} drop", "  }"]
+    if uid is not None:
+        pairs4 = ", ".join(f"{a} . {p}" for a, p in endpoints if ":" not in a)
+        pairs6 = ", ".join(f"{a} . {p}" for a, p in endpoints if ":" in a)
+        lines += ["  chain output {", f"    type filter hook output priority {PRIORITY}; policy accept;",
+                  f"    fib daddr type local tcp dport {port} meta skuid != {uid} reject with tcp reset"]
+        if pairs4:
+            lines.append(f"    ip daddr . tcp dport {{ {pairs4} }} meta skuid != {uid} reject with tcp reset")
+        if pairs6:
+            lines.append(f"    ip6 daddr . tcp dport {{ {pairs6} }} meta skuid != {uid} reject with tcp reset")
+        lines.append("  }")
+        if pairs4 or pairs6:
+            lines += ["  chain forward {", f"    type filter hook forward priority {PRIORITY}; policy accept;"]
+            if pairs4:
+                lines.append(f"    ip daddr . tcp dport {{ {pairs4} }} drop")
+            if pairs6:
+                lines.append(f"    ip6 daddr . tcp dport {{ {pairs6} }} drop")
+            lines.append("  }")
+    lines.append("}")
     return "\n".join(lines) + "\n"
 
 
@@ -105,9 +143,10 @@ def _run(command: list[str], script: str) -> None:
         raise FirewallError(f"nft refused the rules: {words[0] if words else f'exit code {done.returncode}'}")
 
 
-def allow_only(home: Path, run_id: str, task: str, port, peers: list) -> dict:
-    """Set ``task``'s table: its ``port`` from loopback and ``peers`` only. What was set (kept in the registry
-    until ``remove``). FirewallError when it cannot be."""
+def allow_only(home: Path, run_id: str, task: str, port, peers: list, endpoints: list | None = None) -> dict:
+    """Set ``task``'s table: its ``port`` from loopback and ``peers`` only, and it and the run's ``endpoints``
+    (``host:port``) from this user's sockets only on this host. What was set (kept in the registry until
+    ``remove``). FirewallError when it cannot be."""
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise FirewallError(f"firewall: the port {port!r} is no TCP port")
     command, word = how()
@@ -116,12 +155,15 @@ def allow_only(home: Path, run_id: str, task: str, port, peers: list) -> dict:
                             "there, let this user run nft with sudo without a password, or set firewall = false and "
                             "allow the task ports from the cluster's hosts only yourself")
     addresses = resolve(peers)
+    pairs = resolve_endpoints(endpoints or [])
+    uid = os.getuid()  # the tasks' user: the agent starts them as itself
     table = table_name(run_id, task)
-    entry = {"table": table, "run_id": run_id, "task": task, "port": port, "addresses": addresses, "how": word}
+    entry = {"table": table, "run_id": run_id, "task": task, "port": port, "addresses": addresses, "how": word,
+             "endpoints": [f"{a}:{p}" for a, p in pairs], "uid": uid}
     folder = registry(home)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{table}.json").write_text(json.dumps(entry), encoding="utf-8")  # before: a crash leaves a note
-    _run(command, ruleset(table, port, addresses))
+    _run(command, ruleset(table, port, addresses, pairs, uid))
     return entry
 
 

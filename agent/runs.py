@@ -222,7 +222,8 @@ def start(req: dict) -> dict:
         if not isinstance(wall, dict) or not isinstance(wall.get("peers"), list):
             raise AgentError("start: \"firewall\" must be {\"port\": N, \"peers\": [addresses]}", protocol.BAD_ARGUMENT)
         try:
-            table = firewall.allow_only(home(), run_id, task, wall.get("port"), wall["peers"])["table"]
+            table = firewall.allow_only(home(), run_id, task, wall.get("port"), wall["peers"],
+                                        wall.get("endpoints"))["table"]
         except firewall.FirewallError as exc:
             raise AgentError(str(exc), protocol.FIREWALL) from None
     try:

@@ -5,6 +5,7 @@ For tfcc's trainer or a user's script, as the runner starts it on a host and the
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -151,13 +152,21 @@ def task_command(cluster: cl.Cluster, task: cl.Task, interpreter: str, dist: str
     return argv, env
 
 
-def firewall_request(cluster: cl.Cluster, address: str) -> dict | None:
+def firewall_request(cluster: cl.Cluster, address: str, tf_config: str | None = None) -> dict | None:
     """What a task's start asks its agent to set with ``firewall = true``: the task's port (from its TF_CONFIG
-    ``address``) open to the cluster's hosts only (agent/firewall.py). None without it, or for a task that
-    serves no port (an evaluator)."""
+    ``address``) open to the cluster's hosts only, and every task's ``host:port`` of the run (its ``tf_config``'s
+    cluster) reachable from that host by the training user only (agent/firewall.py). None without it, or for a
+    task that serves no port (an evaluator)."""
     if not cluster.training.firewall or not address:
         return None
-    return {"port": parse_address(address)[1], "peers": exposure.cluster_addresses(cluster)}
+    endpoints = []
+    try:
+        for addresses in (json.loads(tf_config or "{}").get("cluster") or {}).values():
+            endpoints += [a for a in addresses if isinstance(a, str)]
+    except (ValueError, AttributeError):
+        pass
+    return {"port": parse_address(address)[1], "peers": exposure.cluster_addresses(cluster),
+            "endpoints": endpoints or [address]}
 
 
 def slurm_login(slurm: cl.Slurm) -> cl.Host:

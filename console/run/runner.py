@@ -577,7 +577,7 @@ class Run:
             task.address = task_address(task.name, configs[i])
             argv, env = task_command(self.cluster, spec, link.host.interpreter, link.dist,
                                      workdir.script if workdir is not None else None, keras)
-            wall = firewall_request(self.cluster, task.address)
+            wall = firewall_request(self.cluster, task.address, configs[i])
             try:
                 reply = link.connect().call(START, run_id=self.run_id, task=task.name, tf_config=configs[i],
                                             console=console, argv=argv, env=env, python_path=[link.dist],

@@ -43,6 +43,27 @@ def test_a_tasks_table_admits_its_peers_and_loopback_and_drops_the_rest():
     assert len(names) == 6 and all(re.fullmatch(r"tfcc_[0-9a-f]{16}", n) for n in names)
 
 
+def test_the_training_users_sockets_alone_reach_the_runs_tasks_from_this_host():
+    """The peers' addresses let in every user of a peer host, and loopback every user of this one: the output chain
+    refuses a connection to the task's port on a local address, and to any task of the run, unless its socket is
+    the training user's; the forward chain drops what this host routes to them (a container's)."""
+    rules = firewall.ruleset("tfcc_0123456789abcdef", 23456, ["10.0.0.2"],
+                             [("10.0.0.1", 23456), ("10.0.0.2", 23457), ("fd00::2", 23458)], uid=1001)
+    assert rules.splitlines()[7:] == [
+        "    tcp dport 23456 drop", "  }", "  chain output {",
+        "    type filter hook output priority -5; policy accept;",
+        "    fib daddr type local tcp dport 23456 meta skuid != 1001 reject with tcp reset",
+        "    ip daddr . tcp dport { 10.0.0.1 . 23456, 10.0.0.2 . 23457 } meta skuid != 1001 reject with tcp reset",
+        "    ip6 daddr . tcp dport { fd00::2 . 23458 } meta skuid != 1001 reject with tcp reset", "  }",
+        "  chain forward {", "    type filter hook forward priority -5; policy accept;",
+        "    ip daddr . tcp dport { 10.0.0.1 . 23456, 10.0.0.2 . 23457 } drop",
+        "    ip6 daddr . tcp dport { fd00::2 . 23458 } drop", "  }", "}"]
+    assert firewall.resolve_endpoints(["127.0.0.1:2222", "[::1]:2223"]) == [("127.0.0.1", 2222), ("::1", 2223)]
+    for bad in ("no-port", "h:0", "h:x", 7):
+        with pytest.raises(firewall.FirewallError):
+            firewall.resolve_endpoints([bad])
+
+
 def test_peers_are_resolved_here_and_one_that_is_not_is_a_clear_error():
     assert firewall.resolve(["127.0.0.1", "localhost", "[::1]"]) == ["127.0.0.1", "::1"]
     with pytest.raises(firewall.FirewallError, match="'no-such-host.invalid' does not resolve on this host"):

@@ -536,6 +536,13 @@ def _reaches(address: str, port: int) -> bool:
         return False
 
 
+def _reaches_as_nobody(host, address: str, port: int) -> bool:
+    """Whether another user of ``host`` (nobody, in its namespace) can open a connection to ``address:port``."""
+    done = host.exec("timeout", "5", "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", "-c",
+                     f"exec 3<>/dev/tcp/{address}/{port}", check=False)
+    return done.returncode == 0
+
+
 def _group_alive(pgid: int) -> bool:
     """Whether a process of group ``pgid`` is still alive here (a zombie is not: nothing of it runs)."""
     for entry in Path("/proc").iterdir():
@@ -553,15 +560,16 @@ def _group_alive(pgid: int) -> bool:
 @pytest.mark.slow
 def test_firewall_admits_the_cluster_only_and_goes_with_the_run(ssh_hosts, ssh_env):
     """firewall = true: while two SSH hosts train, this machine (a namespace outside the cluster) cannot reach
-    a task's TensorFlow port, the run trains and finishes, and its rules are gone from both hosts after it; a
-    task killed with its supervisor leaves rules that the next agent on that host takes away."""
+    a task's TensorFlow port, nor can another user of the task's host (on loopback or its address) or of the peer
+    host, the run trains and finishes, and its rules are gone from both hosts after it; a task killed with its
+    supervisor leaves rules that the next agent on that host takes away."""
     from tests.helpers import testhosts
     if testhosts.tool("nft") is None:
         if os.environ.get("CI") == "true":
             pytest.fail("CI must run the firewall test: install nftables (scripts/test does)")
         pytest.skip("nft is not installed (apt-get install nftables)")
     ssh_hosts.known_hosts(ssh_env / "known_hosts")
-    cluster = two_host_cluster(ssh_hosts, 1)  # an epoch trains through the rules
+    cluster = two_host_cluster(ssh_hosts, 3)  # training through the rules, the ports served while they are tried
     cluster.training.firewall = True
     run = Run(cluster, "walled")
     run.start()
@@ -582,7 +590,14 @@ def test_firewall_admits_the_cluster_only_and_goes_with_the_run(ssh_hosts, ssh_e
     try:
         with cond:
             assert cond.wait_for(lambda: len(stepped) == 2, 180), "both workers train through the firewall"
+        def served() -> bool:  # the training user of the peer host reaches the port: the task serves it
+            return h1.exec("bash", "-c", f"exec 3<>/dev/tcp/{h0.address}/{port}", check=False).returncode == 0
+
+        assert served(), "the training user of the peer host reaches the task"
         assert not _reaches(h0.address, port), "outside the cluster, the task's port cannot be reached"
+        for host, address in ((h0, "127.0.0.1"), (h0, h0.address), (h1, h0.address)):
+            assert not _reaches_as_nobody(host, address, port), f"another user of {host.name} reaches {address}"
+        assert served(), "the port was served all along: the others were refused by the rules, not by its end"
         assert session.wait(300)
     finally:
         session.detach()
