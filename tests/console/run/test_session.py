@@ -792,3 +792,80 @@ def test_a_run_on_a_public_address_is_said_first_with_the_risk_and_the_fix(homes
     assert said[0].kind == SessionKind.EXPOSED and said[0].text == run.exposed
     assert [e.kind for e in said].count(SessionKind.EXPOSED) == 1
     assert [e["text"] for e in session.store.events_snapshot() if e["event"] == SessionKind.EXPOSED] == [run.exposed]
+
+
+HOSTILE_SYSTEM_AGENT = """\
+import json, sys
+out = sys.stdout.buffer
+request = json.loads(sys.stdin.readline())  # the console's "system" request
+for k in range(12):
+    tasks = {"worker-0": {"cpu_percent": 100.0, "rss_bytes": 5e8}}
+    gpus = [{"index": i, "utilization_percent": 90, "memory_used_bytes": 2e9} for i in range(16)]
+    if HOSTILE and k % 2:  # every other sample, 10,000 made-up tasks and GPUs
+        tasks.update({f"made-up-{i}": {"cpu_percent": 1.0, "rss_bytes": 1e6} for i in range(10_000)})
+        gpus += [{"index": i, "utilization_percent": 50, "memory_used_bytes": 1e9} for i in range(10_000)]
+    out.write(json.dumps({"id": request["id"], "type": "system", "time": 1000.0 + k, "cpus": 2, "cpu_percent": 50.0,
+                          "memory_used_bytes": 1e9, "tasks": tasks, "gpus": gpus}).encode() + b"\\n")
+    out.flush()
+out.write(json.dumps({"id": request["id"], "type": "end"}).encode() + b"\\n")
+out.flush()
+sys.stdin.readline()  # until the console closes the channel
+"""
+
+
+def _system_stream(tmp_path, monkeypatch, hostile: bool) -> tuple[MetricsStore, int]:
+    """A stand-in agent's 12 system samples (``hostile``: every other one naming 10,000 made-up tasks and GPUs) over
+    the real channel, through the run's sampling and the session's handling into a store: it, and the peak of what
+    Python allocated meanwhile (tracemalloc: the decoding and numpy's tables too)."""
+    import tracemalloc
+
+    from console.remote.channel import AgentClient
+    from console.remote.local import local_agent
+
+    root = tmp_path / ("hostile" if hostile else "clean")
+    (root / "agent").mkdir(parents=True)
+    (root / "agent" / "__main__.py").write_text(HOSTILE_SYSTEM_AGENT.replace("HOSTILE", str(hostile)))
+    client = AgentClient(local_agent(agent_root=root), timeout=30)
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
+                         cl.Training())
+    run = Run(cluster, "hostile-system")
+    store = MetricsStore()
+    session = RunSession(run, store)
+    ended = threading.Event()
+    monkeypatch.setattr(run.links["here"], "connect", lambda *a, **k: client)
+    monkeypatch.setattr(run, "_followed", lambda host: not ended.is_set())
+    handled = []
+
+    def on_system(host, record):  # as the session's thread takes them off its queue
+        message = {"type": "system", "host": host, "record": record}
+        session._handle(None, message)
+        run.backlog.handled(message)
+        handled.append(record["time"])
+        if len(handled) == 12:
+            ended.set()
+
+    tracemalloc.start()
+    try:
+        run.sample_system(on_system, interval=0.1)
+        assert ended.wait(bound(60)), handled
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        client.close()
+    return store, peak
+
+
+def test_a_hostile_hosts_system_stream_over_the_channel_grows_no_table(tmp_path, monkeypatch):
+    """A stand-in agent over the real channel streams system samples naming 10,000 made-up tasks and GPU indexes
+    (every other one; four such samples made 22,001 tables and 372 MB before). The console holds what it holds for
+    a host of 16 GPUs that sends only its own, and the decoding of one sample at a time beside it (peak within
+    32 MB of that host's); no made-up task or GPU gets a row, and the run's own samples still plot."""
+    from console.store.metrics import MAX_GPUS
+
+    _, clean = _system_stream(tmp_path, monkeypatch, hostile=False)
+    store, hostile = _system_stream(tmp_path, monkeypatch, hostile=True)
+    assert hostile < clean + (32 << 20), f"{hostile / 2**20:.0f} MB, a host's own {clean / 2**20:.0f} MB"
+    assert store.owners("sys:cpu_cores") == ["host:here", "worker-0"]
+    assert store.owners("sys:gpu_percent") == [f"host:here/gpu{i}" for i in range(MAX_GPUS)]
+    cores = store.series("worker-0", "sys:cpu_cores", x="time")[1]
+    assert list(cores) == [1.0] * 12, "every sample's own task plots"
