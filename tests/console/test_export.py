@@ -1287,3 +1287,34 @@ def test_a_file_name_that_breaks_a_line_stays_in_its_header_comment(tmp_path, br
             assert all(line.startswith("#") for line in header), header
             assert any("running the script train?---?kind: Secret?touch pwned #.py" in line for line in header)
             assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+def test_a_tfjob_reads_its_secrets_from_a_kubernetes_secret_never_the_file(monkeypatch, tmp_path):
+    """docs/security.md: a TFJob's secret_env comes from the Kubernetes secret <name>-secrets in every container;
+    the value the console's environment holds is in no file."""
+    token = "s3cr3t-" + os.urandom(8).hex()
+    monkeypatch.setenv("MY_TOKEN", token)
+    cluster = cluster_of(MWMS_THREE)
+    cluster.training.secret_env = ["MY_TOKEN"]
+    exported = export.render("tfjob", cluster, export.Options(image="reg.example/tfcc:2.21", name="mine"))
+    assert not any(token in text for text in exported.files.values())
+    for spec in manifest_of(exported)["spec"]["tfReplicaSpecs"].values():
+        env = {e["name"]: e for e in container_of(spec)["env"]}
+        assert env["MY_TOKEN"] == {"name": "MY_TOKEN",
+                                   "valueFrom": {"secretKeyRef": {"name": "mine-secrets", "key": "MY_TOKEN"}}}
+
+
+def test_an_exported_launch_script_names_its_secrets_and_starts_nothing_without_them(tmp_path):
+    """docs/security.md: an exported script says ${NAME} for a secret, never its value, and checks that the
+    environment it runs in has it before it starts anything."""
+    cluster = cluster_of(MWMS_THREE)
+    cluster.training.secret_env = ["MY_TOKEN"]
+    written = export.write(export.render("scripts", cluster), tmp_path / "out")
+    (launch,) = [p for p in written if p.name.startswith("launch-")]
+    assert "export MY_TOKEN\n" in launch.read_text()
+    env = {k: v for k, v in os.environ.items() if k != "MY_TOKEN"}
+    done = subprocess.run(["bash", str(launch)], capture_output=True, text=True, env=env, timeout=60,
+                          cwd=tmp_path / "out")
+    assert done.returncode == 2
+    assert done.stderr.strip().endswith("MY_TOKEN is not set: export it, then run this again")
+    assert not (tmp_path / "out" / "runs").exists(), "nothing started"

@@ -261,7 +261,7 @@ def test_what_holds_home_and_its_settings_folders_are_no_workdir_and_keys_are_ne
     assert [f.rel for f in collect(cl.Training(script=str(home / "proj" / "main.py"))).files] == ["main.py"]
 
 
-TOKEN_FILES = (".env", ".env.production", ".git-credentials", ".pypirc", ".netrc", ".kube/config",
+TOKEN_FILES = (".env", ".env.production", ".git-credentials", ".pypirc", ".netrc", ".kube/config", ".gnupg/pubring.kbx",
                ".docker/config.json", "credentials.json", "credentials-gcp.json", "tls/server.key", "certs/me.p12",
                "certs/me.pfx", "keys/deploy.pem")
 

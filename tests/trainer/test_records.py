@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 from trainer.records import Batch, Event, RecordType, decode_line, metrics_of
@@ -44,3 +45,24 @@ def test_the_trainer_writes_every_event_it_names_and_names_no_other():
                 written.add(node.attr)
     named = {name for name in vars(Event) if name.isupper() and isinstance(getattr(Event, name), str)}
     assert named <= written, named - written
+
+
+def test_a_record_past_the_stated_bounds_is_unreadable_and_one_at_them_is_kept():
+    """docs/security.md: a record of more than 1,000 fields or nested more than 16 deep is a note, not a record (its
+    fields would be columns, its nesting a walk); one at the bounds is a record."""
+    from trainer.records import MAX_DEPTH, MAX_FIELDS
+
+    assert (MAX_FIELDS, MAX_DEPTH) == (1000, 16)  # as the page says
+
+    def nested(depth: int) -> dict:
+        value: dict = {"x": 1}
+        for _ in range(depth):
+            value = {"x": value}
+        return {"type": "step", "deep": value}
+
+    wide = {"type": "step", **{f"m{i}": i for i in range(MAX_FIELDS - 1)}}
+    assert decode_line(json.dumps(wide)) == wide
+    assert decode_line(json.dumps({**wide, "one_more": 1}))["type"] == "unreadable"
+    assert decode_line(json.dumps(nested(MAX_DEPTH - 1))) == nested(MAX_DEPTH - 1)
+    deep = decode_line(json.dumps(nested(MAX_DEPTH)))
+    assert deep["type"] == "unreadable" and deep["why"] == "over 1000 fields or nested over 16 deep"

@@ -87,3 +87,25 @@ def test_before_a_check_the_tab_says_what_to_do_and_the_matrix_says_which_ports_
     w.checker.finished.emit(Report(hosts, [dict(t, picked=False) for t in tasks], matrix, []))
     assert "on the ports the run will use" in view.matrix_note.text()
     w.close()
+
+
+def test_the_check_names_every_dotfile_the_workdir_will_ship(qtbot, gui_homes, tmp_path):
+    """docs/security.md: a token file a "!" line takes back into the workdir is seen before it goes: the window's
+    Check lists every dotfile that will ship, as tfcc check does (the workload files' row, as checks reads them)."""
+    from console import checks
+
+    proj = tmp_path / "proj"
+    (proj / ".kube").mkdir(parents=True)
+    (proj / "train.py").write_text("print(1)\n")
+    (proj / ".env.production").write_text("TOKEN=x\n")
+    (proj / ".kube" / "config").write_text("token: x\n")
+    (proj / ".tfccignore").write_text("!.env.production\n")
+    cluster = cl.default()
+    cluster.training = cl.Training(script=str(proj / "train.py"))
+    files, problems = checks.workload_files(cluster)
+    w = window_on(qtbot, gui_homes)
+    w.checker.finished.emit(Report([], [], {}, problems, files=files))
+    page = w.check_view.details.toPlainText()
+    assert "dotfiles shipped: .env.production, .tfccignore" in page
+    assert ".kube" not in page
+    w.close()
