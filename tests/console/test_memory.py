@@ -71,3 +71,4 @@ def test_without_it_glibc_keeps_them():
     """Why it is there: glibc raised its threshold past 1 MB when the 20 MB array was freed, so the 1 MB arrays
     came from its heap and stay resident once freed (bench/dashboard_load.py's reattach: 519-674 MB, 497 fixed)."""
     assert handed_back("plain") <= 10
+
