@@ -310,6 +310,38 @@ print("after the long line", flush=True)
 """
 
 
+MANY_LINES = """import json, os, pathlib
+path = pathlib.Path(os.environ["TFCC_RUN_DIR"]) / "metrics.jsonl"
+with open(path, "a") as f:
+    for i in range(20_000):  # about 2 MB of lines, written at once
+        f.write(json.dumps({"type": "step", "global_step": i, "pad": "x" * 60}) + "\\n")
+"""
+
+
+def test_a_follow_sends_a_files_lines_in_messages_of_about_a_quarter_megabyte(clients, stop_all, tfcc_home):
+    """docs/security.md: an agent's follow message holds about ``MESSAGE_LINES`` (256 KB) of a file's lines, so
+    the console decodes a few milliseconds at a time whatever a task wrote at once; every line comes, once."""
+    from agent.protocol import MESSAGE_LINES
+    script = tfcc_home.parent / "many.py"
+    script.write_text(MANY_LINES)
+    client = clients()
+    stop_all.append(("many", "worker-0"))
+    client.call("start", run_id="many", task="worker-0", argv=[sys.executable, str(script)])
+    sizes, steps, done = [], [], threading.Event()
+
+    def collect(message):
+        if message.get("type") == "metrics":
+            sizes.append(sum(len(line) + 1 for line in message["lines"]))
+            steps.extend(json.loads(line)["global_step"] for line in message["lines"])
+        elif message.get("type") == "end":
+            done.set()
+
+    client.follow("many", "worker-0", collect)
+    assert done.wait(60)
+    assert steps == list(range(20_000))
+    assert len(sizes) >= 7 and max(sizes) <= MESSAGE_LINES + 200, sizes
+
+
 def test_a_line_over_the_cap_is_skipped_with_a_note_and_the_follow_goes_on(clients, stop_all, tfcc_home):
     """A task (hostile or broken) writes a 16 MiB metrics line and a 4 MiB log line: each comes as one short
     note, and every line after it comes, once; the offsets are the file's."""

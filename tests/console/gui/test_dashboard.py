@@ -133,6 +133,21 @@ def test_the_events_list_shows_records_of_any_shape_and_keeps_the_newest(qtbot, 
     assert listed.count() == 50
 
 
+def test_a_flood_of_events_lists_the_newest_per_refresh_and_says_how_many_more_came():
+    """docs/security.md: at most ``PER_TICK`` events listed a refresh; a line says how many more came meanwhile,
+    and the newest are the ones listed."""
+    from console.gui.events_view import PER_TICK, EventsView
+
+    store = MetricsStore()
+    view = EventsView()
+    store.ingest("worker-0", [{"type": "event", "event": "evaluated", "time": 1.0, "epoch": i} for i in range(1000)])
+    view.show_store(store)
+    lines = [view.events.item(i).text() for i in range(view.events.count())]
+    assert len(lines) == PER_TICK + 1 and PER_TICK == 200
+    assert lines[0].startswith("… 800 more events meanwhile, not listed (the newest are")
+    assert lines[1].endswith("of epoch 801") and lines[-1].endswith("of epoch 1000")
+
+
 def test_a_task_that_floods_its_log_costs_a_tail_and_one_signal_till_it_is_shown():
     """A million lines and a megabyte's line: the window is told once, takes the newest LOG_PER_TAKE (a line says
     how many it missed), and a long line is cut."""
