@@ -57,3 +57,39 @@ def test_lines_end_at_line_feeds_only_a_progress_bars_returns_stay_in_its_line(t
     lines, offset, skipped = runs.read_new(path, 0)
     assert lines == [b"Epoch 1/2", b"\x08\x08\r 1/4 [=>..]\x08\x08\r 4/4 [====]"] and skipped == 0
     assert offset == path.read_bytes().index(b"last")
+
+
+STUBBORN = """import signal, time, sys
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a task that trains on through SIGTERM
+print("up", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_stop_that_kills_the_supervisor_takes_its_firewall_rules_away(tmp_path, monkeypatch):
+    """docs/security.md: a task's supervisor takes its rules away when the task ends; a stop that had to kill the
+    supervisor with the task (SIGKILL after the grace) takes them away itself, and forgets them."""
+    import sys
+
+    from agent import firewall
+    from tests.helpers.waiting import wait_until
+
+    log = tmp_path / "nft.log"
+    nft = tmp_path / "nft"
+    nft.write_text(f"#!/bin/sh\ncat >> {log}\necho ---- >> {log}\n")
+    nft.chmod(0o755)
+    monkeypatch.setattr(firewall, "how", lambda: ([str(nft)], "root"))
+    monkeypatch.setenv("TFCC_HOME", str(tmp_path / "home"))
+    script = tmp_path / "stubborn.py"
+    script.write_text(STUBBORN)
+    runs.start({"run_id": "walled", "task": "worker-0", "argv": [sys.executable, str(script)],
+                "firewall": {"port": 23456, "peers": ["127.0.0.1"], "endpoints": ["127.0.0.1:23456"]}})
+    table = firewall.table_name("walled", "worker-0")
+    note = firewall.registry(tmp_path / "home") / f"{table}.json"
+    assert note.exists() and f"table inet {table} {{" in log.read_text()
+    out = tmp_path / "home" / "runs" / "walled" / "worker-0" / "stdout.log"
+    assert wait_until(lambda: out.exists() and "up" in out.read_text(), 60)  # it ignores SIGTERM from here
+    stopped = runs.stop("walled", "worker-0", grace=0.5)
+    assert stopped["killed"] is True
+    assert log.read_text().rstrip().endswith(f"table inet {table}\ndelete table inet {table}\n----".rstrip())
+    assert not note.exists()
