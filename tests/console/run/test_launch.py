@@ -155,3 +155,25 @@ def test_auto_gives_tf_keras_where_keras3_cannot_run_fit_and_a_setting_wins(tmp_
     two.training.keras = "keras3"
     assert keras_choice(two) == ("keras3", 'training.keras = "keras3"')
     assert keras_choice(cl.default()) == ("tf-keras", "tfcc's trainer")
+
+
+def test_a_resume_reads_the_secret_again_from_the_consoles_environment(homes, monkeypatch, capsys):
+    """docs/security.md: secret_env's values are read from the console's environment at each start and resume (a
+    token rotated between them reaches the resumed tasks; none is kept anywhere to reuse)."""
+    script = homes / "project" / "show.py"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text("import hashlib, os, sys\n"
+                      "print('token', hashlib.sha256(os.environ['MY_API_TOKEN'].encode()).hexdigest(), flush=True)\n"
+                      "sys.exit(1)  # ended badly: the run can be resumed\n")
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here")],
+                         cl.Training(script=str(script), capture=False, secret_env=["MY_API_TOKEN"], max_restarts=0))
+    path = homes / "rotated.toml"
+    cl.save(cluster, path)
+    first, second = "tok-" + secrets.token_hex(16), "tok-" + secrets.token_hex(16)
+    monkeypatch.setenv("MY_API_TOKEN", first)
+    assert tfcc(["run", str(path), "--run-id", "rotated"], capsys)[0] != 0
+    monkeypatch.setenv("MY_API_TOKEN", second)
+    tfcc(["resume", "rotated"], capsys)
+    shown = (homes / "host-home" / "runs" / "rotated" / "worker-0" / "stdout.log").read_text().split()
+    assert [shown[i + 1] for i, word in enumerate(shown) if word == "token"] == [
+        hashlib.sha256(first.encode()).hexdigest(), hashlib.sha256(second.encode()).hexdigest()]
