@@ -175,6 +175,9 @@ def workload_files(cluster: cl.Cluster) -> tuple[list[dict], list[Problem]]:
                 problems.append(problem)
                 continue
             left = f"; {len(shipped.skipped)} left out (.tfccignore and defaults)" if shipped.skipped else ""
+            keys = shipped.secrets()
+            if keys:  # a "!" line took them back: said first, each
+                left += f"; key and token files shipped (a ! line took them back): {', '.join(keys)}"
             dots = shipped.dotfiles()
             if dots:  # settings files travel; a token one must be seen before it does
                 more = f" and {len(dots) - DOTFILES_SAID} more (tfcc check --json lists them all)" \
@@ -182,7 +185,7 @@ def workload_files(cluster: cl.Cluster) -> tuple[list[dict], list[Problem]]:
                 left += f"; dotfiles shipped: {', '.join(dots[:DOTFILES_SAID])}{more}"
             rows.append({"what": "workdir", "path": f"{shipped.root}: ships {len(shipped.files)} file"
                          f"{'s' * (len(shipped.files) != 1)}, {workdir.human_bytes(shipped.size)}{left}",
-                         "ok": True, "problem": "", "dotfiles": dots})
+                         "ok": True, "problem": "", "dotfiles": dots, "secrets": keys})
     return rows, problems
 
 

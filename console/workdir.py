@@ -43,12 +43,12 @@ log = logging.getLogger("console.workdir")
 MAX_BYTES = 100 << 20   # what a workdir may hold in all
 MAX_FILES = 10_000      # and how many files
 IGNORE_FILES = (".gitignore", ".tfccignore")  # one folder's, in rising precedence
+# Keys, tokens and credentials: never sent to a host by default (a .tfccignore "!" can: the check names each).
+SECRET_EXCLUDES = (".ssh/", ".aws/", ".gnupg/", ".kube/", ".docker/", ".netrc", ".git-credentials", ".pypirc",
+                   ".env", ".env.*", "credentials*.json", "*.pem", "*.key", "*.p12", "*.pfx",
+                   "id_rsa*", "id_ed25519*", "id_ecdsa*", "id_dsa*")
 DEFAULT_EXCLUDES = (".git/", "__pycache__/", "*.pyc", ".venv/", "venv/", ".tox/", ".mypy_cache/", ".pytest_cache/",
-                    ".ipynb_checkpoints/", "node_modules/", "*.egg-info/", ".tfcc/",
-                    # keys, tokens and credentials: never sent to a host by default (a .tfccignore "!" can)
-                    ".ssh/", ".aws/", ".gnupg/", ".kube/", ".docker/", ".netrc", ".git-credentials", ".pypirc",
-                    ".env", ".env.*", "credentials*.json", "*.pem", "*.key", "*.p12", "*.pfx",
-                    "id_rsa*", "id_ed25519*", "id_ecdsa*", "id_dsa*")
+                    ".ipynb_checkpoints/", "node_modules/", "*.egg-info/", ".tfcc/", *SECRET_EXCLUDES)
 DEFAULTS = "tfcc's default excludes"
 VENV_MARKER = "pyvenv.cfg"
 BIGGEST = 5             # files an error about the size names
@@ -87,6 +87,11 @@ class Workdir:
     def entries(self) -> list[list]:
         """The agent's ``start`` argument: ``[relative path, sha256, executable]`` per file."""
         return [[f.rel, f.sha256, f.executable] for f in self.files]
+
+    def secrets(self) -> list[str]:
+        """The files shipped that tfcc keeps home by default (keys and tokens a "!" line took back)."""
+        spec = GitIgnoreSpec.from_lines(SECRET_EXCLUDES)
+        return [f.rel for f in self.files if spec.match_file(f.rel)]
 
     def dotfiles(self) -> list[str]:
         """The files shipped whose name or a folder's starts with a dot (settings, and tokens a "!" let through)."""

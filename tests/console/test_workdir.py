@@ -284,7 +284,14 @@ def test_token_files_stay_home_unless_a_bang_line_takes_one_and_check_names_ever
     cluster.training = training
     rows, problems = checks.workload_files(cluster)
     assert problems == [] and rows[1]["dotfiles"] == [".env.production", ".kube/config", ".tfccignore"]
-    assert rows[1]["path"].endswith("; dotfiles shipped: .env.production, .kube/config, .tfccignore")
+    assert rows[1]["path"].endswith("; key and token files shipped (a ! line took them back): .env.production, "
+                                    ".kube/config; dotfiles shipped: .env.production, .kube/config, .tfccignore")
+    # Each of them, taken back, is named (those without a dot too); a folder's file comes back with its folder.
+    (proj / ".tfccignore").write_text("".join(f"!{name.split('/')[0]}/\n" if name.startswith((".kube", ".docker",
+                                                                                           ".gnupg")) else f"!{name}\n"
+                                              for name in TOKEN_FILES))
+    rows, _ = checks.workload_files(cluster)
+    assert sorted(rows[1]["secrets"]) == sorted(TOKEN_FILES)
 
 
 # --------------------------------------------------------------------------- upload
