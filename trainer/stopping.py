@@ -88,6 +88,8 @@ class Stopping:
         self._slowest = 0.0                # the slowest step seen (its wall time), for the patience
         self._step_began = time.perf_counter()
         self._patience: threading.Timer | None = None
+        self._validating = False           # in fit's validation: no step, no patience
+        self._epoch = 0                    # the epoch in progress
 
     @property
     def multi_worker(self) -> bool:
@@ -107,12 +109,31 @@ class Stopping:
             _die_by_sigterm()  # no step to finish: before training, or after it (the model's save)
             return
         self.asked.set()  # acted on at the end of the step in progress (a handler runs between Python's steps)
-        if self._patience is None:
-            # The agreement's wait for the others, then the steps to the agreed one.
-            self._patience = threading.Timer(ACK_SECONDS + PATIENCE_SECONDS + 3 * self._slowest,
-                                             self._out_of_patience)
-            self._patience.daemon = True
-            self._patience.start()
+        if self._patience is None and not self._validating:
+            self._arm()
+
+    def _arm(self) -> None:
+        """The patience: the agreement's wait for the others, then the steps to the agreed one (a validation or an
+        epoch's end in between is no step: the timer waits for them, re-armed after)."""
+        if self._patience is not None:
+            self._patience.cancel()
+        self._patience = threading.Timer(ACK_SECONDS + PATIENCE_SECONDS + 3 * self._slowest, self._out_of_patience)
+        self._patience.daemon = True
+        self._patience.start()
+
+    def on_test_begin(self, logs=None):
+        self._validating = True
+        if self._patience is not None:
+            self._patience.cancel()
+
+    def on_test_end(self, logs=None):
+        self._validating = False
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+        self._validating = False
+        if self.asked.is_set() and self.stopped_at is None:
+            self._arm()  # after the epoch's end (its validation, a checkpoint of the script's): steps again
 
     def _out_of_patience(self) -> None:
         """(On the timer's thread: the main one is stuck in a step.) The task ends as SIGTERM would end it."""
@@ -210,10 +231,22 @@ class GracefulStop(Stopping, tf.keras.callbacks.Callback):
     __doc__ = Stopping.__doc__
 
 
-def _keeps_backups(callback) -> bool:
-    """``callback`` is a ``BackupAndRestore`` of tf-keras or Keras 3 (or of a class of the script's on it)."""
-    return any(cls.__name__ in ("BackupAndRestore", "BackupAndRestoreExperimental")
-               and (cls.__module__ or "").partition(".")[0] in ("tf_keras", "keras") for cls in type(callback).__mro__)
+def _backups_of(callback) -> str | None:
+    """Whose ``BackupAndRestore`` ``callback`` is (or a class of the script's on it): ``tf_keras``, ``keras`` (Keras
+    3), or None: no backup callback."""
+    for cls in type(callback).__mro__:
+        flavour = (cls.__module__ or "").partition(".")[0]
+        if cls.__name__ in ("BackupAndRestore", "BackupAndRestoreExperimental") and flavour in ("tf_keras", "keras"):
+            return flavour
+    return None
+
+
+def _backed_up_now(callback, flavour: str) -> bool:
+    """Whether ``callback``'s own step count made it back up at the step just ended."""
+    if callback.save_freq == "epoch":
+        return False
+    count = callback._batches_count if flavour == "tf_keras" else callback._batches_seen_since_last_saving
+    return count == 0
 
 
 class ScriptStop(Stopping):
@@ -237,7 +270,7 @@ class ScriptStop(Stopping):
     def watch(self, callbacks) -> None:
         """``callbacks``: the script's of the fit to come."""
         self.others = list(callbacks)
-        self.backup_callbacks = [c for c in callbacks if _keeps_backups(c)]
+        self.backup_callbacks = [c for c in callbacks if _backups_of(c)]
         self._at_epoch_end = []
         for callback in self.backup_callbacks:
             callback.__dict__.pop("on_train_end", None)  # a wrapper of a fit that failed before its end
@@ -255,28 +288,41 @@ class ScriptStop(Stopping):
         diverged = bool(getattr(self.model, DIVERGED, False))
         for callback in self.backup_callbacks:
             mine = f"its BackupAndRestore ({getattr(callback, 'backup_dir', '?')})"
-            if diverged:
-                callback.on_epoch_end = _nothing  # not a model to keep (a cut epoch's end: Stopping's)
-                self.said.append(f"the loss is not finite: {mine} keeps the backup before it")
-            elif callback.save_freq == "epoch":
-                self.said.append(f"{mine} keeps the backup of the last whole epoch (save_freq='epoch')" if cut else
-                                 f"{mine} backed up at the end of the epoch")
-            elif type(callback).__module__.startswith("tf_keras"):
-                if isinstance(self.model.distribute_strategy, tf.distribute.ParameterServerStrategy):
-                    self.said.append(f"{mine} keeps its newest backup (no step backups under parameter servers)")
-                    continue
-                callback._backup(epoch=callback._current_epoch, batch=batch)
-                self.said.append(f"{mine} backed up at the stop")
-            elif cut:
-                callback._save_model()
-                self.said.append(f"{mine} backed up at the stop")
-            else:
-                self._at_epoch_end.append(callback)  # after its own epoch end: the next epoch is where to go on
-                self.said.append(f"{mine} backed up at the end of the epoch")
+            try:
+                self.said.append(self._back_up(callback, _backups_of(callback), mine, batch, cut, diverged))
+            except Exception as exc:  # noqa: BLE001 - the stop goes on; the line says what became of the backup
+                log.warning("the script's BackupAndRestore could not back up at the stop", exc_info=True)
+                self.said.append(f"{mine} could not back up at the stop ({type(exc).__name__}: {exc})"[:300])
+
+    def _back_up(self, callback, flavour: str, mine: str, batch: int, cut: bool, diverged: bool) -> str:
+        """Back ``callback`` up as the stop needs (the class's doc); the words of what it keeps."""
+        if diverged:
+            callback.on_epoch_end = _nothing  # not a model to keep (a cut epoch's end: Stopping's)
+            if _backed_up_now(callback, flavour):  # its own count came due at this very step
+                return f"the loss is not finite, and {mine} had just backed up at this step (the diverged weights)"
+            return f"the loss is not finite: {mine} keeps the backup before it"
+        if callback.save_freq == "epoch":
+            return (f"{mine} keeps the backup of the last whole epoch (save_freq='epoch')" if cut else
+                    f"{mine} backed up at the end of the epoch")
+        if flavour == "tf_keras":
+            if isinstance(self.model.distribute_strategy, tf.distribute.ParameterServerStrategy):
+                return f"{mine} keeps its newest backup (no step backups under parameter servers)"
+            callback._backup(epoch=callback._current_epoch, batch=batch)
+            return f"{mine} backed up at the stop"
+        if cut:
+            callback._current_epoch = self._epoch  # Keras 3 counts it from 0 in each fit, a resumed one's too
+            callback._save_model()
+            return f"{mine} backed up at the stop"
+        self._at_epoch_end.append(callback)  # after its own epoch end: the next epoch is where to go on
+        return f"{mine} backed up at the end of the epoch"
 
     def on_epoch_end(self, epoch, logs=None):
         for callback in self._at_epoch_end:
-            callback._save_model()
+            try:
+                callback._current_epoch = epoch + 1
+                callback._save_model()
+            except Exception:  # noqa: BLE001 - said in the log; the stop goes on
+                log.warning("the script's BackupAndRestore could not back up at the stop", exc_info=True)
         self._at_epoch_end = []
 
 

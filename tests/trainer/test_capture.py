@@ -604,8 +604,11 @@ x = np.random.default_rng(0).random((3200, 8), dtype="float32"); y = (x.sum(1) >
 layers = tf.keras.layers
 model = tf.keras.Sequential([tf.keras.Input((8,)), layers.Dense(8, activation="relu"), layers.Dense(2)])
 model.compile("adam", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
-model.fit(x, y, batch_size=32, epochs=1000, verbose=0,
-          callbacks=[tf.keras.callbacks.BackupAndRestore(args.backup_dir, save_freq=50)])
+class Backup(tf.keras.callbacks.BackupAndRestore):  # a script's own class on Keras's
+    pass
+
+
+model.fit(x, y, batch_size=32, epochs=1000, verbose=0, callbacks=[Backup(args.backup_dir, save_freq=50)])
 open("after_fit", "w").close()
 """
     # Mid-epoch (100 steps an epoch), off the script's own backups' steps.
@@ -631,7 +634,8 @@ open("after_fit", "w").close()
 @pytest.mark.slow
 def test_a_stop_in_a_keras3_epoch_keeps_the_backup_of_the_last_whole_epoch(tmp_path):
     """Keras 3, BackupAndRestore at each epoch's end (its default): a backup of the cut epoch would resume after
-    it, its rest skipped; the last whole epoch's stays the newest, and nothing deletes it."""
+    it, its rest skipped; the last whole epoch's stays the newest, and nothing deletes it. Run again, the script
+    goes on at that epoch, and a stop there keeps it (Keras 3 counts its epochs from 0 in each fit)."""
     source = """
 import keras, numpy as np
 x = np.random.default_rng(0).random((640, 8), dtype="float32"); y = (x.sum(1) > 4).astype("int32")
@@ -651,3 +655,10 @@ model.fit(x, y, batch_size=32, epochs=1000, verbose=0, callbacks=[keras.callback
     else:
         assert epochs == list(range(last["epoch"])) and kept["epoch"] == last["epoch"]
         assert "; its BackupAndRestore (backup) keeps the backup of the last whole epoch (save_freq='epoch')" in stderr
+    os.rename(tmp_path / "metrics.jsonl", tmp_path / "first.jsonl")
+    proc, stderr, again = stopped(tmp_path, source, lambda rs: bool(_steps(rs)), env={"TF_USE_LEGACY_KERAS": "0"})
+    assert proc.returncode == 143, stderr[-2000:]
+    resumed = _steps(again)
+    assert resumed[0]["epoch"] == kept["epoch"], "run again, it goes on at the epoch its backup names"
+    kept_again = json.loads((tmp_path / "backup" / "training_metadata.json").read_text())
+    assert kept_again["epoch"] == resumed[-1]["epoch"] + (resumed[-1]["step"] == 19)
