@@ -219,8 +219,10 @@ def start(req: dict) -> dict:
     table = None
     if req.get("firewall") is not None:  # the task's port from the cluster's hosts only, before it listens
         wall = req["firewall"]
-        if not isinstance(wall, dict) or not isinstance(wall.get("peers"), list):
-            raise AgentError("start: \"firewall\" must be {\"port\": N, \"peers\": [addresses]}", protocol.BAD_ARGUMENT)
+        if not isinstance(wall, dict) or not isinstance(wall.get("peers"), list) or \
+                not isinstance(wall.get("endpoints", []), list):
+            raise AgentError("start: \"firewall\" must be {\"port\": N, \"peers\": [addresses], \"endpoints\": "
+                             "[host:port]}", protocol.BAD_ARGUMENT)
         try:
             table = firewall.allow_only(home(), run_id, task, wall.get("port"), wall["peers"],
                                         wall.get("endpoints"))["table"]

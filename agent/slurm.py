@@ -145,6 +145,8 @@ def submit(req: dict) -> dict:
         done = subprocess.run(["sbatch", "--parsable", str(run / SCRIPT)], capture_output=True, text=True,
                               cwd=str(run), timeout=COMMAND_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired) as exc:
+        if isinstance(exc, OSError) and before is None:  # sbatch never ran (a timeout may have submitted)
+            _remove_made(run, made_run, made, made_files)
         raise AgentError(f"cannot run sbatch here ({exc}); is this Slurm's login host?", protocol.SLURM) from None
     if done.returncode != 0:
         said = " ".join(done.stderr.split())[:500]

@@ -649,6 +649,10 @@ class _Shown:
         self._stream.write(text.printable(data))
         return len(data)
 
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
     def __getattr__(self, name):
         return getattr(self._stream, name)
 
@@ -657,7 +661,8 @@ class _Shown:
 def _shown_streams():
     """Within: ``sys.stdout`` and ``sys.stderr`` are ``_Shown``; after, what they were."""
     was = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _Shown(sys.stdout), _Shown(sys.stderr)
+    # (None: a start with no console, pythonw's: nothing is printed, and nothing to wrap)
+    sys.stdout, sys.stderr = (None if s is None else _Shown(s) for s in was)
     try:
         yield
     finally:

@@ -44,6 +44,7 @@ COMMUNICATION_SHARE = 0.35  # the all-reduce takes this much of each step, more 
 THROTTLED = 0.05          # a cgroup that throttled this share of its periods held the task back
 OTHER_PROCESS = 0.3       # another process that used this much of a core on a straggler's host is named
 SATURATED = 0.9           # a host this busy has no CPU to spare
+OTHER_LOAD = 0.5          # cores busy on a worker's host beyond the run's workers there: other work held it
 SHORT_OF_MEMORY = 0.05    # a host with less of its memory available than this pages
 SWAPPED = 256 * 2**20     # a host that has swapped this much pages
 GPU_IDLE = 40.0           # a GPU less busy than this (%) while compute is most of the step waits on its host
@@ -241,23 +242,31 @@ def _cause(row: WorkerBreakdown) -> str:
     return "its host computes slower than its peers' (a slower CPU or GPU) — give it a host like the others'"
 
 
-def _busy_hosts(rows: list[WorkerBreakdown]) -> str | None:
+def _busy_hosts(rows: list[WorkerBreakdown], hosts: dict[str, str]) -> str | None:
     """What else held the workers' hosts' CPUs while their steps were timed, in words: the busiest processes outside
-    the run (``OTHER_PROCESS`` of a core or more), else a host ``SATURATED``; None: neither."""
+    the run (``OTHER_PROCESS`` of a core or more, each named once with its host), else a host whose CPU work beyond
+    the run's own workers' was ``OTHER_LOAD`` cores or more; None: neither."""
     seen: dict = {}
-    busiest = 0.0
+    load: dict[str, tuple[float, float]] = {}  # host -> (its cores busy, what the run's workers there used)
     for row in rows:
+        host = hosts.get(row.task, row.task)
         cpu = row.record.get("cpu") if isinstance(row.record.get("cpu"), dict) else {}
-        busiest = max(busiest, _value(cpu, "host_busy") or 0.0)
+        busy, cores, used = _value(cpu, "host_busy"), _value(cpu, "cores"), _value(cpu, "used") or 0.0
+        if busy is not None and cores:
+            total, own = load.get(host, (0.0, 0.0))
+            load[host] = (max(total, busy * cores), own + used)
         for other in cpu.get("others") or []:
             if isinstance(other, dict) and (_value(other, "cpu") or 0) >= OTHER_PROCESS:
-                seen.setdefault((row.task, other.get("pid")), other)
+                seen.setdefault((host, other.get("pid")), (host, other))
     if seen:
-        named = sorted(seen.values(), key=lambda o: -(_value(o, "cpu") or 0))[:2]
+        named = sorted(seen.values(), key=lambda item: -(_value(item[1], "cpu") or 0))[:2]
         return "other processes used the hosts' CPU (" + ", ".join(
-            f"pid {o.get('pid')} ({str(o.get('name'))[:40]}) {_value(o, 'cpu'):.1f} CPU" for o in named) + ")"
-    if busiest >= SATURATED:
-        return f"the hosts' CPUs were saturated ({busiest:.0%} busy)"
+            f"pid {o.get('pid')} ({str(o.get('name'))[:40]}) {_value(o, 'cpu'):.1f} CPU"
+            + (f" on {host}" if len(load) > 1 else "") for host, o in named) + ")"
+    beyond = {host: total - own for host, (total, own) in load.items() if total - own >= OTHER_LOAD}
+    if beyond:
+        host, cores = max(beyond.items(), key=lambda item: item[1])
+        return f"other work kept {cores:.1f} cores of {host} busy beside the run's workers"
     return None
 
 
@@ -347,7 +356,7 @@ def explain(ask: str, records: dict[str, dict], missing: list[str] | None = None
         words = (f"communication-bound: {communication:.0%} of each step waits on the all-reduce{amount} — a larger "
                  f"batch per replica (fewer all-reduces per example), RING or NCCL (training.communication), fewer "
                  f"hosts, or a faster link between them")
-        busy = _busy_hosts(rows)
+        busy = _busy_hosts(rows, hosts or {})
         if busy:  # a worker starved of CPU keeps its peers in the all-reduce: the link may not be the cause
             words += (f"; but {busy} while it was measured: a worker they hold back keeps its peers waiting in the "
                       f"all-reduce too — ask again when the hosts are quiet, before changing anything")

@@ -45,14 +45,15 @@ log = logging.getLogger("console.run.runner")
 
 def message_size(message: dict) -> int:
     """About the bytes a follow's message holds (its lines or its text): what a backlog counts."""
+    if message.get("type") == SYSTEM_MESSAGE:  # a host's sample (queued as its "record"): 200 bytes a task or GPU
+        sample = message.get("record") if isinstance(message.get("record"), dict) else {}
+        return 100 + 200 * sum(len(part) for part in (sample.get("tasks"), sample.get("gpus"))
+                               if isinstance(part, (dict, list)))
     lines = message.get("lines")
     if isinstance(lines, list):
-        return 100 + sum(len(line) for line in lines)
+        return 100 + sum(len(line) for line in lines if isinstance(line, str))
     text_ = message.get("text")
-    # A system sample (as the agent sent it, or queued as a "record"): about 200 bytes a task or GPU it names.
-    sample = message.get("record") if isinstance(message.get("record"), dict) else message
-    parts = sum(len(part) for part in (sample.get("tasks"), sample.get("gpus")) if isinstance(part, (dict, list)))
-    return 100 + (len(text_) if isinstance(text_, str) else 0) + 200 * parts
+    return 100 + (len(text_) if isinstance(text_, str) else 0)
 
 
 class Backlog:
@@ -86,9 +87,10 @@ class Backlog:
             follow.pause(True)
 
     def take_sample(self, message: dict) -> bool:
-        """A host's system sample, counted as a follow's message is; False (not queued) while the console is past
-        ``HIGH``: a newer sample comes a second later (``handled`` takes it off once done)."""
-        size = message_size(message)
+        """A host's system sample, counted as a follow's message is (as it will be queued: ``{"type": "system",
+        "record": ...}``, which ``handled`` takes off once done); False (not queued) while the console is past
+        ``HIGH``: a newer sample comes a second later."""
+        size = message_size({"type": SYSTEM_MESSAGE, "record": message})
         with self._lock:
             if self.size > self.HIGH:
                 self.dropped_samples += 1
@@ -259,6 +261,8 @@ class Run:
         there must be a backup to resume from. ``on_progress(host, sent, total)``
         follows each host's upload in bytes.
         """
+        with self._sampling:
+            self._nodes.clear()  # a Slurm job's nodes are this start's: a restart may get others
         training = self.cluster.training
         self.ports_changed = None
         previous = self._previous_configs(resume)

@@ -93,3 +93,19 @@ def test_a_stop_that_kills_the_supervisor_takes_its_firewall_rules_away(tmp_path
     assert stopped["killed"] is True
     assert log.read_text().rstrip().endswith(f"table inet {table}\ndelete table inet {table}\n----".rstrip())
     assert not note.exists()
+
+
+def test_a_firewall_request_whose_endpoints_are_no_list_is_refused_as_such(tmp_path, monkeypatch):
+    """A start's firewall request is checked before anything is set: endpoints that are no list are a bad argument
+    (one line), not the agent's own error."""
+    import sys
+
+    import pytest
+
+    from agent import protocol
+
+    monkeypatch.setenv("TFCC_HOME", str(tmp_path / "home"))
+    with pytest.raises(runs.AgentError) as refused:
+        runs.start({"run_id": "walled", "task": "worker-0", "argv": [sys.executable, "-c", "pass"],
+                    "firewall": {"port": 23456, "peers": ["127.0.0.1"], "endpoints": 7}})
+    assert refused.value.code == protocol.BAD_ARGUMENT and "\"endpoints\": [host:port]" in str(refused.value)

@@ -199,3 +199,18 @@ def test_a_resubmission_a_person_asked_for_runs_the_code_as_it_is_now(agent, tmp
     resumed = submitted(script.format("new"), fresh=False, refresh_work=True)
     assert resumed["work_refreshed"] == {"worker-0": {"changed": ["main.py"], "count": 1, "kept": []}}
     assert out.read_text() == "old\nold\nnew\n"
+
+
+def test_a_submit_where_sbatch_cannot_run_leaves_nothing_it_made(tmp_path, monkeypatch):
+    """No sbatch on the host (not Slurm's login host): nothing ran, so what the submit made goes and the run id
+    stays free (a second try is not refused as a run that has tasks)."""
+    from agent import slurm
+    from agent.runs import AgentError
+
+    monkeypatch.setenv("TFCC_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    for _ in range(2):
+        with pytest.raises(AgentError, match="cannot run sbatch here"):
+            slurm.submit({"run_id": "nosbatch", "tasks": trainer_tasks(["worker-0"]), "jobs": "worker:1",
+                          "port_base": 8888, "sbatch": [], "python": sys.executable, "console": "me"})
+        assert not (tmp_path / "home" / protocol.RUNS_DIR / "nosbatch").exists()

@@ -69,23 +69,36 @@ def test_workers_that_wait_on_the_all_reduce_are_communication_bound():
                                                 "of gradients in 50 ms) — a larger batch per replica")
 
 
+OTHERS = [{"pid": 4242, "name": "python", "cpu": 1.4}, {"pid": 77, "name": "gzip", "cpu": 0.1}]
+
+
 @pytest.mark.parametrize("cpu, busy", [
-    ({"others": [{"pid": 4242, "name": "python", "cpu": 1.4}, {"pid": 77, "name": "gzip", "cpu": 0.1}]},
-     "other processes used the hosts' CPU (pid 4242 (python) 1.4 CPU)"),
-    ({"host_busy": 0.97}, "the hosts' CPUs were saturated (97% busy)")])
+    ({"others": OTHERS}, "other processes used the hosts' CPU (pid 4242 (python) 1.4 CPU)"),
+    ({"host_busy": 0.97}, "other work kept 1.3 cores of h0 busy beside the run's workers")])
 def test_an_all_reduce_wait_on_busy_hosts_says_so_beside_the_advice(cpu, busy):
-    """Another training on the workers' hosts (the CI's own load beside the suite), or hosts with no CPU to spare:
-    a worker they hold back keeps its peers in the all-reduce. The verdict keeps the advice (a slow link may be
-    there too) and says what else held the hosts, and to ask again when they are quiet."""
+    """Another training on the workers' host (the CI's own load beside the suite): a worker it holds back keeps its
+    peers in the all-reduce. The verdict keeps the advice (a slow link may be there too) and says what else held
+    the host (its processes named once, or the cores busy beyond the run's workers), and to ask again when quiet."""
     verdict = speed.explain("a", {"worker-0": record(step=0.06, compute=0.005, reduce=0.05,
-                                                     cpu={"used": 0.6, "cores": 2, "allowed": 2, **cpu}),
-                                  "worker-1": record(step=0.06, compute=0.005, reduce=0.05)})
+                                                     cpu={"used": 0.3, "cores": 2, "allowed": 2, **cpu}),
+                                  "worker-1": record(step=0.06, compute=0.005, reduce=0.05,
+                                                     cpu={"used": 0.34, "cores": 2, "allowed": 2, **cpu})},
+                            hosts={"worker-0": "h0", "worker-1": "h0"})
     assert verdict.kind == speed.COMMUNICATION_BOUND
     assert verdict.findings[0].words == (
         "communication-bound: 83% of each step waits on the all-reduce (1 MB of gradients in 50 ms) — a larger batch "
         "per replica (fewer all-reduces per example), RING or NCCL (training.communication), fewer hosts, or a faster "
         f"link between them; but {busy} while it was measured: a worker they hold back keeps its peers waiting in the "
         "all-reduce too — ask again when the hosts are quiet, before changing anything")
+
+
+def test_a_host_busy_with_the_runs_own_workers_alone_is_no_busy_host():
+    """Two workers that keep their 2-core host busy between them: no other work held it, and the verdict says
+    nothing of it (it would ask to wait for a quiet host that never comes)."""
+    cpu = {"used": 0.95, "cores": 2, "allowed": 2, "host_busy": 0.98}
+    verdict = speed.explain("a", {f"worker-{i}": record(step=0.06, compute=0.005, reduce=0.05, cpu=cpu)
+                                  for i in range(2)}, hosts={"worker-0": "h0", "worker-1": "h0"})
+    assert verdict.kind == speed.COMMUNICATION_BOUND and "while it was measured" not in verdict.findings[0].words
 
 
 def test_a_run_whose_workers_compute_is_healthy_and_its_scaling_is_said():
