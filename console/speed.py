@@ -220,8 +220,9 @@ def _input_finding(row: WorkerBreakdown) -> Finding:
                    row.task)
 
 
-def _cause(row: WorkerBreakdown) -> str:
-    """What held a straggler's CPU, from what it saw while its real steps were timed."""
+def _cause(row: WorkerBreakdown, rows: list[WorkerBreakdown] | None = None, hosts: dict[str, str] | None = None) -> str:
+    """What held a straggler's CPU, from what it saw while its real steps were timed (``rows``, ``hosts``: every
+    worker's, and where each runs: the work beside the run's on its host, a peer on the same host)."""
     cpu = row.record.get("cpu") if isinstance(row.record.get("cpu"), dict) else {}
     limit, throttled = _value(cpu, "limit"), _value(cpu, "throttled")
     cores, allowed = _value(cpu, "cores"), _value(cpu, "allowed")
@@ -236,9 +237,18 @@ def _cause(row: WorkerBreakdown) -> str:
     if allowed is not None and cores is not None and allowed < cores:
         return (f"it may use only {allowed:g} of its host's {cores:g} cores (taskset, a cpuset) — let it use them "
                 f"all or move the task")
+    hosts = hosts or {}
+    here = hosts.get(row.task)
+    together = [r for r in rows or [] if r is not row and here is not None and hosts.get(r.task) == here]
+    beside = _busy_hosts([row, *together], hosts)
+    if beside:
+        return f"{beside} while it was measured — stop that work, or move the task to a host with CPU to spare"
     busy = _value(cpu, "host_busy")
     if busy is not None and busy >= SATURATED:
         return f"its host's CPU is saturated ({busy:.0%} busy) — fewer tasks on that host, or a bigger host"
+    if together:  # the same CPU computes faster for a peer: not a slower machine
+        return (f"it shares {here} with {', '.join(r.task for r in together)}, which computes faster: the host's "
+                f"CPU was not shared evenly — ask again; pin each task to cores of its own, or give it a host")
     return "its host computes slower than its peers' (a slower CPU or GPU) — give it a host like the others'"
 
 
@@ -251,8 +261,8 @@ def _busy_hosts(rows: list[WorkerBreakdown], hosts: dict[str, str]) -> str | Non
     for row in rows:
         host = hosts.get(row.task, row.task)
         cpu = row.record.get("cpu") if isinstance(row.record.get("cpu"), dict) else {}
-        busy, cores, used = _value(cpu, "host_busy"), _value(cpu, "cores"), _value(cpu, "used") or 0.0
-        if busy is not None and cores:
+        busy, cores, used = _value(cpu, "host_busy"), _value(cpu, "cores"), _value(cpu, "used")
+        if busy is not None and cores and used is not None:  # (what the worker itself used: else nobody knows)
             total, own = load.get(host, (0.0, 0.0))
             load[host] = (max(total, busy * cores), own + used)
         for other in cpu.get("others") or []:
@@ -346,7 +356,8 @@ def explain(ask: str, records: dict[str, dict], missing: list[str] | None = None
         if waiting >= PEERS_SHARE and slowest.compute >= STRAGGLER_RATIO * max(typical, 1e-9):
             findings.append(Finding(STRAGGLER, (
                 f"{slowest.task} is a straggler: its compute takes {_ms(slowest.compute)} a step, its peers' "
-                f"{_ms(typical)}, and they wait {waiting:.0%} of each step for it: {_cause(slowest)}"), slowest.task))
+                f"{_ms(typical)}, and they wait {waiting:.0%} of each step for it: {_cause(slowest, rows, hosts)}"),
+                slowest.task))
     communication = statistics.mean(r.share("communication") for r in rows)
     largest = max(PARTS, key=lambda p: statistics.mean(r.share(p) for r in rows))
     if not findings and len(rows) > 1 and communication >= COMMUNICATION_SHARE and largest == "communication":

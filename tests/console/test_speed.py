@@ -48,6 +48,22 @@ def test_a_worker_that_computes_slower_is_the_straggler_and_its_cgroup_is_named(
                             "periods)"), words
 
 
+@pytest.mark.parametrize("busy, cause", [
+    (0.6, "it shares h0 with worker-0, which computes faster: the host's CPU was not shared evenly"),
+    (1.0, "other work kept 0.7 cores of h0 busy beside the run's workers while it was measured — stop that work")])
+def test_a_straggler_beside_a_peer_on_its_own_host_is_no_slower_machine(busy, cause):
+    """Two workers on one host (the CI's 2 cores): one computes 2x slower than the other on the same CPU. That is
+    no slower machine: the host's CPU was shared unevenly, or other work beside the run's held it."""
+    def cpu(used):
+        return {"used": used, "cores": 2, "allowed": 2, "host_busy": busy}
+
+    verdict = speed.explain("a", {"worker-0": record(step=0.06, compute=0.004, cpu=cpu(0.8)),
+                                  "worker-1": record(step=0.06, compute=0.016, cpu=cpu(0.5))},
+                            hosts={"worker-0": "h0", "worker-1": "h0"})
+    words = verdict.findings[0].words
+    assert verdict.kind == speed.STRAGGLER and cause in words and "a slower CPU" not in words, words
+
+
 @pytest.mark.parametrize("cpu, cause", [
     ({"cores": 4, "allowed": 4, "others": [{"pid": 4242, "name": "stress", "cpu": 1.0}]},
      "its host's CPU is busy with another process: pid 4242 (stress) uses 1.0 CPU — stop it"),

@@ -630,11 +630,11 @@ class SystemStore(MetricsStore):
         super().__init__()
         self.system: list = []
 
-    def ingest_system(self, host, record):
+    def ingest_system(self, host, record, tasks=None):
         self.system.append((host, record))
         parent = getattr(super(), "ingest_system", None)
         if parent is not None:
-            parent(host, record)
+            parent(host, record, tasks)
 
 
 def test_each_hosts_load_goes_to_the_store_and_the_listeners_while_the_run_is_followed(homes):
