@@ -758,6 +758,11 @@ class Run:
                 self._samplers[host] = thread
                 thread.start()
 
+    def tasks_sampled_on(self, name: str) -> set[str]:
+        """The tasks whose load a sample named ``name`` may carry: the run's tasks on that host (a Slurm node's:
+        any of the run's, which Slurm places)."""
+        return {t.name for t in self.tasks if self.cluster.slurm is not None or t.host == name}
+
     def _system_source(self, name: str) -> bool:
         """Whether system samples named ``name`` are kept: a host of the run, or one of a Slurm job's nodes (the
         first ``slurm.nodes`` names its login host's agent sends: a host cannot grow the console's hosts)."""

@@ -472,9 +472,8 @@ class RunSession:
         elif kind == SYSTEM_QUEUED:  # task is None: the record is the host's
             host, record = message["host"], message["record"]
             self._systems[host] = record
-            if self.store is not None:  # the run's own tasks there only (a Slurm node's: any of the run's)
-                self.store.ingest_system(host, record, tasks={t.name for t in self.run.tasks
-                                                              if self.run.cluster.slurm is not None or t.host == host})
+            if self.store is not None:  # the run's own tasks there only
+                self.store.ingest_system(host, record, tasks=self.run.tasks_sampled_on(host))
             self._tell(SessionEvent(SessionKind.SYSTEM, host=host, message=record))
         elif kind == FOLLOWING:
             started = number(message.get("started"))
