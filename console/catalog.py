@@ -24,7 +24,9 @@ from console import text
 from console import speed
 from console.errors import RunError, TfccError, state_dir
 from console.remote.channel import AgentRequestError
-from console.run.runner import RECONNECTING, Run, at_once
+from console.run.launch import at_once
+from console.run.placement import placement_for
+from console.run.runner import RECONNECTING, Run
 from console.run.session import OFFER, RunSession
 from console.states import RunState, SessionKind, run_state
 from console.store.cache import (CONSOLE_TASK, SUMMARY, cache_dir, fill_from_cache, read_summary, remove_cache, task_file,
@@ -404,11 +406,7 @@ def delete_run(run_id: str, ask_host_key=None) -> list[str]:
 
 def _same_place(cluster: cl.Cluster, ran: cl.Cluster, addresses: set) -> bool:
     """Whether a run of ``ran`` ran where ``cluster`` runs: the same hosts, or the same Slurm login host."""
-    if cluster.slurm is not None or ran.slurm is not None:
-        mine, theirs = cluster.slurm, ran.slurm
-        return mine is not None and theirs is not None and \
-            (mine.login, mine.user, mine.port) == (theirs.login, theirs.user, theirs.port)
-    return {(h.name, h.address, h.local) for h in ran.hosts} <= addresses
+    return placement_for(cluster).same_place(ran, addresses)
 
 
 def running_runs(cluster: cl.Cluster, ask_host_key=None, limit: int = 20, failed_too: bool = False) -> list:

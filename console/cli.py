@@ -34,10 +34,11 @@ import traceback
 from pathlib import Path
 
 from agent.protocol import FINISHED, TRAINING
-from console import catalog, checks, export, memory, slurm
+from console import catalog, checks, export, memory
 from console import cluster as cl
 from console import speed, text
 from console.errors import RunError, TfccError, describe, log_to_file, log_to_terminal
+from console.run.placement import placement_for
 from console.run.runner import Run
 from console.run.session import RunSession
 from console.run.supervisor import WATCHDOG_SECONDS
@@ -281,17 +282,12 @@ def cmd_run(ns) -> int:
     run_id = check_run_id(new_run_id() if given is None else given)  # before anything touches a disk
     cluster = cl.load(ns.cluster) if ns.cluster else cl.default()
     asker = make_asker(ns.accept_new_host_keys)
-    if cluster.slurm is not None and ns.resume is None:
-        slurm.preflight(cluster, asker)  # a refusal is its one line: nothing submitted
     run = Run(cluster, run_id, asker)
     resume = ns.resume is not None
+    if not resume:
+        run.placement.preflight(asker)  # a refusal is its one line: nothing submitted (Slurm's sbatch --test-only)
     run.start(resume=resume, explicit=resume)
-    verb = "resumed" if resume else "started"
-    if cluster.slurm is not None:
-        print(f"tfcc: run {run.run_id} {verb}: {len(run.tasks)} tasks, Slurm job {run.job.get('job_id')} from "
-              f"{cluster.slurm.login}", file=sys.stderr)
-    else:
-        print(f"tfcc: run {run.run_id} {verb}: {len(run.tasks)} tasks on {len(run.links)} host(s)", file=sys.stderr)
+    print(f"tfcc: {run.placement.started_words(run, 'resumed' if resume else 'started')}", file=sys.stderr)
     again = "tfcc run" + (f" {shlex.quote(ns.cluster)}" if ns.cluster else "")
     return _follow(run, Printer(ns.json), ns.stop_on_exit, ns.watchdog, ns.why_slow, start_again=again)
 
@@ -299,7 +295,7 @@ def cmd_run(ns) -> int:
 def cmd_resume(ns) -> int:
     run = Run.load(check_run_id(ns.run), make_asker(ns.accept_new_host_keys))
     run.start(resume=True, explicit=True)
-    print(f"tfcc: run {run.run_id} resumed: {len(run.tasks)} tasks on {len(run.links)} host(s)", file=sys.stderr)
+    print(f"tfcc: {run.placement.started_words(run, 'resumed')}", file=sys.stderr)
     return _follow(run, Printer(ns.json), ns.stop_on_exit, ns.watchdog)
 
 
@@ -329,8 +325,11 @@ def _gib(n) -> str:
 
 def cmd_check(ns) -> int:
     cluster = cl.load(ns.cluster) if ns.cluster else cl.default()
-    if cluster.slurm is not None:
-        return _check_slurm(ns, cluster)
+    # A place of its own to ask (a Slurm login host: would it take the job?); else the hosts are checked.
+    answer = placement_for(cluster).preflight(make_asker(ns.accept_new_host_keys), timeout=ns.deadline)
+    if answer is not None:
+        print(json.dumps(answer.as_dict()) if ns.json else "\n".join(answer.lines()))
+        return 0
     report = checks.check(cluster, deadline=ns.deadline, ask_host_key=make_asker(ns.accept_new_host_keys))
     if ns.json:
         print(json.dumps(report.as_dict()))
@@ -370,24 +369,6 @@ def cmd_check(ns) -> int:
     return 0 if report.ready else 1
 
 
-def _check_slurm(ns, cluster: cl.Cluster) -> int:
-    """A Slurm cluster file's check: its login host's Slurm would take the job (sbatch --test-only)."""
-    answer = slurm.preflight(cluster, make_asker(ns.accept_new_host_keys), timeout=ns.deadline)
-    part = answer.partition(cluster.slurm.partition)
-    if ns.json:
-        print(json.dumps({"ready": True, "login": answer.login, "partition": part.name, "start": answer.start,
-                          "partitions": [vars(p) for p in answer.partitions]}))
-        return 0
-    print(f"{'partition':<16} {'state':<6} {'nodes':>5}  time limit")
-    for p in answer.partitions:
-        print(f"{p.name + ('*' if p.default else ''):<16} {'up' if p.up else 'down':<6} {p.nodes:>5}  {p.time_limit}")
-    s = cluster.slurm
-    print(f"\nready: Slurm on {answer.login} would take the job: {s.nodes} node(s) x {s.tasks_per_node} task(s) in "
-          f"{part.name}, time {s.time}" + (f", expected to start {answer.start}" if answer.start else "")
-          + " (sbatch --test-only: nothing submitted)")
-    return 0
-
-
 def cmd_logs(ns) -> int:
     run = Run.load(ns.run)
     names = [t.name for t in run.tasks]
@@ -400,10 +381,9 @@ def cmd_logs(ns) -> int:
             content = text.printable(content)  # what a task wrote: its escape sequences are shown, not run
             print(f"==> {task.name} on {task.host}: {stream} <==")
             print(content, end="" if content.endswith("\n") or not content else "\n")
-    if run.cluster.slurm is not None and not ns.task:  # the job's own output: srun's errors, its attempts
-        job = run.job_state()
-        output = text.printable(job.get("output") or "")
-        print(f"==> {text.job_words(job)}: slurm-{job.get('job_id')}.out <==")
+    for heading, said in ([] if ns.task else run.placement.extra_logs(run)):  # a Slurm job's own output
+        output = text.printable(said)
+        print(f"==> {heading} <==")
         print(output, end="" if output.endswith("\n") or not output else "\n")
     run.detach()
     return 0

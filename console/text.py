@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from pathlib import Path
 
 from console.states import RECONNECTING, Mark
 from trainer.records import FIT, PLAN_FIELDS, Event, RecordType
@@ -330,4 +331,26 @@ def job_words(job: dict) -> str:
         words += f" ({job['reason']})"
     if job.get("nodes"):
         words += f" on {job['nodes']}"
+    return words
+
+
+def refreshed_words(root: Path, refreshed: dict[str, dict]) -> str:
+    """What a person's resume did to the tasks' copies of a script's files (each host's ``work_refreshed``,
+    hostile data), in one line."""
+    def names(key: str) -> list[str]:
+        found = {n for r in refreshed.values() if isinstance(r.get(key), list) for n in r[key][:50]
+                 if isinstance(n, str)}
+        return sorted(printable(n[:200]) for n in found)
+
+    changed, kept = names("changed"), names("kept")
+    count = max((r["count"] for r in refreshed.values() if isinstance(r.get("count"), int)), default=0)
+    if count <= 0:
+        words = f"the tasks run the code of {root} as it was at the last start: none of its files changed since"
+    else:
+        shown = ", ".join(changed[:5]) + (", ..." if count > len(changed[:5]) else "")
+        words = (f"the tasks run the code of {root} as it is now: {count} file{'s' if count != 1 else ''} changed "
+                 f"since the last start ({shown})")
+    if kept:
+        words += (f"; {', '.join(kept[:5])} left as the script made it (a link or a folder of its own stands "
+                  "there)")
     return words

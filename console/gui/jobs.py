@@ -16,9 +16,10 @@ import time
 from PySide6.QtCore import QObject, Signal
 
 from agent.protocol import ERROR, FINISHED
-from console import checks, slurm
+from console import checks
 from console import cluster as cl
 from console.errors import TfccError, describe
+from console.run.placement import placement_for
 from console.run.runner import Run
 from console.run.session import RunSession
 from console.run.supervisor import OFFER, REMOVE_HOST, RESTART, WATCHDOG_SECONDS
@@ -109,15 +110,17 @@ class HostKeyAsker(QObject):
                 self._answered.set()
 
 
-def slurm_report(cluster: cl.Cluster, ask_host_key, deadline: float) -> checks.Report:
-    """A Slurm cluster's check as a check's report: its login host's Slurm would take the job, or the one line
-    that says why not (console.slurm.preflight: nothing is submitted)."""
+def place_report(cluster: cl.Cluster, ask_host_key, deadline: float) -> checks.Report | None:
+    """The pre-flight of the place the tasks run, as a check's report: a Slurm login host's Slurm would take the
+    job, or the one line that says why not (nothing is submitted); None where the hosts themselves are checked."""
     started = time.monotonic()
-    problems = []
+    placement = placement_for(cluster)
     try:
-        slurm.preflight(cluster, ask_host_key, timeout=max(deadline, 30.0))
+        if placement.preflight(ask_host_key, timeout=max(deadline, 30.0)) is None:
+            return None
+        problems = []
     except TfccError as exc:
-        problems.append(checks.Problem("Slurm", exc.cause, exc.fix or ""))
+        problems = [checks.Problem(placement.name, exc.cause, exc.fix or "")]
     return checks.Report([], [], {}, problems, time.monotonic() - started)
 
 
@@ -138,9 +141,8 @@ class CheckJob(QObject):
 
     def _run(self, cluster: cl.Cluster, deadline: float) -> None:
         try:
-            if cluster.slurm is not None:
-                report = slurm_report(cluster, self.ask_host_key, deadline)
-            else:
+            report = place_report(cluster, self.ask_host_key, deadline)
+            if report is None:
                 report = checks.check(cluster, deadline=deadline, ask_host_key=self.ask_host_key,
                                       on_progress=lambda d, t, w: self.progressed.emit(d, t, w))
         except Exception as exc:  # a check that cannot even start: say why

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
+from typing import Callable
 
-from agent.protocol import KERAS_REASON_VARIABLE, parse_address
+from agent.protocol import KERAS_REASON_VARIABLE, parse_address, parse_task_name
 from console import cluster as cl
 from console import exposure
 from console import workdir
@@ -173,3 +175,26 @@ def slurm_login(slurm: cl.Slurm) -> cl.Host:
     """The host a Slurm run is submitted from and followed through (its nodes share its files)."""
     return cl.Host(name=slurm.login, address=slurm.login, user=slurm.user, port=slurm.port, key=slurm.key,
                    python=slurm.python)
+
+
+def task_address(name: str, tf_config: str) -> str:
+    """A task's host:port in its TF_CONFIG (by the TF_CONFIG's own task: in an elastic run that shrank, worker-2
+    may be worker 1); "" for a task outside the training cluster (an evaluator). ``name``: for older manifests."""
+    config = json.loads(tf_config)
+    role, index = parse_task_name(name)
+    own = config.get("task")
+    if isinstance(own, dict) and isinstance(own.get("type"), str) and isinstance(own.get("index"), int):
+        role, index = own["type"], own["index"]
+    cluster = config["cluster"]
+    return cluster[role][index] if role in cluster else ""
+
+
+def at_once(items: list[tuple], work: Callable) -> list:
+    """``work(*item)`` for every item on its own thread; the results in order, or the first error
+    (after every item has had its go: none is left half done behind the caller's back)."""
+    if len(items) <= 1:
+        return [work(*item) for item in items]
+    with ThreadPoolExecutor(max_workers=len(items), thread_name_prefix="tfcc-host") as pool:
+        futures = [pool.submit(work, *item) for item in items]
+        wait(futures)
+    return [f.result() for f in futures]

@@ -20,7 +20,7 @@ import time
 
 from agent.protocol import (END, ENDED, ERROR, FAILED, FINISHED, FOLLOWING, LOG_MESSAGE, LOST, METRICS,
                             METRICS_MESSAGE, PENDING, RUNNING, STARTING, STDERR, STOPPED, TRAINING, WAITING,
-                            parse_address, parse_task_name, task_name)
+                            parse_task_name, task_name)
 from console import speed, text
 from console.errors import RunError, TfccError
 from console.run.runner import Run
@@ -37,7 +37,7 @@ from trainer.tf_config import CHIEF, WORKER
 log = logging.getLogger("console.run.session")
 
 SYSTEM_QUEUED = "system"  # a host's system record, queued beside the follows' messages
-JOB_QUEUED = "slurm_job"  # a Slurm run's job changed (Run.watch_job), queued likewise
+JOB_QUEUED = "slurm_job"  # a Slurm run's job changed (its placement's watch), queued likewise
 # TensorFlow's own words (its coordination service's log, on stderr) for a cluster that formed, and for
 # one whose leader still waits (naming the tasks it waits for, on the next line): a script that reports
 # nothing of itself (capture off) is judged by them.
@@ -71,19 +71,6 @@ def _trains(record: dict) -> bool:
     """Whether a step or epoch record shows training under way: any but a printed line that names no
     epoch or step (a script may print a value before its cluster forms)."""
     return record.get(CAPTURED) != FROM_PRINT or "epoch" in record or "step" in record
-
-
-def _launched_address(record: dict) -> str:
-    """A launched record's own address (its cluster's entry for its task), or ""."""
-    try:
-        address = record["cluster"][record["task_type"]][int(record["task_index"])]
-    except (KeyError, IndexError, TypeError, ValueError):
-        return ""
-    try:
-        parse_address(address)
-    except (ValueError, AttributeError):
-        return ""
-    return address[:300]
 
 
 class RunSession:
@@ -311,13 +298,14 @@ class RunSession:
         self._queue.put((self.attempt, None, {"type": SYSTEM_QUEUED, "host": host, "record": record}))
 
     def _follow_again(self, tasks: list[TaskState] | None) -> None:
-        """Follow ``tasks`` (None: every task) as the current attempt's, and the hosts' load with them (a Slurm
-        run: its job's state)."""
+        """Follow ``tasks`` (None: every task) as the current attempt's, and the hosts' load with them (and the
+        place's own state of the run: a Slurm job's)."""
         self.run.follow(self._follower(self.attempt), self._poll, only=tasks)
         self.run.sample_system(self._on_system, self.system_interval)
-        if self.run.cluster.slurm is not None and not self._watching_job:
+        if not self._watching_job:
             self._watching_job = True
-            self.run.watch_job(lambda job: self._queue.put((self.attempt, None, {"type": JOB_QUEUED, "job": job})))
+            self.run.placement.watch(self.run, lambda job: self._queue.put((self.attempt, None,
+                                                                            {"type": JOB_QUEUED, "job": job})))
 
     def _main(self) -> None:
         try:
@@ -556,10 +544,7 @@ class RunSession:
                 supervisor.launched(task, r.get("workload") == SCRIPT_WORKLOAD)
                 when = number(r.get("time"))
                 task.launched_at = when if math.isfinite(when) else task.launched_at
-                if self.run.cluster.slurm is not None:  # Slurm chose its node: its address is in its TF_CONFIG
-                    task.address = _launched_address(r) or task.address
-                    if isinstance(r.get("attempt"), int) and r["attempt"] > task.attempt:
-                        task.attempt = r["attempt"]  # the job's script counts its attempts
+                self.run.placement.launched(task, r)  # where it runs now, when its place chose it (Slurm's node)
                 task.cluster_formed = False
                 if self._moves(task):
                     task.change(WAITING)
@@ -657,10 +642,10 @@ class RunSession:
         self._tell(SessionEvent(SessionKind.STATE, task, text=words, message={"state": state}))
 
     def _say(self, kind: str, words: str) -> None:
-        """A supervision event (a SessionKind), in the store and to listeners. A Slurm run given up: its job goes
-        too (its script would start the tasks again with nobody following), on a thread of its own."""
-        if kind == SessionKind.GAVE_UP and self.run.cluster.slurm is not None:
-            threading.Thread(target=self.run.cancel_job, name=f"tfcc-cancel-{self.run.run_id}", daemon=True).start()
+        """A supervision event (a SessionKind), in the store and to listeners. A run given up: its place takes away
+        what would start its tasks again (a Slurm job, whose script would, with nobody following)."""
+        if kind == SessionKind.GAVE_UP:
+            self.run.placement.given_up(self.run)
         if self.store is not None:
             self.store.note(CONSOLE_TASK, kind, words)
         self._tell(SessionEvent(kind, text=words, message={"type": kind, "attempt": self.attempt}))

@@ -85,8 +85,8 @@ AUTO_PORT_FIX = ("the port was one tfcc chose (port = \"auto\"), taken by anothe
 
 def _auto_port(run, task: str) -> bool:
     """Whether ``task``'s port is one tfcc chooses (``auto``) in ``run``'s cluster (no run known: no)."""
-    cluster = getattr(run, "cluster", None)
-    if cluster is None or cluster.slurm is not None:  # a Slurm job's ports are its job id's, the same each attempt
+    cluster, placement = getattr(run, "cluster", None), getattr(run, "placement", None)
+    if cluster is None or placement is None or not placement.picks_ports:  # a Slurm job's: its job id's
         return False
     names = cluster.task_names()
     return task in names and cluster.tasks[names.index(task)].port == "auto"
@@ -532,7 +532,7 @@ class Supervisor:
         if self.given_up or self.stop_requested or self._coordinator_finished():
             return  # no (more) supervision: the run ends as its tasks do
         # (A Slurm job's step ends every task with one: its restart is always the group's.)
-        if self.run.cluster.parameter_server and self.run.cluster.slurm is None and \
+        if self.run.cluster.parameter_server and self.run.placement.relaunches_one and \
                 all((parse_task_name(t.name)[0] == WORKER or _evaluates(t)) and not self._stalled.get(t.name)
                     for t in failed):
             self._relaunch_workers(failed)

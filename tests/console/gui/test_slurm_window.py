@@ -80,12 +80,12 @@ def test_the_window_follows_a_slurm_job_on_the_nodes_slurm_chose(qtbot, slurm, g
     core = lambda: window.session.core  # noqa: E731
     qtbot.waitUntil(lambda: core() is not None, timeout=30_000)
     started = core()
-    request.addfinalizer(lambda: started.run.stop(grace=0) if started.run.job else None)  # whatever fails
+    request.addfinalizer(lambda: started.run.stop(grace=0) if started.run.placement.job else None)  # whatever fails
     qtbot.waitUntil(lambda: all(t.phase == protocol.TRAINING for t in started.run.tasks), timeout=300_000)
     qtbot.waitUntil(lambda: all(started.store.points(t.name) > 20 for t in started.run.tasks), timeout=120_000)
     diagram = window.run_control.diagram
     qtbot.waitUntil(lambda: [h.name for h in diagram.hosts] == slurm.nodes, timeout=60_000)
-    port = 8888 + int(started.run.job["job_id"]) % 500 * 64  # each job its own ports (agent/slurm.py)
+    port = 8888 + int(started.run.placement.job["job_id"]) % 500 * 64  # each job its own ports (agent/slurm.py)
     assert [[t.address for t in h.tasks] for h in diagram.hosts] == [[f"{node}:{port}"] for node in slurm.nodes]
     notes = [e.get("text", "") for e in started.store.events_snapshot()]
     assert any("Slurm job" in n and f"running on {slurm.node_list}" in n for n in notes), notes[-10:]

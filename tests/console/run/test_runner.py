@@ -295,9 +295,9 @@ def test_an_elastic_runs_members_are_kept_in_its_manifest_and_loaded_again(homes
     assert [t.phase for t in run.tasks] == ["starting", "left the run", "starting"]
     assert [t.address for t in run.tasks] == ["localhost:5000", "localhost:5001", "localhost:5002"]
     assert json.loads(configs[2])["task"] == {"type": "worker", "index": 1}  # worker-2 is worker 1 of 2
-    assert run._member_configs(configs) is configs  # the same members: the run's own TF_CONFIGs
+    assert run.placement.member_configs(run, configs) is configs  # the same members: the run's own TF_CONFIGs
     run.rejoin([run.tasks[1]], "here answers again")
-    grown = run._member_configs(configs)  # worker-1 back: every member's TF_CONFIG on the ports each task had
+    grown = run.placement.member_configs(run, configs)  # worker-1 back: every member's TF_CONFIG on the ports each task had
     assert [json.loads(c) for c in grown] == [json.loads(cluster.tf_config(i, [5000, 5001, 5002])) for i in range(3)]
     again = read_manifest("el")
     assert again.left == {} and [r["tasks"] for r in again.resizes] == [["worker-0", "worker-2"],
@@ -313,9 +313,9 @@ def test_system_samples_come_only_from_the_runs_hosts_or_as_many_nodes_as_its_jo
     hosts = cl.Cluster([cl.Host("a", address="10.0.0.1"), cl.Host("b", address="10.0.0.2")],
                        [cl.Task("a"), cl.Task("b")], cl.Training())
     run = Run(hosts, "sampled")
-    assert [run._system_source(name) for name in ("a", "b", "c", "login")] == [True, True, False, False]
+    assert [run.placement.keeps_samples_of(run, name) for name in ("a", "b", "c", "login")] == [True, True, False, False]
     slurm = cl.loads('[training]\nworkload = "digits"\n[slurm]\nlogin = "login.hpc.example"\nnodes = 3\n'
                      'tasks_per_node = 2\ntime = "1:00:00"\n')
     run = Run(slurm, "sampled-slurm")
-    assert [run._system_source(f"node{i}") for i in range(10)] == [True] * 3 + [False] * 7
-    assert run._system_source("node1") and not run._system_source("node9")
+    assert [run.placement.keeps_samples_of(run, f"node{i}") for i in range(10)] == [True] * 3 + [False] * 7
+    assert run.placement.keeps_samples_of(run, "node1") and not run.placement.keeps_samples_of(run, "node9")

@@ -126,7 +126,7 @@ def test_a_slurm_run_trains_on_two_nodes_followed_live(slurm, tmp_path):
              for t in ("worker-0", "worker-1")}
     assert nodes == set(slurm.nodes)
     # each task's address is the node Slurm chose (its launched record's TF_CONFIG): the diagram draws them there
-    port = 8888 + int(run.job["job_id"]) % 500 * 64  # each job its own ports (agent/slurm.py)
+    port = 8888 + int(run.placement.job["job_id"]) % 500 * 64  # each job its own ports (agent/slurm.py)
     assert sorted(t.address for t in run.tasks) == [f"{node}:{port}" for node in slurm.nodes]
 
 
@@ -170,7 +170,7 @@ def test_a_pending_job_says_its_reason_and_tfcc_stop_cancels_it_leaving_nothing(
         wait_for(lambda: any(e.message.get("reason") in ("Resources", "Priority") for e in events.of(SessionKind.JOB)),
                  60, lambda: str([e.text for e in events.of(SessionKind.JOB)]))
         pending = next(e for e in events.of(SessionKind.JOB) if e.message.get("reason"))
-        assert pending.message["state"] == "PENDING" and f"Slurm job {run.job['job_id']}: pending" in pending.text
+        assert pending.message["state"] == "PENDING" and f"Slurm job {run.placement.job['job_id']}: pending" in pending.text
         wait_for(lambda: all(t.phase == protocol.PENDING for t in run.tasks), 30,
                  lambda: str([t.phase for t in run.tasks]))
         slurm.command("scancel", blocker, host=slurm.login)
@@ -195,7 +195,7 @@ def test_a_pending_job_says_its_reason_and_tfcc_stop_cancels_it_leaving_nothing(
     wait_for(lambda: not [j for j in slurm.jobs() if j["name"] == "tfcc-slurm-c"], 60,
              lambda: f"the job is still queued: {slurm.jobs()}")
     code, out, err = tfcc(["logs", "slurm-c"], capsys)  # the tasks' logs, then the job's own output
-    assert code == 0 and f"==> Slurm job {run.job['job_id']}: " in out and "tfcc: attempt 1" in out, (out, err)
+    assert code == 0 and f"==> Slurm job {run.placement.job['job_id']}: " in out and "tfcc: attempt 1" in out, (out, err)
 
 
 def test_a_pending_job_cancelled_outside_tfcc_ends_its_tasks(slurm, tmp_path):
@@ -212,7 +212,7 @@ def test_a_pending_job_cancelled_outside_tfcc_ends_its_tasks(slurm, tmp_path):
     session.follow()
     try:
         wait_for(lambda: all(t.phase == protocol.PENDING for t in run.tasks), 60, lambda: str([t.phase for t in run.tasks]))
-        slurm.command("scancel", run.job["job_id"], host=slurm.login)
+        slurm.command("scancel", run.placement.job["job_id"], host=slurm.login)
         assert session.wait(120), [t.phase for t in run.tasks]
     finally:
         session.detach()

@@ -18,7 +18,7 @@ from console import cluster as cl
 from console.errors import TfccError
 from console.remote.ssh import SSHConnection
 
-log = logging.getLogger("console.slurm")
+log = logging.getLogger("console.run.placement")
 
 COMMANDS = ("sbatch", "squeue", "scancel", "sinfo", "scontrol")
 PREFLIGHT_TIMEOUT = 60.0
@@ -45,10 +45,27 @@ class Preflight:
     login: str
     partitions: list[Partition] = field(default_factory=list)
     start: str = ""          # sbatch --test-only's expected start ("to start at ... on nodes ...")
+    slurm: cl.Slurm | None = None  # what was asked for (the cluster file's [slurm])
 
     def partition(self, name: str) -> Partition | None:
         wanted = name or next((p.name for p in self.partitions if p.default), "")
         return next((p for p in self.partitions if p.name == wanted), None)
+
+    def as_dict(self) -> dict:
+        """``tfcc check --json``'s answer for a Slurm cluster."""
+        return {"ready": True, "login": self.login, "partition": self.partition(self.slurm.partition).name,
+                "start": self.start, "partitions": [vars(p) for p in self.partitions]}
+
+    def lines(self) -> list[str]:
+        """``tfcc check``'s table of the partitions, then the line that says the job would be taken."""
+        s, part = self.slurm, self.partition(self.slurm.partition)
+        rows = [f"{'partition':<16} {'state':<6} {'nodes':>5}  time limit"]
+        rows += [f"{p.name + ('*' if p.default else ''):<16} {'up' if p.up else 'down':<6} {p.nodes:>5}  "
+                 f"{p.time_limit}" for p in self.partitions]
+        return rows + ["", f"ready: Slurm on {self.login} would take the job: {s.nodes} node(s) x {s.tasks_per_node} "
+                           f"task(s) in {part.name}, time {s.time}"
+                       + (f", expected to start {self.start}" if self.start else "")
+                       + " (sbatch --test-only: nothing submitted)"]
 
 
 def preflight_command(cluster: cl.Cluster) -> str:
@@ -107,7 +124,7 @@ def read_answer(cluster: cl.Cluster, out: str) -> Preflight:
     if missing:
         raise SlurmError(f"{login} has sbatch but not {', '.join(missing)}",
                          f"install Slurm's client commands on {login}, or use another login host")
-    answer = Preflight(login)
+    answer = Preflight(login, slurm=slurm)
     for line in partitions:
         fields = line.strip().split("|")
         if len(fields) != 4:

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from console import cluster as cl
-from console import slurm
+from console.run.placement import preflight as slurm
 from tests.helpers.cli import tfcc
 
 pytestmark = pytest.mark.timeout(300)  # the first test's also brings the module's Slurm cluster up
