@@ -141,6 +141,74 @@ class RunState:
     ALL = (RUNNING, FINISHED, FAILED, STOPPED, UNKNOWN)
 
 
+class Supervision:
+    """What supervision of a live run is doing now, beside its tasks' phases (supervisor's ``SupervisorStates``
+    beside ``ProcessStates``). One door sets it (``console.run.supervisor.Supervisor.change``), against ``EDGES``."""
+
+    WATCHING = "watching"      # the attempt runs: watchdogs on, a failure is judged
+    RESTARTING = "restarting"  # after a failure: stopping the rest, judging, starting every task again
+    RESIZING = "resizing"      # an elastic run changes its size (a host removed by a person, or taken back)
+    GIVEN_UP = "given up"      # nothing more is tried: the run ends as its tasks do
+    STOPPING = "stopping"      # a stop was asked for (a person's, or the run's own at a non-finite loss): its
+    #                            tasks' ends are no failures, and nothing starts again
+    ALL = (WATCHING, RESTARTING, RESIZING, GIVEN_UP, STOPPING)
+    BUSY = (RESTARTING, RESIZING)     # the run's tasks are being stopped and started by supervision
+    OVER = (GIVEN_UP, STOPPING)       # supervision does nothing more
+    EDGES = {
+        WATCHING: (RESTARTING, RESIZING, GIVEN_UP, STOPPING),
+        RESTARTING: (WATCHING, GIVEN_UP, STOPPING),
+        RESIZING: (WATCHING, GIVEN_UP, STOPPING),
+        GIVEN_UP: (STOPPING,),  # a person stops a run that was given up (its servers may still serve)
+        STOPPING: (),
+    }
+
+
+class GaveUp:
+    """Why supervision gave a run up, where code acts on it (the words said are the event's)."""
+
+    CAUSE_REPEATS = "cause repeats"  # a restart would fail the same way (the code, its settings)
+    OTHER = "other"                  # no restarts left, tasks that did not answer, a start that failed, ...
+
+
+class Leave:
+    """Why a task is out of an elastic run, as code acts on it (kept in the run's manifest). A person removed its
+    host, or it kept failing: it is not asked again until a person takes it back; lost or not started: it rejoins
+    once its host answers; taken back: it rejoins at the next backup."""
+
+    REMOVED = "removed"        # a person removed its host
+    FAILING = "failing"        # its host caused failure after failure
+    LOST = "lost"              # its host did not answer after a failure
+    NOT_STARTED = "not started"  # it answered, then could not be started again
+    TAKEN_BACK = "taken back"  # a person took its host back: it rejoins at the next backup
+    ALL = (REMOVED, FAILING, LOST, NOT_STARTED, TAKEN_BACK)
+    NOT_ASKED_AGAIN = (REMOVED, FAILING)
+
+
+class Left(str):
+    """Why a task is out of an elastic run: the words shown (the string itself, as a person reads it) and the
+    ``reason`` (a Leave) that code acts on: rewording never changes what is done."""
+
+    reason: str
+
+    def __new__(cls, words: str, reason: str):
+        if reason not in Leave.ALL:
+            raise ValueError(f"no such reason to leave a run: {reason!r}")
+        left = super().__new__(cls, words)
+        left.reason = reason
+        return left
+
+    @classmethod
+    def read(cls, words: str, reason=None) -> "Left":
+        """A manifest's: its reason where it has one; an older manifest's sentence, read once by its words."""
+        if reason in Leave.ALL:
+            return cls(words, reason)
+        for start, found in (("removed by you", Leave.REMOVED), ("its host caused failure after failure", Leave.FAILING),
+                             ("taken back by you", Leave.TAKEN_BACK)):
+            if words.startswith(start):
+                return cls(words, found)
+        return cls(words, Leave.NOT_STARTED if "could not be started again" in words else Leave.LOST)
+
+
 def run_state(phases: list[str], stopped: list[bool]) -> str:
     """A run's state from its tasks' phases (and whether a stop ended each); the tasks that left an elastic run
     count for nothing while others are in it. A task that failed on its own makes the run failed, even when

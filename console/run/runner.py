@@ -30,7 +30,7 @@ from console.run.backlog import Backlog
 from console.run.launch import at_once, check_user_file, task_address
 from console.run.placement import placement_for
 from console.run.seeding import Seeding
-from console.states import FOLLOW_ERROR, RECONNECTED, RECONNECTING, TaskState
+from console.states import FOLLOW_ERROR, RECONNECTED, RECONNECTING, Left, TaskState
 from console.store.manifests import Manifest, check_run_id, manifest_path, read_manifest, write_manifest
 from console import workdir as workdir_facts
 from console.workdir import Workdir, collect as collect_workdir, excluded_module, human_bytes, locate as workdir_of
@@ -50,7 +50,7 @@ class Run:
         self.tf_configs: list[str] | None = None
         # An elastic run's tasks that it goes on without (name -> why), and each change of its size, oldest first
         # ({"at", "tasks", "why"}): kept in the manifest.
-        self.left: dict[str, str] = {}
+        self.left: dict[str, Left] = {}
         self.resizes: list[dict] = []
         self.speed: dict = {}  # the newest breakdown's scaling efficiency (note_speed), kept in the manifest
         self.ports_changed: str | None = None  # why the last resume gave the tasks new ports
@@ -97,7 +97,7 @@ class Run:
         hosts = {t.host for t in tasks}
         return [(name, link) for name, link in self.links.items() if name in hosts]
 
-    def leave(self, tasks: list[TaskState], why: str) -> None:
+    def leave(self, tasks: list[TaskState], why: Left) -> None:
         """An elastic run goes on without ``tasks`` (``why``: in words): they are followed no more and get no
         TF_CONFIG; the next start gives the others one without them (the manifest says so from now)."""
         for task in tasks:
@@ -162,7 +162,7 @@ class Run:
             if task.name in self.left:
                 task.leave()
 
-    def mark_left(self, name: str, why: str) -> None:
+    def mark_left(self, name: str, why: Left) -> None:
         """Say anew why task ``name`` is out of the run (a person took its host back: it is asked again)."""
         self.left[name] = why
         if self.tf_configs is not None:

@@ -277,8 +277,8 @@ class RunSession:
 
     def stop(self, grace: float = 10.0) -> list[dict]:
         """Stop every task (the person asked: their ends are no failures to restart from)."""
-        self.supervisor.stop_requested = self.stopped_by_you = True
-        self.supervisor.wake.set()
+        self.stopped_by_you = True
+        self.supervisor.stop_asked()
         if self.store is not None:  # every task says "stopping…" at once (the store: any thread may ask)
             self.store.note(CONSOLE_TASK, Mark.STOPPING, text.STOPPING_WORDS.format(grace=grace))
             for task in self.run.members:

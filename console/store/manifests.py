@@ -17,6 +17,7 @@ from agent.protocol import name_problem
 from console import cluster as cl
 from console.errors import RunError, make_state_dir, state_dir
 from console.files import write_atomically
+from console.states import Left
 
 
 def new_run_id() -> str:
@@ -69,11 +70,16 @@ class Manifest:
     tf_configs: list[str]         # each task's TF_CONFIG, as its process got it
     # An elastic run: the tasks it went on without (name -> why), and each change of its size, oldest first
     # ({"at": time, "tasks": the names in the run from then, "why": words}).
-    left: dict[str, str] = field(default_factory=dict)
+    left: dict[str, Left] = field(default_factory=dict)  # (console.states.Left: its words, and its reason)
     resizes: list[dict] = field(default_factory=list)
     moved: list[str] = field(default_factory=list)  # tasks moved to a spare host, with no folder there yet
     # The newest breakdown's scaling ({"speedup", "efficiency", "workers", "kind", "time"}; console.speed).
     speed: dict = field(default_factory=dict)
+
+
+def _left(why: str) -> dict:
+    """A task's leaving as the manifest keeps it: its words and its reason (a console.states.Leave)."""
+    return {"left": str(why), "left_reason": getattr(why, "reason", None) or Left.read(why).reason}
 
 
 def write_manifest(manifest: Manifest) -> None:
@@ -88,7 +94,7 @@ def write_manifest(manifest: Manifest) -> None:
     data = {"run_id": manifest.run_id, "created": created, "console": console_id(),
             "cluster": cl.dumps(manifest.cluster),
             "tasks": [{"name": name, "host": host, "tf_config": config,
-                       **({"left": manifest.left[name]} if name in manifest.left else {}),
+                       **(_left(manifest.left[name]) if name in manifest.left else {}),
                        **({"moved": True} if name in manifest.moved else {})}
                       for (name, host), config in zip(manifest.tasks, manifest.tf_configs)],
             **({"resizes": manifest.resizes} if manifest.resizes else {}),
@@ -122,6 +128,7 @@ def read_manifest(run_id: str) -> Manifest:
         if (not all(isinstance(why, str) for why in left.values()) or len(left) >= len(tasks)
                 or not isinstance(resizes, list) or not all(isinstance(r, dict) for r in resizes)):
             raise ValueError("its elastic membership is not one")
+        left = {t["name"]: Left.read(t["left"], t.get("left_reason")) for t in tasks if "left" in t}
     except OSError as exc:
         raise RunError(f"the manifest of run {run_id} ({path}) cannot be read ({exc.strerror})",
                        "check its permissions") from None

@@ -1,0 +1,92 @@
+"""The watchdogs' measures: who a forming cluster waits for, and how long a task's silence is a stall (Qt-free).
+
+TensorFlow's own wait for a missing peer is silent for up to an hour; a task with no new step for far longer
+than its steps take is stalled (a stopped process, a hung collective, a host that no longer answers).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from agent.protocol import FINISHED, parse_task_name
+from console.states import TaskState
+from trainer.records import number
+from trainer.tf_config import EVALUATOR
+
+WATCHDOG_SECONDS = 120.0  # how long a cluster may take to form before tfcc says who it waits for
+STALL_FLOOR = 15.0  # seconds without a step that are never a stall, however quick the steps were
+SUSPENDED = "is stopped (SIGSTOP: a debugger, Ctrl-Z or a job scheduler froze it) and answers no peer"
+
+
+def waiting_report(run, after: float, stragglers: str = "") -> str | None:
+    """The startup watchdog: who waits for whom, once the cluster has not formed after ``after`` s.
+
+    TensorFlow's own wait is silent for up to an hour. ``stragglers``: the tasks TensorFlow itself
+    said it still waits for (its coordination service's log), when it said so.
+    """
+    waiting = [t for t in run.members if t.launched_at is not None and not t.cluster_formed and not t.ended]
+    if not waiting or any(t.cluster_formed or t.phase == FINISHED for t in run.members):
+        return None  # a task that trained to its end had its cluster
+    waited = time.time() - min(t.launched_at for t in waiting)
+    if waited < after:
+        return None
+    missing = [t for t in run.members if t.launched_at is None or t.ended]
+    names = ", ".join(t.name for t in waiting)
+    if missing:
+        who = "; ".join(f"{t.name} at {t.address} on host {t.host} "
+                        + (f"ended ({t.phase})" if t.ended else "has not started") for t in missing)
+        return (f"{names} waited {waited:.0f} s for the cluster to form: {who}. "
+                f"See tfcc logs {run.run_id} {missing[0].name}; restart the run when it is fixed")
+    if stragglers:
+        return (f"{names} waited {waited:.0f} s for the cluster to form: TensorFlow still waits for "
+                f"{stragglers} although every task started: a port may be blocked between hosts "
+                "(tfcc check tests every pair)")
+    if not any(t.records for t in run.tasks):
+        # A script that reports nothing (its capture off) and whose TensorFlow said nothing of its
+        # cluster: nothing tells a healthy one from one that waits. Say nothing rather than cry wolf.
+        return None
+    return (f"{names} waited {waited:.0f} s for the cluster to form although every task started: a port may be "
+            "blocked between hosts (tfcc check tests every pair)")
+
+
+class Pace:
+    """How fast a task makes steps: the stall watchdog waits many of them, never less than a floor."""
+
+    def __init__(self, keep: int = 50, first: float = 0.0):
+        self.times: list[float] = []
+        self.first = first         # patience before the first step (0: none was waited for)
+        self.saving = False        # a backup is being written (after its backing_up event)
+        self.keep = keep
+        self.last_at: float | None = None  # when its last step arrived (monotonic)
+        self.epoch = self.index = None
+        self.epoch_end = False
+        self.finished = False  # its last epoch is done: what follows is no stall
+
+    def step(self, record: dict, now: float, steps_per_epoch) -> None:
+        took = number(record.get("step_time"))
+        if math.isfinite(took) and took > 0:
+            self.times = (self.times + [took])[-self.keep:]
+        self.last_at, self.epoch, self.index = now, record.get("epoch"), record.get("step")
+        self.first, self.saving = 0.0, False
+        # After an epoch's last step come its validation and backup, which can take long.
+        self.epoch_end = isinstance(self.index, int) and self.index + 1 == steps_per_epoch
+
+    def epoch_done(self, now: float) -> None:
+        self.last_at, self.epoch_end = now, False
+
+    def median(self) -> float:
+        return sorted(self.times)[len(self.times) // 2] if self.times else 0.0
+
+    def patience(self, floor: float) -> float:
+        """How long without a step is a stall: 50 x the median step, at least ``floor``; ten times
+        that after an epoch's last step (validation comes then) or while a backup is written;
+        before the first step, the time it was given (``first``)."""
+        if not self.times and self.first:
+            return self.first
+        return max(floor, 50 * self.median()) * (10 if self.epoch_end or self.saving else 1)
+
+
+def evaluates(task: TaskState) -> bool:
+    """Whether ``task`` is the run's evaluator (a sidecar: no part of training)."""
+    return parse_task_name(task.name)[0] == EVALUATOR
