@@ -42,6 +42,7 @@ from agent.runs import (DONE_MARKER, ENDED_FILE, STOP_MARKER, AgentError, _check
 JOB_FILE = protocol.SLURM_JOB_FILE
 SCRIPT = "job.sbatch"
 CHIEF_TASK = protocol.task_name(protocol.CHIEF, 0)  # under parameter-server training its end is the servers' end
+PARAMETER_SERVER = "parameter_server"  # JOB_FILE's flag: the job trains with parameter servers (the strategy's word)
 GRACE = 10.0                    # a task SIGTERMed (a stop, the chief's end) is killed this long after
 COMMAND_TIMEOUT = 30.0
 JOB_OUTPUT_BYTES = 16384        # the end of the job's own output a job op says
@@ -138,7 +139,7 @@ def submit(req: dict) -> dict:
         (run / stale).unlink(missing_ok=True)
     parameter_server = jobs.startswith(f"{protocol.CHIEF}:") and f",{protocol.PS}:" in jobs
     write_json(run / JOB_FILE, {"ranks": names, "jobs": jobs, "port_base": port_base, "job_id": None,
-                                "submitted": time.time(), "parameter_server": parameter_server})
+                                "submitted": time.time(), PARAMETER_SERVER: parameter_server})
     script = _batch_script(run_id, run, options, srun_options, python, dist, restarts, cpus, parameter_server, jobs,
                            port_base)
     (run / SCRIPT).write_text(script)
@@ -286,7 +287,7 @@ def task_main(run: Path) -> int:
         beating.set()
     ended = read_json(folder / protocol.EXIT_FILE) or {}
     code = ended.get("returncode", 1)
-    if name == CHIEF_TASK and code == 0 and record.get("parameter_server"):
+    if name == CHIEF_TASK and code == 0 and record.get(PARAMETER_SERVER):
         _end_servers(run, record)
     return code if isinstance(code, int) and 0 <= code < 256 else 1
 

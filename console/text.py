@@ -13,6 +13,7 @@ import time
 from console.states import RECONNECTING, Mark
 from trainer.records import FIT, PLAN_FIELDS, Event, RecordType
 from trainer.records import number as metric_value  # a record's metric as a float: NaN for none
+from trainer.tf_config import PS
 
 
 def metric_text(value, digits: int = 4) -> str:
@@ -310,7 +311,7 @@ def hosts_words(hosts: dict) -> str:
         for task in tasks:
             role = str(task).rpartition("-")[0] or str(task)
             roles[role] = roles.get(role, 0) + 1
-    said = ", ".join(f"{n} {role}{'s' * (n != 1 and role != 'ps')}" for role, n in roles.items())
+    said = ", ".join(f"{n} {role}{'s' * (n != 1 and role != PS)}" for role, n in roles.items())
     return f"{said} on {len(hosts)} host{'s' * (len(hosts) != 1)}" if hosts else ""
 
 

@@ -56,11 +56,11 @@ if __name__ == "__main__" and __package__ in (None, ""):  # started by its path:
 
 from agent.protocol import KERAS_REASON_VARIABLE, METRICS, RUN_DIR_VARIABLE, task_name  # noqa: E402
 from trainer.metrics import MetricsWriter  # noqa: E402
-from trainer.plan import strategy_name  # noqa: E402
+from trainer.strategies import Strategy, strategy_name  # noqa: E402
 from trainer.process import collector_paused, sigterm_back  # noqa: E402
 from trainer.records import (CAPTURED, FROM_PRINT, FROM_SCHEDULE, FROM_SUMMARY, SCRIPT_WORKLOAD,  # noqa: E402
                              SUMMARY_STEP, Event, RecordType)
-from trainer.tf_config import TRAINING_ROLES, ClusterConfig, tf_config_as_given  # noqa: E402
+from trainer.tf_config import PS, TRAINING_ROLES, WORKER, ClusterConfig, tf_config_as_given  # noqa: E402
 
 log = logging.getLogger("trainer.capture")
 
@@ -514,9 +514,9 @@ class Capture:
         self.writer.event(Event.LAUNCHED, pid=os.getpid(), address=address, cluster=self.cluster,
                           is_chief=self.config.is_chief, workload=SCRIPT_WORKLOAD, script=script, capture=True,
                           python=sys.version.split()[0], **_keras_reason())
-        if self.config.num_workers <= 1 and not self.cluster.get("ps"):
+        if self.config.num_workers <= 1 and not self.cluster.get(PS):
             # No peer to wait for: a single task's cluster has formed (its strategy is local).
-            self.writer.event_once(Event.CLUSTER_FORMED, strategy="local", num_replicas=None)
+            self.writer.event_once(Event.CLUSTER_FORMED, strategy=Strategy.LOCAL, num_replicas=None)
 
     def formed(self, strategy) -> None:
         sigterm_back()  # the script's own SIGTERM handler, else the default: tfcc's stop ends it at once
@@ -525,7 +525,7 @@ class Capture:
 
     def serving(self) -> None:
         """A worker or ps of parameter-server training serves: SIGTERM (the run is over) ends it cleanly."""
-        self.writer.event_once(Event.SERVING, role=self.config.task.type, strategy="parameter_server")
+        self.writer.event_once(Event.SERVING, role=self.config.task.type, strategy=Strategy.PARAMETER_SERVER)
 
     def join(self, server) -> None:
         """``Server.join()``: serve until SIGTERM (TensorFlow's own join would need a SIGKILL), then end."""
@@ -602,7 +602,7 @@ class Capture:
                     return None
                 me = task_name(self.config.task.type, self.config.task.index)
                 peers = ()
-                if strategy_name(model.distribute_strategy) == "multi_worker_mirrored":
+                if strategy_name(model.distribute_strategy) == Strategy.MULTI_WORKER_MIRRORED:
                     peers = tuple(name for role in TRAINING_ROLES for name in
                                   (task_name(role, i) for i in range(len(self.cluster.get(role) or [])))
                                   if name != me)
@@ -899,7 +899,7 @@ class Capture:
         type(server).join.__wrapped__(server)
 
     def _serves(self) -> bool:
-        return self.config.task.type in ("worker", "ps") and bool(self.cluster.get("ps"))
+        return self.config.task.type in (WORKER, PS) and bool(self.cluster.get(PS))
 
     def _server_made(self) -> None:
         if self._serves():

@@ -32,9 +32,10 @@ import tensorflow as tf
 from agent.protocol import KERAS_REASON_VARIABLE, MEASURE_VARIABLE, METRICS, RUN_DIR_VARIABLE
 from trainer.breakdown import StepBreakdown
 from trainer.metrics import MetricsWriter, report  # noqa: F401  (report: the loops' one call)
-from trainer.plan import KERAS3, TF_KERAS, observed_batch_plan, strategy_name
+from trainer.plan import KERAS3, TF_KERAS, observed_batch_plan
 from trainer.records import FIT, SCRIPT_WORKLOAD, Event, RecordType
 from trainer.stopping import STOPPING
+from trainer.strategies import Strategy, strategy_name
 from trainer.tf_config import ClusterConfig, TaskId, tf_config_as_given
 
 log = logging.getLogger("trainer.report")
@@ -106,7 +107,7 @@ def instrument_step_loss(model) -> bool:
     # Not under parameter-server training: its steps run on remote workers, which cannot read this process's flag
     # (and no step is shared to measure at).
     no_flag = ""
-    if strategy_name(getattr(model, "distribute_strategy", None)) == "parameter_server":
+    if strategy_name(getattr(model, "distribute_strategy", None)) == Strategy.PARAMETER_SERVER:
         no_flag = "under parameter-server training no step is shared to measure at"
     elif os.environ.get(MEASURE_VARIABLE, "1") == "0":
         no_flag = f"{MEASURE_VARIABLE}=0 turned it off"
@@ -334,7 +335,7 @@ class _Reporting:
     def on_train_begin(self, logs=None):
         self._t_train = time.perf_counter()
         strategy = self.model.distribute_strategy
-        if strategy_name(strategy) == "parameter_server":
+        if strategy_name(strategy) == Strategy.PARAMETER_SERVER:
             self._coordinated = CoordinatorReporter(self.writer, None, batch_plan(strategy, None)["num_workers"],
                                                     started=self._started if self.lifecycle else None,
                                                     place=self._place, fit=self._fit)
