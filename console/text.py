@@ -11,7 +11,7 @@ import re
 import time
 
 from console.states import RECONNECTING, Mark
-from trainer.records import FIT, PLAN_FIELDS, Event, RecordType
+from trainer.records import FIT, GLOBAL_STEP, PLAN_FIELDS, Event, RecordType
 from trainer.records import number as metric_value  # a record's metric as a float: NaN for none
 from trainer.tf_config import PS
 
@@ -105,7 +105,7 @@ def resumed_text(r: dict) -> str:
     if r.get("note"):
         return f"attempt {r.get('attempt', '?')}: {r['note']}"
     text = (f"attempt {r.get('attempt', '?')} resumed from its backup of epoch {count(r.get('epoch'))} "
-            f"step {count(r.get('step'))} (step {r.get('global_step')} of the run)")
+            f"step {count(r.get('step'))} (step {r.get(GLOBAL_STEP)} of the run)")
     changes = changes_text(r.get("changed"))
     if changes:
         text += f"; changed since the backup: {changes}"

@@ -58,8 +58,8 @@ from agent.protocol import KERAS_REASON_VARIABLE, METRICS, RUN_DIR_VARIABLE, tas
 from trainer.metrics import MetricsWriter  # noqa: E402
 from trainer.strategies import Strategy, strategy_name  # noqa: E402
 from trainer.process import collector_paused, sigterm_back  # noqa: E402
-from trainer.records import (CAPTURED, FROM_PRINT, FROM_SCHEDULE, FROM_SUMMARY, SCRIPT_WORKLOAD,  # noqa: E402
-                             SUMMARY_STEP, Event, RecordType)
+from trainer.records import (CAPTURED, FROM_PRINT, FROM_SCHEDULE, FROM_SUMMARY, GLOBAL_STEP,  # noqa: E402
+                             SCRIPT_WORKLOAD, SUMMARY_STEP, Event, RecordType)
 from trainer.tf_config import PS, TRAINING_ROLES, WORKER, ClusterConfig, tf_config_as_given  # noqa: E402
 
 log = logging.getLogger("trainer.capture")
@@ -117,7 +117,7 @@ _PAIR = re.compile(r"(?:^|(?<=[\s,;|(\[{]))(?P<name>" + _WORD + r"(?: " + _WORD 
 # Settings printed as they are (argparse's ``Namespace(lr=0.001, ...)``, a config dump): never metrics.
 _SETTINGS = re.compile(r"\bNamespace\(|^\s*(?:args|config|params|hparams|flags|settings)\s*[:=]", re.IGNORECASE)
 _PLACE = re.compile(r"\b(?P<name>epoch|step)\s+(?P<value>\d+)\b", re.IGNORECASE)  # "Epoch 3/10", "step 40:"
-_PLACES = {"epoch": "epoch", "step": "step", "global_step": "step", "iteration": "step", "iter": "step"}
+_PLACES = {"epoch": "epoch", "step": "step", GLOBAL_STEP: "step", "iteration": "step", "iter": "step"}
 # Without an epoch or a step a line counts only for names that are metrics ("Number of devices: 2" is none).
 _METRIC = re.compile(r"loss|acc|auc|precision|recall|lr|learning|err|mse|mae|perplexity|ppl|f1|score|reward|"
                      r"entropy|top\d", re.IGNORECASE)
@@ -321,7 +321,7 @@ class _SummaryFollower:
             step, noted = key
             at, own = ((self.capture.axis.place(("summary", path), step), {}) if noted is None
                        else (noted, {SUMMARY_STEP: step}))
-            self.capture.write({"type": RecordType.STEP, "global_step": at, CAPTURED: FROM_SUMMARY, **own,
+            self.capture.write({"type": RecordType.STEP, GLOBAL_STEP: at, CAPTURED: FROM_SUMMARY, **own,
                                 **rows[key]})
 
 
@@ -407,7 +407,7 @@ class _ScheduledSteps:
                     continue  # the optimizer took no step: an evaluation loop, no training step
             else:
                 at = self.capture.axis.place(("schedule",), count)
-            self.capture.write({"type": RecordType.STEP, "global_step": at, "steps": done, "step_time": took,
+            self.capture.write({"type": RecordType.STEP, GLOBAL_STEP: at, "steps": done, "step_time": took,
                                 "time": time.time(), CAPTURED: FROM_SCHEDULE})
 
 
@@ -727,11 +727,11 @@ class Capture:
         if "epoch" in values and "step" not in values:
             record["type"] = RecordType.EPOCH
             if at is not None:
-                record["global_step"] = at
+                record[GLOBAL_STEP] = at
         else:
             self._printed += 1
             record["type"] = RecordType.STEP
-            record["global_step"] = at if at is not None else self.axis.place(
+            record[GLOBAL_STEP] = at if at is not None else self.axis.place(
                 ("print",), int(values.get("step", self._printed)), after=True)
         self.write(record)
 
