@@ -1,4 +1,4 @@
-"""The words the agent and the console share: version, ops, task phases, streams, error codes, names.
+"""The words the agent and the console share: version, ops, task phases, files, error codes, roles, names.
 
 Standard library only, Python 3.9+: this module is deployed with the agent and
 imported by the console and the trainer too, so each word is written here once.
@@ -73,6 +73,16 @@ LEFT = "left the run"             # an elastic run went on without it (its host 
 AGENT_PHASES = (PENDING, RUNNING, FINISHED, FAILED, LOST)
 ALIVE = (RUNNING, WAITING, TRAINING)   # its process runs on its host
 ENDED = (FINISHED, FAILED, LOST, ERROR, STOPPED, LEFT)
+
+# --------------------------------------------------------------------------- a task's folder
+# What the agent keeps in a task's run folder (<home>/runs/<run id>/<task name>/) besides its streams.
+
+SPEC_FILE = "spec.json"            # what to run: argv, environment, cwd, the attempt (written by start or submit)
+STATE_FILE = "state.json"          # its supervisor's pid, process group and start time, while it runs
+EXIT_FILE = "exit.json"            # how it ended (its returncode): written once, when it ends
+CHILD_FILE = "child.json"          # the supervised command's pid and start time
+TF_CONFIG_FILE = "tf_config.json"  # the TF_CONFIG it was given
+SUPERVISOR_LOG = "supervisor.log"  # its supervisor's own output
 
 # --------------------------------------------------------------------------- a task's streams
 # Files in the task's run folder, followed from byte offsets.
@@ -166,7 +176,11 @@ ERROR_CODES = (BAD_REQUEST, UNKNOWN_OP, PROTOCOL_MISMATCH, BAD_NAME, BAD_ARGUMEN
                NO_SUCH_TASK, MISSING_BLOB, FIREWALL, SLURM, AGENT_BUG)
 
 
-# --------------------------------------------------------------------------- names and addresses
+# --------------------------------------------------------------------------- roles, names and addresses
+
+# A task's role: TF_CONFIG's task types (trainer/tf_config.py holds the rules about them).
+CHIEF, WORKER, PS, EVALUATOR = "chief", "worker", "ps", "evaluator"
+ROLES = (CHIEF, WORKER, PS, EVALUATOR)
 
 # A run id or a task name names a folder on every host: letters, digits, '.', '_' and '-' only.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")

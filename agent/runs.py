@@ -148,10 +148,10 @@ def free_ports(count: int) -> list:
 
 def _launches(folder: Path) -> int:
     """How often the task in ``folder`` was launched (its spec says; a damaged spec counts as one)."""
-    if not (folder / "spec.json").exists():
+    if not (folder / protocol.SPEC_FILE).exists():
         return 0
     try:
-        spec = read_json(folder / "spec.json")
+        spec = read_json(folder / protocol.SPEC_FILE)
         return int(spec.get("attempt", 1))
     except (ValueError, TypeError, AttributeError, OSError):
         return 1
@@ -182,11 +182,11 @@ def start(req: dict) -> dict:
         raise AgentError("start needs \"argv\": the command to run as a list of strings", protocol.BAD_ARGUMENT)
     entries = None if req.get("workdir") is None else _workdir_step(workdir.check_entries, req["workdir"])
     folder = task_dir(run_id, task)
-    if req.get("fresh") and (folder / "spec.json").exists():
+    if req.get("fresh") and (folder / protocol.SPEC_FILE).exists():
         raise AgentError(f"run {run_id} already has a task {task} on this host ({folder}); choose another "
                          f"run id, or resume that run (tfcc resume {run_id})", protocol.TASK_EXISTS)
-    state = read_json(folder / "state.json")
-    if state and (folder / "exit.json").exists():  # ended: its supervisor is exiting (it wrote the end first)
+    state = read_json(folder / protocol.STATE_FILE)
+    if state and (folder / protocol.EXIT_FILE).exists():  # ended: its supervisor is exiting (it wrote the end first)
         deadline = time.monotonic() + 5
         while is_same_process(state.get("pid"), state.get("start_time")) and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -203,7 +203,7 @@ def start(req: dict) -> dict:
         if not built and req.get("refresh_work"):  # a person resumes with the code as it is now
             refreshed = _workdir_step(workdir.refresh, home(), folder, entries)
     work = workdir.work_dir(folder)
-    for stale in ("exit.json", "state.json", STOP_MARKER, DONE_MARKER, protocol.MEASURE_FILE):
+    for stale in (protocol.EXIT_FILE, protocol.STATE_FILE, STOP_MARKER, DONE_MARKER, protocol.MEASURE_FILE):
         try:
             (folder / stale).unlink()
         except FileNotFoundError:
@@ -246,7 +246,7 @@ def _launch(folder: Path, req: dict, run_id: str, task: str, argv: list, entries
     if tf_config is not None:
         if not isinstance(tf_config, str):
             tf_config = json.dumps(tf_config)
-        (folder / "tf_config.json").write_text(tf_config, encoding="utf-8")
+        (folder / protocol.TF_CONFIG_FILE).write_text(tf_config, encoding="utf-8")
         env["TF_CONFIG"] = tf_config
     env[protocol.RUN_DIR_VARIABLE] = str(folder)
     env[protocol.RUN_ID_VARIABLE] = run_id
@@ -269,14 +269,14 @@ def _launch(folder: Path, req: dict, run_id: str, task: str, argv: list, entries
         "console": console,  # which console started it: another one's delete leaves it alone
         "firewall": table,   # its nftables table: the supervisor takes it away at the task's end
     }
-    write_json(folder / "spec.json", spec)
+    write_json(folder / protocol.SPEC_FILE, spec)
     agent_root = str(Path(__file__).resolve().parent.parent)
     child_env = dict(os.environ)
     child_env.update(secrets)  # the supervisor hands its environment to the task: never a file, never argv
     child_env["PYTHONPATH"] = agent_root
     # The supervisor leads its own session (no terminal, no hang-up when the
     # SSH channel closes) and the task runs in its process group.
-    with open(os.devnull, "rb") as devnull, open(folder / "supervisor.log", "ab") as log:
+    with open(os.devnull, "rb") as devnull, open(folder / protocol.SUPERVISOR_LOG, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "agent.supervise", str(folder)],
             stdin=devnull, stdout=log, stderr=log,
@@ -288,7 +288,7 @@ def _launch(folder: Path, req: dict, run_id: str, task: str, argv: list, entries
         start_time = proc_start_time(proc.pid)
     state = {"pid": proc.pid, "pgid": proc.pid, "start_time": start_time, "started": time.time(),
              "stderr_from": stderr_from}
-    write_json(folder / "state.json", state)
+    write_json(folder / protocol.STATE_FILE, state)
     return {"run_id": run_id, "task": task, "run_dir": str(folder), "pid": proc.pid, "start_time": start_time,
             "attempt": attempt}
 
@@ -301,8 +301,8 @@ def status(run_id: str, task: str) -> dict:
     if not folder.is_dir():
         raise AgentError(f"no task {task} in run {run_id} on this host (tfcc runs lists what is here)",
                          protocol.NO_SUCH_TASK)
-    state = read_json(folder / "state.json") or {}
-    ended = read_json(folder / "exit.json")
+    state = read_json(folder / protocol.STATE_FILE) or {}
+    ended = read_json(folder / protocol.EXIT_FILE)
     remote = remote_phase(folder, state, ended)
     running = remote == protocol.RUNNING if remote is not None else is_same_process(state.get("pid"),
                                                                                      state.get("start_time"))
@@ -317,7 +317,7 @@ def status(run_id: str, task: str) -> dict:
     else:
         phase = protocol.LOST  # the supervisor vanished without writing exit.json (killed)
     # a task on another node: its processes are not this host's to look at
-    child = (read_json(folder / "child.json") or {}).get("pid") if running and ended is None and remote is None \
+    child = (read_json(folder / protocol.CHILD_FILE) or {}).get("pid") if running and ended is None and remote is None \
         else None
     backups = backup_steps(folder)
     sizes = {}
@@ -379,7 +379,7 @@ def _beating(folder: Path) -> bool:
 def started(run_id: str, task: str) -> bool:
     """Whether a task's start got as far as its supervisor (its state is recorded)."""
     try:
-        return (task_dir(run_id, task) / "state.json").exists()
+        return (task_dir(run_id, task) / protocol.STATE_FILE).exists()
     except AgentError:
         return False
 
@@ -413,8 +413,8 @@ def backup_files(folder: Path, step) -> list:
 
 def orphan(folder: Path) -> int | None:
     """The pid of a task's process that outlived its supervisor (the agent lost track of it), or None."""
-    state = read_json(folder / "state.json") or {}
-    child = read_json(folder / "child.json") or {}
+    state = read_json(folder / protocol.STATE_FILE) or {}
+    child = read_json(folder / protocol.CHILD_FILE) or {}
     if not isinstance(state, dict) or not isinstance(child, dict) or \
             is_same_process(state.get("pid"), state.get("start_time")):
         return None
@@ -440,7 +440,7 @@ def run_tasks(run_id: str) -> list:
     """The names of the tasks of ``run_id`` started on this host (those with a spec), sorted."""
     root = home() / protocol.RUNS_DIR / _check_name("run id", run_id)
     try:
-        return sorted(p.name for p in root.iterdir() if (p / "spec.json").is_file())
+        return sorted(p.name for p in root.iterdir() if (p / protocol.SPEC_FILE).is_file())
     except OSError:  # no such run here
         return []
 
@@ -454,7 +454,7 @@ def list_runs() -> list:
         if not run.is_dir():
             continue
         for task in sorted(run.iterdir()):
-            if (task / "spec.json").is_file():
+            if (task / protocol.SPEC_FILE).is_file():
                 try:
                     out.append(status(run.name, task.name))
                 except AgentError:
@@ -494,7 +494,7 @@ def stop(run_id: str, task: str, grace: float = 10.0, done: bool = False) -> dic
     chief finished): however it ends, it ends ``finished``.
     """
     folder = task_dir(run_id, task)
-    state = read_json(folder / "state.json") or {}
+    state = read_json(folder / protocol.STATE_FILE) or {}
     if (folder.parent / protocol.SLURM_JOB_FILE).exists():
         raise AgentError(f"task {task} of run {run_id} runs in a Slurm job: stop the job (the cancel op, "
                          f"tfcc stop {run_id})", protocol.SLURM)
@@ -520,15 +520,15 @@ def stop(run_id: str, task: str, grace: float = 10.0, done: bool = False) -> dic
     while group_members(pgid) and time.monotonic() < deadline:
         time.sleep(0.05)
     drop_firewall(folder)  # a supervisor killed with its group could not take its rules away
-    if read_json(folder / "exit.json") is None:
-        write_json(folder / "exit.json", {"returncode": -int(signal.SIGKILL if killed else signal.SIGTERM),
+    if read_json(folder / protocol.EXIT_FILE) is None:
+        write_json(folder / protocol.EXIT_FILE, {"returncode": -int(signal.SIGKILL if killed else signal.SIGTERM),
                                           "ended": time.time(), "stopped": True})
     return {"run_id": run_id, "task": task, "stopped": True, "killed": killed}
 
 
 def drop_firewall(folder: Path) -> None:
     """Take away a task's firewall rules if they are still set (its supervisor did not live to)."""
-    table = (read_json(folder / "spec.json") or {}).get("firewall")
+    table = (read_json(folder / protocol.SPEC_FILE) or {}).get("firewall")
     if isinstance(table, str) and (firewall.registry(home()) / f"{table}.json").exists():
         firewall.remove(home(), table)
 
@@ -568,8 +568,8 @@ def remove_run(run_id: str, console: str | None = None) -> dict:
         raise AgentError(f"run {run_id}'s Slurm job has not ended (its tasks run on its nodes, or wait to); stop it "
                          f"first (tfcc stop {run_id}), then delete the run", protocol.ALREADY_RUNNING)
     for task in tasks:  # running as status says: its supervisor lives and has not recorded the end
-        state = read_json(folder / task / "state.json") or {}
-        if (isinstance(state, dict) and read_json(folder / task / "exit.json") is None
+        state = read_json(folder / task / protocol.STATE_FILE) or {}
+        if (isinstance(state, dict) and read_json(folder / task / protocol.EXIT_FILE) is None
                 and is_same_process(state.get("pid"), state.get("start_time"))):
             raise AgentError(f"task {task} of run {run_id} is still running on this host (pid {state['pid']}); "
                              f"stop it first (tfcc stop {run_id}), then delete the run", protocol.ALREADY_RUNNING)
@@ -578,7 +578,7 @@ def remove_run(run_id: str, console: str | None = None) -> dict:
             raise AgentError(f"task {task} of run {run_id} has a process that outlived its supervisor on this host "
                              f"(pid {left}); end it (kill {left}), then delete the run", protocol.ALREADY_RUNNING)
     others = [task for task in tasks if console is not None and
-              ((read_json(folder / task / "spec.json") or {}).get("console") or console) != console]
+              ((read_json(folder / task / protocol.SPEC_FILE) or {}).get("console") or console) != console]
     if others:
         raise AgentError(f"task(s) {', '.join(others)} of run {run_id} on this host were started by another console; "
                          "delete the run from that console (nothing was deleted)", protocol.BAD_ARGUMENT)

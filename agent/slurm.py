@@ -41,6 +41,8 @@ from agent.runs import (DONE_MARKER, ENDED_FILE, STOP_MARKER, AgentError, _check
 
 JOB_FILE = protocol.SLURM_JOB_FILE
 SCRIPT = "job.sbatch"
+CHIEF_TASK = protocol.task_name(protocol.CHIEF, 0)  # under parameter-server training its end is the servers' end
+PARAMETER_SERVER = "parameter_server"  # JOB_FILE's flag: the job trains with parameter servers (the strategy's word)
 GRACE = 10.0                    # a task SIGTERMed (a stop, the chief's end) is killed this long after
 COMMAND_TIMEOUT = 30.0
 JOB_OUTPUT_BYTES = 16384        # the end of the job's own output a job op says
@@ -96,12 +98,12 @@ def submit(req: dict) -> dict:
         argv = entry.get("argv")
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
             raise AgentError(f"submit: task {name} needs \"argv\", a list of strings", protocol.BAD_ARGUMENT)
-        if (run / name / "spec.json").exists() and req.get("fresh", True):
+        if (run / name / protocol.SPEC_FILE).exists() and req.get("fresh", True):
             raise AgentError(f"run {run_id} already has a task {name} here; choose another run id",
                              protocol.TASK_EXISTS)
         names.append(name)
     if req.get("fresh", True):  # a new run's id: another console's tasks under it are theirs (as delete holds)
-        theirs = sorted(child.name for child in _children(run) if (child / "spec.json").exists()
+        theirs = sorted(child.name for child in _children(run) if (child / protocol.SPEC_FILE).exists()
                         and _console_of(child) != req.get("console"))
         if theirs:
             raise AgentError(f"run {run_id} already has tasks here that another console started "
@@ -116,7 +118,7 @@ def submit(req: dict) -> dict:
     for entry, name in zip(tasks, names):
         folder = task_dir(run_id, name)
         folder.mkdir(parents=True, exist_ok=True)
-        for stale in ("exit.json", "state.json", protocol.HEARTBEAT, STOP_MARKER, DONE_MARKER):
+        for stale in (protocol.EXIT_FILE, protocol.STATE_FILE, protocol.HEARTBEAT, STOP_MARKER, DONE_MARKER):
             (folder / stale).unlink(missing_ok=True)
         if entries is not None:  # a resubmission keeps work/; a person's resume brings its copies up to date
             built = _workdir_step(workdir.materialise, home(), folder, entries)
@@ -126,18 +128,18 @@ def submit(req: dict) -> dict:
         env = {str(k): str(v) for k, v in (entry.get("env") or {}).items()}
         env.update({protocol.RUN_DIR_VARIABLE: str(folder), protocol.RUN_ID_VARIABLE: run_id,
                     protocol.TASK_VARIABLE: name})
-        earlier = read_json(folder / "spec.json") if (folder / "spec.json").exists() else None
+        earlier = read_json(folder / protocol.SPEC_FILE) if (folder / protocol.SPEC_FILE).exists() else None
         attempt = int(earlier.get("attempt") or 0) if isinstance(earlier, dict) else 0  # a resubmission counts on
-        write_json(folder / "spec.json", {
+        write_json(folder / protocol.SPEC_FILE, {
             "run_id": run_id, "task": name, "created": time.time(), "attempt": attempt, "console": req.get("console"),
             "argv": [a.replace("{run_dir}", str(folder)).replace("{work_dir}", str(work)) for a in entry["argv"]],
             "env": env, "cwd": str(work if entries is not None else folder),
             "python_path": req.get("python_path") or [], "secret_env": []})
     for stale in (ENDED_FILE, protocol.SLURM_CANCELLED):
         (run / stale).unlink(missing_ok=True)
-    parameter_server = jobs.startswith("chief:") and ",ps:" in jobs
+    parameter_server = jobs.startswith(f"{protocol.CHIEF}:") and f",{protocol.PS}:" in jobs
     write_json(run / JOB_FILE, {"ranks": names, "jobs": jobs, "port_base": port_base, "job_id": None,
-                                "submitted": time.time(), "parameter_server": parameter_server})
+                                "submitted": time.time(), PARAMETER_SERVER: parameter_server})
     script = _batch_script(run_id, run, options, srun_options, python, dist, restarts, cpus, parameter_server, jobs,
                            port_base)
     (run / SCRIPT).write_text(script)
@@ -165,7 +167,7 @@ def submit(req: dict) -> dict:
 
 def _console_of(task_folder: Path):
     """The console that started the task in ``task_folder`` (its spec's ``console``), None if it says none."""
-    spec = read_json(task_folder / "spec.json")
+    spec = read_json(task_folder / protocol.SPEC_FILE)
     return spec.get("console") if isinstance(spec, dict) else None
 
 
@@ -199,6 +201,7 @@ def _batch_script(run_id: str, run: Path, options: list, srun_options: list, pyt
     lines = ["#!/bin/bash", f"#SBATCH --job-name=tfcc-{run_id}", "#SBATCH --output=slurm-%j.out",  # in its cwd: run
              *(f"#SBATCH {option}" for option in options)]
     wait = " --wait=60" if parameter_server else ""  # servers still there a minute after the chief ended go
+    chief_exit = f"$run/{CHIEF_TASK}/{protocol.EXIT_FILE}"
     return "\n".join(lines) + f"""
 # tfcc run {run_id}: every task of the run, one per rank (agent/slurm.py). Written by tfcc's agent.
 export PYTHONPATH={q(dist)}${{PYTHONPATH:+:$PYTHONPATH}}
@@ -224,13 +227,13 @@ while :; do
     kill -0 "$srun_pid" 2>/dev/null || break
   done
   [ "$code" -eq 0 ] && exit 0
-  if [ -e "$run/chief-0/exit.json" ] && grep -q '"returncode": 0' "$run/chief-0/exit.json"; then
+  if [ -e "{chief_exit}" ] && grep -q '"returncode": 0' "{chief_exit}"; then
     exit 0  # parameter servers: the chief finished; the servers' end is theirs
   fi
   if [ -e "$run/{protocol.SLURM_CANCELLED}" ]; then
     echo "tfcc: stopped" >&2; exit "$code"
   fi
-  if grep -ql '"returncode": 2[,}}]' "$run"/*/exit.json 2>/dev/null; then
+  if grep -ql '"returncode": 2[,}}]' "$run"/*/{protocol.EXIT_FILE} 2>/dev/null; then
     echo "tfcc: a task refused its input (exit code 2): not restarted" >&2; exit "$code"
   fi
   if [ "$attempt" -gt {restarts} ]; then
@@ -254,21 +257,21 @@ def task_main(run: Path) -> int:
     if not tf_config:
         print("tfcc-slurm: no TF_CONFIG: start this under python -m trainer.slurm (see job.sbatch)", file=sys.stderr)
         return 2
-    spec = read_json(folder / "spec.json")
+    spec = read_json(folder / protocol.SPEC_FILE)
     attempt = int(spec.get("attempt") or 0) + 1
     spec["attempt"] = attempt
     spec["env"]["TF_CONFIG"] = tf_config
     spec["env"][protocol.ATTEMPT_VARIABLE] = str(attempt)
-    write_json(folder / "spec.json", spec)
-    (folder / "tf_config.json").write_text(tf_config, encoding="utf-8")
-    for stale in ("exit.json", STOP_MARKER, DONE_MARKER, protocol.MEASURE_FILE):
+    write_json(folder / protocol.SPEC_FILE, spec)
+    (folder / protocol.TF_CONFIG_FILE).write_text(tf_config, encoding="utf-8")
+    for stale in (protocol.EXIT_FILE, STOP_MARKER, DONE_MARKER, protocol.MEASURE_FILE):
         (folder / stale).unlink(missing_ok=True)
     try:
         stderr_from = (folder / protocol.STDERR).stat().st_size
     except OSError:
         stderr_from = 0
     pid = os.getpid()
-    write_json(folder / "state.json", {"pid": pid, "pgid": os.getpgid(0), "start_time": proc_start_time(pid),
+    write_json(folder / protocol.STATE_FILE, {"pid": pid, "pgid": os.getpgid(0), "start_time": proc_start_time(pid),
                                        "started": time.time(), "stderr_from": stderr_from,
                                        "node": socket.gethostname(), "slurm_node": os.environ.get("SLURMD_NODENAME"),
                                        "job_id": os.environ.get("SLURM_JOB_ID"), "attempt": attempt})
@@ -282,9 +285,9 @@ def task_main(run: Path) -> int:
         supervise.main(["supervise", str(folder)], grace=GRACE)
     finally:
         beating.set()
-    ended = read_json(folder / "exit.json") or {}
+    ended = read_json(folder / protocol.EXIT_FILE) or {}
     code = ended.get("returncode", 1)
-    if name == "chief-0" and code == 0 and record.get("parameter_server"):
+    if name == CHIEF_TASK and code == 0 and record.get(PARAMETER_SERVER):
         _end_servers(run, record)
     return code if isinstance(code, int) and 0 <= code < 256 else 1
 
@@ -304,10 +307,10 @@ def _node_tasks(run: Path, record: dict, node: str) -> dict:
     tasks = {}
     for name in record["ranks"]:
         folder = run / name
-        state = read_json(folder / "state.json") or {}
-        if not isinstance(state, dict) or state.get("slurm_node") != node or (folder / "exit.json").exists():
+        state = read_json(folder / protocol.STATE_FILE) or {}
+        if not isinstance(state, dict) or state.get("slurm_node") != node or (folder / protocol.EXIT_FILE).exists():
             continue
-        child = (read_json(folder / "child.json") or {}).get("pid")
+        child = (read_json(folder / protocol.CHILD_FILE) or {}).get("pid")
         tasks[name] = {"pgid": state.get("pgid"), "pid": child or state.get("pid"), "gpus": None}
     return tasks
 
@@ -338,7 +341,7 @@ def _end_servers(run: Path, record: dict) -> None:
     """The chief finished: the servers' stop is their end (each ends finished), then SIGTERM to the step."""
     now = repr(time.time())
     for name in record["ranks"]:
-        if name != "chief-0":
+        if name != CHIEF_TASK:
             (run / name / DONE_MARKER).write_text(now)
             (run / name / STOP_MARKER).write_text(now)
     step = f"{os.environ.get('SLURM_JOB_ID')}.{os.environ.get('SLURM_STEP_ID')}"
@@ -414,8 +417,8 @@ def cancel(run_id: str, grace: float = GRACE, step_only: bool = False) -> dict:
     _command(["scancel", "--quiet", job_id])
     for name in record["ranks"]:  # a task that never started, or was killed before it recorded its end
         folder = run / name
-        if read_json(folder / "exit.json") is None:
-            write_json(folder / "exit.json", {"returncode": -int(signal.SIGKILL), "ended": time.time(),
+        if read_json(folder / protocol.EXIT_FILE) is None:
+            write_json(folder / protocol.EXIT_FILE, {"returncode": -int(signal.SIGKILL), "ended": time.time(),
                                               "stopped": True})
     (run / ENDED_FILE).touch()
     return {"run_id": run_id, "job_id": job_id, "stopped": True}

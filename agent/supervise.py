@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from agent.protocol import STDERR, STDOUT
+from agent.protocol import CHILD_FILE, EXIT_FILE, SPEC_FILE, STDERR, STDOUT
 from agent.runs import drop_firewall, proc_start_time, read_json, write_json
 
 
@@ -24,7 +24,7 @@ def main(argv, grace: float | None = None) -> int:
     """``grace``: a task told to stop (SIGTERM, SIGINT, SIGHUP) is killed this long after, if it has not ended
     (TensorFlow may catch SIGTERM): where nothing else will (a Slurm task, agent/slurm.py)."""
     folder = Path(argv[1])
-    spec = read_json(folder / "spec.json")
+    spec = read_json(folder / SPEC_FILE)
     env = dict(os.environ)
     env.update(spec["env"])
     paths = list(spec.get("python_path") or [])
@@ -55,11 +55,11 @@ def main(argv, grace: float | None = None) -> int:
                                      cwd=spec.get("cwd") or str(folder), env=env)
         except OSError as exc:
             err.write(f"tfcc-agent: cannot start {spec['argv'][0]!r}: {exc.strerror}\n".encode())
-            write_json(folder / "exit.json", {"returncode": 127, "ended": time.time(),
+            write_json(folder / EXIT_FILE, {"returncode": 127, "ended": time.time(),
                                               "error": f"cannot start {spec['argv'][0]!r}: {exc.strerror}"})
             return 127
         running.append(child)
-        write_json(folder / "child.json", {"pid": child.pid, "start_time": proc_start_time(child.pid)})
+        write_json(folder / CHILD_FILE, {"pid": child.pid, "start_time": proc_start_time(child.pid)})
         while True:
             try:
                 returncode = child.wait()
@@ -74,7 +74,7 @@ def main(argv, grace: float | None = None) -> int:
             drop_firewall(folder)
         except Exception as exc:  # the next agent's sweep tries again; the end is recorded whatever happens
             print(f"tfcc-supervise: cannot take the firewall rules away: {exc}", file=sys.stderr, flush=True)
-    write_json(folder / "exit.json", result)
+    write_json(folder / EXIT_FILE, result)
     return 0
 
 

@@ -128,9 +128,9 @@ def running_tasks(run_id: str) -> dict:
             continue
         folder = runs.task_dir(run_id, name)
         try:
-            saved = runs.read_json(folder / "state.json") or {}
-            child = (runs.read_json(folder / "child.json") or {}).get("pid")
-            env = (runs.read_json(folder / "spec.json") or {}).get("env") or {}
+            saved = runs.read_json(folder / protocol.STATE_FILE) or {}
+            child = (runs.read_json(folder / protocol.CHILD_FILE) or {}).get("pid")
+            env = (runs.read_json(folder / protocol.SPEC_FILE) or {}).get("env") or {}
         except (OSError, ValueError, AttributeError):
             continue
         pgid = saved.get("pgid", saved.get("pid"))

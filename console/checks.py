@@ -27,6 +27,7 @@ from console.run.launch import check_user_file, keras_choice
 from console.diagnosis import PIP_NAMES
 from console.script_source import external_imports, imports, keras_use
 from trainer.plan import GlobalSplit, replicas_per_worker, strategy_for
+from trainer.strategies import Strategy
 from trainer.tf_config import CHIEF, WORKER
 
 log = logging.getLogger("console.checks")
@@ -304,7 +305,7 @@ def _global_batch_rule(cluster: cl.Cluster, gpus_per_worker: dict[str, int]) -> 
         return []
     workers = len(gpus_per_worker)
     if cluster.parameter_server:
-        replicas = max(replicas_per_worker("parameter_server", gpus, 1) for gpus in gpus_per_worker.values())
+        replicas = max(replicas_per_worker(Strategy.PARAMETER_SERVER, gpus, 1) for gpus in gpus_per_worker.values())
         where = "replicas of one worker (each step is one worker's batch)"
     else:
         requested = cluster.training.strategy

@@ -45,7 +45,7 @@ from console.run.supervisor import WATCHDOG_SECONDS
 from console.states import RunState, SessionEvent, SessionKind
 from console.store.manifests import check_run_id, new_run_id
 from console.tensorboard import MAX_COPY_BYTES, TensorBoard, check_installed, fetch_logs
-from trainer.records import Event, RecordType
+from trainer.records import Event, RecordType, step_loss
 
 
 def strict_json(value) -> str:
@@ -153,7 +153,7 @@ class Printer:
         for task in run.tasks:
             s = self.last_step.get(task.name)
             if s and task.phase == TRAINING:
-                loss = s.get("loss", s.get("loss_avg"))
+                loss = step_loss(s)
                 step_time = text.metric_value(s.get("step_time"))
                 ms = f"{step_time * 1000:.0f}" if math.isfinite(step_time) else "?"
                 parts.append(f"{task.name} e{text.count(s.get('epoch'))} {text.count(s.get('step'))}/"

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from agent.protocol import format_address, parse_address, parse_task_name
 from console import cluster as cl
 from trainer.plan import GlobalSplit, replicas_per_worker, strategy_for
+from trainer.strategies import Strategy
 from trainer.tf_config import PS, TRAINING_ROLES, WORKER, chief_name
 
 
@@ -58,7 +59,7 @@ class BatchSplit:
 
     @property
     def asynchronous(self) -> bool:
-        return self.strategy == "parameter_server"
+        return self.strategy == Strategy.PARAMETER_SERVER
 
     @property
     def source(self) -> str:
@@ -114,14 +115,14 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
     device_counts = []
     for i, (name, task) in enumerate(zip(names, cluster.tasks)):
         gpus = len(task.gpus) if task.gpus else gpus_by_host.get(task.host, 0)
-        strategy = "parameter_server" if pss else strategy_for(t.strategy, len(workers), gpus)
+        strategy = Strategy.PARAMETER_SERVER if pss else strategy_for(t.strategy, len(workers), gpus)
         if started is not None:
             count = _count(started.get("replicas_per_worker")) or 1
         else:
             count = replicas_per_worker(strategy, gpus, 1)
         if pss and task.role != WORKER or not task.in_cluster or name in left:
             devices = []  # the coordinator, the ps, an evaluator and a task that left hold no replica of training
-        elif gpus and strategy in ("mirrored", "multi_worker_mirrored", "parameter_server"):
+        elif gpus and strategy in (Strategy.MIRRORED, Strategy.MULTI_WORKER_MIRRORED, Strategy.PARAMETER_SERVER):
             ids = task.gpus or list(range(gpus))
             devices = [f"GPU {g}" for g in ids[:count]]
         else:
@@ -139,7 +140,7 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
         held = []
         if started is not None and task.role == PS:
             index = parse_task_name(name)[1]
-            held = [v for v in started.get("variables") or [] if v.get("ps") == index]
+            held = [v for v in started.get("variables") or [] if v.get(PS) == index]
         config = cluster.tf_config(i, ports, members) if resolved and name not in left else None
         boxes[host_name].tasks.append(TaskBox(name, task.role, host_name, address, name == chief, devices,
                                               config, held, name in left))
@@ -154,7 +155,7 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
         why = ("(the run reported no batch plan)" if started is not None
                else "until the script reports (its own numbers, read from fit)" if t.capture
                else "(the script's own; capture is off)")
-        strategy = (started or {}).get("strategy") or ("parameter_server" if pss else "")
+        strategy = (started or {}).get("strategy") or (Strategy.PARAMETER_SERVER if pss else "")
         split = BatchSplit(len(workers), per_worker, 0, 0, strategy, False, unknown=why, script=t.user_code)
     else:
         replicas = per_worker if pss else per_worker * len(workers)  # the replicas of one step
@@ -168,7 +169,8 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
         else:
             per_replica = t.per_replica_batch
         split = BatchSplit(len(workers), per_worker, per_replica, per_replica * replicas,
-                           "parameter_server" if pss else strategy_for(t.strategy, len(workers), 0), False, problem)
+                           Strategy.PARAMETER_SERVER if pss else strategy_for(t.strategy, len(workers), 0), False,
+                           problem)
     idle = [] if cluster.slurm is not None else [b for b in boxes.values() if not b.tasks]  # Slurm: no stand-ins
     return [b for b in boxes.values() if b.tasks] + idle, split
 

@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 
 from console.states import RECONNECTING, Mark
-from trainer.records import FIT, PLAN_FIELDS, Event, RecordType
+from trainer.records import FIT, GLOBAL_STEP, PLAN_FIELDS, Event, RecordType
 from trainer.records import number as metric_value  # a record's metric as a float: NaN for none
+from trainer.tf_config import PS
 
 
 def metric_text(value, digits: int = 4) -> str:
@@ -105,7 +106,7 @@ def resumed_text(r: dict) -> str:
     if r.get("note"):
         return f"attempt {r.get('attempt', '?')}: {r['note']}"
     text = (f"attempt {r.get('attempt', '?')} resumed from its backup of epoch {count(r.get('epoch'))} "
-            f"step {count(r.get('step'))} (step {r.get('global_step')} of the run)")
+            f"step {count(r.get('step'))} (step {r.get(GLOBAL_STEP)} of the run)")
     changes = changes_text(r.get("changed"))
     if changes:
         text += f"; changed since the backup: {changes}"
@@ -311,7 +312,7 @@ def hosts_words(hosts: dict) -> str:
         for task in tasks:
             role = str(task).rpartition("-")[0] or str(task)
             roles[role] = roles.get(role, 0) + 1
-    said = ", ".join(f"{n} {role}{'s' * (n != 1 and role != 'ps')}" for role, n in roles.items())
+    said = ", ".join(f"{n} {role}{'s' * (n != 1 and role != PS)}" for role, n in roles.items())
     return f"{said} on {len(hosts)} host{'s' * (len(hosts) != 1)}" if hosts else ""
 
 

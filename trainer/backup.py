@@ -39,7 +39,7 @@ import tensorflow as tf
 
 from agent.protocol import BACKUP_DIR, BACKUP_LIST, backup_list, backup_steps
 from trainer.metrics import MetricsWriter
-from trainer.records import PLAN_FIELDS, Event
+from trainer.records import GLOBAL_STEP, PLAN_FIELDS, Event
 from trainer.stopping import DIVERGED
 from trainer.tf_config import ConfigError
 
@@ -247,7 +247,7 @@ class TaskBackups(tf.keras.callbacks.Callback):
             (int(self._saved_epoch.numpy()), int(self._saved_step.numpy()))
         self._global_step = position
         learning_rate = self._plan_learning_rate(optimizer, changed)
-        fields = {"epoch": int(self._saved_epoch.numpy()), "step": int(self._saved_step.numpy()), "global_step": step}
+        fields = {"epoch": int(self._saved_epoch.numpy()), "step": int(self._saved_step.numpy()), GLOBAL_STEP: step}
         if position != step:
             fields["position"] = position
             self._renumber(step, position)

@@ -56,11 +56,11 @@ if __name__ == "__main__" and __package__ in (None, ""):  # started by its path:
 
 from agent.protocol import KERAS_REASON_VARIABLE, METRICS, RUN_DIR_VARIABLE, task_name  # noqa: E402
 from trainer.metrics import MetricsWriter  # noqa: E402
-from trainer.plan import strategy_name  # noqa: E402
+from trainer.strategies import Strategy, strategy_name  # noqa: E402
 from trainer.process import collector_paused, sigterm_back  # noqa: E402
-from trainer.records import (CAPTURED, FROM_PRINT, FROM_SCHEDULE, FROM_SUMMARY, SCRIPT_WORKLOAD,  # noqa: E402
-                             SUMMARY_STEP, Event, RecordType)
-from trainer.tf_config import TRAINING_ROLES, ClusterConfig, tf_config_as_given  # noqa: E402
+from trainer.records import (CAPTURED, FROM_PRINT, FROM_SCHEDULE, FROM_SUMMARY, GLOBAL_STEP,  # noqa: E402
+                             SCRIPT_WORKLOAD, SUMMARY_STEP, Event, RecordType)
+from trainer.tf_config import PS, TRAINING_ROLES, WORKER, ClusterConfig, tf_config_as_given  # noqa: E402
 
 log = logging.getLogger("trainer.capture")
 
@@ -117,7 +117,7 @@ _PAIR = re.compile(r"(?:^|(?<=[\s,;|(\[{]))(?P<name>" + _WORD + r"(?: " + _WORD 
 # Settings printed as they are (argparse's ``Namespace(lr=0.001, ...)``, a config dump): never metrics.
 _SETTINGS = re.compile(r"\bNamespace\(|^\s*(?:args|config|params|hparams|flags|settings)\s*[:=]", re.IGNORECASE)
 _PLACE = re.compile(r"\b(?P<name>epoch|step)\s+(?P<value>\d+)\b", re.IGNORECASE)  # "Epoch 3/10", "step 40:"
-_PLACES = {"epoch": "epoch", "step": "step", "global_step": "step", "iteration": "step", "iter": "step"}
+_PLACES = {"epoch": "epoch", "step": "step", GLOBAL_STEP: "step", "iteration": "step", "iter": "step"}
 # Without an epoch or a step a line counts only for names that are metrics ("Number of devices: 2" is none).
 _METRIC = re.compile(r"loss|acc|auc|precision|recall|lr|learning|err|mse|mae|perplexity|ppl|f1|score|reward|"
                      r"entropy|top\d", re.IGNORECASE)
@@ -321,7 +321,7 @@ class _SummaryFollower:
             step, noted = key
             at, own = ((self.capture.axis.place(("summary", path), step), {}) if noted is None
                        else (noted, {SUMMARY_STEP: step}))
-            self.capture.write({"type": RecordType.STEP, "global_step": at, CAPTURED: FROM_SUMMARY, **own,
+            self.capture.write({"type": RecordType.STEP, GLOBAL_STEP: at, CAPTURED: FROM_SUMMARY, **own,
                                 **rows[key]})
 
 
@@ -407,7 +407,7 @@ class _ScheduledSteps:
                     continue  # the optimizer took no step: an evaluation loop, no training step
             else:
                 at = self.capture.axis.place(("schedule",), count)
-            self.capture.write({"type": RecordType.STEP, "global_step": at, "steps": done, "step_time": took,
+            self.capture.write({"type": RecordType.STEP, GLOBAL_STEP: at, "steps": done, "step_time": took,
                                 "time": time.time(), CAPTURED: FROM_SCHEDULE})
 
 
@@ -514,9 +514,9 @@ class Capture:
         self.writer.event(Event.LAUNCHED, pid=os.getpid(), address=address, cluster=self.cluster,
                           is_chief=self.config.is_chief, workload=SCRIPT_WORKLOAD, script=script, capture=True,
                           python=sys.version.split()[0], **_keras_reason())
-        if self.config.num_workers <= 1 and not self.cluster.get("ps"):
+        if self.config.num_workers <= 1 and not self.cluster.get(PS):
             # No peer to wait for: a single task's cluster has formed (its strategy is local).
-            self.writer.event_once(Event.CLUSTER_FORMED, strategy="local", num_replicas=None)
+            self.writer.event_once(Event.CLUSTER_FORMED, strategy=Strategy.LOCAL, num_replicas=None)
 
     def formed(self, strategy) -> None:
         sigterm_back()  # the script's own SIGTERM handler, else the default: tfcc's stop ends it at once
@@ -525,7 +525,7 @@ class Capture:
 
     def serving(self) -> None:
         """A worker or ps of parameter-server training serves: SIGTERM (the run is over) ends it cleanly."""
-        self.writer.event_once(Event.SERVING, role=self.config.task.type, strategy="parameter_server")
+        self.writer.event_once(Event.SERVING, role=self.config.task.type, strategy=Strategy.PARAMETER_SERVER)
 
     def join(self, server) -> None:
         """``Server.join()``: serve until SIGTERM (TensorFlow's own join would need a SIGKILL), then end."""
@@ -602,7 +602,7 @@ class Capture:
                     return None
                 me = task_name(self.config.task.type, self.config.task.index)
                 peers = ()
-                if strategy_name(model.distribute_strategy) == "multi_worker_mirrored":
+                if strategy_name(model.distribute_strategy) == Strategy.MULTI_WORKER_MIRRORED:
                     peers = tuple(name for role in TRAINING_ROLES for name in
                                   (task_name(role, i) for i in range(len(self.cluster.get(role) or [])))
                                   if name != me)
@@ -727,11 +727,11 @@ class Capture:
         if "epoch" in values and "step" not in values:
             record["type"] = RecordType.EPOCH
             if at is not None:
-                record["global_step"] = at
+                record[GLOBAL_STEP] = at
         else:
             self._printed += 1
             record["type"] = RecordType.STEP
-            record["global_step"] = at if at is not None else self.axis.place(
+            record[GLOBAL_STEP] = at if at is not None else self.axis.place(
                 ("print",), int(values.get("step", self._printed)), after=True)
         self.write(record)
 
@@ -899,7 +899,7 @@ class Capture:
         type(server).join.__wrapped__(server)
 
     def _serves(self) -> bool:
-        return self.config.task.type in ("worker", "ps") and bool(self.cluster.get("ps"))
+        return self.config.task.type in (WORKER, PS) and bool(self.cluster.get(PS))
 
     def _server_made(self) -> None:
         if self._serves():

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.protocol import METRICS
-from trainer.plan import (AUTOSHARD_POLICIES, DEFAULT_BACKUP_SECONDS, LR_RULES, MAX_BATCH, STRATEGIES,
+from trainer.plan import (AUTOSHARD_POLICIES, DEFAULT_BACKUP_SECONDS, LR_RULES, MAX_BATCH,
                           backup_seconds_problem, count_problem, learning_rate_problem)
 from trainer.slurm import PORT_BASE as SLURM_PORT_BASE
 from trainer.slurm import SlurmError, parse_jobs
+from trainer.strategies import Strategy
 from trainer.tf_config import ConfigError
 
 COMMUNICATIONS = ("auto", "ring", "nccl")
@@ -122,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="parameter-server training with an evaluator: the folder (relative to --run-dir) where the "
                    "chief writes a checkpoint of the model each epoch and the evaluator reads them")
     d = p.add_argument_group("distribution")
-    d.add_argument("--strategy", choices=STRATEGIES, default="auto")
+    d.add_argument("--strategy", choices=Strategy.ALL, default=Strategy.AUTO)
     d.add_argument("--communication", choices=COMMUNICATIONS, default="auto",
                    help="MultiWorkerMirrored collective implementation")
     d.add_argument("--autoshard", choices=AUTOSHARD_POLICIES, default="auto")

@@ -27,6 +27,7 @@ from trainer.metrics import MetricsWriter  # noqa: E402
 from trainer.plan import check_autoshard, choose_strategy  # noqa: E402
 from trainer.process import collector_paused  # noqa: E402
 from trainer.records import LOST_PEER, Event  # noqa: E402
+from trainer.strategies import Strategy  # noqa: E402
 from trainer.tf_config import ClusterConfig, ConfigError, parse_tf_config  # noqa: E402
 
 EXIT_BAD_INPUT = 2
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             workloads.check_model_file(opts.model_file)
         # What TensorFlow is not needed for is refused before it loads (its errors do not depend on the devices).
         strategy = choose_strategy(opts.strategy, cluster, opts.cpu_devices)
-        if strategy == "parameter_server":
+        if strategy == Strategy.PARAMETER_SERVER:
             # Every task, coordinator included: a failed RPC is reported to the caller, which can
             # re-schedule on another worker, instead of being retried for ever.
             os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")

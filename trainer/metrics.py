@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from agent.protocol import ATTEMPT_VARIABLE, METRICS, RUN_DIR_VARIABLE
-from trainer.records import RecordType
+from trainer.records import GLOBAL_STEP, RecordType
 from trainer.tf_config import tf_config_as_given
 
 log = logging.getLogger("trainer.metrics")
@@ -177,7 +177,7 @@ def report(step: int | None = None, *, epoch: int | None = None, **values) -> No
         record["epoch"] = int(epoch)
     if record["type"] == RecordType.STEP:
         _reported["steps"] += 1
-        record["global_step"] = int(step) if step is not None else _reported["steps"]
+        record[GLOBAL_STEP] = int(step) if step is not None else _reported["steps"]
     for name, value in values.items():
         number = _number(value)
         if number is not None:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from trainer.strategies import Strategy
 from trainer.tf_config import CHIEF, EVALUATOR, PS, TRAINING_ROLES, WORKER, ClusterConfig, ConfigError
 
 # The Keras a script trains with: tf-keras (Keras 2, TF_USE_LEGACY_KERAS=1) or Keras 3; tfcc's trainer
 # always uses tf-keras. A script's cluster file says auto, or one of them (console.cluster).
 TF_KERAS, KERAS3 = "tf-keras", "keras3"
 KERAS_FLAVOURS = ("auto", TF_KERAS, KERAS3)
-STRATEGIES = ("auto", "default", "mirrored", "multi_worker_mirrored", "parameter_server")
+STRATEGIES = Strategy.ALL  # a cluster file's training.strategy's choices (console/cluster.py takes them from here)
 AUTOSHARD_POLICIES = ("auto", "data", "off", "file")
 LR_RULES = ("linear", "sqrt", "none")
 
@@ -54,28 +55,14 @@ def count_problem(value: int, low: int, high: int) -> str | None:
 # --------------------------------------------------------------------------- strategy and replicas
 
 
-def strategy_name(strategy) -> str:
-    """STRATEGIES' word for a ``tf.distribute`` strategy object (a script's own: its class says)."""
-    name = type(strategy).__name__
-    if "ParameterServer" in name:
-        return "parameter_server"
-    if "CollectiveAllReduce" in name or "MultiWorker" in name:
-        return "multi_worker_mirrored"
-    if "Mirrored" in name:
-        return "mirrored"
-    if name.startswith("_Default"):
-        return "default"
-    return name
-
-
 def observed_batch_plan(strategy: str, replicas: int, cluster: dict, global_batch: int | None) -> dict:
     """The batch plan a script's run shows (the fields of the trainer's ``started`` event), from its
     strategy, its replicas in sync and the batch one step took: under MultiWorkerMirrored the workers
     are TF_CONFIG's chief and workers; Mirrored and the default strategy train each task on its own;
     under parameter-server training a step is one worker's batch, split over that worker's replicas."""
-    if strategy == "parameter_server":
+    if strategy == Strategy.PARAMETER_SERVER:
         workers, per_worker = max(1, len(cluster.get(WORKER, []))), replicas
-    elif strategy == "multi_worker_mirrored":
+    elif strategy == Strategy.MULTI_WORKER_MIRRORED:
         workers = max(1, sum(len(cluster.get(role, [])) for role in TRAINING_ROLES))
         per_worker = max(1, replicas // workers)
     else:
@@ -85,18 +72,18 @@ def observed_batch_plan(strategy: str, replicas: int, cluster: dict, global_batc
         per_replica = global_batch // replicas
         plan.update(global_batch=int(global_batch), per_replica_batch=per_replica,
                     per_worker_batch=per_replica * per_worker)
-        if strategy == "parameter_server":
+        if strategy == Strategy.PARAMETER_SERVER:
             plan["asynchronous"] = True
     return plan
 
 
 def strategy_for(requested: str, num_workers: int, local_devices: int) -> str:
     """The strategy a task runs: "auto" picks by the chief/worker tasks and the task's devices."""
-    if requested != "auto":
+    if requested != Strategy.AUTO:
         return requested
     if num_workers > 1:
-        return "multi_worker_mirrored"
-    return "mirrored" if local_devices > 1 else "default"
+        return Strategy.MULTI_WORKER_MIRRORED
+    return Strategy.MIRRORED if local_devices > 1 else Strategy.DEFAULT
 
 
 def parameter_server_problem(cluster: dict[str, list[str]]) -> str | None:
@@ -121,16 +108,16 @@ def choose_strategy(requested: str, cluster: ClusterConfig, local_devices: int) 
         problem = parameter_server_problem(cluster.cluster)
         if problem:
             raise ConfigError(f"an evaluator evaluates the checkpoints of parameter-server training, and {problem}")
-        return "evaluator"
-    if requested == "parameter_server" or (requested == "auto" and PS in cluster.cluster):
+        return EVALUATOR  # no strategy: it evaluates the chief's checkpoints
+    if requested == Strategy.PARAMETER_SERVER or (requested == Strategy.AUTO and PS in cluster.cluster):
         problem = parameter_server_problem(cluster.cluster)
         if problem:
             raise ConfigError(problem)
-        return "parameter_server"
+        return Strategy.PARAMETER_SERVER
     if PS in cluster.cluster:
         raise ConfigError(f"--strategy {requested} has no use for the cluster's ps tasks; use --strategy "
                           "parameter_server (or auto), or remove the ps tasks")
-    if requested in ("mirrored", "default") and cluster.num_workers > 1:
+    if requested in (Strategy.MIRRORED, Strategy.DEFAULT) and cluster.num_workers > 1:
         raise ConfigError(
             f"--strategy {requested} trains on one host, but TF_CONFIG has {cluster.num_workers} "
             "chief/worker tasks; use --strategy multi_worker_mirrored (or auto)"
@@ -140,9 +127,9 @@ def choose_strategy(requested: str, cluster: ClusterConfig, local_devices: int) 
 
 def replicas_per_worker(strategy: str, local_gpus: int, cpu_devices: int) -> int:
     """The model replicas one worker holds under ``strategy``."""
-    if strategy == "mirrored":
+    if strategy == Strategy.MIRRORED:
         return local_gpus or cpu_devices
-    if strategy in ("multi_worker_mirrored", "parameter_server"):
+    if strategy in (Strategy.MULTI_WORKER_MIRRORED, Strategy.PARAMETER_SERVER):
         return max(1, local_gpus)  # every local GPU, or one CPU
     return 1
 

@@ -69,9 +69,16 @@ FROM_SUMMARY, FROM_PRINT, FROM_SCHEDULE = "summary", "print", "schedule"
 # ``summary_step``.
 FIT, SUMMARY_STEP = "fit", "summary_step"
 
+# A record's place on the run's one step axis, the same on every task: what the plots draw against.
+GLOBAL_STEP = "global_step"
+# A step's loss: ``loss``, the step's own (the trainer instruments the step), else ``loss_avg``, Keras's running
+# mean over the epoch so far (a model whose step cannot be instrumented; parameter-server training).
+LOSS, LOSS_AVG = "loss", "loss_avg"
+LOSS_FIELDS = (LOSS, LOSS_AVG)
+
 # Fields of a step or epoch record that say where and when it is, not how training goes: every other
 # numeric field is a metric.
-PLACE_FIELDS = frozenset({"type", "task_type", "task_index", "time", "epoch", "step", "global_step", "attempt",
+PLACE_FIELDS = frozenset({"type", "task_type", "task_index", "time", "epoch", "step", GLOBAL_STEP, "attempt",
                           "steps", "event", CAPTURED, FIT, SUMMARY_STEP})
 
 
@@ -111,6 +118,11 @@ def number(value) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return math.nan
     return float(value)
+
+
+def step_loss(record: dict):
+    """A step record's loss as written: its ``loss``, else its ``loss_avg``; None when it has neither."""
+    return record.get(LOSS, record.get(LOSS_AVG))
 
 
 def metrics_of(record: dict) -> dict:

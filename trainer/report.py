@@ -32,9 +32,10 @@ import tensorflow as tf
 from agent.protocol import KERAS_REASON_VARIABLE, MEASURE_VARIABLE, METRICS, RUN_DIR_VARIABLE
 from trainer.breakdown import StepBreakdown
 from trainer.metrics import MetricsWriter, report  # noqa: F401  (report: the loops' one call)
-from trainer.plan import KERAS3, TF_KERAS, observed_batch_plan, strategy_name
-from trainer.records import FIT, SCRIPT_WORKLOAD, Event, RecordType
+from trainer.plan import KERAS3, TF_KERAS, observed_batch_plan
+from trainer.records import FIT, GLOBAL_STEP, LOSS, LOSS_AVG, SCRIPT_WORKLOAD, Event, RecordType
 from trainer.stopping import STOPPING
+from trainer.strategies import Strategy, strategy_name
 from trainer.tf_config import ClusterConfig, TaskId, tf_config_as_given
 
 log = logging.getLogger("trainer.report")
@@ -106,7 +107,7 @@ def instrument_step_loss(model) -> bool:
     # Not under parameter-server training: its steps run on remote workers, which cannot read this process's flag
     # (and no step is shared to measure at).
     no_flag = ""
-    if strategy_name(getattr(model, "distribute_strategy", None)) == "parameter_server":
+    if strategy_name(getattr(model, "distribute_strategy", None)) == Strategy.PARAMETER_SERVER:
         no_flag = "under parameter-server training no step is shared to measure at"
     elif os.environ.get(MEASURE_VARIABLE, "1") == "0":
         no_flag = f"{MEASURE_VARIABLE}=0 turned it off"
@@ -334,7 +335,7 @@ class _Reporting:
     def on_train_begin(self, logs=None):
         self._t_train = time.perf_counter()
         strategy = self.model.distribute_strategy
-        if strategy_name(strategy) == "parameter_server":
+        if strategy_name(strategy) == Strategy.PARAMETER_SERVER:
             self._coordinated = CoordinatorReporter(self.writer, None, batch_plan(strategy, None)["num_workers"],
                                                     started=self._started if self.lifecycle else None,
                                                     place=self._place, fit=self._fit)
@@ -402,7 +403,7 @@ class _Reporting:
             "type": RecordType.STEP,
             "epoch": self._epoch,
             "step": batch,
-            "global_step": self._at,
+            GLOBAL_STEP: self._at,
             "step_time": step_time,
             "time": time.time(),
             **self._fit_field(),
@@ -410,9 +411,9 @@ class _Reporting:
         if done > 1:
             record["steps"] = done
         if examples is not None:
-            record["loss"] = loss
+            record[LOSS] = loss
         else:
-            record["loss_avg"] = _to_float(logs.get("loss"))
+            record[LOSS_AVG] = _to_float(logs.get(LOSS))
         if examples and step_time > 0:
             record["global_batch"] = int(examples)
             record["examples_per_sec"] = examples / self.num_workers / step_time
@@ -435,7 +436,7 @@ class _Reporting:
         record = {"type": RecordType.EPOCH, "epoch": epoch, "epoch_time": time.perf_counter() - self._t_epoch,
                   "time": time.time(), **self._fit_field()}
         if self._at is not None and self._at != self._global_step:  # a later fit: its epoch at its last step
-            record["global_step"] = self._at
+            record[GLOBAL_STEP] = self._at
         for key, value in logs.items():
             number = _to_float(value)
             if number is not None or value is None:
@@ -558,17 +559,17 @@ class CoordinatorReporter(tf.keras.callbacks.Callback):
                 size = int(examples) if examples else self.batch
                 self._own = epoch * steps + batch + 1 if steps else batch + 1
                 self._at = self._place(self._own) if self._place is not None else self._own
-                record = {"type": RecordType.STEP, "epoch": epoch, "step": batch, "global_step": self._at,
+                record = {"type": RecordType.STEP, "epoch": epoch, "step": batch, GLOBAL_STEP: self._at,
                           "step_time": took, "time": time.time(), "steps": done, **self._fit}
                 if size:
                     record["global_batch"] = size
                 if examples is not None:  # an instrumented step: its own loss (one worker's batch)
-                    record["loss"] = loss
+                    record[LOSS] = loss
                 if took > 0 and size:  # the workers' steps together; per worker, what one of them takes on average
                     record["global_examples_per_sec"] = size / took
                     record["examples_per_sec"] = size / took / self.num_workers
                 for key, value in values.items():
-                    record["loss_avg" if key == "loss" else key] = _to_float(value)
+                    record[LOSS_AVG if key == LOSS else key] = _to_float(value)
                 if self._on_batch is not None and size:
                     self._on_batch(size)
                     self._on_batch = None
@@ -584,7 +585,7 @@ class CoordinatorReporter(tf.keras.callbacks.Callback):
         record = {"type": RecordType.EPOCH, "epoch": epoch, "epoch_time": time.perf_counter() - self._t_epoch,
                   "time": time.time(), **self._fit}
         if self._at is not None and self._at != self._own:  # a later fit: its epoch at its last step, placed
-            record["global_step"] = self._at
+            record[GLOBAL_STEP] = self._at
         for key, value in values.items():
             if key not in _INTERNAL_KEYS:
                 record[key] = _to_float(value)

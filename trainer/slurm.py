@@ -56,7 +56,7 @@ if __name__ == "__main__" and __package__ in (None, ""):
     # named trainer too, as cloud samples name theirs): tfcc's own trainer is the folder above this file.
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from trainer.tf_config import CHIEF, PS, WORKER, ConfigError, make_tf_config  # noqa: E402
+from trainer.tf_config import CHIEF, EVALUATOR, PS, WORKER, ConfigError, make_tf_config  # noqa: E402
 
 PORT_BASE = 8888  # TensorFlow's SlurmClusterResolver's: task k of a node listens on 8888 + k
 JOB_ROLES = (CHIEF, PS, WORKER)  # an evaluator is no part of the training cluster (see _check_jobs)
@@ -172,7 +172,7 @@ def expand_tasks_per_node(text: str) -> list[int]:
 def _check_jobs(jobs: Mapping[str, int], shown: str) -> dict[str, int]:
     clean: dict[str, int] = {}
     for role, count in jobs.items():
-        if role == "evaluator":
+        if role == EVALUATOR:
             raise SlurmError(f"jobs {shown!r} name an evaluator; under Slurm every task of the step joins the "
                              "training cluster, which an evaluator must not: leave it out (run an evaluator as its "
                              "own program with its own TF_CONFIG)")
@@ -185,7 +185,7 @@ def _check_jobs(jobs: Mapping[str, int], shown: str) -> dict[str, int]:
     if not clean:
         raise SlurmError("the jobs are empty; write them like chief:1,worker:3")
     if clean.get(CHIEF, 0) > 1:
-        raise SlurmError(f"jobs {shown!r} give the chief {clean['chief']} tasks; a cluster has one chief "
+        raise SlurmError(f"jobs {shown!r} give the chief {clean[CHIEF]} tasks; a cluster has one chief "
                          "(make the others workers)")
     if not clean.get(CHIEF) and not clean.get(WORKER):
         raise SlurmError(f"jobs {shown!r} have no chief or worker; add worker:N")

@@ -32,6 +32,8 @@ import time
 import tensorflow as tf
 from tensorflow.python.eager import context  # the coordination service's key-value store (no public API)
 
+from trainer.records import LOSS
+
 log = logging.getLogger("trainer.stopping")
 
 EXIT_STOPPED = 128 + signal.SIGTERM  # a task that stopped on SIGTERM, backed up: as a shell says "terminated"
@@ -193,7 +195,7 @@ class Stopping:
             return
         self.stopped_at = step
         self.model.stop_training = True
-        loss = (logs or {}).get("loss")
+        loss = (logs or {}).get(LOSS)
         try:
             if loss is not None and not math.isfinite(float(loss)):
                 setattr(self.model, DIVERGED, True)  # a stop for a diverged loss: the last good backup stays newest

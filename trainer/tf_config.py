@@ -1,4 +1,4 @@
-"""TF_CONFIG: the roles, a task's id, the cluster one task sees, reading and writing it (no TensorFlow).
+"""TF_CONFIG: the roles' rules, a task's id, the cluster one task sees, reading and writing it (no TensorFlow).
 
 Standard library only (Python 3.9+): the trainer, the capture around a user's script, the Slurm mode and the
 console all read TF_CONFIG through this module, and the chief rule (``chief`` if the cluster has one, else
@@ -13,10 +13,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from agent.protocol import parse_address, task_name
+# The roles are the protocol's words (the agent's Slurm mode names the chief's task too), taken from here as well.
+from agent.protocol import CHIEF, EVALUATOR, PS, ROLES, WORKER, parse_address, task_name  # noqa: F401 (a vocabulary)
 
-CHIEF, WORKER, PS, EVALUATOR = "chief", "worker", "ps", "evaluator"
-ROLES = (CHIEF, WORKER, PS, EVALUATOR)
 TRAINING_ROLES = (CHIEF, WORKER)  # the tasks that hold model replicas in synchronous training
 
 

@@ -30,7 +30,8 @@ from trainer.process import collector_paused, sigterm_back
 from trainer.records import LOST_PEER, Event, RecordType
 from trainer.report import CoordinatorReporter, MetricsReporter, instrument_step_loss
 from trainer.stopping import GracefulStop, Stopped
-from trainer.tf_config import TRAINING_ROLES, ClusterConfig, ConfigError
+from trainer.strategies import Strategy
+from trainer.tf_config import CHIEF, EVALUATOR, PS, TRAINING_ROLES, WORKER, ClusterConfig, ConfigError
 
 log = logging.getLogger("trainer.train")
 # Keras warns that on_train_batch_end is "slow" when the step's own work shows up
@@ -82,12 +83,12 @@ def check_port_free(cluster: ClusterConfig) -> None:
 
 
 def create_strategy(name: str, opts: Options):
-    if name == "multi_worker_mirrored":
+    if name == Strategy.MULTI_WORKER_MIRRORED:
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=_COMMUNICATION[opts.communication]
         )
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-    if name == "mirrored":
+    if name == Strategy.MIRRORED:
         gpus = tf.config.list_logical_devices("GPU")
         devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
         return tf.distribute.MirroredStrategy(devices=devices)
@@ -155,7 +156,7 @@ def _plan(opts: Options, cluster: ClusterConfig, workload, strategy_name: str, g
 def asynchronous_plan(opts: Options, cluster: ClusterConfig, workload, replicas: int = 1):
     """The batch plan of parameter-server training: a step is one worker's batch, split over its replicas."""
     return plan_batches(per_replica_batch=opts.per_replica_batch, global_batch=opts.global_batch,
-                        num_workers=len(cluster.cluster["worker"]), replicas_per_worker=replicas,
+                        num_workers=len(cluster.cluster[WORKER]), replicas_per_worker=replicas,
                         num_examples=workload.num_examples, steps_per_epoch=opts.steps_per_epoch,
                         base_learning_rate=opts.learning_rate, lr_rule=opts.lr_scaling, asynchronous=True)
 
@@ -234,13 +235,13 @@ def elastic_plan(opts: Options, kept: dict | None, make):
 def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
     """Train this task to the end; returns the final metrics."""
     strategy_name = choose_strategy(opts.strategy, cluster, opts.cpu_devices)
-    if strategy_name == "parameter_server" and cluster.task.type in ("worker", "ps"):
+    if strategy_name == Strategy.PARAMETER_SERVER and cluster.task.type in (WORKER, PS):
         return serve(opts, cluster, writer)  # a server needs no Keras
     with collector_paused():  # tf-keras loads at TensorFlow's first use of it: an import like TensorFlow's own
         tf.keras.Model  # noqa: B018
-    if strategy_name == "evaluator":
+    if strategy_name == EVALUATOR:
         return evaluate(opts, cluster, writer)
-    if strategy_name == "parameter_server":
+    if strategy_name == Strategy.PARAMETER_SERVER:
         return coordinate(opts, cluster, writer)
     configure_runtime(opts)
     gpus = len(tf.config.list_physical_devices("GPU"))
@@ -296,7 +297,7 @@ def run(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
 
     writer.event(Event.STARTED,
         strategy=strategy_name,
-        communication=opts.communication if strategy_name == "multi_worker_mirrored" else None,
+        communication=opts.communication if strategy_name == Strategy.MULTI_WORKER_MIRRORED else None,
         autoshard=opts.autoshard,
         workload=workload.name,
         epochs=opts.epochs,
@@ -376,7 +377,7 @@ def save_model(model, path: Path, writer: MetricsWriter, kept: bool = True) -> N
 
 def server_threads(cluster: ClusterConfig) -> int:
     """Inter-op threads of a worker or ps server: fewer than workers + 1 hung a run on 2 cores."""
-    return len(cluster.cluster.get("worker", [])) + 1
+    return len(cluster.cluster.get(WORKER, [])) + 1
 
 
 ALIVE_SECONDS = 5.0  # a server's liveness record comes this often
@@ -429,7 +430,7 @@ def serve(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> dict:
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     tf.distribute.Server(tf.train.ClusterSpec(cluster.cluster), job_name=cluster.task.type,
                          task_index=cluster.task.index, protocol="grpc", config=config, start=True)
-    writer.event(Event.SERVING, role=cluster.task.type, strategy="parameter_server",
+    writer.event(Event.SERVING, role=cluster.task.type, strategy=Strategy.PARAMETER_SERVER,
                  inter_op_threads=config.inter_op_parallelism_threads)
     Liveness(writer, cluster.task.type).until(done)
     writer.event(Event.FINISHED, metrics={}, train_time=None, model=None, role=cluster.task.type)
@@ -444,12 +445,12 @@ def coordinate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> 
     check_port_free(cluster)
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
-        min_shard_bytes=256 << 10, max_shards=len(cluster.cluster["ps"]))
+        min_shard_bytes=256 << 10, max_shards=len(cluster.cluster[PS]))
     strategy = tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
     sigterm_back()
     if strategy.num_replicas_in_sync > 1:  # each worker's GPUs: one step's batch is split over them
         plan = asynchronous_plan(opts, cluster, workload, strategy.num_replicas_in_sync)
-    writer.event(Event.CLUSTER_FORMED, strategy="parameter_server", num_replicas=strategy.num_replicas_in_sync)
+    writer.event(Event.CLUSTER_FORMED, strategy=Strategy.PARAMETER_SERVER, num_replicas=strategy.num_replicas_in_sync)
     tf.keras.utils.set_random_seed(opts.seed)
     with strategy.scope():
         model = compiled_model(workload, plan)
@@ -483,13 +484,13 @@ def coordinate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> 
         (opts.eval_checkpoints / EVALUATION_DONE).unlink(missing_ok=True)
         callbacks.append(tf.keras.callbacks.ModelCheckpoint(str(opts.eval_checkpoints / "ckpt-{epoch}"),
                                                             save_weights_only=True))
-    writer.event(Event.STARTED, strategy="parameter_server", communication=None, autoshard=None,
+    writer.event(Event.STARTED, strategy=Strategy.PARAMETER_SERVER, communication=None, autoshard=None,
                  workload=workload.name, epochs=opts.epochs, is_chief=True, chief=str(cluster.chief),
-                 exact_step_loss=False, tensorflow=tf.__version__, num_ps=len(cluster.cluster["ps"]),
+                 exact_step_loss=False, tensorflow=tf.__version__, num_ps=len(cluster.cluster[PS]),
                  variables=placed, **plan.as_dict())
     t0 = time.perf_counter()
     trained = threading.Event()  # the coordinator's liveness too: every task of the run shows what it costs
-    threading.Thread(target=Liveness(writer, "chief").until, args=(trained,), name="tfcc-alive", daemon=True).start()
+    threading.Thread(target=Liveness(writer, CHIEF).until, args=(trained,), name="tfcc-alive", daemon=True).start()
     try:
         history = model.fit(train, epochs=opts.epochs, steps_per_epoch=plan.steps_per_epoch, validation_data=val,
                             validation_steps=validation_steps, callbacks=callbacks, verbose=0)
@@ -573,7 +574,7 @@ def evaluate(opts: Options, cluster: ClusterConfig, writer: MetricsWriter) -> di
                        max_evaluations=opts.epochs, callbacks=[reporter])
     reporter.sidecar = sidecar
     sidecar.start()
-    writer.event(Event.FINISHED, metrics={}, train_time=None, model=None, role="evaluator")
+    writer.event(Event.FINISHED, metrics={}, train_time=None, model=None, role=EVALUATOR)
     return {}
 
 
@@ -586,7 +587,7 @@ def placement(model) -> list[dict]:
             device = tf.DeviceSpec.from_string(shard.device or "")
             out.append({"name": shard.name.split(":")[0], "shape": [int(d) for d in shard.shape],
                         "bytes": int(shard.shape.num_elements() or 0) * shard.dtype.size,
-                        "ps": device.task if device.job == "ps" else None})
+                        PS: device.task if device.job == PS else None})
     return out
 
 

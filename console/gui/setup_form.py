@@ -20,7 +20,8 @@ from console.gui.check_view import cell, host_marks
 from console.gui.dialogs import HostDialog, ImportDialog, SlurmDialog
 from console.diagram_model import picture
 from trainer.config import COMMUNICATIONS
-from trainer.plan import AUTOSHARD_POLICIES, LR_RULES, MAX_BACKUP_SECONDS, STRATEGIES
+from trainer.plan import AUTOSHARD_POLICIES, LR_RULES, MAX_BACKUP_SECONDS
+from trainer.strategies import Strategy
 from trainer.tf_config import CHIEF, WORKER, chief_name
 
 SCRIPT = "script"  # the workload that runs a user's own script: the trainer's settings do not reach it
@@ -137,7 +138,7 @@ class SetupForm(QWidget):
         self.lr_rule = QComboBox()
         self.lr_rule.addItems(LR_RULES)
         self.strategy = QComboBox()
-        self.strategy.addItems(STRATEGIES)
+        self.strategy.addItems(Strategy.ALL)
         self.communication = QComboBox()
         self.communication.addItems(COMMUNICATIONS)
         self.autoshard = QComboBox()
@@ -443,8 +444,8 @@ class SetupForm(QWidget):
         slurm = dialog.slurm()
         self.cluster.slurm = slurm
         self.cluster.hosts, self.cluster.tasks = cl.slurm_stand_ins(slurm)
-        if slurm.parameter_servers and self.cluster.training.strategy == "auto":
-            self.cluster.training.strategy = "parameter_server"
+        if slurm.parameter_servers and self.cluster.training.strategy == Strategy.AUTO:
+            self.cluster.training.strategy = Strategy.PARAMETER_SERVER
         self._on_hosts_edited()
 
     def _on_edit_host_clicked(self, *_) -> None:

@@ -7,10 +7,12 @@ cluster).
 
 from __future__ import annotations
 
+from trainer.records import LOSS, LOSS_AVG
+
 EPOCH = "epoch:"   # the prefix of an epoch (or validation) value's metric id
 SYSTEM = "sys:"    # the prefix of the system lane's metric ids
 # Step fields that are the same number on every worker (docs/metrics.md): one curve for the cluster.
-CLUSTER_WIDE_STEP = frozenset({"loss", "loss_avg", "global_batch", "global_examples_per_sec", "learning_rate"})
+CLUSTER_WIDE_STEP = frozenset({LOSS, LOSS_AVG, "global_batch", "global_examples_per_sec", "learning_rate"})
 # Epoch fields that differ between workers; every other epoch value is a cluster-wide mean.
 PER_WORKER_EPOCH = frozenset({"epoch_time"})
 # The system lane (ingest_system): cores busy and memory, per host and per task; each GPU's load.
@@ -44,7 +46,7 @@ def plot_of(metric: str) -> str:
     name = metric[len(EPOCH):] if metric.startswith(EPOCH) else metric
     if name.startswith("val_"):
         name = name[4:]
-    return "loss" if name == "loss_avg" else name
+    return LOSS if name == LOSS_AVG else name  # a step's running mean is drawn with its loss
 
 
 def plot_label(plot: str) -> str:

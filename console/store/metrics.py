@@ -27,7 +27,7 @@ from console.store.metric_ids import CLUSTER_TASK, EPOCH, HOST, SYSTEM, SYSTEM_M
 from console.store.snapshot import Snapshot
 from console.store.table import Table
 from console.threads import give_way
-from trainer.records import FIT, PLACE_FIELDS, Batch, Event, RecordType, number
+from trainer.records import FIT, GLOBAL_STEP, LOSS_FIELDS, PLACE_FIELDS, Batch, Event, RecordType, number
 
 
 def _cell(text: str) -> str:
@@ -171,7 +171,7 @@ def _columns(records: list[dict]) -> dict[str, np.ndarray]:
                 names[k] = None
     with np.errstate(over="ignore"):  # a value past float32's range is kept as inf
         return {name: np.array([number(r.get(name)) for r in records], dtype=np.float32) for name in names
-                if any(_is_number(r.get(name)) for r in records) or name in ("loss", "loss_avg")}
+                if any(_is_number(r.get(name)) for r in records) or name in LOSS_FIELDS}
 
 
 MAX_GPUS = 16  # GPU rows a host's samples may make (a machine has at most 16; more is a host making them up)
@@ -314,7 +314,7 @@ class MetricsStore:
         steps, others = batch.steps, batch.others
         columns = None
         if steps:
-            xs = np.array([number(r.get("global_step", 0)) for r in steps])
+            xs = np.array([number(r.get(GLOBAL_STEP, 0)) for r in steps])
             if not np.isfinite(xs).all():  # a step that says no step (a host's "one"): not a point anywhere
                 steps = [r for r, x in zip(steps, np.isfinite(xs)) if x]
                 xs = xs[np.isfinite(xs)]
@@ -322,7 +322,7 @@ class MetricsStore:
             columns = _columns(steps)
             step_times = columns.get("step_time")
             step_times = [] if step_times is None else [float(t) for t in step_times[-self.RECENT:] if np.isfinite(t)]
-            broken = [(r, k) for r in steps for k in ("loss", "loss_avg")
+            broken = [(r, k) for r in steps for k in LOSS_FIELDS
                       if k in r and not math.isfinite(number(r[k]))]
         with self._lock:
             self._worker(task)
@@ -378,7 +378,7 @@ class MetricsStore:
                     prog.after = r
                 if name == Event.EVALUATED and isinstance(r.get("metrics"), dict):
                     rows.append({**r["metrics"], "time": r.get("time"), "epoch": r.get("epoch"),
-                                 "global_step": r.get("global_step")})
+                                 GLOBAL_STEP: r.get(GLOBAL_STEP)})
                 if name not in Event.QUIET:
                     self.events.append({"time": _when(r), "task": task,
                                         "event": name if isinstance(name, str) else "?", "record": r})
@@ -405,7 +405,7 @@ class MetricsStore:
         """Epochs' values on the step axis (each at its epoch's last step), in one extend of the table."""
         ats = []
         for r in rows:
-            at = number(r.get("global_step"))
+            at = number(r.get(GLOBAL_STEP))
             epoch = number(r.get("epoch"))
             if not math.isfinite(at):
                 at = (epoch + 1) * prog.steps_per_epoch if prog.steps_per_epoch and math.isfinite(epoch) \
@@ -434,7 +434,7 @@ class MetricsStore:
         if (Marker.NAN, task) in self._diverged or len(self.markers) >= self.MAX_MARKERS:
             return  # the first per task: a diverged run is not a thousand markers
         self._diverged.add((Marker.NAN, task))
-        step = number(r.get("global_step"))
+        step = number(r.get(GLOBAL_STEP))
         when = number(r.get("time"))
         value = number(r.get(metric))
         self.markers.append(Marker(Marker.NAN, task, step, when if math.isfinite(when) else time.time(), metric=metric,
@@ -495,7 +495,7 @@ class MetricsStore:
     def _resumed(self, task: str, r: dict) -> None:
         """An attempt took up training at a backup's step: its curves go on from there (the steps after
         it that the failed attempt made are redone, so they leave the plot, as TensorBoard purges them)."""
-        step = number(r.get("global_step"))
+        step = number(r.get(GLOBAL_STEP))
         if not math.isfinite(step):
             return
         for kind in ("step", "epoch"):
@@ -802,7 +802,7 @@ class MetricsStore:
         rows = 0
         with open(path, "w", newline="") as f:
             out = csv.writer(f)
-            out.writerow(["source", "kind", "global_step", "time", "metric", "value"])
+            out.writerow(["source", "kind", GLOBAL_STEP, "time", "metric", "value"])
             for owner, kind, xs, ts, cols in dumps:
                 prefix = {"step": "", "epoch": EPOCH, "sys": ""}[kind]
                 step_texts = ["" if kind == "sys" or not math.isfinite(x) else str(int(x)) for x in xs]
