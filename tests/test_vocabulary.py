@@ -125,7 +125,7 @@ ALLOWED = {
 }
 RENOVATING = {
     # console/run: being renovated in r39-main
-    "console/run/runner.py", "console/run/supervisor.py", "console/run/session.py", "console/cluster.py",
+    "console/cluster.py",
 }
 
 

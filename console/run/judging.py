@@ -8,13 +8,18 @@ the training code, a bad configuration).
 
 from __future__ import annotations
 
+import logging
 import signal
 from dataclasses import dataclass, replace
 
-from agent.protocol import LOST
+from agent.protocol import LOGS, LOST, STATUS, STDERR
 from console.diagnosis import CONSEQUENCES, PORT_IN_USE, diagnose
+from console.errors import TfccError
+from console.states import Mark, SessionKind, TaskState
 from console.run.placement import placement_for
 from trainer.records import LOST_PEER
+
+log = logging.getLogger("console.run.supervisor")
 
 
 @dataclass
@@ -131,3 +136,43 @@ class HostStreaks:
 def backoff(restart: int) -> float:
     """Seconds before the ``restart``-th restart (1, 2, …): quick first, then slower."""
     return min(2.0 ** (restart - 1), 30.0)
+
+
+class Judging:
+    """The supervisor's judging of its failed tasks (a mixin of ``console.run.supervisor.Supervisor``): each one's
+    log since its attempt began, the verdict, and what is said and shown of each."""
+
+    def _judge(self, failed: list[TaskState]) -> Verdict:
+        """The verdict on ``failed``, its line for each task said (and shown on the task)."""
+        verdict = judge([self._failure(t) for t in failed], self.run)
+        for task, line in zip(failed, verdict.lines):
+            self._mark(task, Mark.FAILED, line)  # first: a listener of the event finds the state said
+            self._say(SessionKind.FAILURE, line)
+        return verdict
+
+    def stderr_tail(self, task: TaskState) -> str:
+        """The end of this attempt's part of ``task``'s stderr: an earlier attempt's errors are no cause now."""
+        try:
+            client = self.run.links[task.host].connect()
+            status = client.call(STATUS, run_id=self.run.run_id, task=task.name)
+            size = status["sizes"].get(STDERR, 0)
+            begun = max(self._stderr_from.get(task.name, 0), status.get("stderr_from") or 0)
+            fresh = size - begun
+            if fresh > 0:
+                return client.call(LOGS, run_id=self.run.run_id, task=task.name,
+                                   max_bytes=min(8000, fresh))["logs"].get(STDERR, "")
+        except TfccError as exc:
+            log.info("no log of %s: %s", task.name, exc)
+        return ""
+
+    def _failure(self, task: TaskState) -> Failure:
+        return Failure(task.name, task.host, task.phase, (task.exit or {}).get("returncode"),
+                       self.stderr_tail(task), self._failed_event.pop(task.name, None),
+                       self._stalled.pop(task.name, None))
+
+    def look_at_a_finished(self, task: TaskState) -> None:
+        """A task that exited 0 can still have gone wrong in a way worth saying (its data ran out, it
+        could not use its GPUs): the diagnosis's signatures for a clean exit, as an alert."""
+        found = diagnose(self.stderr_tail(task), 0)
+        if found is not None:
+            self._say(SessionKind.ALERT, f"{task.name} on {task.host} finished, but {found.cause}; {found.fix}")

@@ -20,9 +20,10 @@ import time
 
 from agent.protocol import (END, ENDED, ERROR, FAILED, FINISHED, FOLLOWING, LOG_MESSAGE, LOST, METRICS,
                             METRICS_MESSAGE, PENDING, RUNNING, STARTING, STDERR, STOPPED, TRAINING, WAITING,
-                            parse_task_name, task_name)
+                            task_name)
 from console import speed, text
-from console.errors import RunError, TfccError
+from console.errors import RunError
+from console.run.breakdowns import Breakdowns
 from console.run.runner import Run
 from console.run.supervisor import (OFFER, REMOVE_HOST, RESTART, TAKE_BACK, WATCHDOG_SECONDS,  # noqa: F401
                                     Supervisor)  # (OFFER: its choices)
@@ -32,7 +33,7 @@ from console.store.cache import CONSOLE_TASK, History
 from console.store.metrics import MetricsStore
 from console.threads import give_way
 from trainer.records import CAPTURED, FROM_PRINT, SCRIPT_WORKLOAD, Batch, Event, RecordType, decode_line, number
-from trainer.tf_config import CHIEF, WORKER
+from trainer.tf_config import CHIEF
 
 log = logging.getLogger("console.run.session")
 
@@ -73,7 +74,7 @@ def _trains(record: dict) -> bool:
     return record.get(CAPTURED) != FROM_PRINT or "epoch" in record or "step" in record
 
 
-class RunSession:
+class RunSession(Breakdowns):
     """Follow ``run``; ``store`` (optional) gets every record, listeners get ``SessionEvent``\\ s."""
 
     system_interval = 1.0  # seconds between a host's system records
@@ -174,106 +175,6 @@ class RunSession:
                            f"take back one of the hosts it goes on without: {', '.join(away)}" if away
                            else "every task is in the run")
         self.supervisor.ask(TAKE_BACK, host)
-
-    def why_slow(self) -> str:
-        """Ask every training task where its step time goes (docs/why-slow.md); the ask's name. The verdict comes
-        as a ``SessionKind.EXPLAINED`` event within ``speed.ANSWER_SECONDS``; a RunError at once that says why
-        when the run cannot be measured now. It waits on the agents: never call it on a window's thread."""
-        problem = self.measure_problem()
-        if problem is None and self._ended_at_the_agents():  # ended since this session last heard from them
-            problem = self._ended_problem(self.run.run_id)
-        if problem:
-            raise RunError(f"run {self.run.run_id} cannot say why it is slow now: {problem[0]}", problem[1])
-        name = speed.new_ask()
-        self._ask(name)
-        return name
-
-    @staticmethod
-    def _ended_problem(run_id: str) -> tuple[str, str]:
-        return ("its tasks have ended", f"tfcc resume {run_id} starts them again from their backups")
-
-    def _ended_at_the_agents(self) -> bool:
-        """Every member's task has ended, as its agent says now (a session just attached may not have read the
-        ends yet: a stop a moment ago)."""
-        try:
-            statuses = self.run.status() if self.run.members else []
-        except TfccError as exc:  # a host that does not answer now: the ask says so itself
-            log.info("could not read run %s's tasks before a breakdown: %s", self.run.run_id, exc)
-            return False
-        return bool(statuses) and all(s.get("phase") in ENDED for s in statuses)
-
-    def measure_problem(self) -> tuple[str, str] | None:
-        """Why the run's step time cannot be measured now, and what to do; None when it can."""
-        training = self.run.cluster.training
-        if self.run.cluster.parameter_server:
-            return ("under parameter-server training the coordinator hands each step to whichever worker is free, "
-                    "so no step is shared to measure at", "the breakdown measures synchronous training (default, "
-                    "Mirrored, MultiWorkerMirrored); the plots show each worker's pace")
-        if training.user_code and not training.capture:
-            return ("its script runs without tfcc's capture", "set capture = true in [training] (the default)")
-        if self.run.members and all(t.ended for t in self.run.members):
-            return self._ended_problem(self.run.run_id)
-        if self._newest_step < 0 or not self._trainers():
-            return ("it is not training yet", "ask again once its first steps are in")
-        if training.user_code and not self._fits:
-            return ("its script trains in a loop of its own, not in Keras fit",
-                    "the breakdown measures a Keras fit (or tfcc's trainer); a loop's step time is in the plots")
-        return None
-
-    def _trainers(self) -> list[TaskState]:
-        """The tasks that train and run now (chief and workers): those a breakdown asks."""
-        out = []
-        for task in self.run.members:
-            try:
-                role = parse_task_name(task.name)[0]
-            except ValueError:
-                continue
-            if role in (CHIEF, WORKER) and not task.ended:
-                out.append(task)
-        return out
-
-    def _ask(self, name: str) -> None:
-        tasks = self._trainers()
-        with self._asking:
-            self._asks.start(name, [t.name for t in tasks], self._newest_step)
-        errors = [e if isinstance(e, TfccError) else None
-                  for e in self.run.measure(tasks, name, max(0, self._newest_step))]
-        unasked = [(t.name, e) for t, e in zip(tasks, errors) if e is not None]
-        if unasked:  # the others would wait for it (their asks lapse on their own after a minute)
-            with self._asking:
-                self._asks.forget(name)
-            raise RunError(f"run {self.run.run_id} could not ask {unasked[0][0]} why it is slow: {unasked[0][1]}",
-                           "every training task must be asked at once; is the run still training? (tfcc runs)")
-
-    def _breakdown(self, task: TaskState, record: dict) -> None:
-        """A task's ``breakdown`` record: the verdict once every task asked has answered."""
-        with self._asking:
-            verdict = self._asks.answered(task.name, record)
-        if verdict is not None:
-            self._explained(verdict)
-
-    def _ask_context(self) -> dict:
-        """What a verdict adds to the workers' records: each task's host and that host's newest system record."""
-        return {"systems": {t.name: self._systems[t.host] for t in self.run.tasks if t.host in self._systems},
-                "hosts": {t.name: t.host for t in self.run.tasks}}
-
-    def _look_at_asks(self) -> None:
-        with self._asking:
-            closed = self._asks.overdue() + self._asks.ended({t.name for t in self.run.tasks if t.ended})
-        for verdict in closed:
-            self._explained(verdict)
-
-    def _explained(self, verdict: speed.Verdict) -> None:
-        self.verdict = verdict
-        lines = verdict.lines()
-        if verdict.scaling_words():
-            try:
-                self.run.note_speed(verdict)
-            except Exception:  # noqa: BLE001 - the verdict is said all the same
-                log.exception("keeping run %s's scaling efficiency", self.run.run_id)
-        if self.store is not None:
-            self.store.note(CONSOLE_TASK, SessionKind.EXPLAINED, " | ".join(lines))
-        self._tell(SessionEvent(SessionKind.EXPLAINED, text="\n".join(lines), message=verdict.as_dict()))
 
     def stop(self, grace: float = 10.0) -> list[dict]:
         """Stop every task (the person asked: their ends are no failures to restart from)."""
@@ -573,12 +474,6 @@ class RunSession:
         self._tell(SessionEvent(SessionKind.RECORDS, task, records=batch.records, batch=batch))
         if batch.started is not None and batch.started is self.started_record:
             self._tell(SessionEvent(SessionKind.TRAINING_STARTED, task, records=[batch.started]))
-
-    def _stepped(self, record: dict) -> None:
-        """Where training is (the newest global step): a breakdown can be asked for once there is one."""
-        step = number(record.get("global_step"))
-        if math.isfinite(step) and step > self._newest_step:
-            self._newest_step = int(step)
 
     def _formed(self, task: TaskState) -> None:
         """``task``'s cluster has formed: it trains."""

@@ -22,19 +22,19 @@ import time
 from contextlib import contextmanager
 from typing import Callable
 
-from agent.protocol import FAILED, FINISHED, LOGS, LOST, STARTING, STATUS, STDERR, TRAINING, parse_task_name, task_name
+from agent.protocol import FAILED, FINISHED, LOST, STDERR, parse_task_name, task_name
 from console import text
-from console.diagnosis import diagnose
 from console.errors import TfccError
-from console.remote.channel import AgentTimeout
-from console.run.elastic import REMOVE_HOST, TAKE_BACK  # noqa: F401 - the session's and the window's asks
 from console.run.elastic import FAILING, LOST_AFTER, PROBE_SECONDS, Due, Elastic
-from console.run.judging import Failure, HostStreaks, Verdict, backoff, judge
+from console.run.judging import HostStreaks, Judging, backoff
 from console.run.runner import Run
-from console.run.watchdogs import (STALL_FLOOR, SUSPENDED, WATCHDOG_SECONDS, Pace, evaluates,  # noqa: F401
-                                   waiting_report)
+from console.run.watchdogs import STALL_FLOOR, WATCHDOG_SECONDS, Pace, Watchdogs, evaluates
+# What the session, the window and the tests take from here (each declared in its own room):
+from console.run.elastic import REMOVE_HOST, TAKE_BACK  # noqa: F401,E402
+from console.run.judging import Failure, judge  # noqa: F401,E402
+from console.run.watchdogs import SUSPENDED, waiting_report  # noqa: F401,E402
 from console.states import GaveUp, Leave, Left, Mark, SessionKind, Supervision, TaskState
-from trainer.records import CAPTURED, number, step_loss
+from trainer.records import CAPTURED, GLOBAL_STEP, number, step_loss
 from trainer.tf_config import CHIEF, WORKER
 
 log = logging.getLogger("console.run.supervisor")
@@ -45,7 +45,7 @@ RESTART, OFFER = "restart", "offer"  # what a session does with failures that ha
 # ============================================================================ the supervisor
 
 
-class Supervisor(Elastic):
+class Supervisor(Judging, Watchdogs, Elastic):
     """The watchdogs and the restart policy of one run, on its session's thread.
 
     What it is doing is one state (a ``console.states.Supervision``), set only by ``change`` against the table's
@@ -204,13 +204,13 @@ class Supervisor(Elastic):
     def backed_up(self, task: TaskState, record: dict) -> None:
         """A backup is on disk: once every training task has the same one, the moment an elastic run takes back
         the hosts that answer again."""
-        self._backups[task.name] = record.get("global_step")
+        self._backups[task.name] = record.get(GLOBAL_STEP)
         self.backups_seen += 1
         if self._back and self.run.left:
             steps = {self._backups.get(t.name) for t in self._training_members()}
             # The backup at training's end leaves nothing to train on more tasks.
             end = number(self._steps_per_epoch.get(task.name)) * self._epochs.get(task.name, math.inf)
-            if len(steps) == 1 and None not in steps and number(record.get("global_step")) < end:
+            if len(steps) == 1 and None not in steps and number(record.get(GLOBAL_STEP)) < end:
                 self._due.add(Due.GROW)
             else:
                 self._due.discard(Due.GROW)
@@ -293,70 +293,6 @@ class Supervisor(Elastic):
                 step()
             except Exception:
                 log.exception("%s of run %s", step.__name__, self.run.run_id)
-
-    def _check_watchdog(self) -> None:
-        # A session that attaches to a run gives its cluster the same time from now: the replay of
-        # an old run's history is no wait, whenever its tasks started.
-        if self._watchdog_said == self.attempt or time.monotonic() - self._opened < self.watchdog:
-            return
-        report = waiting_report(self.run, self.watchdog, self.stragglers)
-        if report:
-            self._watchdog_said = self.attempt
-            self._say(SessionKind.WATCHDOG, report)
-
-    def _check_stalls(self) -> None:
-        """A training task with no new step for far longer than its steps take is stalled (a stopped
-        process, a hung collective, a host that no longer answers): a failure like any other."""
-        if self.given_up or self._failed:
-            return
-        now = time.monotonic()
-        for task in self.run.tasks:
-            pace = self._pace.get(task.name)
-            if task.phase != TRAINING or pace is None or pace.last_at is None or pace.finished:
-                continue
-            silent = now - pace.last_at
-            floor = max(self.stall_floor, self.watchdog) if task.name in self._captured else self.stall_floor
-            if silent > pace.patience(floor):
-                pace.last_at = None  # said once: what follows is the supervisor's
-                why = self._why_silent(task) or ("it may wait for a collective that a peer never joined, "
-                                                 "or its host is overloaded")
-                self._stall(task, f"made no step for {silent:.0f} s (its steps took {pace.median():.2f} s; its "
-                                  f"last was epoch {text.count(pace.epoch)} step {text.count(pace.index)}): {why}")
-                self._failed.append(task)
-                return
-
-    def _stall(self, task: TaskState, words: str) -> None:
-        """``task`` is stalled (``words``: how, and the likely cause): said and shown; the caller judges it."""
-        self._stalled[task.name] = words
-        self._say(SessionKind.STALLED, f"{task.name} on {task.host} {words}")
-        self._mark(task, Mark.STALLED, words)
-
-    def _why_silent(self, task: TaskState) -> str:
-        """Why a running task makes no step, where its host can tell: its process is stopped, or the
-        host does not answer; "" when neither."""
-        try:
-            status = self.run.links[task.host].connect().call(STATUS, timeout=10, run_id=self.run.run_id,
-                                                              task=task.name)
-        except TfccError as exc:
-            if isinstance(exc, AgentTimeout):  # gone silent: the next call connects anew (or fails fast)
-                self.run.links[task.host].drop()
-            return f"its host does not answer ({exc})"
-        if status.get("suspended"):
-            return SUSPENDED
-        return ""
-
-    def _name_the_suspended(self, failed: list[TaskState]) -> None:
-        """Tasks whose process is stopped (SIGSTOP) look alive to everyone but their peers, which fail
-        for losing them: name each as what stalled, before the stop ends them."""
-        for task in self.run.tasks:
-            if task in failed or task.ended or task.phase == STARTING:
-                continue
-            if self._why_silent(task) == SUSPENDED:
-                pace = self._pace.get(task.name)
-                last = (f"; its last step was epoch {text.count(pace.epoch)} step {text.count(pace.index)}"
-                        if pace is not None and pace.index is not None else "; it made no step yet")
-                self._stall(task, f"{SUSPENDED}{last}")
-                failed.append(task)
 
     def _stop_at_nan(self) -> None:
         """The run's own choice (training.stop_on_nan): no more steps after a non-finite loss."""
@@ -571,14 +507,6 @@ class Supervisor(Elastic):
             self._pace[chief].last_at = time.monotonic()
         self._say(SessionKind.RESTARTED, f"run {run_id}: {names} started again, {how}")
 
-    def _judge(self, failed: list[TaskState]) -> Verdict:
-        """The verdict on ``failed``, its line for each task said (and shown on the task)."""
-        verdict = judge([self._failure(t) for t in failed], self.run)
-        for task, line in zip(failed, verdict.lines):
-            self._mark(task, Mark.FAILED, line)  # first: a listener of the event finds the state said
-            self._say(SessionKind.FAILURE, line)
-        return verdict
-
     def _relaunching(self, tasks: list[TaskState]) -> None:
         """``tasks`` start again: a new launch, and their stderr so far (all of it was read) is the old one's."""
         for task in tasks:
@@ -589,30 +517,3 @@ class Supervisor(Elastic):
     def _ended_before_following(self, task: TaskState) -> bool:
         ended = number((task.exit or {}).get("ended"))
         return math.isfinite(ended) and ended < self._opened_at
-
-    def stderr_tail(self, task: TaskState) -> str:
-        """The end of this attempt's part of ``task``'s stderr: an earlier attempt's errors are no cause now."""
-        try:
-            client = self.run.links[task.host].connect()
-            status = client.call(STATUS, run_id=self.run.run_id, task=task.name)
-            size = status["sizes"].get(STDERR, 0)
-            begun = max(self._stderr_from.get(task.name, 0), status.get("stderr_from") or 0)
-            fresh = size - begun
-            if fresh > 0:
-                return client.call(LOGS, run_id=self.run.run_id, task=task.name,
-                                   max_bytes=min(8000, fresh))["logs"].get(STDERR, "")
-        except TfccError as exc:
-            log.info("no log of %s: %s", task.name, exc)
-        return ""
-
-    def _failure(self, task: TaskState) -> Failure:
-        return Failure(task.name, task.host, task.phase, (task.exit or {}).get("returncode"),
-                       self.stderr_tail(task), self._failed_event.pop(task.name, None),
-                       self._stalled.pop(task.name, None))
-
-    def look_at_a_finished(self, task: TaskState) -> None:
-        """A task that exited 0 can still have gone wrong in a way worth saying (its data ran out, it
-        could not use its GPUs): the diagnosis's signatures for a clean exit, as an alert."""
-        found = diagnose(self.stderr_tail(task), 0)
-        if found is not None:
-            self._say(SessionKind.ALERT, f"{task.name} on {task.host} finished, but {found.cause}; {found.fix}")

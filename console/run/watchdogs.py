@@ -9,8 +9,11 @@ from __future__ import annotations
 import math
 import time
 
-from agent.protocol import FINISHED, parse_task_name
-from console.states import TaskState
+from agent.protocol import FINISHED, STARTING, STATUS, TRAINING, parse_task_name
+from console import text
+from console.errors import TfccError
+from console.remote.channel import AgentTimeout
+from console.states import Mark, SessionKind, TaskState
 from trainer.records import number
 from trainer.tf_config import EVALUATOR
 
@@ -90,3 +93,72 @@ class Pace:
 def evaluates(task: TaskState) -> bool:
     """Whether ``task`` is the run's evaluator (a sidecar: no part of training)."""
     return parse_task_name(task.name)[0] == EVALUATOR
+
+
+class Watchdogs:
+    """The supervisor's watchdogs (a mixin of ``console.run.supervisor.Supervisor``, on its run and words): the
+    startup watchdog, and the stall watchdog with what a silent task's host says of it."""
+
+    def _check_watchdog(self) -> None:
+        # A session that attaches to a run gives its cluster the same time from now: the replay of
+        # an old run's history is no wait, whenever its tasks started.
+        if self._watchdog_said == self.attempt or time.monotonic() - self._opened < self.watchdog:
+            return
+        report = waiting_report(self.run, self.watchdog, self.stragglers)
+        if report:
+            self._watchdog_said = self.attempt
+            self._say(SessionKind.WATCHDOG, report)
+
+    def _check_stalls(self) -> None:
+        """A training task with no new step for far longer than its steps take is stalled (a stopped
+        process, a hung collective, a host that no longer answers): a failure like any other."""
+        if self.given_up or self._failed:
+            return
+        now = time.monotonic()
+        for task in self.run.tasks:
+            pace = self._pace.get(task.name)
+            if task.phase != TRAINING or pace is None or pace.last_at is None or pace.finished:
+                continue
+            silent = now - pace.last_at
+            floor = max(self.stall_floor, self.watchdog) if task.name in self._captured else self.stall_floor
+            if silent > pace.patience(floor):
+                pace.last_at = None  # said once: what follows is the supervisor's
+                why = self._why_silent(task) or ("it may wait for a collective that a peer never joined, "
+                                                 "or its host is overloaded")
+                self._stall(task, f"made no step for {silent:.0f} s (its steps took {pace.median():.2f} s; its "
+                                  f"last was epoch {text.count(pace.epoch)} step {text.count(pace.index)}): {why}")
+                self._failed.append(task)
+                return
+
+    def _stall(self, task: TaskState, words: str) -> None:
+        """``task`` is stalled (``words``: how, and the likely cause): said and shown; the caller judges it."""
+        self._stalled[task.name] = words
+        self._say(SessionKind.STALLED, f"{task.name} on {task.host} {words}")
+        self._mark(task, Mark.STALLED, words)
+
+    def _why_silent(self, task: TaskState) -> str:
+        """Why a running task makes no step, where its host can tell: its process is stopped, or the
+        host does not answer; "" when neither."""
+        try:
+            status = self.run.links[task.host].connect().call(STATUS, timeout=10, run_id=self.run.run_id,
+                                                              task=task.name)
+        except TfccError as exc:
+            if isinstance(exc, AgentTimeout):  # gone silent: the next call connects anew (or fails fast)
+                self.run.links[task.host].drop()
+            return f"its host does not answer ({exc})"
+        if status.get("suspended"):
+            return SUSPENDED
+        return ""
+
+    def _name_the_suspended(self, failed: list[TaskState]) -> None:
+        """Tasks whose process is stopped (SIGSTOP) look alive to everyone but their peers, which fail
+        for losing them: name each as what stalled, before the stop ends them."""
+        for task in self.run.tasks:
+            if task in failed or task.ended or task.phase == STARTING:
+                continue
+            if self._why_silent(task) == SUSPENDED:
+                pace = self._pace.get(task.name)
+                last = (f"; its last step was epoch {text.count(pace.epoch)} step {text.count(pace.index)}"
+                        if pace is not None and pace.index is not None else "; it made no step yet")
+                self._stall(task, f"{SUSPENDED}{last}")
+                failed.append(task)
