@@ -1,0 +1,50 @@
+"""The run's supervision state (console.states.Supervision): one door, along its table, edge by edge."""
+
+from __future__ import annotations
+
+import itertools
+from types import SimpleNamespace
+
+import pytest
+
+from console.states import Supervision
+
+
+def _supervisor(state: str):
+    from console.run.supervisor import Supervisor
+
+    run = SimpleNamespace(run_id="r", cluster=SimpleNamespace(training=SimpleNamespace(max_restarts=1)))
+    supervisor = Supervisor(run, say=lambda *a: None, mark=lambda *a: None, follow=lambda *a: None,
+                            drain=lambda: None)
+    supervisor._state = state  # the test's own way in: every state as a start
+    told = []
+    supervisor.listeners.append(lambda old, new: told.append((old, new)))
+    return supervisor, told
+
+
+@pytest.mark.parametrize("old,new", list(itertools.product(Supervision.ALL, Supervision.ALL)))
+def test_each_edge_of_the_supervision_table(old, new):
+    supervisor, told = _supervisor(old)
+    if old == new:
+        assert supervisor.change(new) is False and told == []
+    elif new in Supervision.EDGES[old]:
+        assert supervisor.change(new) is True and supervisor.state == new and told == [(old, new)]
+    else:
+        with pytest.raises(ValueError, match=f"from {old} to {new}"):
+            supervisor.change(new)
+        assert supervisor.state == old and told == []
+
+
+def test_the_table_names_every_state_and_only_states():
+    assert set(Supervision.EDGES) == set(Supervision.ALL)
+    assert all(set(ends) <= set(Supervision.ALL) for ends in Supervision.EDGES.values())
+    assert Supervision.EDGES[Supervision.STOPPING] == ()  # a stop asked for stays what it is
+
+
+def test_a_restarts_end_does_not_undo_a_stop_asked_for_meanwhile():
+    supervisor, told = _supervisor(Supervision.RESTARTING)
+    supervisor.stop_asked()  # a person's Stop, on another thread, while the restart runs
+    assert supervisor.change(Supervision.WATCHING, only_from=Supervision.RESTARTING) is False
+    assert supervisor.state == Supervision.STOPPING and supervisor.stop_requested and supervisor.given_up
+    supervisor.give_up()  # a stop stays a stop
+    assert supervisor.state == Supervision.STOPPING and told == [(Supervision.RESTARTING, Supervision.STOPPING)]

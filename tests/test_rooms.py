@@ -1,0 +1,74 @@
+"""The rooms hold: where tasks run is asked in one place, the run's supervision state is set through one door
+alone, and no class outgrows a room (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONSOLE = ROOT / "console"
+
+# Who may ask a cluster whether it is a Slurm one: the placement (console/run/placement/), the cluster file, the
+# setup form (and its Slurm dialog) and the diagram (a Slurm job's nodes are drawn before Slurm picks them).
+READS_SLURM = {"console/cluster.py", "console/gui/setup_form.py", "console/gui/dialogs.py", "console/diagram_model.py"}
+PLACEMENT = "console/run/placement/"
+
+# The supervisor's rooms: the run-level state is theirs, and changes through the door only.
+SUPERVISION = {"console/run/supervisor.py": "Supervisor", "console/run/elastic.py": "Elastic",
+               "console/run/watchdogs.py": "Watchdogs", "console/run/judging.py": "Judging"}
+DOOR = {"__init__", "change"}
+
+
+def console_files():
+    for path in sorted(CONSOLE.rglob("*.py")):
+        yield path.relative_to(ROOT).as_posix(), ast.parse(path.read_text(encoding="utf-8"))
+
+
+def test_only_the_placement_the_cluster_file_the_setup_form_and_the_diagram_read_cluster_slurm():
+    found = [f"{rel}:{node.lineno}" for rel, tree in console_files()
+             if not rel.startswith(PLACEMENT) and rel not in READS_SLURM
+             for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr == "slurm"]
+    assert found == [], "ask the run's placement (console.run.placement) instead: " + ", ".join(found)
+
+
+def test_a_planted_read_of_cluster_slurm_is_found():
+    tree = ast.parse("def f(cluster):\n    return cluster.slurm is not None\n")
+    assert [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "slurm"]
+
+
+def _self_assignments(tree: ast.Module, cls: str):
+    """(method, attribute, value node) of every ``self.X = ...`` (and ``self.X += ...``) in class ``cls``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for method in node.body:
+                if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                for sub in ast.walk(method):
+                    targets = sub.targets if isinstance(sub, ast.Assign) else \
+                        [sub.target] if isinstance(sub, (ast.AugAssign, ast.AnnAssign)) else []
+                    for t in targets:  # (a task's own pace, self._pace[name].saving, is the task's)
+                        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                            yield method.name, t.attr, getattr(sub, "value", None)
+
+
+def test_no_run_level_flag_is_assigned_outside_the_state_machines_door():
+    """What the run is doing is one state: no boolean flag beside it, and the state itself set by ``change``
+    alone (``__init__`` sets the first)."""
+    flags, state = [], []
+    for rel, cls in SUPERVISION.items():
+        tree = ast.parse((ROOT / rel).read_text(encoding="utf-8"))
+        for method, attr, value in _self_assignments(tree, cls):
+            if isinstance(value, ast.Constant) and isinstance(value.value, bool):
+                flags.append(f"{rel}: {cls}.{method} sets self.{attr} = {value.value}")
+            if attr == "_state" and method not in DOOR:
+                state.append(f"{rel}: {cls}.{method} sets the state")
+    assert flags == [] and state == [], flags + state
+
+
+def test_no_class_in_the_console_is_over_500_lines_and_the_main_window_fits_in_300():
+    big = [f"{rel}: {node.name} ({node.end_lineno - node.lineno + 1} lines)" for rel, tree in console_files()
+           for node in ast.walk(tree)
+           if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > 500]
+    window = len((CONSOLE / "gui" / "main_window.py").read_text(encoding="utf-8").splitlines())
+    assert big == [] and window <= 300, (big, window)
