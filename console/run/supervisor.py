@@ -34,7 +34,7 @@ from console.run.elastic import REMOVE_HOST, TAKE_BACK  # noqa: F401,E402
 from console.run.judging import Failure, judge  # noqa: F401,E402
 from console.run.watchdogs import SUSPENDED, waiting_report  # noqa: F401,E402
 from console.states import GaveUp, Leave, Left, Mark, SessionKind, Supervision, TaskState
-from trainer.records import CAPTURED, GLOBAL_STEP, number, step_loss
+from trainer.records import CAPTURED, GLOBAL_STEP, LOSS, LOSS_AVG, number, step_loss
 from trainer.tf_config import CHIEF, WORKER
 
 log = logging.getLogger("console.run.supervisor")
@@ -243,10 +243,9 @@ class Supervisor(Judging, Watchdogs, Elastic):
             if pace is None:
                 pace = self._pace[task.name] = Pace()
             pace.step(step, time.monotonic(), self._steps_per_epoch.get(task.name))
-        loss = step_loss(step)
-        if loss is None:
+        if LOSS not in step and LOSS_AVG not in step:
             return  # a record without a loss (a user's own metrics only) says nothing of divergence
-        loss = number(loss)
+        loss = number(step_loss(step))  # (a loss written as null is no finite loss)
         if not math.isfinite(loss) and task.name not in self._diverged:
             self._diverged.add(task.name)
             self._say(SessionKind.ALERT, f"{task.name}: the loss is {text.metric_text(loss)} at epoch "
