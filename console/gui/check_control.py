@@ -1,4 +1,4 @@
-"""The check from the window: it runs off the UI thread, and its report marks the setup and comes forward in the Check tab."""
+"""The window's check: off the UI thread; its report marks the setup and comes forward in the Check tab."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Dashboard's series: each curve made once with its pen and name, the compared runs' dashed ones, the series list."""
+"""The Dashboard's series: each curve made once with its pen and name, compared runs' dashed, the series list."""
 
 from __future__ import annotations
 

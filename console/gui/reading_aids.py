@@ -1,4 +1,4 @@
-"""The bars over the Dashboard's plots: the reading aids (smoothing, log y, the x axis, Fit, All plots) and the runs compared."""
+"""The bars over the Dashboard's plots: the reading aids (smoothing, log y, x, Fit, All plots), the runs compared."""
 
 from __future__ import annotations
 
