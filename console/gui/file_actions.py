@@ -55,12 +55,20 @@ class FileActions(QObject):
         self._fill_recent()
 
     def add_to(self, menu: QMenu) -> None:
-        """Place the actions in ``menu``: New, Open, Open Recent, Save, Save As; the exports."""
+        """Place the actions in ``menu``: New, Open, Open Recent, Save, Save As; the exports (offered when the menu
+        opens only with something to export)."""
         menu.addActions([self.act_new, self.act_open])
         menu.addMenu(self.recent_menu)
         menu.addActions([self.act_save, self.act_save_as])
         menu.addSeparator()
         menu.addActions([self.act_export_csv, self.act_export_png, self.act_export_cluster])
+        menu.aboutToShow.connect(self._on_menu_about_to_show)
+
+    def _on_menu_about_to_show(self) -> None:
+        """Exports of metrics and plots only with something to export."""
+        has_metrics = bool(self.dashboard.store.metrics())
+        self.act_export_csv.setEnabled(has_metrics)
+        self.act_export_png.setEnabled(has_metrics)
 
     # ------------------------------------------------------------ the cluster file
 

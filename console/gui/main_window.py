@@ -5,25 +5,25 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from PySide6.QtCore import QSize, Qt, QTimer, QUrl
-from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
-from PySide6.QtWidgets import (QFrame, QMainWindow, QMessageBox, QProgressBar, QScrollArea, QSplitter, QStyle,
-                               QTabWidget)
+from PySide6.QtCore import QSize, Qt, QTimer
+from PySide6.QtWidgets import QFrame, QMainWindow, QMessageBox, QScrollArea, QSplitter, QTabWidget
 
 from console import cluster as cl
+from console.gui.about import about_text, open_guide
+from console.gui.check_control import CheckControl
 from console.gui.check_view import CheckView
 from console.gui.dashboard import Dashboard
 from console.gui.diagram import ClusterDiagram
-from console.gui.dialogs import FingerprintDialog
 from console.gui.file_actions import FileActions
-from console.gui.jobs import CheckJob, HostKeyAsker, Threads
+from console.gui.host_keys import HostKeyDialogs
+from console.gui.jobs import HostKeyAsker, Threads
 from console.gui.run_control import RunControl
 from console.gui.runs_panel import RunsPanel
 from console.gui.setup_form import SetupForm
+from console.gui.window_bars import WindowBars
 from console.profiles import Profiles
 
 
-DOCS = Path(__file__).resolve().parents[2] / "README.md"  # the guide; docs/ holds the rest
 DEFAULT_SIZE = (1400, 860)  # a first window's size on a screen that has the room
 FRAME = (16, 48)            # what a window manager's frame and title bar take around it, at most
 SETUP_WIDTH = 470
@@ -35,28 +35,6 @@ def _screen_key(available: QSize) -> str:
     return f"{available.width()}x{available.height()}"
 
 
-def versions() -> dict[str, str]:
-    """tfcc's version and those of what it runs on (read from the installed packages: nothing imported)."""
-    import platform
-    from importlib import metadata
-
-    from PySide6 import __version__ as pyside
-
-    out = {"Python": platform.python_version(), "PySide6": pyside}  # what runs (its wheel: PySide6-Essentials)
-    for package in ("tfcc", "pyqtgraph", "paramiko", "tensorflow", "tf-keras", "keras"):
-        try:
-            out[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            out[package] = "not installed"
-    return out
-
-
-def about_text() -> str:
-    found = versions()
-    rows = "".join(f"<tr><td>{name}</td><td>{version}</td></tr>" for name, version in found.items())
-    return (f"<b>tfcc {found['tfcc']}</b>: a desktop console for TensorFlow multi-worker training."
-            f"<p>Its guide: {DOCS}</p><table>{rows}</table>")
-
 class MainWindow(QMainWindow):
     """The setup form beside the Dashboard, Runs, Cluster and Check tabs; Check, Deploy & Start, Stop, Detach."""
 
@@ -65,11 +43,8 @@ class MainWindow(QMainWindow):
         self.profiles = profiles or Profiles()
         self.threads = Threads()
         self.asker = HostKeyAsker(parent=self)
-        self.fingerprint_dialog: FingerprintDialog | None = None  # the newest
-        self.fingerprint_dialogs: dict[int, FingerprintDialog] = {}  # each question's dialog, until answered
-        self.checker = CheckJob(self.threads, self.asker, self)
+        self.host_keys = HostKeyDialogs(self.asker, self)
         self.cluster = cl.Cluster([], [])  # the one being edited: the setup form edits it in place
-        self.checking = False
 
         self.setup = SetupForm()
         self.dashboard = Dashboard()
@@ -96,6 +71,8 @@ class MainWindow(QMainWindow):
         split.setStretchFactor(1, 1)
         split.setSizes([SETUP_WIDTH, DEFAULT_SIZE[0] - SETUP_WIDTH])
         self.setCentralWidget(split)
+        self.check_control = CheckControl(self.threads, self.asker, self.setup, self.check_view, self.tabs, self)
+        self.checker = self.check_control.checker
         self.run_control = RunControl(self.threads, self.asker, self.dashboard, self.diagram, self.runs_panel,
                                       self.tabs, self.setup.gpus_by_host, self)
         self.session = self.run_control.session  # the run this window follows
@@ -110,56 +87,21 @@ class MainWindow(QMainWindow):
         self.run_control.offer_last_run()  # the empty Dashboard offers it once its hosts said how it ended
 
     def _build_bars(self) -> None:
-        """The menus (File: the file actions' own; Run; View: the tabs; Help), the toolbar and the status bar's
-        progress."""
-        menu = self.file_menu = self.menuBar().addMenu("&File")
-        self.files.add_to(menu)
-        menu.addSeparator()
-        self.act_quit = QAction("&Quit", self, shortcut=QKeySequence.Quit)
-        menu.addAction(self.act_quit)
-        menu.aboutToShow.connect(self._on_file_menu_about_to_show)
-        icon = self.style().standardIcon
-        self.act_check = QAction(icon(QStyle.SP_DialogApplyButton), "Check", self, shortcut="Ctrl+K")
-        self.act_check.setToolTip("Check every host: SSH, Python, TensorFlow, GPUs, ports free and reachable (Ctrl+K)")
-        self.act_start = QAction(icon(QStyle.SP_MediaPlay), "Deploy && Start", self, shortcut="F5")
-        self.act_start.setToolTip("Upload what is missing, start every task and follow them (F5)")
-        self.act_stop = QAction(icon(QStyle.SP_MediaStop), "Stop", self, shortcut="Shift+F5")
-        self.act_resume = QAction(icon(QStyle.SP_MediaSeekForward), "Resume", self, shortcut="Ctrl+R")
-        self.act_resume.setToolTip("Start every task of the run again from the newest backup they all have, "
-                                   "as a new attempt (Ctrl+R)")
-        self.act_detach = QAction(icon(QStyle.SP_DialogCloseButton), "Detach", self)
-        self.act_detach.setToolTip("Stop following the run; it goes on, and reappears when this profile is opened")
-        run_actions = [self.act_check, self.act_start, self.act_stop, self.act_resume, self.act_detach]
-        self.menuBar().addMenu("&Run").addActions(run_actions)
-        view = self.menuBar().addMenu("&View")
-        self.act_setup = QAction("&Setup panel", self, shortcut="Ctrl+0", checkable=True, checked=True)
-        self.act_setup.setToolTip("The hosts, tasks and training settings beside the tabs (Ctrl+0); a run shown "
-                                  "folds them away for its plots")
-        self.act_side = QAction("&Events, logs and Why slow?", self, shortcut="Ctrl+L", checkable=True,
-                                checked=True)
-        self.act_side.setToolTip("The panel beside the plots (Ctrl+L); folded, the plots take its room")
-        view.addActions([self.act_setup, self.act_side])
-        view.addSeparator()
-        self.view_actions = []
-        for i in range(self.tabs.count()):
-            action = QAction(self.tabs.tabText(i), self, shortcut=f"Ctrl+{i + 1}")
-            action.triggered.connect(lambda _=False, i=i: self.tabs.setCurrentIndex(i))
-            view.addAction(action)
-            self.view_actions.append(action)
-        help_menu = self.menuBar().addMenu("&Help")
-        self.act_docs = QAction("&Documentation", self, shortcut=QKeySequence.HelpContents)
-        self.act_docs.triggered.connect(self._on_docs_triggered)
-        self.act_about = QAction("&About tfcc", self)
-        self.act_about.triggered.connect(self._on_about_triggered)
-        help_menu.addActions([self.act_docs, self.act_about])
-        bar = self.addToolBar("Actions")
-        bar.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
-        bar.addAction(self.act_setup)
-        bar.addSeparator()
-        bar.addActions(run_actions)
-        self.progress = QProgressBar(maximumWidth=260)
-        self.progress.hide()
-        self.statusBar().addPermanentWidget(self.progress)
+        bars = WindowBars(self, self.files, self.tabs)  # the menus and the toolbar: their actions are the window's
+        self.file_menu, self.view_actions, self.progress = bars.file_menu, bars.view_actions, bars.progress
+        self.act_check, self.act_start, self.act_stop = bars.check, bars.start, bars.stop
+        self.act_resume, self.act_detach, self.act_quit = bars.resume, bars.detach, bars.quit
+        self.act_setup, self.act_side, self.act_docs, self.act_about = bars.setup, bars.side, bars.docs, bars.about
+
+    @property
+    def checking(self) -> bool:
+        """A check is under way."""
+        return self.check_control.checking
+
+    @property
+    def fingerprint_dialog(self):
+        """The newest host key question's dialog (None: none asked yet)."""
+        return self.host_keys.dialog
 
     def _connect_signals(self) -> None:
         self.act_quit.triggered.connect(self.close)
@@ -172,18 +114,18 @@ class MainWindow(QMainWindow):
         self.files.opened.connect(self._on_files_opened)
         self.files.title_changed.connect(self.setWindowTitle)
         self.files.reported.connect(self.statusBar().showMessage)
-        self.asker.asked.connect(self._on_asker_asked)
-        self.asker.expired.connect(self._on_asker_expired)
-        self.checker.progressed.connect(self._on_checker_progressed)
-        self.checker.finished.connect(self._on_checker_finished)
-        self.checker.failed.connect(self._on_checker_failed)
+        self.act_docs.triggered.connect(self._on_docs_triggered)
+        self.act_about.triggered.connect(self._on_about_triggered)
+        self.host_keys.reported.connect(self.statusBar().showMessage)
+        for control in (self.check_control, self.run_control):
+            control.reported.connect(self.statusBar().showMessage)
+            control.progressed.connect(self._show_progress)
+            control.progress_ended.connect(self.progress.hide)
+            control.actions_changed.connect(self._update_actions)
+        self.check_control.checked.connect(self._show_settings)
         self.runs_panel.reported.connect(self.statusBar().showMessage)
         self.dashboard.view_changed.connect(self._on_dashboard_view_changed)
         self._view_saver.timeout.connect(self._on_view_saver_timeout)
-        self.run_control.reported.connect(self.statusBar().showMessage)
-        self.run_control.progressed.connect(self._show_progress)
-        self.run_control.progress_ended.connect(self.progress.hide)
-        self.run_control.actions_changed.connect(self._update_actions)
         self.run_control.run_shown.connect(self._on_run_control_run_shown)
         self.act_setup.toggled.connect(self._on_act_setup_toggled)
         self.act_side.toggled.connect(self.dashboard.set_side_panel_shown)
@@ -248,7 +190,7 @@ class MainWindow(QMainWindow):
         self.diagram.set_cluster(shown, self.setup.gpus_by_host())
         self._update_actions()
 
-    # ================================================================= check
+    # ================================================================= check (console.gui.check_control)
 
     def _valid_cluster(self) -> cl.Cluster | None:
         """A copy of the cluster to check or start, or None when it cannot work (the Check tab says why)."""
@@ -263,58 +205,10 @@ class MainWindow(QMainWindow):
 
     def _on_check_triggered(self) -> None:
         cluster = self._valid_cluster()
-        if cluster is None:
-            return
-        self.setup.report = None
-        self._show_progress(0, len(cluster.hosts) + 1, "checking %v/%m")
-        self.statusBar().showMessage("Checking the hosts…")
-        self.checking = True
-        self.checker.start(cluster)
-        self._update_actions()
-
-    def _on_checker_progressed(self, done: int, total: int, what: str) -> None:
-        self._show_progress(done, total, "checking %v/%m")
-        self.statusBar().showMessage(f"Checking: {what}")
-
-    def _on_checker_failed(self, message: str) -> None:
-        self.checking = False
-        self.progress.hide()
-        self.statusBar().showMessage(f"The check could not run: {message}")
-        self._update_actions()
-
-    def _on_checker_finished(self, report) -> None:
-        self.checking = False
-        self.progress.hide()
-        self.setup.set_report(report)
-        self.check_view.show_report(report)
-        self._show_settings()
-        self.statusBar().showMessage(
-            f"Ready: every check passed in {report.seconds:.1f} s" if report.ready
-            else f"{len(report.problems)} problem(s) found; see the Check tab")
-        self.tabs.setCurrentWidget(self.check_view)  # what the person asked for, in front
+        if cluster is not None:
+            self.check_control.start(cluster)
 
     # ================================================================= a run (console.gui.run_control)
-
-    def _on_file_menu_about_to_show(self) -> None:
-        """Exports of metrics and plots only with something to export."""
-        has_metrics = bool(self.dashboard.store.metrics())
-        self.files.act_export_csv.setEnabled(has_metrics)
-        self.files.act_export_png.setEnabled(has_metrics)
-
-    def _on_docs_triggered(self) -> None:
-        """The guide in the desktop's viewer; with none, where it is (a dialog that waits for nothing)."""
-        if QDesktopServices.openUrl(QUrl.fromLocalFile(str(DOCS))):
-            return
-        self.docs_box = QMessageBox(QMessageBox.Information, "tfcc's guide",
-                                    f"No browser or viewer opened the guide. It is the file\n{DOCS}\nand the "
-                                    f"folder {DOCS.parent / 'docs'} beside it (plain Markdown: any editor reads "
-                                    "them).", QMessageBox.Ok, self)
-        self.docs_box.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.docs_box.setAttribute(Qt.WA_DeleteOnClose)
-        self.docs_box.open()
-
-    def _on_about_triggered(self) -> None:
-        QMessageBox.about(self, "About tfcc", about_text())
 
     def _on_stop_triggered(self) -> None:
         """Stop the run, once the person said yes: a stop ends every task (its backups stay: Resume goes on)."""
@@ -353,20 +247,14 @@ class MainWindow(QMainWindow):
         self.act_resume.setEnabled(self.run_control.resumable)
         self.act_detach.setEnabled(running)  # an ended run has nothing to detach from
 
-    def _on_asker_asked(self, number: int, host: str, key_type: str, fingerprint: str) -> None:
-        """A host key to trust or not: its dialog answers that question, and no other."""
-        dialog = FingerprintDialog(host, key_type, fingerprint, self)
-        dialog.finished.connect(lambda result: self.asker.answer(number, result == FingerprintDialog.Accepted))
-        self.fingerprint_dialogs[number] = self.fingerprint_dialog = dialog
-        dialog.finished.connect(lambda _: self.fingerprint_dialogs.pop(number, None))
-        dialog.open()
+    # ================================================================= help (console.gui.about)
 
-    def _on_asker_expired(self, number: int) -> None:
-        """Nobody answered in time (a no): the dialog goes, so that no later click answers another question."""
-        dialog = self.fingerprint_dialogs.pop(number, None)
-        if dialog is not None:
-            dialog.reject()
-            self.statusBar().showMessage(f"The host key of {dialog.host} was not trusted: nobody answered in time")
+    def _on_docs_triggered(self) -> None:
+        """The guide in the desktop's viewer; with none, where it is."""
+        self.docs_box = open_guide(self)
+
+    def _on_about_triggered(self) -> None:
+        QMessageBox.about(self, "About tfcc", about_text())
 
     def closeEvent(self, event):  # noqa: N802 (Qt's name)
         if not self.files.maybe_discard():

@@ -17,7 +17,8 @@ from PySide6.QtWidgets import QApplication
 
 from console.gui.colors import PALETTE, worker_color
 from agent.protocol import STDERR, STDOUT
-from console.gui.dashboard import MAX_POINTS, Dashboard
+from console.gui.dashboard import Dashboard
+from console.gui.plot_drawing import MAX_POINTS
 from console.store.metric_ids import X_AXES, is_cluster_wide
 from console.store.metrics import MetricsStore
 from console.run.supervisor import SUSPENDED

@@ -172,7 +172,7 @@ def test_the_setup_is_a_panel_that_folds_and_a_run_shown_folds_it(qtbot, gui_hom
 def test_help_without_a_browser_says_where_the_guide_is(qtbot, gui_homes, monkeypatch):
     from PySide6.QtGui import QDesktopServices
 
-    from console.gui.main_window import DOCS
+    from console.gui.about import DOCS
 
     monkeypatch.setattr(QDesktopServices, "openUrl", staticmethod(lambda url: False))
     w = window_on(qtbot, gui_homes)
