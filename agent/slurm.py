@@ -14,6 +14,7 @@ node's processes, so a task whose heartbeat stopped without an end is lost (``ru
 
 The batch script starts every task again after a failure, up to the run's ``max_restarts`` (a group
 restart within the allocation); a task that refused its input (exit code 2) and a stop are not restarted.
+``attempt_loop`` writes those attempts, for this job's script and the Slurm export's (console/export.py) alike.
 Under parameter-server training the chief's end ends the servers (their stop is their end).
 
 ``job`` says the job's state and Slurm's reason (``squeue``; ``scontrol`` once it left the queue);
