@@ -110,6 +110,9 @@ HEARTBEAT_STALE = 60.0          # ... and one unchanged this long (the login hos
 SLURM_JOB_ENDED = "job_ended"   # in a Slurm run's folder: its batch script ended, or its job was cancelled
 SLURM_SYSTEM_DIR = "system"     # in a Slurm run's folder: <node>.jsonl, each node's system samples (a "system" op's)
 SLURM_CANCELLED = "cancelled"   # in a Slurm run's folder: a stop someone asked for (the job's script restarts nothing)
+# The k-th task of a Slurm node listens on this + k (TensorFlow's SlurmClusterResolver's): a submit's default, the
+# trainer's Slurm mode's and the console's.
+SLURM_PORT_BASE = 8888
 # A Slurm job's states (squeue's %T) in which it may still run its tasks; any other is its end (or "GONE").
 SLURM_LIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
                      "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED")

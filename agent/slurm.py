@@ -14,6 +14,7 @@ node's processes, so a task whose heartbeat stopped without an end is lost (``ru
 
 The batch script starts every task again after a failure, up to the run's ``max_restarts`` (a group
 restart within the allocation); a task that refused its input (exit code 2) and a stop are not restarted.
+``attempt_loop`` writes those attempts, for this job's script and the Slurm export's (console/export.py) alike.
 Under parameter-server training the chief's end ends the servers (their stop is their end).
 
 ``job`` says the job's state and Slurm's reason (``squeue``; ``scontrol`` once it left the queue);
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from agent import protocol, supervise, system, workdir
@@ -51,6 +53,8 @@ SYSTEM_SECONDS = 2.0
 MAX_SYSTEM_BYTES = 4 << 20      # a node's samples file is moved to <node>.jsonl.1 past this (bounded on disk)
 _OPTION = re.compile(r"^--[a-z][a-z-]{1,40}=[A-Za-z0-9._:,@%/+-]{1,200}$")  # what an sbatch option may say
 _JOB_ID = re.compile(r"^\d{1,12}(_\d{1,12})?$")
+SERVER_WAIT = 60                # parameter servers: srun kills the servers still there this long after the chief ended
+REFUSED_INPUT = 2               # a task's exit code when it refused its input: a restart would not help
 
 
 # --------------------------------------------------------------------------- submit (on the login host)
@@ -69,7 +73,7 @@ def submit(req: dict) -> dict:
                                                           for o in srun_options):
         raise AgentError(f"submit: \"sbatch\" must be options like --partition=gpu, not {options!r}",
                          protocol.BAD_ARGUMENT)
-    jobs, port_base = req.get("jobs"), req.get("port_base", 8888)
+    jobs, port_base = req.get("jobs"), req.get("port_base", protocol.SLURM_PORT_BASE)
     if not isinstance(jobs, str) or not re.fullmatch(r"[a-z]+:\d+(,[a-z]+:\d+)*", jobs) or \
             not isinstance(port_base, int) or not 1 <= port_base <= 65535:
         raise AgentError("submit needs \"jobs\" (like chief:1,worker:2) and a \"port_base\"", protocol.BAD_ARGUMENT)
@@ -137,11 +141,12 @@ def submit(req: dict) -> dict:
             "python_path": req.get("python_path") or [], "secret_env": []})
     for stale in (ENDED_FILE, protocol.SLURM_CANCELLED):
         (run / stale).unlink(missing_ok=True)
-    parameter_server = jobs.startswith(f"{protocol.CHIEF}:") and f",{protocol.PS}:" in jobs
+    roles = {part.partition(":")[0] for part in jobs.split(",")}
+    parameter_server = {protocol.CHIEF, protocol.PS} <= roles
     write_json(run / JOB_FILE, {"ranks": names, "jobs": jobs, "port_base": port_base, "job_id": None,
                                 "submitted": time.time(), PARAMETER_SERVER: parameter_server})
-    script = _batch_script(run_id, run, options, srun_options, python, dist, restarts, cpus, parameter_server, jobs,
-                           port_base)
+    script = _batch_script(run_id, run, len(names), options, srun_options, python, dist, restarts, cpus,
+                           parameter_server, jobs, port_base)
     (run / SCRIPT).write_text(script)
     try:  # sbatch hands its environment to the job (the agent's: TFCC_HOME, the PATH of the login host)
         done = subprocess.run(["sbatch", "--parsable", str(run / SCRIPT)], capture_output=True, text=True,
@@ -195,12 +200,13 @@ def _remove_made(run: Path, made_run: bool, folders: list[Path], files: list[Pat
             pass
 
 
-def _batch_script(run_id: str, run: Path, options: list, srun_options: list, python: str, dist: str, restarts: int,
-                  cpus: int, parameter_server: bool, jobs: str, port_base: int) -> str:
+def _batch_script(run_id: str, run: Path, tasks: int, options: list, srun_options: list, python: str, dist: str,
+                  restarts: int, cpus: int, parameter_server: bool, jobs: str, port_base: int) -> str:
     q = shlex.quote
     lines = ["#!/bin/bash", f"#SBATCH --job-name=tfcc-{run_id}", "#SBATCH --output=slurm-%j.out",  # in its cwd: run
              *(f"#SBATCH {option}" for option in options)]
-    wait = " --wait=60" if parameter_server else ""  # servers still there a minute after the chief ended go
+    command = (f'{q(python)} -m trainer.slurm --jobs {jobs} --port-base "$port_base" --keep-keras -- '
+               '-m agent.slurm task "$run"')
     chief_exit = f"$run/{CHIEF_TASK}/{protocol.EXIT_FILE}"
     return "\n".join(lines) + f"""
 # tfcc run {run_id}: every task of the run, one per rank (agent/slurm.py). Written by tfcc's agent.
@@ -211,35 +217,71 @@ rm -f "$run/{ENDED_FILE}"  # (a requeued job runs this again)
 trap 'touch "$run/{ENDED_FILE}"' EXIT
 # Each job its own ports: two jobs on one node must not meet (the k-th task of a node listens on base + k).
 port_base=$(( {port_base} + (${{SLURM_JOB_ID:-0}} % 500) * 64 ))
+# What srun runs once per rank: TF_CONFIG from Slurm's variables (the trainer's Slurm mode), then its task
+# (agent/slurm.py), with the Keras its spec's environment chose (the console's keras_choice), else the node's own.
+""" + attempt_loop("tfcc", command, runs="$run", tasks=tasks, cpus=cpus, srun_options=srun_options,
+                   parameter_server=parameter_server, max_restarts=restarts,
+                   stops=[(f'[ -e "$run/{protocol.SLURM_CANCELLED}" ]', "stopped", '"$code"')],
+                   chief_finished=(f'[ -e "{chief_exit}" ] && grep -q \'"returncode": 0\' "{chief_exit}"'
+                                   if parameter_server else None),
+                   refused=f'grep -ql \'"returncode": 2[,}}]\' "$run"/*/{protocol.EXIT_FILE} 2>/dev/null')
+
+
+def attempt_loop(say: str, command: str, *, runs: str, tasks: int, cpus: int, srun_options: Sequence[str],
+                 parameter_server: bool, max_restarts: int, stops: Sequence[tuple[str, str, str]],
+                 chief_finished: str | None, refused: str, reset: str = "") -> str:
+    """A batch script's attempts, as the agent's job and the Slurm export (console/export.py) both run them: srun
+    starts ``command`` once per rank (in a session of its own: ``srun``, told SIGTERM, kills the tasks at once);
+    when it fails, every task starts again from its last backup, at most ``max_restarts`` times.
+
+    After each attempt, in this order: each of ``stops`` (a shell test, what is said, the exit code: a stop
+    someone asked for, the time limit) ends the job; an attempt that ended well, or whose chief finished (the
+    shell test ``chief_finished``, under parameter servers: a server killed after it is no failure), ends it well;
+    a task that refused its input (the shell test ``refused``: exit code 2) ends it, as does the last restart.
+    ``say`` begins each line it writes; ``runs`` names the run folders' folder (a variable such as ``$run``, in
+    the lines it writes); ``reset``: shell lines run before each attempt. The script's own lines above it may use
+    ``attempt``, ``srun_pid`` and ``code`` (a trap)."""
+    srun = (f"srun --kill-on-bad-exit=1 --cpus-per-task={cpus}{''.join(' ' + o for o in srun_options)}"
+            + (f" --wait={SERVER_WAIT}" if parameter_server else ""))
+    see = f"; see {runs}/*/{protocol.STDERR}"
+    ends = "".join(f"""  if {test}; then
+    echo "{say}: {said}" >&2
+    exit {code}
+  fi
+""" for test, said, code in stops)
+    finished = '  if [ "$code" -eq 0 ]; then\n'
+    if chief_finished:
+        finished = ("  # the chief (the coordinator) finished: a server killed after it (SIGTERM's grace, --wait) is "
+                    f"no failure\n  if [ \"$code\" -eq 0 ] || {{ {chief_finished}; }}; then\n")
+    budget = (f"# A failed attempt starts every task again from their last backups, at most {max_restarts} times "
+              f"(the cluster's\n# max_restarts); a task that refused its input (exit code {REFUSED_INPUT}) is not "
+              "restarted.\n")
+    return budget + f"""max_restarts={max_restarts}
 attempt=0
 while :; do
   attempt=$((attempt + 1))
-  export TFCC_SLURM_ATTEMPT=$attempt
-  echo "tfcc: attempt $attempt"
-  # each rank: TF_CONFIG from Slurm's variables (the trainer's Slurm mode), then its task (agent/slurm.py), with
-  # the Keras its spec's environment chose (the console's keras_choice), else the node's own
-  setsid srun --kill-on-bad-exit=1 --cpus-per-task={cpus}{wait}{"".join(" " + o for o in srun_options)} \\
-    {q(python)} -m trainer.slurm --jobs {jobs} --port-base "$port_base" --keep-keras -- -m agent.slurm task "$run" &
+  export {protocol.ATTEMPT_VARIABLE}=$attempt
+{reset}  echo "{say}: attempt $attempt: {tasks} tasks, run folders in {runs}"
+  setsid {srun} \\
+    {command} &
   srun_pid=$!
-  while :; do
+  while :; do  # a trap cuts a wait short: wait again while srun runs
     wait "$srun_pid"
     code=$?
     kill -0 "$srun_pid" 2>/dev/null || break
   done
-  [ "$code" -eq 0 ] && exit 0
-  if [ -e "{chief_exit}" ] && grep -q '"returncode": 0' "{chief_exit}"; then
-    exit 0  # parameter servers: the chief finished; the servers' end is theirs
+{ends}{finished}    echo "{say}: every task finished"
+    exit 0
   fi
-  if [ -e "$run/{protocol.SLURM_CANCELLED}" ]; then
-    echo "tfcc: stopped" >&2; exit "$code"
+  if {refused}; then
+    echo "{say}: a task refused its input (exit code {REFUSED_INPUT}): not restarted{see}" >&2
+    exit {REFUSED_INPUT}
   fi
-  if grep -ql '"returncode": 2[,}}]' "$run"/*/{protocol.EXIT_FILE} 2>/dev/null; then
-    echo "tfcc: a task refused its input (exit code 2): not restarted" >&2; exit "$code"
+  if [ "$attempt" -gt "$max_restarts" ]; then
+    echo "{say}: attempt $attempt failed (exit code $code), no restarts left{see}" >&2
+    exit "$code"
   fi
-  if [ "$attempt" -gt {restarts} ]; then
-    echo "tfcc: attempt $attempt failed (exit code $code), no restarts left" >&2; exit "$code"
-  fi
-  echo "tfcc: attempt $attempt failed (exit code $code); restarting every task from its last backup" >&2
+  echo "{say}: attempt $attempt failed (exit code $code); restarting every task from its last backup" >&2
 done
 """
 

@@ -33,7 +33,7 @@ import time
 import traceback
 from pathlib import Path
 
-from agent.protocol import FINISHED, TRAINING
+from agent.protocol import FINISHED, SLURM_PORT_BASE, TRAINING
 from console import catalog, checks, export, memory
 from console import cluster as cl
 from console import speed, text
@@ -607,8 +607,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "tfcc's trainer)")
     exp.add_argument("--time", metavar="LIMIT", help="slurm: the job's time limit (default: the cluster file's "
                      "[slurm] time, else 1:00:00)")
-    exp.add_argument("--port-base", type=count(1, 65535), default=8888, metavar="N",
-                     help="slurm: the k-th task on a node listens on this port + k (default 8888)")
+    exp.add_argument("--port-base", type=count(1, 65535), default=SLURM_PORT_BASE, metavar="N",
+                     help=f"slurm: the k-th task on a node listens on this port + k (default {SLURM_PORT_BASE})")
     exp.add_argument("--cpus-per-task", type=count(1, 1024), metavar="N",
                      help="slurm: CPUs per task (default: the cluster file's [slurm] cpus_per_task, else 4)")
     exp.add_argument("--name", default="tfcc", help="slurm, tfjob, trainjob: the job's name and its file's "

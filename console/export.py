@@ -24,11 +24,13 @@ from pathlib import Path
 
 import yaml
 
+from agent.protocol import SLURM_PORT_BASE
+from agent.slurm import SERVER_WAIT, attempt_loop
 from console import cluster as cl
 from console import workdir
 from console.errors import TfccError
-from console.run.launch import (GPUS, LEGACY_KERAS, SLURM_PORT_BASE, check_user_file, gpu_environment,
-                               keras_choice, trainer_args)
+from console.run.launch import GPUS, LEGACY_KERAS, check_user_file, gpu_environment, keras_choice, trainer_args
+from trainer.slurm import format_jobs, gpu_options, rank_ranges
 from trainer.tf_config import CHIEF, EVALUATOR, PS, ROLES, WORKER
 
 FORMATS = ("scripts", "slurm", "tfjob", "trainjob")
@@ -40,7 +42,7 @@ TFJOB_PORT = 2222           # the Kubeflow training operator's default port (tfj
 IMAGE_PLACEHOLDER = "REPLACE-WITH-YOUR-IMAGE"
 SCRIPTS_PORT_BASE = 2222    # scripts: "auto" ports become 2222, 2223, ... on each host (skipping fixed ones)
 STOP_GRACE = 10             # scripts: seconds between SIGTERM and SIGKILL (TensorFlow may catch SIGTERM)
-SLURM_SERVER_WAIT = 60      # slurm, parameter servers: srun kills servers still there this long after the chief ended
+SLURM_SERVER_WAIT = SERVER_WAIT  # slurm, parameter servers: srun kills servers still there this long after the chief
 TFJOB_ROOT = "/opt/tfcc"    # tfjob, trainjob: where the image holds tfcc's agent/ and trainer/ (and user/)
 TFJOB_RUNS = "/tfcc-runs"   # tfjob, trainjob: the volume that holds every task's run folder
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"  # the operator's label on each pod
@@ -53,7 +55,6 @@ JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"  # JobSet's label on each p
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # the Job controller's annotation on an Indexed pod
 POD_NAME_SUFFIX = "-abcde"  # the random end of a Job's pod name, as JobSet's webhook counts it (63 in all)
 REFUSED_INPUT = 2           # the exit code of a task that refused its input (a restart would not help)
-SLURM_JOBS = (CHIEF, PS, WORKER)  # trainer.slurm's roles, ranks in this (name) order
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # TF_CONFIG of a TFJob lists the evaluator in its cluster; tfcc's trainer (like TensorFlow's coordinator,
@@ -678,8 +679,7 @@ def _slurm(cluster: cl.Cluster, options: Options) -> Export:
     if not isinstance(options.port_base, int) or not 1 <= options.port_base <= 65536 - most:
         raise ExportError(f"the port base {options.port_base!r} leaves no room for {most} tasks on a node",
                           f"give a port from 1024 to {65536 - most}")
-    counts = _roles(cluster)
-    jobs = ",".join(f"{role}:{counts[role]}" for role in SLURM_JOBS if counts.get(role))
+    jobs = format_jobs(_roles(cluster))
     gpus = _gpu_counts(cluster)
     per_task = max(gpus.values())
     code = _code(cluster, options)
@@ -701,19 +701,13 @@ def _slurm(cluster: cl.Cluster, options: Options) -> Export:
                      f"{len(cluster.tasks)} tasks on {len(hosts)} nodes, at most {most} a node, and lets Slurm "
                      "place them (its block distribution fills the first nodes first)")
     lines.append(f"#SBATCH --cpus-per-task={options.cpus_per_task}")
-    bind = ""
-    if per_task:
-        lines.append(f"#SBATCH --gres=gpu:{per_task * most}")
-        if most > 1:
-            masks = ",".join(hex(((1 << per_task) - 1) << (k * per_task)) for k in range(most))
-            bind = f" --gpu-bind=mask_gpu:{masks}"
-        if len(set(gpus.values())) > 1:
-            notes.append(f"the tasks list different numbers of GPUs ({_uneven(gpus)}): under Slurm every task "
-                         f"gets {per_task} (srun starts the same command for all)")
+    gres, bind = gpu_options(per_task, most)
+    lines += [f"#SBATCH {option}" for option in gres]
+    if per_task and len(set(gpus.values())) > 1:
+        notes.append(f"the tasks list different numbers of GPUs ({_uneven(gpus)}): under Slurm every task "
+                     f"gets {per_task} (srun starts the same command for all)")
     lines += ["#SBATCH --signal=B:TERM@120", f"#SBATCH --time={options.time_limit}", f"#SBATCH --output={name}-%j.out"]
     lines += [f"#SBATCH {option}" for option in (cluster.slurm.placement() if cluster.slurm else [])]
-    srun = (f"srun --kill-on-bad-exit=1 --cpus-per-task={options.cpus_per_task}{bind}"
-            + (f" --wait={SLURM_SERVER_WAIT}" if cluster.parameter_server else ""))
     if code is not None:  # the wrapper below runs it in the task's own copy of the code, where a package of the
         # user's may be named trainer too: tfcc's helper by its path
         command = [_Raw('"$PYTHON"'), _Raw('"$TFCC_ROOT/trainer/slurm.py"'), "--jobs", jobs, "--port-base",
@@ -724,13 +718,8 @@ def _slurm(cluster: cl.Cluster, options: Options) -> Export:
         command = [_Raw('"$PYTHON"'), "-m", "trainer", "--slurm-jobs", jobs, "--port-base", str(options.port_base),
                    *trainer_args(cluster, model)]
         run_dir = ' --run-dir "$d"'
-    # The wrapper names each task's run folder as tfcc does, from its rank: the roles take
-    # consecutive ranks in name order (chief, ps, worker).
-    tests, start = [], 0
-    for role in SLURM_JOBS:
-        if counts.get(role):
-            tests.append((start + counts[role], role, start))
-            start += counts[role]
+    # The wrapper names each task's run folder as tfcc does, from its rank (trainer.slurm's rank ranges).
+    tests = [(first + count, role, first) for role, first, count in rank_ranges(_roles(cluster))]
     if len(tests) == 1:
         naming = f"task={tests[0][1]}-$SLURM_PROCID"
     else:
@@ -796,10 +785,6 @@ echo "$code" >"$d/exit-code"{end_servers}
 exit "$code"
 '
 
-# A failed attempt starts every task again from their last backups, at most {t.max_restarts} times (the cluster's
-# max_restarts); a task that refused its input (exit code 2) is not restarted.
-max_restarts={t.max_restarts}
-attempt=0
 # Slurm warns this script 120 s before the time limit (--signal=B:TERM@120): the tasks get SIGTERM and no
 # attempt follows; their last backups (about every {t.backup_seconds:g} s), in the job's folder, are where a next job goes on.
 time_up=0 srun_pid=
@@ -808,45 +793,17 @@ time_up=0 srun_pid=
 # own (setsid), where Slurm's signal to this script's process group does not reach it.
 trap '[ "$time_up" = 1 ] || {{ time_up=1; echo "{name}: the time limit is near: stopping the tasks" >&2
   scancel --quiet --signal=TERM "$SLURM_JOB_ID.$((attempt - 1))" 2>/dev/null || kill -TERM "$srun_pid" 2>/dev/null; }}' TERM
-while :; do
-  attempt=$((attempt + 1))
-  export TFCC_ATTEMPT=$attempt
-  rm -f "$TFCC_RUNS"/*/exit-code
-  echo "{name}: attempt $attempt: {len(cluster.tasks)} tasks, run folders in $TFCC_RUNS"
-  setsid {srun} \\
-    bash -c "$task_wrapper" tfcc-task \\
-    {_words(command)} &
-  srun_pid=$!
-  while :; do  # the trap cuts a wait short: wait again while srun runs
-    wait "$srun_pid"
-    code=$?
-    kill -0 "$srun_pid" 2>/dev/null || break
-  done
-  if [ "$time_up" = 1 ]; then
-    echo "{name}: stopped at the time limit; go on with TFCC_RUNS=$TFCC_RUNS sbatch {name}.sbatch" >&2
-    exit 124
-  fi
 """
-    if cluster.parameter_server:
-        body += """  if [ "$code" -ne 0 ] && [ "$(cat "$TFCC_RUNS/chief-0/exit-code" 2>/dev/null)" = 0 ]; then
-    code=0  # the chief (the coordinator) finished: a server killed after it (SIGTERM's grace, --wait) is no failure
-  fi
-"""
-    body += f"""  if [ "$code" -eq 0 ]; then
-    echo "{name}: every task finished"
-    exit 0
-  fi
-  if grep -qx 2 "$TFCC_RUNS"/*/exit-code 2>/dev/null; then
-    echo "{name}: a task refused its input (exit code 2); see $TFCC_RUNS/*/stderr.log" >&2
-    exit 2
-  fi
-  if [ "$attempt" -gt "$max_restarts" ]; then
-    echo "{name}: attempt $attempt failed (exit code $code), no restarts left; see $TFCC_RUNS/*/stderr.log" >&2
-    exit "$code"
-  fi
-  echo "{name}: attempt $attempt failed (exit code $code); restarting every task from its last backup" >&2
-done
-"""
+    # Each attempt as the agent's own batch script runs it (agent/slurm.py): a task's end is its wrapper's exit-code.
+    body += attempt_loop(
+        name, 'bash -c "$task_wrapper" tfcc-task \\\n    ' + _words(command), runs="$TFCC_RUNS",
+        tasks=len(cluster.tasks), cpus=options.cpus_per_task, srun_options=bind,
+        parameter_server=cluster.parameter_server, max_restarts=t.max_restarts,
+        stops=[('[ "$time_up" = 1 ]', f"stopped at the time limit; go on with TFCC_RUNS=$TFCC_RUNS sbatch {name}.sbatch",
+                "124")],
+        chief_finished=('[ "$(cat "$TFCC_RUNS/chief-0/exit-code" 2>/dev/null)" = 0 ]' if cluster.parameter_server
+                        else None),
+        refused='grep -qx 2 "$TFCC_RUNS"/*/exit-code 2>/dev/null', reset='  rm -f "$TFCC_RUNS"/*/exit-code\n')
     files = {f"{name}.sbatch": "\n".join(lines) + "\n" + body}
     if user:
         files[user[0]] = user[1]

@@ -56,10 +56,13 @@ if __name__ == "__main__" and __package__ in (None, ""):
     # named trainer too, as cloud samples name theirs): tfcc's own trainer is the folder above this file.
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+from agent.protocol import SLURM_PORT_BASE  # noqa: E402
 from trainer.tf_config import CHIEF, EVALUATOR, PS, WORKER, ConfigError, make_tf_config  # noqa: E402
 
-PORT_BASE = 8888  # TensorFlow's SlurmClusterResolver's: task k of a node listens on 8888 + k
-JOB_ROLES = (CHIEF, PS, WORKER)  # an evaluator is no part of the training cluster (see _check_jobs)
+PORT_BASE = SLURM_PORT_BASE  # TensorFlow's SlurmClusterResolver's: task k of a node listens on 8888 + k
+# The roles in the order they take the ranks, their names' (in_rank_order); an evaluator is no part of the training
+# cluster (see _check_jobs).
+JOB_ROLES = (CHIEF, PS, WORKER)
 MAX_HOSTS = 65536  # a list that expands to more is a typo (node[1-1000000]), not a step
 VARIABLES = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE")
 NODE_NAME = "SLURMD_NODENAME"  # the node this task runs on, set by slurmd
@@ -210,8 +213,47 @@ def parse_jobs(text: str) -> dict[str, int]:
     return _check_jobs(jobs, text)
 
 
+def in_rank_order(jobs: Mapping[str, int]) -> list[tuple[str, int]]:
+    """The roles of ``jobs`` and their counts in the order they take the ranks: their names' order (chief, ps,
+    worker), as TensorFlow's resolver takes them. The only copy of that rule: the trainer's Slurm mode, the
+    console's jobs and the export's run folders all follow it."""
+    return sorted(jobs.items())
+
+
+def rank_ranges(jobs: Mapping[str, int]) -> list[tuple[str, int, int]]:
+    """Each role of ``jobs`` that has tasks, with its first rank and how many it takes: consecutive ranges."""
+    ranges, start = [], 0
+    for role, count in in_rank_order(jobs):
+        if count:
+            ranges.append((role, start, count))
+            start += count
+    return ranges
+
+
+def rank_roles(jobs: Mapping[str, int]) -> list[str]:
+    """Each rank's role: ``{"worker": 2, "chief": 1, "ps": 1}`` -> chief, ps, worker, worker."""
+    return [role for role, _, count in rank_ranges(jobs) for _ in range(count)]
+
+
 def format_jobs(jobs: Mapping[str, int]) -> str:
-    return ",".join(f"{role}:{count}" for role, count in sorted(jobs.items()))
+    """``{"worker": 2, "chief": 1}`` -> ``chief:1,worker:2``: the roles in rank order, as ``--jobs`` reads them."""
+    return ",".join(f"{role}:{count}" for role, count in in_rank_order(jobs))
+
+
+# --------------------------------------------------------------------------- a node's GPUs
+
+
+def gpu_options(gpus_per_task: int, tasks_per_node: int) -> tuple[list[str], list[str]]:
+    """sbatch's and srun's options that give each task of a node its own ``gpus_per_task`` GPUs: the node's for
+    all its tasks (``--gres``), and a mask a local rank, the k-th task the k-th ``gpus_per_task`` of them
+    (``--gpu-bind``; none for one task a node). Slurm sets each task's CUDA_VISIBLE_DEVICES from them."""
+    if not gpus_per_task:
+        return [], []
+    gres = [f"--gres=gpu:{gpus_per_task * tasks_per_node}"]
+    if tasks_per_node < 2:
+        return gres, []
+    mask = (1 << gpus_per_task) - 1
+    return gres, ["--gpu-bind=mask_gpu:" + ",".join(hex(mask << (k * gpus_per_task)) for k in range(tasks_per_node))]
 
 
 # --------------------------------------------------------------------------- TF_CONFIG
@@ -279,12 +321,11 @@ def slurm_cluster(env: Mapping[str, str], jobs: Mapping[str, int] | None = None,
                          f"SLURM_STEP_NODELIST={nodelist} puts it on {nodes[rank]}; start the step with "
                          "srun --distribution=block (the default for several tasks per node)")
     cluster: dict[str, list[str]] = {}
-    start, task = 0, None
-    for role in sorted(jobs):  # job-name order, as the resolver: chief, ps, worker
-        cluster[role] = addresses[start:start + jobs[role]]
-        if start <= rank < start + jobs[role]:
-            task = (role, rank - start)
-        start += jobs[role]
+    task = None
+    for role, first, count in rank_ranges(jobs):
+        cluster[role] = addresses[first:first + count]
+        if first <= rank < first + count:
+            task = (role, rank - first)
     assert task is not None  # the counts add up to num_tasks and rank < num_tasks
     return cluster, task[0], task[1]
 

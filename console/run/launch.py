@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable
 
-from agent.protocol import KERAS_REASON_VARIABLE, parse_address, parse_task_name
+from agent.protocol import KERAS_REASON_VARIABLE, SLURM_PORT_BASE, parse_address, parse_task_name  # noqa: F401
 from console import cluster as cl
 from console import exposure
 from console import workdir
@@ -23,7 +23,6 @@ from trainer.workloads import check_model_file
 
 LEGACY_KERAS = "TF_USE_LEGACY_KERAS"   # "1" before TensorFlow loads: tf.keras is tf-keras (Keras 2)
 GPUS = "CUDA_VISIBLE_DEVICES"
-SLURM_PORT_BASE = 8888  # a Slurm task listens on this + k, the k-th on its node (TensorFlow's SlurmClusterResolver's)
 
 
 def check_user_file(path: str, what: str) -> Path:
@@ -118,6 +117,12 @@ def gpu_environment(task: cl.Task) -> dict[str, str]:
     if task.role == PS:
         return {GPUS: ""}
     return {}
+
+
+def slurm_environment(task: cl.Task, env: dict[str, str]) -> dict[str, str]:
+    """``env`` (``task_command``'s) as ``task`` gets it under Slurm: Slurm gives each task its GPUs (``--gres``,
+    ``--gpu-bind``: trainer.slurm.gpu_options), so only a ps keeps its mask (none: it holds variables on its CPU)."""
+    return dict(env) if task.role == PS else {k: v for k, v in env.items() if k != GPUS}
 
 
 def secret_values(cluster: cl.Cluster, environ=None) -> dict[str, str]:

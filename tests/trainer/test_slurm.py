@@ -476,3 +476,30 @@ def test_a_batch_scripts_own_process_is_no_slurm_task():
     assert not under_slurm({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "1"})  # srun --pty bash: alone
     assert under_slurm({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "x"})  # a damaged one is said, not ignored
     assert not under_slurm({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2", "TF_CONFIG": '{"cluster": {}}'})
+
+
+def test_the_roles_take_the_ranks_in_their_names_order_and_the_jobs_say_them_so():
+    """The one rule of roles over ranks (trainer.slurm.in_rank_order): the console's jobs, the export's run folders
+    and TF_CONFIG all follow it."""
+    from trainer.slurm import JOB_ROLES, format_jobs, rank_ranges, rank_roles
+
+    assert list(JOB_ROLES) == sorted(JOB_ROLES)  # the resolver's order is the names'
+    jobs = {"worker": 2, "ps": 2, "chief": 1}
+    assert rank_ranges(jobs) == [("chief", 0, 1), ("ps", 1, 2), ("worker", 3, 2)]
+    assert rank_roles(jobs) == ["chief", "ps", "ps", "worker", "worker"]
+    assert format_jobs(jobs) == "chief:1,ps:2,worker:2" and parse_jobs(format_jobs(jobs)) == jobs
+    assert rank_roles({"worker": 3}) == ["worker"] * 3 and rank_ranges({"worker": 0}) == []
+    cluster, role, index = slurm_cluster(slurm_env(4, "n[1-5]", "1(x5)", 5), jobs)
+    assert (role, index) == ("worker", 1) and cluster["ps"] == ["n2:8888", "n3:8888"]
+
+
+@pytest.mark.parametrize("gpus, per_node, want", [
+    (0, 4, ([], [])),
+    (2, 1, (["--gres=gpu:2"], [])),
+    (2, 2, (["--gres=gpu:4"], ["--gpu-bind=mask_gpu:0x3,0xc"])),
+    (1, 3, (["--gres=gpu:3"], ["--gpu-bind=mask_gpu:0x1,0x2,0x4"])),
+])
+def test_each_task_of_a_node_is_bound_to_its_own_gpus(gpus, per_node, want):
+    from trainer.slurm import gpu_options
+
+    assert gpu_options(gpus, per_node) == want

@@ -16,11 +16,10 @@ from agent.protocol import CANCEL, FINISHED, JOB, RUNNING, SLURM_LIVE_STATES, ST
 from console import cluster as cl
 from console import text
 from console.errors import RunError, TfccError
-from console.run.launch import GPUS, SLURM_PORT_BASE, keras_choice, task_command
+from console.run.launch import SLURM_PORT_BASE, keras_choice, slurm_environment, task_command
 from console.run.placement.base import Placement
 from console.run.placement.preflight import preflight
 from console.store.manifests import console_id
-from trainer.tf_config import PS
 
 log = logging.getLogger("console.run.placement")
 
@@ -100,8 +99,7 @@ class SlurmJob(Placement):
         for task, spec in zip(run.tasks, run.cluster.tasks):
             argv, env = task_command(run.cluster, spec, slurm.python or "python3", link.dist,
                                      workdir.script if workdir is not None else None, keras)
-            if spec.role != PS:
-                env.pop(GPUS, None)  # Slurm gives each task its GPUs (--gres); a ps holds variables on its CPU
+            env = slurm_environment(spec, env)  # only a ps keeps its GPU mask: Slurm gives the others theirs
             tasks.append({"task": task.name, "argv": argv, "env": env})
         shipped = {}  # (no secret_env: a Slurm cluster file refuses it, console/cluster.py)
         if workdir is not None:  # its blobs went to the login host with the deploy: each task's work/ from them

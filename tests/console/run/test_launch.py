@@ -177,3 +177,13 @@ def test_a_resume_reads_the_secret_again_from_the_consoles_environment(homes, mo
     shown = (homes / "host-home" / "runs" / "rotated" / "worker-0" / "stdout.log").read_text().split()
     assert [shown[i + 1] for i, word in enumerate(shown) if word == "token"] == [
         hashlib.sha256(first.encode()).hexdigest(), hashlib.sha256(second.encode()).hexdigest()]
+
+
+def test_under_slurm_a_task_keeps_only_a_ps_mask_of_its_gpus():
+    """Slurm gives each task its GPUs (--gres, --gpu-bind): a worker's list is Slurm's to set, a ps sees none."""
+    from console.run.launch import GPUS, gpu_environment, slurm_environment
+
+    worker, ps = cl.Task("n", role="worker", gpus=[0, 1]), cl.Task("n", role="ps")
+    env = {"PLAIN": "1"}
+    assert slurm_environment(worker, {**env, **gpu_environment(worker)}) == env
+    assert slurm_environment(ps, {**env, **gpu_environment(ps)}) == {**env, GPUS: ""}
