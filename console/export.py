@@ -30,6 +30,7 @@ from console import cluster as cl
 from console import workdir
 from console.errors import TfccError
 from console.run.launch import GPUS, LEGACY_KERAS, check_user_file, gpu_environment, keras_choice, trainer_args
+from console.run.placement import placement_for
 from trainer.slurm import format_jobs, gpu_options, rank_ranges
 from trainer.tf_config import CHIEF, EVALUATOR, PS, ROLES, WORKER
 
@@ -655,9 +656,8 @@ def _check_name(name: str) -> str:
 
 
 def slurm_options(cluster: cl.Cluster) -> Options:
-    """The export's options for a Slurm cluster file: its [slurm] time limit and CPUs per task."""
-    slurm = cluster.slurm
-    return Options(time_limit=slurm.time, cpus_per_task=slurm.cpus_per_task) if slurm else Options()
+    """The export's options for the cluster's place: a Slurm cluster file's [slurm] time limit and CPUs per task."""
+    return Options(**placement_for(cluster).export_defaults())
 
 
 def _slurm(cluster: cl.Cluster, options: Options) -> Export:
@@ -707,7 +707,7 @@ def _slurm(cluster: cl.Cluster, options: Options) -> Export:
         notes.append(f"the tasks list different numbers of GPUs ({_uneven(gpus)}): under Slurm every task "
                      f"gets {per_task} (srun starts the same command for all)")
     lines += ["#SBATCH --signal=B:TERM@120", f"#SBATCH --time={options.time_limit}", f"#SBATCH --output={name}-%j.out"]
-    lines += [f"#SBATCH {option}" for option in (cluster.slurm.placement() if cluster.slurm else [])]
+    lines += [f"#SBATCH {option}" for option in placement_for(cluster).batch_options()]
     if code is not None:  # the wrapper below runs it in the task's own copy of the code, where a package of the
         # user's may be named trainer too: tfcc's helper by its path
         command = [_Raw('"$PYTHON"'), _Raw('"$TFCC_ROOT/trainer/slurm.py"'), "--jobs", jobs, "--port-base",

@@ -97,6 +97,15 @@ class Placement:
         """What ``tfcc run`` says once the run started (``verb``: started or resumed)."""
         return f"run {run.run_id} {verb}: {len(run.tasks)} tasks on {len(run.links)} host(s)"
 
+    def export_defaults(self) -> dict:
+        """What an export of the cluster takes from the place unless told otherwise (console.export.Options'
+        fields): a Slurm cluster file's time limit and CPUs per task."""
+        return {}
+
+    def batch_options(self) -> list[str]:
+        """The batch options the place chose (a Slurm cluster file's partition, account, QOS), for an export."""
+        return []
+
     def extra_logs(self, run) -> list[tuple[str, str]]:
         """The place's own logs of the run beside the tasks' (heading, text): a Slurm job's output."""
         return []

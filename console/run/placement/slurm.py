@@ -243,6 +243,12 @@ class SlurmJob(Placement):
         return (f"run {run.run_id} {verb}: {len(run.tasks)} tasks, Slurm job {self.job.get('job_id')} from "
                 f"{self.slurm.login}")
 
+    def export_defaults(self) -> dict:
+        return {"time_limit": self.slurm.time, "cpus_per_task": self.slurm.cpus_per_task}
+
+    def batch_options(self) -> list[str]:
+        return self.slurm.placement()
+
     def extra_logs(self, run) -> list[tuple[str, str]]:
         """The job's own output: srun's errors, its attempts."""
         job = self.job_state(run)
