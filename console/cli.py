@@ -36,7 +36,7 @@ from pathlib import Path
 from agent.protocol import FINISHED, SLURM_PORT_BASE, TRAINING
 from console import catalog, checks, export, memory
 from console import cluster as cl
-from console import speed, text
+from console import cluster_fields, speed, text
 from console.errors import RunError, TfccError, describe, log_to_file, log_to_terminal
 from console.run.placement import placement_for
 from console.run.runner import Run
@@ -606,11 +606,13 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--image", default="", help="tfjob, trainjob: the container image (TensorFlow, tf-keras and "
                      "tfcc's trainer)")
     exp.add_argument("--time", metavar="LIMIT", help="slurm: the job's time limit (default: the cluster file's "
-                     "[slurm] time, else 1:00:00)")
+                     f"[slurm] time, else {cluster_fields.SLURM['time'].default})")
     exp.add_argument("--port-base", type=count(1, 65535), default=SLURM_PORT_BASE, metavar="N",
                      help=f"slurm: the k-th task on a node listens on this port + k (default {SLURM_PORT_BASE})")
-    exp.add_argument("--cpus-per-task", type=count(1, 1024), metavar="N",
-                     help="slurm: CPUs per task (default: the cluster file's [slurm] cpus_per_task, else 4)")
+    cpus = cluster_fields.SLURM["cpus_per_task"]
+    exp.add_argument("--cpus-per-task", type=count(cpus.low, cpus.high), metavar="N",
+                     help="slurm: CPUs per task (default: the cluster file's [slurm] cpus_per_task, else "
+                     f"{cpus.default})")
     exp.add_argument("--name", default="tfcc", help="slurm, tfjob, trainjob: the job's name and its file's "
                      "(default tfcc)")
     exp.set_defaults(func=cmd_export)

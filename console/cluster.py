@@ -15,24 +15,22 @@ import re
 import stat
 import sys
 import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import tomli_w
 
 from agent.protocol import name_problem
 from console import PROJECT_ROOT
+from console.cluster_fields import AUTO, HOSTS, SLURM, TASKS, TRAINING, Section
 from console.errors import TfccError
 from console.files import write_atomically
-from trainer.config import COMMUNICATIONS, MAX_EPOCHS, WORKLOADS
 # Which Keras a user's script gets (KERAS_FLAVOURS): auto gives tf-keras where Keras 3 cannot run fit
 # (MultiWorkerMirrored with more than one training task, or ParameterServer), else what it gets standalone.
-from trainer.plan import (AUTOSHARD_POLICIES, DEFAULT_BACKUP_SECONDS, KERAS3, KERAS_FLAVOURS,  # noqa: F401 (a vocabulary)
-                          LR_RULES, MAX_BATCH, STRATEGIES, TF_KERAS, backup_seconds_problem, count_problem,
-                          learning_rate_problem, parameter_server_problem)
+from trainer.plan import (KERAS3, KERAS_FLAVOURS, MAX_BATCH, TF_KERAS,  # noqa: F401 (a vocabulary)
+                          parameter_server_problem)
 from trainer.tf_config import CHIEF, EVALUATOR, PS, ROLES, TRAINING_ROLES, WORKER, make_tf_config
 
-MAX_RESTARTS = 100
 DEFAULT_CLUSTER = PROJECT_ROOT / "resources" / "default_cluster.toml"
 EVAL_CHECKPOINTS = "../chief-0/checkpoints"  # from the evaluator's run folder (and the chief's), on the chief's host
 MAX_FILE_BYTES = 1 << 20  # a cluster file is a few KB; a bigger one is the wrong file
@@ -45,16 +43,9 @@ class ClusterFileError(TfccError, ValueError):
     """A cluster file that cannot work; the message names the field and says what to do."""
 
 
-@dataclass
+@HOSTS.dataclass
 class Host:
-    name: str
-    address: str = ""          # how other hosts (and SSH) reach it: name, IP or ~/.ssh/config alias
-    local: bool = False        # this machine: the agent runs as a subprocess, no SSH
-    user: str = ""
-    port: int = 22             # SSH port
-    key: str = ""              # SSH private key file
-    python: str = ""           # the interpreter on the host (it needs TensorFlow to train)
-    spare: bool = False        # an elastic run's spare: it runs no task until a host is lost, whose tasks move here
+    """A [[hosts]] table: its fields, types and defaults are declared in console.cluster_fields."""
 
     @property
     def interpreter(self) -> str:
@@ -70,12 +61,9 @@ class Host:
         return f"[{host}]" if ":" in host else host
 
 
-@dataclass
+@TASKS.dataclass
 class Task:
-    host: str
-    role: str = WORKER
-    port: int | str = "auto"   # the task's TensorFlow port, or "auto"
-    gpus: list[int] = field(default_factory=list)
+    """A [[tasks]] table (console.cluster_fields declares its fields)."""
 
     @property
     def in_cluster(self) -> bool:
@@ -83,36 +71,12 @@ class Task:
         return self.role != EVALUATOR
 
 
-@dataclass
+@TRAINING.dataclass
 class Training:
-    workload: str = "digits"
-    model_file: str = ""
-    script: str = ""           # a user's own script, run instead of the trainer (python path/to/script.py)
-    module: str = ""           # or a user's package module, run as python -m pkg.mod from its workdir
-    workdir: str = ""          # the folder shipped with the script (default: the script's folder) or the module
-    # (default: the folder tfcc runs in, as python -m runs from it): the one that holds the top package
-    keras: str = "auto"        # with script: which Keras it gets (KERAS_FLAVOURS)
-    capture: bool = True       # with script: tfcc captures its metrics from the outside (fit, tf.summary, prints)
-    args: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)  # set in every task's environment (kept in the files)
-    secret_env: list[str] = field(default_factory=list)  # names read from the console's environment at each
-    # start and passed to the tasks' environment only: never written to a file, on either side
-    epochs: int = 5
-    per_replica_batch: int = 32
-    global_batch: int = 0      # when set, split over the replicas (a multiple of them) instead of per_replica_batch
-    learning_rate: float = 0.001
-    lr_scaling: str = "linear"
-    strategy: str = "auto"
-    communication: str = "auto"
-    autoshard: str = "auto"
-    max_restarts: int = 3      # group restarts after retryable failures before the run is given up
-    backup_seconds: float = DEFAULT_BACKUP_SECONDS  # each task backs up about this often (a restart redoes less)
-    stop_on_nan: bool = False  # stop the run at its first non-finite loss (else: an alert, and it goes on)
-    firewall: bool = False     # each agent admits only the cluster's hosts to its tasks' ports (nftables, root)
-    # The fewest training tasks the run may go on with (0: off): a host lost for good, or one that causes failure
-    # after failure, leaves the run, which restarts on the hosts left with the same global batch; it comes back
-    # at the next backup once it answers again (console/run/supervisor.py).
-    elastic: int = 0
+    """The [training] table (console.cluster_fields declares its fields). ``elastic``: the fewest training tasks
+    the run may go on with (0: off): a host lost for good, or one that causes failure after failure, leaves the
+    run, which restarts on the hosts left with the same global batch; it comes back at the next backup once it
+    answers again (console/run/supervisor.py)."""
 
     @property
     def user_code(self) -> bool:
@@ -148,25 +112,11 @@ class Training:
         return out + list(self.args)
 
 
-@dataclass
+@SLURM.dataclass
 class Slurm:
     """A Slurm cluster instead of hosts: tfcc submits one job from its login host and Slurm picks the nodes
-    (docs/cluster-file.md). Its tasks take ranks in name order (chief, ps, worker), ``tasks_per_node`` a node."""
-
-    login: str                 # the login host: a name, an IP or a ~/.ssh/config alias (SSH)
-    user: str = ""             # SSH, as a host's
-    port: int = 22
-    key: str = ""
-    python: str = ""           # the interpreter the nodes run (default python3)
-    partition: str = ""        # "": the cluster's default partition
-    nodes: int = 1
-    tasks_per_node: int = 1
-    gpus_per_task: int = 0
-    cpus_per_task: int = 4
-    time: str = "1:00:00"      # the job's time limit, as sbatch --time reads it
-    account: str = ""
-    qos: str = ""
-    parameter_servers: int = 0  # parameter-server training: this many of the tasks are ps (rank 0 is the chief)
+    (docs/cluster-file.md; console.cluster_fields declares its fields). Its tasks take ranks in name order
+    (chief, ps, worker), ``tasks_per_node`` a node."""
 
     @property
     def task_count(self) -> int:
@@ -208,8 +158,6 @@ SLURM_NODE = "slurm-node-{}"  # the stand-in hosts of a Slurm cluster's tasks: S
 SLURM_TIME = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2}"
                         r"|UNLIMITED|INFINITE|unlimited|infinite)$")
 _SLURM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # a partition's, account's or QOS's name
-MAX_SLURM_NODES = 1024
-MAX_TASKS_PER_NODE = 64
 
 
 @dataclass
@@ -357,21 +305,6 @@ def _is_loopback(address: str) -> bool:
         return False
 
 
-_TYPES = {
-    Host: {"name": str, "address": str, "local": bool, "user": str, "port": int, "key": str, "python": str,
-           "spare": bool},
-    Task: {"host": str, "role": str},
-    Slurm: {"login": str, "user": str, "port": int, "key": str, "python": str, "partition": str, "nodes": int,
-            "tasks_per_node": int, "gpus_per_task": int, "cpus_per_task": int, "time": str, "account": str,
-            "qos": str, "parameter_servers": int},
-    Training: {"workload": str, "model_file": str, "script": str, "module": str, "workdir": str, "keras": str,
-               "capture": bool, "epochs": int, "per_replica_batch": int,
-               "global_batch": int, "learning_rate": float, "lr_scaling": str, "strategy": str, "communication": str,
-               "autoshard": str, "max_restarts": int, "backup_seconds": float,
-               "stop_on_nan": bool, "firewall": bool, "elastic": int},
-}
-
-
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
@@ -385,23 +318,26 @@ def _check_value(where: str, name: str, value, expected: type):
     return value
 
 
-def _build(cls, data, where: str):
+def _build(cls, section: Section, data, where: str):
+    """``cls`` of a section's table, each value of its declared type; a list's or a table's items checked."""
     if not isinstance(data, dict):
         raise ClusterFileError(f"{where} must be a table of settings")
-    known = [f.name for f in fields(cls)]
+    known = [f.name for f in section]
     unknown = sorted(set(data) - set(known))
     if unknown:
         raise ClusterFileError(f"{where} has unknown key {unknown[0]!r}; known keys are {', '.join(known)}")
     values = {}
     for name, value in data.items():
-        if name in _TYPES[cls]:
-            value = _check_value(where, name, value, _TYPES[cls][name])
-        elif name == "port":  # a task's port
-            if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535):
-                raise ClusterFileError(f"{where}.port is {value!r}; use a number from 1 to 65535 or \"auto\"")
+        f = section[name]
+        if f.auto:  # a task's port
+            if value != AUTO and (isinstance(value, bool) or not isinstance(value, int) or f.problem(value)):
+                raise ClusterFileError(f"{where}.{name} is {value!r}; {f.words.format(low=f.low, high=f.high)}")
+        elif f.type not in (list, dict):
+            value = _check_value(where, name, value, f.type)
         elif name == "gpus":
-            if not isinstance(value, list) or not all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 1024
-                                                      for g in value) or len(set(value)) != len(value):
+            if not isinstance(value, list) or not all(isinstance(g, int) and not isinstance(g, bool)
+                                                      and f.low <= g <= f.high for g in value) \
+                    or len(set(value)) != len(value):
                 raise ClusterFileError(f"{where}.gpus is {value!r}; list distinct GPU indices, like [0, 1], or leave it []")
         elif name == "args":
             if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
@@ -421,6 +357,8 @@ def _build(cls, data, where: str):
                                        "[\"WANDB_API_KEY\"] (their values come from this console's environment)")
             for key in value:
                 _env_name(f"{where}.secret_env", key)
+        else:  # a new list or table field: say how its items are checked, above
+            raise AssertionError(f"{f.key} is declared a {f.type.__name__}, but _build does not check its items")
         values[name] = value
     try:
         return cls(**values)
@@ -443,9 +381,13 @@ def _env_name(where: str, name: str) -> None:
                                "settings say it: gpus, keras, the script's workdir)")
 
 
-def _choice(where: str, value: str, choices) -> None:
-    if value not in choices:
-        raise ClusterFileError(f"{where} is {value!r}; use one of {', '.join(choices)}")
+def _check_fields(where: str, section: Section, values) -> None:
+    """Each of ``values``' fields in its declared range or choices (one the cluster bounds too: by its rule)."""
+    for f in section:
+        value = getattr(values, f.name)
+        problem = None if f.rule_bounded else f.problem(value)
+        if problem:
+            raise ClusterFileError(f"{where}.{f.name} is {value!r}; {problem}")
 
 
 def loads(text: str, source: str = "cluster file") -> Cluster:
@@ -469,16 +411,17 @@ def loads(text: str, source: str = "cluster file") -> Cluster:
             raise ClusterFileError(f"{source} has [slurm] and also [[hosts]] or [[tasks]]; Slurm picks the nodes and "
                                    "[slurm] says how many tasks run: remove the [[hosts]] and [[tasks]] tables (or "
                                    "[slurm], to run on hosts of your own)")
-        slurm = _build(Slurm, data["slurm"], "slurm")
+        slurm = _build(Slurm, SLURM, data["slurm"], "slurm")
         _slurm_rules(slurm)
         data = {**data, "hosts": [], "tasks": []}
         hosts, tasks = slurm_stand_ins(slurm)
     else:
-        hosts = [_build(Host, h, f"hosts[{i}]") for i, h in enumerate(data.get("hosts", []))]
-        tasks = [_build(Task, t, f"tasks[{i}]") for i, t in enumerate(data.get("tasks", []))]
-    if isinstance(data.get("training"), dict) and {"per_replica_batch", "global_batch"} <= set(data["training"]):
-        raise ClusterFileError(f"{source}: [training] sets both per_replica_batch and global_batch; keep one of them")
-    training = _build(Training, data.get("training", {}), "training")
+        hosts = [_build(Host, HOSTS, h, f"hosts[{i}]") for i, h in enumerate(data.get("hosts", []))]
+        tasks = [_build(Task, TASKS, t, f"tasks[{i}]") for i, t in enumerate(data.get("tasks", []))]
+    for f in TRAINING:
+        if f.instead_of and isinstance(data.get("training"), dict) and {f.instead_of, f.name} <= set(data["training"]):
+            raise ClusterFileError(f"{source}: [training] sets both {f.instead_of} and {f.name}; keep one of them")
+    training = _build(Training, TRAINING, data.get("training", {}), "training")
     cluster = Cluster(hosts, tasks, training, slurm)
     if slurm is not None and slurm.parameter_servers and training.strategy == "auto":
         training.strategy = "parameter_server"
@@ -516,19 +459,10 @@ def _slurm_rules(slurm: Slurm) -> None:
     if problem:
         raise ClusterFileError(f"slurm.login is {slurm.login!r}; {problem} (name the host you submit jobs from, "
                                "as you reach it with ssh)")
-    if not 1 <= slurm.port <= 65535:
-        raise ClusterFileError(f"slurm.port is {slurm.port}; use the login host's SSH port, 1 to 65535")
+    _check_fields("slurm", SLURM, slurm)
     problem = user_problem(slurm.user)
     if problem:
         raise ClusterFileError(f"slurm.user is {slurm.user!r}; {problem}")
-    for name, value, low, high in (("nodes", slurm.nodes, 1, MAX_SLURM_NODES),
-                                   ("tasks_per_node", slurm.tasks_per_node, 1, MAX_TASKS_PER_NODE),
-                                   ("gpus_per_task", slurm.gpus_per_task, 0, 64),
-                                   ("cpus_per_task", slurm.cpus_per_task, 1, 1024),
-                                   ("parameter_servers", slurm.parameter_servers, 0, MAX_SLURM_NODES)):
-        problem = count_problem(value, low, high)
-        if problem:
-            raise ClusterFileError(f"slurm.{name} is {value}; {problem}")
     if not SLURM_TIME.match(slurm.time):
         raise ClusterFileError(f"slurm.time is {slurm.time!r}, which sbatch does not read; write it like 1:00:00 "
                                "(hours:minutes:seconds), 90 (minutes) or 2-00:00:00 (days-hours:minutes:seconds)")
@@ -598,8 +532,7 @@ def validate(cluster: Cluster) -> None:
                 f"hosts[{i}] ({host.name}) has no address; set address (a name, an IP or a ~/.ssh/config alias) "
                 "or local = true for this machine"
             )
-        if not 1 <= host.port <= 65535:
-            raise ClusterFileError(f"hosts[{i}].port is {host.port}; use the host's SSH port, 1 to 65535")
+        _check_fields(f"hosts[{i}]", HOSTS, host)
         if host.address:
             problem = address_problem(host.address)
             if problem:
@@ -613,7 +546,7 @@ def validate(cluster: Cluster) -> None:
             raise ClusterFileError(
                 f"tasks[{i}].host {task.host!r} is not a host of this cluster (hosts: {', '.join(sorted(names))})"
             )
-        _choice(f"tasks[{i}].role", task.role, ROLES)
+        _check_fields(f"tasks[{i}]", TASKS, task)
         if task.port != "auto" and task.in_cluster:
             key = f"{cluster.host(task.host).tf_host}:{task.port}"
             if key in seen:
@@ -648,8 +581,7 @@ def validate(cluster: Cluster) -> None:
     if cluster.slurm is not None and t.elastic:
         raise ClusterFileError("training.elastic is for hosts of your own; a Slurm job restarts its tasks within its "
                                "allocation, or is submitted again: remove elastic")
-    _choice("training.workload", t.workload, WORKLOADS)
-    _choice("training.strategy", t.strategy, STRATEGIES)
+    _check_fields("training", TRAINING, t)
     roles = {role: [t.host for t in cluster.tasks if t.role == role] for role in ROLES}
     if t.strategy == "parameter_server" or roles[PS]:
         if t.strategy not in ("auto", "parameter_server"):
@@ -666,24 +598,6 @@ def validate(cluster: Cluster) -> None:
                                    f"({listing}); each step's batch is split over one worker's GPUs, the same on "
                                    "every worker: give every worker task the same number of gpus")
     _evaluator_rules(cluster, roles)
-    _choice("training.communication", t.communication, COMMUNICATIONS)
-    _choice("training.autoshard", t.autoshard, AUTOSHARD_POLICIES)
-    _choice("training.lr_scaling", t.lr_scaling, LR_RULES)
-    for name, value, low, high in (("epochs", t.epochs, 1, MAX_EPOCHS),
-                                   ("per_replica_batch", t.per_replica_batch, 1, MAX_BATCH),
-                                   ("max_restarts", t.max_restarts, 0, MAX_RESTARTS)):
-        problem = count_problem(value, low, high)
-        if problem:
-            raise ClusterFileError(f"training.{name} is {value}; {problem}")
-    if t.global_batch and count_problem(t.global_batch, 1, MAX_BATCH):
-        raise ClusterFileError(f"training.global_batch is {t.global_batch}; "
-                               f"{count_problem(t.global_batch, 1, MAX_BATCH)} (or leave it out: use per_replica_batch)")
-    problem = learning_rate_problem(t.learning_rate)
-    if problem:
-        raise ClusterFileError(f"training.learning_rate is {t.learning_rate}; {problem}")
-    problem = backup_seconds_problem(t.backup_seconds)
-    if problem:
-        raise ClusterFileError(f"training.backup_seconds is {t.backup_seconds}; {problem}")
     _elastic_rules(cluster)
     if t.model_file and t.user_code:
         raise ClusterFileError(f"training sets both model_file and {'script' if t.script else 'module'}; keep one "
@@ -699,7 +613,6 @@ def validate(cluster: Cluster) -> None:
                                "from this console's environment only: remove it from env")
     if len(set(t.secret_env)) != len(t.secret_env):
         raise ClusterFileError("training.secret_env names a variable twice; name each once")
-    _choice("training.keras", t.keras, KERAS_FLAVOURS)
     if t.workdir and not t.user_code:
         raise ClusterFileError("training.workdir is set but training.script and training.module are empty; the "
                                "workdir is the folder shipped with your code: name the script or module, or remove "
@@ -796,26 +709,12 @@ def _evaluator_rules(cluster: Cluster, roles: dict[str, list[str]]) -> None:
 
 
 def dumps(cluster: Cluster) -> str:
+    """The cluster file's text: each field the declaration says to write (console.cluster_fields)."""
     if cluster.slurm is not None:  # its hosts and tasks stand in for Slurm's: [slurm] says them
-        slurm = Slurm(**asdict(cluster.slurm))
-        data = {"training": _training_table(cluster),
-                "slurm": {k: v for k, v in asdict(slurm).items()
-                          if v != getattr(Slurm(login=slurm.login), k) or k == "login"}}
-        return tomli_w.dumps(data)
-    data = {
-        "training": _training_table(cluster),
-        "hosts": [{k: v for k, v in asdict(h).items() if v not in ("", [])} for h in cluster.hosts],
-        "tasks": [asdict(t) for t in cluster.tasks],
-    }
-    return tomli_w.dumps(data)
-
-
-def _training_table(cluster: Cluster) -> dict:
-    return {k: v for k, v in asdict(cluster.training).items()
-            if v not in ("", [], {}) and not (k == "global_batch" and not v)
-            and not (k == "keras" and v == "auto") and not (k == "capture" and v is True)
-            and not (k == "firewall" and v is False)
-            and not (k == "per_replica_batch" and cluster.training.global_batch)}
+        return tomli_w.dumps({"training": TRAINING.table(cluster.training), "slurm": SLURM.table(cluster.slurm)})
+    return tomli_w.dumps({"training": TRAINING.table(cluster.training),
+                          "hosts": [HOSTS.table(h) for h in cluster.hosts],
+                          "tasks": [TASKS.table(t) for t in cluster.tasks]})
 
 
 def save(cluster: Cluster, path: str | Path) -> None:

@@ -28,6 +28,7 @@ from agent.protocol import SLURM_PORT_BASE
 from agent.slurm import SERVER_WAIT, attempt_loop
 from console import cluster as cl
 from console import workdir
+from console.cluster_fields import SLURM
 from console.errors import TfccError
 from console.run.launch import GPUS, LEGACY_KERAS, check_user_file, gpu_environment, keras_choice, trainer_args
 from console.run.placement import placement_for
@@ -85,10 +86,10 @@ class Options:
     """What a format needs beyond the cluster."""
 
     image: str = ""                 # tfjob, trainjob: the container image (a placeholder and a note when empty)
-    time_limit: str = "1:00:00"     # slurm: --time
+    time_limit: str = SLURM["time"].default  # slurm: --time (a cluster file's [slurm] default)
     port_base: int = SLURM_PORT_BASE  # slurm: the first port of each node's tasks
     name: str = "tfcc"              # the Slurm job's, the TFJob's and the TrainJob's (and its runtime's) name
-    cpus_per_task: int = 4          # slurm: --cpus-per-task
+    cpus_per_task: int = SLURM["cpus_per_task"].default  # slurm: --cpus-per-task
     into: Path | None = None        # where it is written: its files are none of the user's code
 
 
@@ -670,8 +671,10 @@ def _slurm(cluster: cl.Cluster, options: Options) -> Export:
     if not cl.SLURM_TIME.match(options.time_limit or ""):
         raise ExportError(f"the time limit {options.time_limit!r} is not one Slurm reads",
                           "write it like 1:00:00 (hours:minutes:seconds), 90 (minutes) or 2-00:00:00 (days-hours:...)")
-    if not isinstance(options.cpus_per_task, int) or not 1 <= options.cpus_per_task <= 1024:
-        raise ExportError(f"--cpus-per-task {options.cpus_per_task!r} is not a number of CPUs", "give 1 to 1024")
+    cpus = SLURM["cpus_per_task"]
+    if not isinstance(options.cpus_per_task, int) or cpus.problem(options.cpus_per_task):
+        raise ExportError(f"--cpus-per-task {options.cpus_per_task!r} is not a number of CPUs",
+                          f"give {cpus.low} to {cpus.high}")
     t = cluster.training
     hosts = _used_hosts(cluster)
     per_host = {h.name: sum(task.host == h.name for task in cluster.tasks) for h in hosts}

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (QCheckBox, QDialog, QDialogButtonBox, QFileDialog
                                QLineEdit, QListWidget, QListWidgetItem, QPushButton, QSpinBox, QVBoxLayout, QWidget)
 
 from console import cluster as cl
+from console.cluster_fields import HOSTS, SLURM, TASKS, Field
 from console.gui.elided import ElidedLabel
 from console.remote.ssh import ssh_config_path
 from trainer.tf_config import CHIEF, EVALUATOR, PS, WORKER
@@ -26,11 +27,11 @@ def form_of(*rows: tuple) -> QFormLayout:
 
 def parse_port(text: str):
     """``auto`` or a port number, or raise ValueError with what to type."""
-    text = text.strip().lower()
-    if text in ("", "auto"):
-        return "auto"
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
-        raise ValueError(f"port {text!r}: type auto or a number from 1 to 65535")
+    text, port = text.strip().lower(), TASKS["port"]
+    if text in ("", port.default):
+        return port.default
+    if not text.isdigit() or port.problem(int(text)):
+        raise ValueError(f"port {text!r}: type auto or a number from {port.low} to {port.high}")
     return int(text)
 
 
@@ -42,8 +43,9 @@ def parse_gpus(text: str) -> list[int]:
         gpus = [int(p) for p in text.replace(" ", "").split(",") if p]
     except ValueError:
         raise ValueError(f"GPUs {text!r}: list GPU indices like 0,1 (or leave empty for all)") from None
-    if any(g < 0 for g in gpus) or len(set(gpus)) != len(gpus):
-        raise ValueError(f"GPUs {text!r}: indices must be different and not negative")
+    low, high = TASKS["gpus"].low, TASKS["gpus"].high
+    if any(not low <= g <= high for g in gpus) or len(set(gpus)) != len(gpus):
+        raise ValueError(f"GPUs {text!r}: indices must be different, from {low} to {high}")
     return gpus
 
 
@@ -70,7 +72,7 @@ def split_address(text: str) -> tuple[str, str, int | None] | None:
     if found is None or (found["user"] is None and found["port"] is None):
         return None
     port = int(found["port"]) if found["port"] is not None else None
-    if port is not None and not 1 <= port <= 65535:
+    if port is not None and HOSTS["port"].problem(port):
         return None
     return found["user"] or "", found["host"].strip("[]"), port
 
@@ -93,9 +95,7 @@ class HostDialog(QDialog):
         self.address.setPlaceholderText("host name, IP or ~/.ssh/config alias")
         self.user = QLineEdit(host.user)
         self.user.setPlaceholderText("from ~/.ssh/config, else your user")
-        self.ssh_port = QSpinBox()
-        self.ssh_port.setRange(1, 65535)
-        self.ssh_port.setValue(host.port)
+        self.ssh_port = _spin(HOSTS["port"], host.port)
         self.key = QLineEdit(host.key)
         self.key.setPlaceholderText("from ~/.ssh/config or ssh-agent")
         browse = QPushButton("…")
@@ -376,24 +376,24 @@ class SlurmDialog(QDialog):
         self.login.setPlaceholderText("the host you submit jobs from: name, IP or ~/.ssh/config alias")
         self.user = QLineEdit(slurm.user)
         self.user.setPlaceholderText("from ~/.ssh/config, else your user")
-        self.ssh_port = _spin(1, 65535, slurm.port)
+        self.ssh_port = _spin(SLURM["port"], slurm.port)
         self.key = QLineEdit(slurm.key)
         self.key.setPlaceholderText("from ~/.ssh/config or ssh-agent")
         self.python = QLineEdit(slurm.python)
         self.python.setPlaceholderText("python3 (the nodes' interpreter, with TensorFlow)")
         self.partition = QLineEdit(slurm.partition)
         self.partition.setPlaceholderText("the cluster's default")
-        self.nodes = _spin(1, cl.MAX_SLURM_NODES, slurm.nodes)
-        self.tasks_per_node = _spin(1, cl.MAX_TASKS_PER_NODE, slurm.tasks_per_node)
-        self.gpus_per_task = _spin(0, 64, slurm.gpus_per_task)
-        self.cpus_per_task = _spin(1, 1024, slurm.cpus_per_task)
+        self.nodes = _spin(SLURM["nodes"], slurm.nodes)
+        self.tasks_per_node = _spin(SLURM["tasks_per_node"], slurm.tasks_per_node)
+        self.gpus_per_task = _spin(SLURM["gpus_per_task"], slurm.gpus_per_task)
+        self.cpus_per_task = _spin(SLURM["cpus_per_task"], slurm.cpus_per_task)
         self.time = QLineEdit(slurm.time)
         self.time.setPlaceholderText("1:00:00 (hours:minutes:seconds), 90 (minutes), 2-00:00:00")
         self.account = QLineEdit(slurm.account)
         self.account.setPlaceholderText("your default account")
         self.qos = QLineEdit(slurm.qos)
         self.qos.setPlaceholderText("the default QOS")
-        self.parameter_servers = _spin(0, 64, slurm.parameter_servers)
+        self.parameter_servers = _spin(SLURM["parameter_servers"], slurm.parameter_servers)
         self.parameter_servers.setToolTip("Parameter-server training: this many tasks are ps (the first task is the "
                                           "chief); 0 for synchronous training (MultiWorkerMirrored)")
         # Each field's problem under it once the person edited it (as Add host's), in the form's own words.
@@ -496,8 +496,9 @@ class SlurmDialog(QDialog):
         ok.setToolTip("\n".join(words for _, words in problems))
 
 
-def _spin(low: int, high: int, value: int) -> QSpinBox:
+def _spin(field: Field, value: int) -> QSpinBox:
+    """A spin box over ``field``'s range (the cluster file's), at ``value``."""
     spin = QSpinBox()
-    spin.setRange(low, high)
+    spin.setRange(field.low, field.high)
     spin.setValue(value)
     return spin

@@ -14,20 +14,18 @@ from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QComboBox, QDoubleS
                                QTableWidget, QVBoxLayout, QWidget)
 
 from console import cluster as cl
-from console.cluster import KERAS_FLAVOURS, MAX_RESTARTS
 from console.checks import Report
+from console.cluster_fields import TRAINING, Field
 from console.gui.check_view import cell, host_marks
 from console.gui.dialogs import HostDialog, ImportDialog, SlurmDialog
 from console.diagram_model import picture
-from trainer.config import COMMUNICATIONS
-from trainer.plan import AUTOSHARD_POLICIES, LR_RULES, MAX_BACKUP_SECONDS
 from trainer.strategies import Strategy
 from trainer.tf_config import CHIEF, WORKER, chief_name
 
 SCRIPT = "script"  # the workload that runs a user's own script: the trainer's settings do not reach it
 MODULE = "module"  # a user's package module, run as python -m from its workdir (a script's rows too)
 USER_CODE = (SCRIPT, MODULE)
-WORKLOADS = ("digits", "synthetic", "file", SCRIPT, MODULE)
+WORKLOADS = (*TRAINING["workload"].choices, SCRIPT, MODULE)
 CAPTURE_TEXT = "Capture metrics (fit, tf.summary, printed values)"
 ARGS_TIP = "Split as a shell splits them: quote an argument that holds spaces"
 
@@ -118,42 +116,28 @@ class SetupForm(QWidget):
         self.script_args.setPlaceholderText("the script's arguments, as in a shell: --epochs 2")
         self.script_args.setToolTip(ARGS_TIP)
         self.keras = QComboBox()
-        for flavour in KERAS_FLAVOURS:
+        for flavour in TRAINING["keras"].choices:
             self.keras.addItem(flavour, flavour)
         self.keras.setToolTip("The Keras the script gets; multi-worker fit needs tf-keras (Keras 3 fails there)")
         self.capture = QCheckBox(CAPTURE_TEXT)
         self.capture.setToolTip("What tfcc captures from the script from the outside: its fit, its tf.summary scalars, "
                                 "the values it prints. Off: the dashboard shows only what the script reports itself "
                                 "(MetricsReporter)")
-        self.epochs = QSpinBox()
-        self.epochs.setRange(1, 100000)
+        # Each number's range and each list's choices are the cluster file's (console.cluster_fields).
+        self.epochs = spin_box(TRAINING["epochs"])
         self.batch_mode = QComboBox()
         self.batch_mode.addItems(["per replica", "global"])
-        self.batch = QSpinBox()
-        self.batch.setRange(1, 1 << 20)
-        self.lr = QDoubleSpinBox()
-        self.lr.setDecimals(6)
-        self.lr.setRange(1e-6, 10.0)
+        self.batch = spin_box(TRAINING["per_replica_batch"])  # a global batch has the same range
+        self.lr = spin_box(TRAINING["learning_rate"], decimals=6)
         self.lr.setSingleStep(0.0005)
-        self.lr_rule = QComboBox()
-        self.lr_rule.addItems(LR_RULES)
-        self.strategy = QComboBox()
-        self.strategy.addItems(Strategy.ALL)
-        self.communication = QComboBox()
-        self.communication.addItems(COMMUNICATIONS)
-        self.autoshard = QComboBox()
-        self.autoshard.addItems(AUTOSHARD_POLICIES)
-        self.max_restarts = QSpinBox()
-        self.max_restarts.setRange(0, MAX_RESTARTS)
-        self.max_restarts.setToolTip("Group restarts after a task is killed, lost or stalled, before the run "
-                                     "is given up (0: none)")
-        self.backup_seconds = QDoubleSpinBox()
-        self.backup_seconds.setDecimals(1)
-        self.backup_seconds.setRange(0.1, MAX_BACKUP_SECONDS)
+        self.lr_rule = combo_box(TRAINING["lr_scaling"])
+        self.strategy = combo_box(TRAINING["strategy"])
+        self.communication = combo_box(TRAINING["communication"])
+        self.autoshard = combo_box(TRAINING["autoshard"])
+        self.max_restarts = spin_box(TRAINING["max_restarts"], with_tip=True)
+        self.backup_seconds = spin_box(TRAINING["backup_seconds"], decimals=1, with_tip=True)
         self.backup_seconds.setSuffix(" s")
-        self.backup_seconds.setToolTip("Each task backs up about this often: a restart redoes at most this much")
-        self.elastic = QSpinBox()
-        self.elastic.setRange(0, 1024)
+        self.elastic = spin_box(TRAINING["elastic"])
         self.elastic.setPrefix("elastic: ")
         self.elastic.setSpecialValueText("elastic: off")
         self.elastic.setToolTip("The fewest training tasks the run goes on with (off: a restart needs every host). "
@@ -161,7 +145,7 @@ class SetupForm(QWidget):
                                 "to a spare host when one is listed), which restarts on the others with the same "
                                 "global batch; it rejoins at a backup once it answers again")
         self.stop_on_nan = QCheckBox("stop at NaN")
-        self.stop_on_nan.setToolTip("Stop the run at its first non-finite loss (else: an alert, and it goes on)")
+        self.stop_on_nan.setToolTip(tip(TRAINING["stop_on_nan"]))
         self.backup_label = QLabel("backup every")  # tfcc's trainer backs up; a script keeps its own
         self.batch_label = QLabel()
         self.batch_label.setWordWrap(True)
@@ -259,7 +243,7 @@ class SetupForm(QWidget):
         t = self.cluster.training
         workload = self.workload.currentText()
         path = self.user_file.text().strip()
-        t.workload = workload if workload in ("digits", "synthetic", "file") else "digits"
+        t.workload = workload if workload in TRAINING["workload"].choices else TRAINING["workload"].default
         t.model_file = path if workload == "file" else ""
         t.script = path if workload == SCRIPT else ""
         t.module = path if workload == MODULE else ""
@@ -272,7 +256,7 @@ class SetupForm(QWidget):
             t.capture = self.capture.isChecked()
         t.epochs = self.epochs.value()
         if self.batch_mode.currentIndex() == 1:
-            t.global_batch, t.per_replica_batch = self.batch.value(), 32
+            t.global_batch, t.per_replica_batch = self.batch.value(), TRAINING["per_replica_batch"].default
         else:
             t.global_batch, t.per_replica_batch = 0, self.batch.value()
         t.learning_rate = self.lr.value()
@@ -332,7 +316,7 @@ class SetupForm(QWidget):
     def _refresh_keras_hint(self) -> None:
         """What ``auto`` gives a script on these tasks, beside it: e.g. "auto (tf-keras: 2 training tasks)"."""
         c = self.cluster
-        auto = KERAS_FLAVOURS[0]  # resolved at the start (console.run.launch.keras_choice); the Check says it
+        auto = TRAINING["keras"].default  # resolved at the start (console.run.launch.keras_choice); the Check says it
         text = (f"{auto} ({cl.TF_KERAS}: {c.training_kind})" if c.needs_tf_keras else
                 f"{auto} (by its imports: tf.keras → {cl.TF_KERAS}, keras → Keras 3)")
         self.keras.setItemText(self.keras.findData(auto), text)
@@ -537,6 +521,33 @@ def module_of(file: Path, workdir: Path | None = None) -> tuple[Path, str]:
     if not parts:  # a lone __main__.py: its folder is the package
         parts, folder = [folder.name], folder.parent
     return folder, ".".join(parts)
+
+
+def tip(field: Field) -> str:
+    """A field's help as a tooltip: a sentence."""
+    return field.help[:1].upper() + field.help[1:]
+
+
+def spin_box(field: Field, decimals: int = 0, with_tip: bool = False) -> QSpinBox | QDoubleSpinBox:
+    """A spin box over ``field``'s range (a float's lowest is the least it shows above its bound), its help as the
+    tooltip if ``with_tip``."""
+    if field.type is float:
+        spin = QDoubleSpinBox()
+        spin.setDecimals(decimals)
+        spin.setRange(field.low + 10 ** -decimals, field.high)
+    else:
+        spin = QSpinBox()
+        spin.setRange(field.low, field.high)
+    if with_tip:
+        spin.setToolTip(tip(field))
+    return spin
+
+
+def combo_box(field: Field) -> QComboBox:
+    """A list of ``field``'s choices."""
+    combo = QComboBox()
+    combo.addItems(field.choices)
+    return combo
 
 
 def _row(*widgets: QWidget, stretch: bool = False) -> QHBoxLayout:

@@ -7,7 +7,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QDialogButtonBox
 
 from console import cluster as cl
-from console.gui.dialogs import FingerprintDialog, HostDialog, ImportDialog
+from console.cluster_fields import SLURM
+from console.gui.dialogs import FingerprintDialog, HostDialog, ImportDialog, SlurmDialog
 
 
 def dialog(qtbot, taken=(), host=None, tasks=None) -> HostDialog:
@@ -206,3 +207,12 @@ def test_an_error_line_never_moves_the_fields_below_it(qtbot):
     long_words = d.errors[d.name]
     assert long_words.shown_text().endswith("…") or long_words.width() >= long_words.sizeHint().width() - 2
     assert "Name: host name 'my host'" in long_words.toolTip()
+
+
+def test_the_slurm_dialogs_limits_are_the_cluster_files(qtbot):
+    dialog = SlurmDialog()
+    qtbot.addWidget(dialog)
+    for name in ("port", "nodes", "tasks_per_node", "gpus_per_task", "cpus_per_task", "parameter_servers"):
+        spin = dialog.ssh_port if name == "port" else getattr(dialog, name)
+        assert (spin.minimum(), spin.maximum(), spin.value()) == (SLURM[name].low, SLURM[name].high,
+                                                                  SLURM[name].default), name

@@ -6,6 +6,7 @@ import pytest
 
 from console import cluster as cl
 from console.cluster import KERAS_FLAVOURS
+from console.cluster_fields import TRAINING
 from console.gui.setup_form import SetupForm
 
 
@@ -152,3 +153,17 @@ def test_a_tasks_gpus_say_what_it_gets():
 
     assert gpus_text([0, 1], None) == "0,1" and gpus_text([], None) == "all the host's"
     assert gpus_text([], 0) == "none (CPU)" and gpus_text([], 8) == "all 8"
+
+
+def test_the_forms_limits_and_choices_are_the_cluster_files(form):
+    """Each spin box's range and each list's choices come from the declared fields (console.cluster_fields)."""
+    for spin, name in ((form.epochs, "epochs"), (form.batch, "per_replica_batch"), (form.max_restarts, "max_restarts"),
+                       (form.elastic, "elastic")):
+        assert (spin.minimum(), spin.maximum()) == (TRAINING[name].low, TRAINING[name].high), name
+    for spin, name in ((form.lr, "learning_rate"), (form.backup_seconds, "backup_seconds")):
+        assert TRAINING[name].low < spin.minimum() and not TRAINING[name].problem(spin.minimum()), name
+        assert spin.maximum() == TRAINING[name].high, name
+    for combo, name in ((form.lr_rule, "lr_scaling"), (form.strategy, "strategy"),
+                        (form.communication, "communication"), (form.autoshard, "autoshard")):
+        assert tuple(combo.itemText(i) for i in range(combo.count())) == TRAINING[name].choices, name
+    assert form.max_restarts.toolTip().lower() == TRAINING["max_restarts"].help
