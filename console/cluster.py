@@ -15,6 +15,7 @@ import re
 import stat
 import sys
 import tomllib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +30,8 @@ from console.files import write_atomically
 # (MultiWorkerMirrored with more than one training task, or ParameterServer), else what it gets standalone.
 from trainer.plan import (KERAS3, KERAS_FLAVOURS, MAX_BATCH, TF_KERAS,  # noqa: F401 (a vocabulary)
                           parameter_server_problem)
+from trainer.slurm import format_jobs, gpu_options, rank_roles
+from trainer.strategies import Strategy
 from trainer.tf_config import CHIEF, EVALUATOR, PS, ROLES, TRAINING_ROLES, WORKER, make_tf_config
 
 DEFAULT_CLUSTER = PROJECT_ROOT / "resources" / "default_cluster.toml"
@@ -130,27 +133,22 @@ class Slurm:
         """sbatch's options for the whole job: its nodes, tasks, CPUs, GPUs, time limit and placement."""
         options = [f"--nodes={self.nodes}", f"--ntasks-per-node={self.tasks_per_node}", f"--ntasks={self.task_count}",
                    f"--cpus-per-task={self.cpus_per_task}", f"--time={self.time}"]
-        if self.gpus_per_task:
-            options.append(f"--gres=gpu:{self.gpus_per_task * self.tasks_per_node}")
-        return options + self.placement()
+        return options + gpu_options(self.gpus_per_task, self.tasks_per_node)[0] + self.placement()
 
     def srun_options(self) -> list[str]:
         """srun's options beyond the job's: each task its own GPUs of its node (a mask per local rank)."""
-        if not self.gpus_per_task or self.tasks_per_node < 2:
-            return []
-        g = self.gpus_per_task
-        return ["--gpu-bind=mask_gpu:" + ",".join(hex(((1 << g) - 1) << (k * g)) for k in range(self.tasks_per_node))]
+        return gpu_options(self.gpus_per_task, self.tasks_per_node)[1]
 
     def jobs(self) -> str:
         """The roles over the ranks, as the trainer's Slurm mode reads them (chief:1,ps:1,worker:2)."""
-        roles = self.roles()
-        return ",".join(f"{role}:{roles.count(role)}" for role in (CHIEF, PS, WORKER) if role in roles)
+        return format_jobs(Counter(self.roles()))
 
     def roles(self) -> list[str]:
         """Each rank's role, as the trainer's Slurm mode gives them (trainer/slurm.py)."""
         if not self.parameter_servers:
             return [WORKER] * self.task_count
-        return [CHIEF] + [PS] * self.parameter_servers + [WORKER] * (self.task_count - 1 - self.parameter_servers)
+        n = self.parameter_servers
+        return rank_roles({CHIEF: 1, PS: n, WORKER: self.task_count - 1 - n})
 
 
 SLURM_NODE = "slurm-node-{}"  # the stand-in hosts of a Slurm cluster's tasks: Slurm picks the real nodes
@@ -216,7 +214,7 @@ class Cluster:
     @property
     def parameter_server(self) -> bool:
         """Whether this is parameter-server training (asked for, or ps tasks with ``auto``)."""
-        return self.training.strategy == "parameter_server" or any(t.role == PS for t in self.tasks)
+        return self.training.strategy == Strategy.PARAMETER_SERVER or any(t.role == PS for t in self.tasks)
 
     @property
     def needs_tf_keras(self) -> bool:
@@ -423,8 +421,8 @@ def loads(text: str, source: str = "cluster file") -> Cluster:
             raise ClusterFileError(f"{source}: [training] sets both {f.instead_of} and {f.name}; keep one of them")
     training = _build(Training, TRAINING, data.get("training", {}), "training")
     cluster = Cluster(hosts, tasks, training, slurm)
-    if slurm is not None and slurm.parameter_servers and training.strategy == "auto":
-        training.strategy = "parameter_server"
+    if slurm is not None and slurm.parameter_servers and training.strategy == Strategy.AUTO:
+        training.strategy = Strategy.PARAMETER_SERVER
     validate(cluster)
     return cluster
 
@@ -583,8 +581,8 @@ def validate(cluster: Cluster) -> None:
                                "allocation, or is submitted again: remove elastic")
     _check_fields("training", TRAINING, t)
     roles = {role: [t.host for t in cluster.tasks if t.role == role] for role in ROLES}
-    if t.strategy == "parameter_server" or roles[PS]:
-        if t.strategy not in ("auto", "parameter_server"):
+    if t.strategy == Strategy.PARAMETER_SERVER or roles[PS]:
+        if t.strategy not in (Strategy.AUTO, Strategy.PARAMETER_SERVER):
             raise ClusterFileError(f"the cluster has ps tasks, which training.strategy {t.strategy!r} has no use "
                                    "for; set strategy = \"parameter_server\" (or \"auto\"), or remove the ps tasks")
         problem = parameter_server_problem({r: h for r, h in roles.items() if h and r != EVALUATOR})
@@ -701,7 +699,7 @@ def _evaluator_rules(cluster: Cluster, roles: dict[str, list[str]]) -> None:
     if cluster.tasks[evaluators[0]].host not in roles[CHIEF]:
         raise ClusterFileError(
             f"tasks[{evaluators[0]}] (the evaluator) runs on host {cluster.tasks[evaluators[0]].host!r}, but it reads "
-            f"the checkpoints the chief writes in its run folder on host {roles['chief'][0]!r}; put the evaluator "
+            f"the checkpoints the chief writes in its run folder on host {roles[CHIEF][0]!r}; put the evaluator "
             "on the chief's host (tfcc assumes no folder shared between hosts)")
 
 

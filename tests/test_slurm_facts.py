@@ -29,6 +29,4 @@ def test_one_function_writes_the_srun_of_every_batch_script():
 
 
 def test_a_nodes_gpu_masks_are_worked_out_in_one_place():
-    # console/cluster.py's Slurm.srun_options still builds its own until it calls trainer.slurm.gpu_options
-    assert written_in(lambda c: isinstance(c, str) and "mask_gpu" in c) - {"console/cluster.py"} == \
-        {"trainer/slurm.py"}
+    assert written_in(lambda c: isinstance(c, str) and "mask_gpu" in c) == {"trainer/slurm.py"}
