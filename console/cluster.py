@@ -151,7 +151,6 @@ class Slurm:
         return rank_roles({CHIEF: 1, PS: n, WORKER: self.task_count - 1 - n})
 
 
-SLURM_NODE = "slurm-node-{}"  # the stand-in hosts of a Slurm cluster's tasks: Slurm picks the real nodes
 # sbatch --time: minutes, minutes:seconds, hours:minutes:seconds, days-hours[:minutes[:seconds]], or no limit.
 SLURM_TIME = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2}"
                         r"|UNLIMITED|INFINITE|unlimited|infinite)$")
@@ -163,7 +162,8 @@ class Cluster:
     hosts: list[Host]
     tasks: list[Task]
     training: Training = field(default_factory=Training)
-    slurm: Slurm | None = None  # set: the hosts and tasks stand in for what Slurm will place (slurm_tasks)
+    # Set: Slurm places the tasks (console.run.placement): no hosts, and each task's host is "" (slurm_tasks).
+    slurm: Slurm | None = None
 
     def host(self, name: str) -> Host:
         return next(h for h in self.hosts if h.name == name)
@@ -412,7 +412,7 @@ def loads(text: str, source: str = "cluster file") -> Cluster:
         slurm = _build(Slurm, SLURM, data["slurm"], "slurm")
         _slurm_rules(slurm)
         data = {**data, "hosts": [], "tasks": []}
-        hosts, tasks = slurm_stand_ins(slurm)
+        hosts, tasks = [], slurm_tasks(slurm)
     else:
         hosts = [_build(Host, HOSTS, h, f"hosts[{i}]") for i, h in enumerate(data.get("hosts", []))]
         tasks = [_build(Task, TASKS, t, f"tasks[{i}]") for i, t in enumerate(data.get("tasks", []))]
@@ -427,15 +427,11 @@ def loads(text: str, source: str = "cluster file") -> Cluster:
     return cluster
 
 
-def slurm_stand_ins(slurm: Slurm) -> tuple[list[Host], list[Task]]:
-    """Hosts and tasks that stand in for a Slurm job's: ``tasks_per_node`` tasks on each of ``nodes`` nodes, the
-    roles by rank (the real nodes are Slurm's to pick)."""
-    hosts = [Host(SLURM_NODE.format(i), address=SLURM_NODE.format(i), python=slurm.python)
-             for i in range(slurm.nodes)]
+def slurm_tasks(slurm: Slurm) -> list[Task]:
+    """A Slurm job's tasks, one a rank, the roles by rank: on no host of the cluster's (Slurm picks each one's
+    node; the run's placement says where it is planned and, once launched, where it runs)."""
     gpus = list(range(slurm.gpus_per_task))
-    tasks = [Task(SLURM_NODE.format(rank // slurm.tasks_per_node), role=role, gpus=list(gpus))
-             for rank, role in enumerate(slurm.roles())]
-    return hosts, tasks
+    return [Task("", role=role, gpus=list(gpus)) for role in slurm.roles()]
 
 
 def slurm_name_ok(name: str) -> bool:
@@ -708,7 +704,7 @@ def _evaluator_rules(cluster: Cluster, roles: dict[str, list[str]]) -> None:
 
 def dumps(cluster: Cluster) -> str:
     """The cluster file's text: each field the declaration says to write (console.cluster_fields)."""
-    if cluster.slurm is not None:  # its hosts and tasks stand in for Slurm's: [slurm] says them
+    if cluster.slurm is not None:  # its tasks are [slurm]'s: it says them
         return tomli_w.dumps({"training": TRAINING.table(cluster.training), "slurm": SLURM.table(cluster.slurm)})
     return tomli_w.dumps({"training": TRAINING.table(cluster.training),
                           "hosts": [HOSTS.table(h) for h in cluster.hosts],

@@ -427,7 +427,7 @@ class SetupForm(QWidget):
     def _apply_slurm_dialog(self, dialog: SlurmDialog) -> None:
         slurm = dialog.slurm()
         self.cluster.slurm = slurm
-        self.cluster.hosts, self.cluster.tasks = cl.slurm_stand_ins(slurm)
+        self.cluster.hosts, self.cluster.tasks = [], cl.slurm_tasks(slurm)
         if slurm.parameter_servers and self.cluster.training.strategy == Strategy.AUTO:
             self.cluster.training.strategy = Strategy.PARAMETER_SERVER
         self._on_hosts_edited()
