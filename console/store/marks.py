@@ -52,9 +52,9 @@ class Marks:
 
     def clear(self) -> None:
         """No state, marker or restart, nothing said (under the lock)."""
-        for kept in (self.restarts, self.markers):
-            kept.clear()
         self.states.clear()
+        self.markers.clear()
+        self.restarts.clear()
         self.diverged.clear()
 
     def set_state(self, task: str, state: str, words: str, step: float) -> None:

@@ -124,30 +124,46 @@ class MetricsStore:
         self.capacity = capacity
         self._lock = _FairLock()
         self.curves = Curves(self._lock, capacity)
-        self.system = SystemLane(self.curves)
+        self.system_lane = SystemLane(self.curves)
         self.tasks = Tasks(self._lock)
         self.journal = Journal(self._lock, self.MAX_EVENTS, self.EVENT_BYTES, self.MAX_EPOCHS, self.EPOCH_BYTES)
         self.marks = Marks(self._lock, self.MAX_MARKERS)
         self.version = 0
 
-    workers, progress, alive = _part("tasks", "workers"), _part("tasks", "progress"), _part("tasks", "alive")
-    stragglers, alive_snapshot = _part("tasks", "stragglers"), _part("tasks", "alive_snapshot")
-    hosts, gpus_used = _part("system", "hosts"), _part("system", "gpus_used")
-    epochs, events = _part("journal", "epochs"), _part("journal", "events")
-    events_snapshot, events_since = _part("journal", "events_snapshot"), _part("journal", "events_since")
+    # What callers ask of the parts, under the names they have always had (each part says how it reads).
+    workers = _part("tasks", "workers")
+    progress = _part("tasks", "progress")
+    alive = _part("tasks", "alive")
+    stragglers = _part("tasks", "stragglers")
+    alive_snapshot = _part("tasks", "alive_snapshot")
+    hosts = _part("system_lane", "hosts")
+    gpus_used = _part("system_lane", "gpus_used")
+    epochs = _part("journal", "epochs")
+    events = _part("journal", "events")
+    events_snapshot = _part("journal", "events_snapshot")
+    events_since = _part("journal", "events_since")
     final_metrics = _part("journal", "final_metrics")
-    states, markers, restarts = _part("marks", "states"), _part("marks", "markers"), _part("marks", "restarts")
-    states_snapshot, markers_snapshot = _part("marks", "states_snapshot"), _part("marks", "markers_snapshot")
-    origin, latest, runtime = _part("curves", "origin"), _part("curves", "latest"), _part("curves", "runtime")
-    metrics, owners, series = _part("curves", "metrics"), _part("curves", "owners"), _part("curves", "series")
-    point_at, changed = _part("curves", "point_at"), _part("curves", "changed")
-    reference, points = _part("curves", "reference"), _part("curves", "points")
+    states = _part("marks", "states")
+    markers = _part("marks", "markers")
+    restarts = _part("marks", "restarts")
+    states_snapshot = _part("marks", "states_snapshot")
+    markers_snapshot = _part("marks", "markers_snapshot")
+    origin = _part("curves", "origin")
+    latest = _part("curves", "latest")
+    runtime = _part("curves", "runtime")
+    metrics = _part("curves", "metrics")
+    owners = _part("curves", "owners")
+    series = _part("curves", "series")
+    point_at = _part("curves", "point_at")
+    changed = _part("curves", "changed")
+    reference = _part("curves", "reference")
+    points = _part("curves", "points")
     write_csv = _part("curves", "write_csv")
 
     def _clear(self) -> None:
         """Empty the store (a snapshot that could not be read whole)."""
         with self._lock:
-            for part in (self.curves, self.tasks, self.system, self.journal, self.marks):
+            for part in (self.curves, self.tasks, self.system_lane, self.journal, self.marks):
                 part.clear()
             self.version += 1
 
@@ -282,7 +298,7 @@ class MetricsStore:
         only ``tasks`` (the run's tasks there; None: any) get rows, and at most ``MAX_GPUS`` GPUs a host, each an
         index below ``MAX_GPUS * 4``."""
         with self._lock:
-            self.system.add(host, record, tasks)
+            self.system_lane.add(host, record, tasks)
             self.version += 1
 
     def set_state(self, task: str, state: str, words: str = "") -> None:
@@ -305,8 +321,8 @@ class MetricsStore:
         """Keep the whole store in ``folder`` as a snapshot (console.store.snapshot) that ``restore`` gives back
         without a record decoded again; ``where``: Snapshot's fields of where the session read each task to."""
         with self._lock:
-            state = Snapshot(**self.curves.kept(), **self.tasks.kept(), **self.system.kept(), **self.journal.kept(),
-                             **self.marks.kept(), **where)
+            state = Snapshot(**self.curves.kept(), **self.tasks.kept(), **self.system_lane.kept(),
+                             **self.journal.kept(), **self.marks.kept(), **where)
         # Copies of the lists, not of the records: a record is never changed once kept. (A deep copy by a JSON
         # round trip held the lock, and the interpreter, for a third of a second after a flood of events.)
         snapshots.write(folder, state, self.curves.rows(state.tables))
@@ -325,7 +341,7 @@ class MetricsStore:
             tables = snapshots.table_arrays(folder, state)
             first = next(tables, None)  # the arrays are checked before the first comes
             with self._lock:  # what is small first: the view shows the tasks as their curves come
-                for part in (self.curves, self.tasks, self.journal, self.marks, self.system):
+                for part in (self.curves, self.tasks, self.journal, self.marks, self.system_lane):
                     part.take_up(state)
                 self.version += 1
             if first is not None:
