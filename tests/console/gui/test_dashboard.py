@@ -441,7 +441,7 @@ def test_smoothing_log_y_and_the_x_axis_change_what_is_drawn(qtbot):
     smooth = board.smooth_curves[("worker-0", "loss")]
     sx, sy = smooth.getData()
     assert list(sx) == list(raw_x) and not np.allclose(sy, raw_y)
-    table = store._tables[("worker-0", "step")]
+    table = store.curves.tables[("worker-0", "step")]
     assert np.allclose(sy, table.smoothed("loss", 0.9, "step"))
     assert np.std(np.diff(sy)) < 0.5 * np.std(np.diff(raw_y)), "smoothed: less jagged"
     assert loss.opts["pen"].color().alpha() < 100, "the raw curve stays, faint, behind"
