@@ -508,7 +508,8 @@ def load(path: str | Path) -> Cluster:
     return loads(read_text(path), source=str(path))
 
 
-def validate(cluster: Cluster) -> None:
+def _host_rules(cluster: Cluster) -> None:
+    """The cluster's own hosts and where its tasks run on them."""
     if not cluster.hosts:
         raise ClusterFileError("the cluster has no hosts; add a [[hosts]] table with a name")
     if not cluster.tasks:
@@ -548,12 +549,6 @@ def validate(cluster: Cluster) -> None:
                     f"tasks[{i}] and tasks[{seen[key]}] both use {key}; give each task on a host its own port"
                 )
             seen[key] = i
-    chiefs = [i for i, t in enumerate(cluster.tasks) if t.role == CHIEF]
-    if len(chiefs) > 1:
-        raise ClusterFileError(
-            f"tasks[{chiefs[0]}] and tasks[{chiefs[1]}] are both chief; a cluster has at most one chief "
-            "(make the others role = \"worker\")"
-        )
     used = {t.host for t in cluster.tasks}
     remote = sorted(h.name for h in cluster.hosts if h.name in used and not _is_loopback(h.tf_host))
     for host in cluster.hosts:
@@ -562,6 +557,17 @@ def validate(cluster: Cluster) -> None:
                 f"host {host.name!r} has the loopback address {host.tf_host!r}, but tasks also run on "
                 f"{', '.join(remote)}, which cannot reach it there; give {host.name!r} an address the other hosts can reach"
             )
+
+
+def validate(cluster: Cluster) -> None:
+    if cluster.slurm is None:  # (a Slurm job's tasks are [slurm]'s, on nodes Slurm picks)
+        _host_rules(cluster)
+    chiefs = [i for i, t in enumerate(cluster.tasks) if t.role == CHIEF]
+    if len(chiefs) > 1:
+        raise ClusterFileError(
+            f"tasks[{chiefs[0]}] and tasks[{chiefs[1]}] are both chief; a cluster has at most one chief "
+            "(make the others role = \"worker\")"
+        )
     t = cluster.training
     if cluster.slurm is not None and t.firewall:
         raise ClusterFileError("training.firewall is for hosts of your own (nftables on each); a Slurm cluster's "

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from agent.protocol import format_address, parse_address, parse_task_name
 from console import cluster as cl
+from console.run.placement import placement_for
 from trainer.plan import GlobalSplit, replicas_per_worker, strategy_for
 from trainer.strategies import Strategy
 from trainer.tf_config import PS, TRAINING_ROLES, WORKER, chief_name
@@ -94,7 +95,8 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
     """The diagram's content. ``gpus_by_host`` comes from a check; ``started`` is a run's
     "started" event; ``addresses`` maps task names to the host:port a run gave them; ``left``: the tasks an
     elastic run goes on without (the batch splits over the others, the first of which may be the chief now).
-    A Slurm cluster's tasks stand on stand-in nodes until a run's addresses say which nodes Slurm chose."""
+    A Slurm cluster's tasks stand on the nodes its placement plans until a run's addresses say which nodes Slurm
+    chose."""
     gpus_by_host = gpus_by_host or {}
     addresses = addresses or {}
     names = cluster.task_names()
@@ -111,6 +113,8 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
     for name, task in zip(names, cluster.tasks):
         ports.append(parse_address(addresses[name])[1] if name in addresses else task.port)
     resolved = "auto" not in ports
+    placement = placement_for(cluster)  # where each task is planned: a host of the cluster's, or a node to come
+    planned = {i: machine for machine, indexes in placement.machines().items() for i in indexes}
     boxes = {h.name: HostBox(h.name, h.address or "localhost") for h in cluster.hosts}
     device_counts = []
     for i, (name, task) in enumerate(zip(names, cluster.tasks)):
@@ -129,11 +133,12 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
             devices = ["CPU"] if count == 1 else [f"CPU {d}" for d in range(count)]
         if name in workers:
             device_counts.append(len(devices))
-        host_name = task.host
-        if cluster.slurm is not None and name in addresses:  # the node Slurm chose for it (its TF_CONFIG says)
-            host_name = parse_address(addresses[name])[0]
+        host_name = planned.get(i, task.host)
+        if placement.picks_machines:  # the node the place chose for it (its TF_CONFIG says), else the one planned
+            if name in addresses:
+                host_name = parse_address(addresses[name])[0]
             boxes.setdefault(host_name, HostBox(host_name, host_name))
-            address = addresses[name]
+            address = addresses.get(name) or format_address(host_name, ports[i])
         else:
             host = cluster.host(task.host)
             address = format_address(host.tf_host, ports[i]) if task.in_cluster else ""  # an evaluator serves nothing
@@ -141,7 +146,9 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
         if started is not None and task.role == PS:
             index = parse_task_name(name)[1]
             held = [v for v in started.get("variables") or [] if v.get(PS) == index]
-        config = cluster.tf_config(i, ports, members) if resolved and name not in left else None
+        # (a place that picks the machines makes each task's TF_CONFIG where it starts it)
+        config = cluster.tf_config(i, ports, members) if resolved and name not in left and \
+            not placement.picks_machines else None
         boxes[host_name].tasks.append(TaskBox(name, task.role, host_name, address, name == chief, devices,
                                               config, held, name in left))
     per_worker = max(device_counts) if device_counts else 1
@@ -171,7 +178,7 @@ def picture(cluster: cl.Cluster, gpus_by_host: dict[str, int] | None = None, sta
         split = BatchSplit(len(workers), per_worker, per_replica, per_replica * replicas,
                            Strategy.PARAMETER_SERVER if pss else strategy_for(t.strategy, len(workers), 0), False,
                            problem)
-    idle = [] if cluster.slurm is not None else [b for b in boxes.values() if not b.tasks]  # Slurm: no stand-ins
+    idle = [b for b in boxes.values() if not b.tasks]  # a spare host of the cluster's
     return [b for b in boxes.values() if b.tasks] + idle, split
 
 

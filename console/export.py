@@ -241,7 +241,7 @@ def _describe(cluster: cl.Cluster) -> str:
     parts = [f"{n} {role}{'s' if n > 1 else ''}" for role in ROLES
              if (n := counts.get(role))]
     roles = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-    hosts = _used_hosts(cluster)
+    hosts = [machine for machine, tasks in placement_for(cluster).machines().items() if tasks]
     t = cluster.training
     if t.script:
         what = f"running the script {_comment_safe(Path(t.script).name)}"
@@ -250,7 +250,7 @@ def _describe(cluster: cl.Cluster) -> str:
     else:
         what = f"training {t.workload} for {t.epochs} epochs"
     return (f"{roles} on {len(hosts)} host{'s' if len(hosts) > 1 else ''} "
-            f"({', '.join(h.name for h in hosts)}), {what}")
+            f"({', '.join(hosts)}), {what}")
 
 
 USER_DIR = "user"  # an export's copy of the user's code (its workdir), or its model file
@@ -480,6 +480,9 @@ _SERVER_STATUS = """\
 
 
 def _scripts(cluster: cl.Cluster, options: Options) -> Export:
+    if not cluster.hosts:  # a Slurm cluster file: its nodes are Slurm's to pick, none to launch on by hand
+        raise ExportError("launch scripts start each host's tasks by hand, and this cluster has no hosts of its own "
+                          "(Slurm picks its nodes)", "export it as slurm, or as tfjob or trainjob for Kubernetes")
     ports, chosen = concrete_ports(cluster)
     names = cluster.task_names()
     configs = [cluster.tf_config(i, ports) for i in range(len(cluster.tasks))]
@@ -676,8 +679,9 @@ def _slurm(cluster: cl.Cluster, options: Options) -> Export:
         raise ExportError(f"--cpus-per-task {options.cpus_per_task!r} is not a number of CPUs",
                           f"give {cpus.low} to {cpus.high}")
     t = cluster.training
-    hosts = _used_hosts(cluster)
-    per_host = {h.name: sum(task.host == h.name for task in cluster.tasks) for h in hosts}
+    # Where the tasks are planned (the cluster's hosts, or a Slurm cluster file's nodes): each one a node.
+    per_host = {machine: len(tasks) for machine, tasks in placement_for(cluster).machines().items() if tasks}
+    hosts = list(per_host)
     most = max(per_host.values())
     if not isinstance(options.port_base, int) or not 1 <= options.port_base <= 65536 - most:
         raise ExportError(f"the port base {options.port_base!r} leaves no room for {most} tasks on a node",

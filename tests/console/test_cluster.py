@@ -219,15 +219,19 @@ qos = "normal"
 """
 
 
-def test_a_slurm_cluster_reads_back_unchanged_and_stands_in_for_slurms_tasks():
+def test_a_slurm_cluster_reads_back_unchanged_and_its_placement_plans_slurms_tasks():
     cluster = cl.loads(SLURM)
     assert cl.loads(cl.dumps(cluster)) == cluster
     assert "[[hosts]]" not in cl.dumps(cluster) and "[slurm]" in cl.dumps(cluster)
     s = cluster.slurm
     assert (s.login, s.partition, s.nodes, s.tasks_per_node, s.gpus_per_task, s.time, s.account, s.qos) == (
         "login.hpc.example", "gpu", 3, 2, 1, "2:00:00", "lab", "normal")
-    # tasks_per_node tasks on each node, in rank order (the trainer's Slurm mode places ranks the same way)
-    assert [t.host for t in cluster.tasks] == ["slurm-node-0"] * 2 + ["slurm-node-1"] * 2 + ["slurm-node-2"] * 2
+    # No hosts: Slurm picks the nodes. Its placement plans tasks_per_node tasks on each node, in rank order (the
+    # trainer's Slurm mode places ranks the same way).
+    from console.run.placement import placement_for
+    assert cluster.hosts == [] and [t.host for t in cluster.tasks] == [""] * 6
+    assert placement_for(cluster).machines() == {"slurm-node-0": [0, 1], "slurm-node-1": [2, 3],
+                                                 "slurm-node-2": [4, 5]}
     assert {t.role for t in cluster.tasks} == {"worker"} and all(t.gpus == [0] for t in cluster.tasks)
 
 

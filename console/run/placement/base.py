@@ -23,6 +23,8 @@ class Placement:
     relaunches_one = True
     #: Whether tfcc picks the tasks' ports (``port = "auto"``); a Slurm job's are its job id's.
     picks_ports = True
+    #: Whether the place picks each task's machine when it starts (Slurm): its launch says where it runs.
+    picks_machines = False
 
     def __init__(self, cluster: cl.Cluster):
         self.cluster = cluster
@@ -35,6 +37,11 @@ class Placement:
 
     def task_hosts(self) -> list[str]:
         """For each task of the cluster (in order), the name of the host it is followed through."""
+        raise NotImplementedError
+
+    def machines(self) -> dict[str, list[int]]:
+        """Where the cluster's tasks are planned to run: each machine's name and its tasks' indexes, in order (a
+        place that picks the machines names those it will pick, as many as it asks for)."""
         raise NotImplementedError
 
     def preflight(self, ask_host_key=None, timeout: float = 60.0) -> None:

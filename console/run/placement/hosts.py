@@ -40,6 +40,9 @@ class OwnHosts(Placement):
     def task_hosts(self) -> list[str]:
         return [t.host for t in self.cluster.tasks]
 
+    def machines(self) -> dict[str, list[int]]:
+        return {h.name: [i for i, t in enumerate(self.cluster.tasks) if t.host == h.name] for h in self.hosts()}
+
     def same_place(self, ran: cl.Cluster, addresses: set) -> bool:
         return ran.slurm is None and {(h.name, h.address, h.local) for h in ran.hosts} <= addresses
 

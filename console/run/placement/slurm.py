@@ -23,6 +23,8 @@ from console.store.manifests import console_id
 
 log = logging.getLogger("console.run.placement")
 
+NODE = "slurm-node-{}"  # a node of the job before Slurm picks it (the diagram draws its tasks there till then)
+
 
 def launched_address(record: dict) -> str:
     """A launched record's own address (its cluster's entry for its task), or ""."""
@@ -43,6 +45,7 @@ class SlurmJob(Placement):
     name = "Slurm"
     relaunches_one = False
     picks_ports = False
+    picks_machines = True
 
     def __init__(self, cluster: cl.Cluster):
         super().__init__(cluster)
@@ -61,6 +64,15 @@ class SlurmJob(Placement):
 
     def task_hosts(self) -> list[str]:
         return [self.login.name] * len(self.cluster.tasks)
+
+    def machines(self) -> dict[str, list[int]]:
+        """``slurm.nodes`` nodes of ``tasks_per_node`` tasks each, in rank order (as srun's block distribution
+        places them); Slurm names them when the job starts."""
+        per_node = self.slurm.tasks_per_node
+        nodes: dict[str, list[int]] = {}
+        for rank in range(len(self.cluster.tasks)):
+            nodes.setdefault(NODE.format(rank // per_node), []).append(rank)
+        return nodes
 
     def preflight(self, ask_host_key=None, timeout: float = 60.0):
         return preflight(self.cluster, ask_host_key, timeout=timeout)
