@@ -9,9 +9,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CONSOLE = ROOT / "console"
 
-# Who may ask a cluster whether it is a Slurm one: the placement (console/run/placement/), the cluster file, the
-# setup form (and its Slurm dialog) and the diagram (a Slurm job's nodes are drawn before Slurm picks them).
-READS_SLURM = {"console/cluster.py", "console/gui/setup_form.py", "console/gui/dialogs.py", "console/diagram_model.py"}
+# Who may ask a cluster whether it is a Slurm one: the placement (console/run/placement/), the cluster file and the
+# setup form (and its Slurm dialog). The diagram asks the placement where each task is planned.
+READS_SLURM = {"console/cluster.py", "console/gui/setup_form.py", "console/gui/dialogs.py"}
 PLACEMENT = "console/run/placement/"
 
 # The supervisor's rooms: the run-level state is theirs, and changes through the door only.
