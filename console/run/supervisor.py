@@ -109,13 +109,14 @@ class Supervisor(Judging, Watchdogs, Elastic):
     def state(self) -> str:
         return self._state
 
-    def change(self, new: str, only_from: str | None = None) -> bool:
+    def change(self, new: str, only_from: str | None = None, unless: tuple = ()) -> bool:
         """The one door: move to ``new`` (a Supervision) along an edge of ``Supervision.EDGES`` and tell the
         listeners; with ``only_from``, only from that state (a restart's end does not undo a stop that came
-        meanwhile). Whether it moved; an edge the table lacks is a bug (ValueError)."""
+        meanwhile); never from a state in ``unless``. Checked and moved at once (a person's stop comes on another
+        thread). Whether it moved; an edge the table lacks is a bug (ValueError)."""
         with self._changing:
             old = self._state
-            if old == new or (only_from is not None and old != only_from):
+            if old == new or old in unless or (only_from is not None and old != only_from):
                 return False
             if new not in Supervision.EDGES[old]:
                 raise ValueError(f"run {self.run.run_id}: supervision cannot go from {old} to {new}")
@@ -130,7 +131,7 @@ class Supervisor(Judging, Watchdogs, Elastic):
 
     def give_up(self, because: str = GaveUp.OTHER) -> None:
         """Nothing more is tried (unless a stop was asked for already: that stays what it is)."""
-        if self._state not in Supervision.OVER and self.change(Supervision.GIVEN_UP):  # * -> GIVEN_UP
+        if self.change(Supervision.GIVEN_UP, unless=Supervision.OVER):  # * -> GIVEN_UP
             self.gave_up_because = because
 
     def stop_asked(self) -> None:
@@ -481,8 +482,8 @@ class Supervisor(Judging, Watchdogs, Elastic):
                                            "without evaluation: fix the cause, then a new run")
             return
         if not verdict.retryable or self.restarts_left <= 0:
-            self.give_up(GaveUp.OTHER)  # WATCHING -> GIVEN_UP: the coordinator waits for the worker; when it
-            #                             fails, its servers end too
+            # WATCHING -> GIVEN_UP: the coordinator waits for the worker; when it fails, its servers end too
+            self.give_up()
             self._say(SessionKind.GAVE_UP, f"run {run_id}: {names} not started again ({why}); the coordinator "
                                            f"waits for it up to an hour: fix the cause, then tfcc stop {run_id} and "
                                            f"tfcc resume {run_id}")

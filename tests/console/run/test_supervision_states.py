@@ -48,3 +48,33 @@ def test_a_restarts_end_does_not_undo_a_stop_asked_for_meanwhile():
     assert supervisor.state == Supervision.STOPPING and supervisor.stop_requested and supervisor.given_up
     supervisor.give_up()  # a stop stays a stop
     assert supervisor.state == Supervision.STOPPING and told == [(Supervision.RESTARTING, Supervision.STOPPING)]
+
+
+def test_giving_up_and_a_stop_on_another_thread_never_meet_outside_the_table():
+    """A restart gives up on the session's thread while a person's Stop comes on the window's: whichever is first,
+    the door checks and moves at once, and a stop asked for stays what it is."""
+    import threading
+
+    for first_stop in (True, False):
+        supervisor, told = _supervisor(Supervision.RESTARTING)
+        go = threading.Barrier(2)
+        errors = []
+
+        def stop():
+            go.wait()
+            supervisor.stop_asked()
+
+        def give_up():
+            go.wait()
+            try:
+                supervisor.give_up()
+            except ValueError as exc:  # an edge outside the table: what a check-then-move would meet
+                errors.append(exc)
+
+        threads = [threading.Thread(target=f) for f in ((stop, give_up) if first_stop else (give_up, stop))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert errors == [] and supervisor.state == Supervision.STOPPING and supervisor.stop_requested
+
