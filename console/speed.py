@@ -364,9 +364,16 @@ def explain(ask: str, records: dict[str, dict], missing: list[str] | None = None
         reduce = statistics.median(r.communication for r in rows)
         size = _value(rows[0].record, "gradient_bytes")
         amount = f" ({size / 1e6:.2g} MB of gradients in {_ms(reduce)})" if size else ""
-        words = (f"communication-bound: {communication:.0%} of each step waits on the all-reduce{amount} — a larger "
-                 f"batch per replica (fewer all-reduces per example), RING or NCCL (training.communication), fewer "
-                 f"hosts, or a faster link between them")
+        places = {(hosts or {}).get(r.task) for r in rows}
+        if len(places) == 1 and None not in places:  # no link between hosts: the workers split one host's CPU
+            words = (f"communication-bound: {communication:.0%} of each step waits on the all-reduce{amount} — its "
+                     f"workers share {places.pop()}, no link between hosts is in it: a worker the shared CPU holds "
+                     f"back keeps its peers waiting in the all-reduce; a worker a host, or a larger batch per replica "
+                     f"(fewer all-reduces per example)")
+        else:
+            words = (f"communication-bound: {communication:.0%} of each step waits on the all-reduce{amount} — a "
+                     f"larger batch per replica (fewer all-reduces per example), RING or NCCL "
+                     f"(training.communication), fewer hosts, or a faster link between them")
         busy = _busy_hosts(rows, hosts or {})
         if busy:  # a worker starved of CPU keeps its peers in the all-reduce: the link may not be the cause
             words += (f"; but {busy} while it was measured: a worker they hold back keeps its peers waiting in the "

@@ -90,22 +90,34 @@ OTHERS = [{"pid": 4242, "name": "python", "cpu": 1.4}, {"pid": 77, "name": "gzip
 
 @pytest.mark.parametrize("cpu, busy", [
     ({"others": OTHERS}, "other processes used the hosts' CPU (pid 4242 (python) 1.4 CPU)"),
-    ({"host_busy": 0.97}, "other work kept 1.3 cores of h0 busy beside the run's workers")])
+    ({"host_busy": 0.97}, "other work kept 1.6 cores of h0 busy beside the run's workers")])
 def test_an_all_reduce_wait_on_busy_hosts_says_so_beside_the_advice(cpu, busy):
-    """Another training on the workers' host (the CI's own load beside the suite): a worker it holds back keeps its
+    """Another training on the workers' hosts (the CI's own load beside the suite): a worker it holds back keeps its
     peers in the all-reduce. The verdict keeps the advice (a slow link may be there too) and says what else held
-    the host (its processes named once, or the cores busy beyond the run's workers), and to ask again when quiet."""
+    the hosts (its processes named once, or the cores busy beyond the run's workers), and to ask again when quiet."""
     verdict = speed.explain("a", {"worker-0": record(step=0.06, compute=0.005, reduce=0.05,
                                                      cpu={"used": 0.3, "cores": 2, "allowed": 2, **cpu}),
                                   "worker-1": record(step=0.06, compute=0.005, reduce=0.05,
-                                                     cpu={"used": 0.34, "cores": 2, "allowed": 2, **cpu})},
-                            hosts={"worker-0": "h0", "worker-1": "h0"})
+                                                     cpu={"used": 0.34, "cores": 2, "allowed": 2})},
+                            hosts={"worker-0": "h0", "worker-1": "h1"})
     assert verdict.kind == speed.COMMUNICATION_BOUND
     assert verdict.findings[0].words == (
         "communication-bound: 83% of each step waits on the all-reduce (1 MB of gradients in 50 ms) — a larger batch "
         "per replica (fewer all-reduces per example), RING or NCCL (training.communication), fewer hosts, or a faster "
         f"link between them; but {busy} while it was measured: a worker they hold back keeps its peers waiting in the "
         "all-reduce too — ask again when the hosts are quiet, before changing anything")
+
+
+def test_workers_on_one_host_that_wait_on_the_all_reduce_are_told_no_link_is_in_it():
+    """Every worker on one host: the all-reduce runs over its loopback, and what keeps a worker in it is a peer the
+    shared CPU holds back; the advice is a worker a host, never a faster link or fewer hosts."""
+    verdict = speed.explain("a", {f"worker-{i}": record(step=0.06, compute=0.005, reduce=0.05) for i in range(2)},
+                            hosts={"worker-0": "here", "worker-1": "here"})
+    assert verdict.kind == speed.COMMUNICATION_BOUND
+    assert verdict.findings[0].words == (
+        "communication-bound: 83% of each step waits on the all-reduce (1 MB of gradients in 50 ms) — its workers "
+        "share here, no link between hosts is in it: a worker the shared CPU holds back keeps its peers waiting in "
+        "the all-reduce; a worker a host, or a larger batch per replica (fewer all-reduces per example)")
 
 
 def test_a_host_busy_with_the_runs_own_workers_alone_is_no_busy_host():

@@ -112,11 +112,13 @@ def test_a_run_with_nothing_seeded_is_healthy_and_tfcc_why_slow_asks_it_too(home
 
     verdict, _, took = measured(script_cluster(homes), "healthy", show=True, then=ask_from_the_command_line)
     assert took <= bound(60)
-    # Healthy on a quiet machine; beside other work (the CI's training loop), what a starved worker causes (its peer
-    # waiting in the all-reduce, or for it) is said with what held the host, never as a slower machine or link.
+    # Healthy on a quiet machine; beside other work (the CI's training loop, the other test worker), what a starved
+    # worker causes (its peer waiting in the all-reduce, or for it) is said with what held the host (the two workers
+    # share it), never as a slower machine or link.
     first = verdict.lines()[0]
     assert verdict.kind == speed.HEALTHY or (
-        verdict.kind == speed.COMMUNICATION_BOUND and "while it was measured: a worker they hold back" in first) or (
+        verdict.kind == speed.COMMUNICATION_BOUND and any(words in first for words in (
+            "while it was measured: a worker they hold back", "no link between hosts is in it"))) or (
         verdict.kind == speed.STRAGGLER and any(words in first for words in (
             "beside the run's workers while it was measured", "busy with another process", "saturated",
             "the host's CPU was not shared evenly"))), verdict.lines()
