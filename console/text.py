@@ -316,12 +316,10 @@ def hosts_words(hosts: dict) -> str:
     return f"{said} on {len(hosts)} host{'s' * (len(hosts) != 1)}" if hosts else ""
 
 
-def cluster_words(cluster) -> str:
-    """``2 workers on 2 hosts`` of a cluster."""
-    hosts: dict = {}
-    for name, task in zip(cluster.task_names(), cluster.tasks):
-        hosts.setdefault(task.host, []).append(name)
-    return hosts_words(hosts)
+def machines_words(names: list[str], machines: dict[str, list[int]]) -> str:
+    """``2 workers on 2 hosts`` of a cluster: its task ``names``, and where its placement plans them (machine ->
+    the indexes of its tasks: console.run.placement.Placement.machines)."""
+    return hosts_words({machine: [names[i] for i in tasks] for machine, tasks in machines.items() if tasks})
 
 
 def job_words(job: dict) -> str:

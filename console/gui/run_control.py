@@ -256,7 +256,8 @@ class RunControl(QObject):
             return
         known = self.runs_panel.infos.get(run.run_id)
         self.dashboard.set_header(RunHeader(run.run_id, known.name if known else "", state,
-                                            text.cluster_words(run.cluster), text.settings_text(run.cluster)))
+                                            text.machines_words(run.cluster.task_names(), run.placement.machines()),
+                                            text.settings_text(run.cluster)))
 
     # ------------------------------------------------------------ what the session says
 

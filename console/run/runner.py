@@ -122,6 +122,7 @@ class Run:
         """Every task of ``host`` runs on the spare host ``spare`` from the next start (with new TF_CONFIGs for
         all: a task's address changed); the run's cluster and manifest say so. The tasks moved."""
         self.cluster = copy.deepcopy(self.cluster)  # the run's own from now: the settings it came from stay
+        self.placement.cluster = self.cluster       # (where the place plans its tasks follows)
         self.cluster.host(spare).spare = False      # it runs tasks now: a spare no more
         moved = []
         for task, spec in zip(self.tasks, self.cluster.tasks):
