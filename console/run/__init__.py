@@ -1,6 +1,8 @@
-"""One live run (Qt-free): its tasks' launch, their runner, their supervisor, and the session.
+"""One live run (Qt-free): where its tasks run, its runner, its supervisor, and the session.
 
-``launch`` says how a task is started, ``runner`` starts, stops and follows the tasks on their hosts,
-``supervisor`` watches them and restarts the run when it can, and ``session`` makes sense of what is followed,
-once, for every front end.
+``launch`` says how a task is started; ``placement`` is where the tasks run (hosts of one's own, or a Slurm job),
+chosen once from the cluster; ``runner`` deploys, hands the start and the stop to the placement and follows the
+tasks; ``supervisor`` watches them (``watchdogs``), judges a failure (``judging``), restarts the run when it can
+and changes an elastic run's size (``elastic``), its state one ``console.states.Supervision``; and ``session``
+makes sense of what is followed, once, for every front end (``breakdowns``: why it is slow).
 """
