@@ -48,7 +48,7 @@ def toml(hosts: str = HOST, tasks: str = TASK, training: str = "", trap: bool = 
 
 
 def manifest(run_id: str, cluster_text: str = HOST + TASK, addresses=("localhost:23456",)) -> str:
-    """A run manifest as ``Run._write_manifest`` writes it (one local worker unless told)."""
+    """A run manifest as ``Run.write_manifest`` writes it (one local worker unless told)."""
     workers = list(addresses)
     return json.dumps({"run_id": run_id, "created": 1.0, "cluster": cluster_text,
                        "tasks": [{"name": f"worker-{i}", "host": "local",
