@@ -27,7 +27,7 @@ from console.remote.channel import AgentRequestError
 from console.run.launch import at_once
 from console.run.placement import placement_for
 from console.run.runner import RECONNECTING, Run
-from console.run.session import OFFER, RunSession
+from console.run.session import REPLAY, RunSession
 from console.states import RunState, SessionKind, run_state
 from console.store.cache import (CONSOLE_TASK, SUMMARY, cache_dir, fill_from_cache, read_summary, remove_cache, task_file,
                                  whole)
@@ -103,7 +103,7 @@ def _replay(run_id: str, store, ask_host_key, timeout: float) -> None:
     writes the cache as it goes). A host that cannot be reached ends it at once, as does a run still
     going after ``timeout`` seconds (the caller follows a running run live instead)."""
     run = Run.load(run_id, ask_host_key)
-    session = RunSession(run, store, watchdog=math.inf, restarts=0, found_failures=OFFER)
+    session = RunSession(run, store, watchdog=math.inf, restarts=0, found_failures=REPLAY)  # (it never acts on the run)
     unreachable: list[str] = []
     stop = threading.Event()
 

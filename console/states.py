@@ -197,6 +197,9 @@ class Left(str):
         left.reason = reason
         return left
 
+    def __reduce__(self):  # a copy, a pickle: the words and the reason
+        return Left, (str(self), self.reason)
+
     @classmethod
     def read(cls, words: str, reason=None) -> "Left":
         """A manifest's: its reason where it has one; an older manifest's sentence, read once by its words."""

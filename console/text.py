@@ -319,7 +319,8 @@ def hosts_words(hosts: dict) -> str:
 def machines_words(names: list[str], machines: dict[str, list[int]]) -> str:
     """``2 workers on 2 hosts`` of a cluster: its task ``names``, and where its placement plans them (machine ->
     the indexes of its tasks: console.run.placement.Placement.machines)."""
-    return hosts_words({machine: [names[i] for i in tasks] for machine, tasks in machines.items() if tasks})
+    placed = sorted((tasks, machine) for machine, tasks in machines.items() if tasks)  # the first task's first
+    return hosts_words({machine: [names[i] for i in tasks] for tasks, machine in placed})
 
 
 def job_words(job: dict) -> str:

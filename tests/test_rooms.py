@@ -25,7 +25,7 @@ def console_files():
         yield path.relative_to(ROOT).as_posix(), ast.parse(path.read_text(encoding="utf-8"))
 
 
-def test_only_the_placement_the_cluster_file_the_setup_form_and_the_diagram_read_cluster_slurm():
+def test_only_the_placement_the_cluster_file_and_the_setup_form_read_cluster_slurm():
     found = [f"{rel}:{node.lineno}" for rel, tree in console_files()
              if not rel.startswith(PLACEMENT) and rel not in READS_SLURM
              for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr == "slurm"]

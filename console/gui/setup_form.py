@@ -18,6 +18,7 @@ from console.checks import Report
 from console.cluster_fields import TRAINING, Field
 from console.gui.check_view import cell, host_marks
 from console.gui.dialogs import HostDialog, ImportDialog, SlurmDialog
+from console.run.placement import placement_for
 from console.diagram_model import picture
 from trainer.strategies import Strategy
 from trainer.tf_config import CHIEF, WORKER, chief_name
@@ -361,8 +362,11 @@ class SetupForm(QWidget):
         self.tasks_table.setRowCount(len(c.tasks))
         chief = chief_name(names)
         found = self.gpus_by_host() if self.report is not None else {}  # what the check saw on each host
+        # Where each task is planned: its host, or the node a Slurm job will have (Slurm names it)
+        where = {i: machine for machine, tasks in placement_for(c).machines().items() for i in tasks}
         for row, (name, task) in enumerate(zip(names, c.tasks)):
-            row_cells = (cell(("\u265b " if name == chief else "") + name), cell(task.host), cell(task.role),
+            row_cells = (cell(("\u265b " if name == chief else "") + name), cell(where.get(row, task.host)),
+                         cell(task.role),
                          cell(str(task.port)), cell(gpus_text(task.gpus, found.get(task.host))))
             for column, item in enumerate(row_cells):
                 self.tasks_table.setItem(row, column, item)

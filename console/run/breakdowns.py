@@ -101,9 +101,11 @@ class Breakdowns:
             self._explained(verdict)
 
     def _ask_context(self) -> dict:
-        """What a verdict adds to the workers' records: each task's host and that host's newest system record."""
-        return {"systems": {t.name: self._systems[t.host] for t in self.run.tasks if t.host in self._systems},
-                "hosts": {t.name: t.host for t in self.run.tasks}}
+        """What a verdict adds to the workers' records: each task's machine (its host, a Slurm job's node) and that
+        machine's newest system record."""
+        where = {t.name: self.run.placement.machine_of(t) for t in self.run.tasks}
+        return {"systems": {name: self._systems[m] for name, m in where.items() if m in self._systems},
+                "hosts": where}
 
     def _look_at_asks(self) -> None:
         with self._asking:

@@ -161,7 +161,8 @@ class Elastic:
                 self._say(SessionKind.ALERT, f"run {self.run.run_id}: cannot go on without {host}: "
                                              f"{problem or 'a restart is under way; ask again once it is done'}")
                 continue
-            self.change(Supervision.RESIZING)  # WATCHING -> RESIZING
+            if not self.change(Supervision.RESIZING, only_from=Supervision.WATCHING):  # WATCHING -> RESIZING
+                continue  # a stop asked for meanwhile (another thread): the run ends, with every host
             try:
                 unstopped = self._stop_for_resize()
                 leaving = [t for t in self.run.members if t.host == host]
@@ -229,7 +230,8 @@ class Elastic:
         if any(not t.cluster_formed or t.ended for t in self.run.members):
             return  # an attempt still forming, or ending: the next backup
         hosts = sorted({t.host for t in joining})
-        self.change(Supervision.RESIZING)  # WATCHING -> RESIZING
+        if not self.change(Supervision.RESIZING, only_from=Supervision.WATCHING):  # WATCHING -> RESIZING
+            return  # a stop asked for meanwhile (another thread)
         try:
             # What ran there before it was lost may still run (a network cut off, not a host down): stopped first.
             if self.run.stop_each(grace=2, only=joining):

@@ -176,12 +176,6 @@ def firewall_request(cluster: cl.Cluster, address: str, tf_config: str | None = 
             "endpoints": endpoints or [address]}
 
 
-def slurm_login(slurm: cl.Slurm) -> cl.Host:
-    """The host a Slurm run is submitted from and followed through (its nodes share its files)."""
-    return cl.Host(name=slurm.login, address=slurm.login, user=slurm.user, port=slurm.port, key=slurm.key,
-                   python=slurm.python)
-
-
 def task_address(name: str, tf_config: str) -> str:
     """A task's host:port in its TF_CONFIG (by the TF_CONFIG's own task: in an elastic run that shrank, worker-2
     may be worker 1); "" for a task outside the training cluster (an evaluator). ``name``: for older manifests."""

@@ -25,8 +25,8 @@ from console import speed, text
 from console.errors import RunError
 from console.run.breakdowns import Breakdowns
 from console.run.runner import Run
-from console.run.supervisor import (OFFER, REMOVE_HOST, RESTART, TAKE_BACK, WATCHDOG_SECONDS,  # noqa: F401
-                                    Supervisor)  # (OFFER: its choices)
+from console.run.supervisor import (OFFER, REMOVE_HOST, REPLAY, RESTART, TAKE_BACK, WATCHDOG_SECONDS,  # noqa: F401
+                                    Supervisor)  # (OFFER, REPLAY: its choices)
 from console.states import (FOLLOW_ERROR, RECONNECTED, RECONNECTING, Listener, Mark, SessionEvent, SessionKind,
                             TaskState)
 from console.store.cache import CONSOLE_TASK, History

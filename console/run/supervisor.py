@@ -39,7 +39,10 @@ from trainer.tf_config import CHIEF, WORKER
 
 log = logging.getLogger("console.run.supervisor")
 
-RESTART, OFFER = "restart", "offer"  # what a session does with failures that happened before it followed
+# What a session does with failures that happened before it followed: restart them as max_restarts says, offer the
+# restart (a person decides), or, replaying a run's history, only say them: a replay never acts on the run's tasks
+# (they may run again meanwhile: a person's resume).
+RESTART, OFFER, REPLAY = "restart", "offer", "replay"
 
 
 # ============================================================================ the supervisor
@@ -63,6 +66,7 @@ class Supervisor(Judging, Watchdogs, Elastic):
         self._say, self._mark, self._follow, self._drain = say, mark, follow, drain
         self.watchdog = watchdog
         self.found_failures = found_failures
+        self.acts = found_failures != REPLAY  # stops, starts, resizes the run (a replay judges and says only)
         # Group restarts left for retryable failures (default: the cluster file's max_restarts).
         self.restarts_left = run.cluster.training.max_restarts if restarts is None else restarts
         self.attempt = 1
@@ -131,7 +135,8 @@ class Supervisor(Judging, Watchdogs, Elastic):
 
     def give_up(self, because: str = GaveUp.OTHER) -> None:
         """Nothing more is tried (unless a stop was asked for already: that stays what it is)."""
-        if self.change(Supervision.GIVEN_UP, unless=Supervision.OVER):  # * -> GIVEN_UP
+        moved = self.change(Supervision.GIVEN_UP, unless=Supervision.OVER)  # * -> GIVEN_UP
+        if moved or self.gave_up_because is None:  # (a stop asked for meanwhile: why it gave up is still so)
             self.gave_up_because = because
 
     def stop_asked(self) -> None:
@@ -287,8 +292,9 @@ class Supervisor(Judging, Watchdogs, Elastic):
         person's remove or take back (WATCHING -> RESIZING -> WATCHING or GIVEN_UP); the hosts an elastic run
         went on without are asked; a backup all share takes back those that answer (WATCHING -> RESIZING ->
         WATCHING or GIVEN_UP)."""
-        for step in (self._check_stalls, self._stop_at_nan, self._end_servers, self._supervise,
-                     self._check_watchdog, self._on_asks, self._probe_the_left, self._grow):
+        steps = (self._check_stalls, self._stop_at_nan, self._end_servers, self._supervise, self._check_watchdog,
+                 self._on_asks, self._probe_the_left, self._grow) if self.acts else (self._supervise,)
+        for step in steps:
             try:
                 step()
             except Exception:
@@ -342,9 +348,13 @@ class Supervisor(Judging, Watchdogs, Elastic):
         if self.run.cluster.parameter_server and self.run.placement.relaunches_one and \
                 all((parse_task_name(t.name)[0] == WORKER or evaluates(t)) and not self._stalled.get(t.name)
                     for t in failed):
-            self._relaunch_workers(failed)
+            if self.acts:
+                self._relaunch_workers(failed)
+            else:
+                self._judge(failed)
             return
-        self.change(Supervision.RESTARTING)  # WATCHING -> RESTARTING
+        if not self.change(Supervision.RESTARTING, only_from=Supervision.WATCHING):  # WATCHING -> RESTARTING
+            return  # a stop asked for meanwhile (another thread): its ends are no failures
         try:
             self._restart_after(failed)
         finally:
@@ -355,14 +365,15 @@ class Supervisor(Judging, Watchdogs, Elastic):
         # A task may ignore SIGTERM (a script's own handler; TensorFlow's, in a script run without the capture):
         # SIGKILL soon after. Every follow of this attempt
         # must deliver its end: one still reconnecting to a host would read beside the next attempt's.
+        unstopped, lost = [], []
         with self._stopping(text.STOPPED_WITH_GROUP):
-            unstopped = self.run.stop_each(grace=2)
-            lost: list[TaskState] = []
-            found = self._lost(unstopped) if unstopped and self.elastic else None
-            if found is not None:  # a host lost for good: its tasks move to a spare, or the run goes on without them
-                unstopped, lost = self._replace_lost(found)
-            if not self.run.wait(60):
-                unstopped = unstopped or [t.host for t in self.run.members if not t.ended]
+            if self.acts:
+                unstopped = self.run.stop_each(grace=2)
+                found = self._lost(unstopped) if unstopped and self.elastic else None
+                if found is not None:  # a host lost for good: its tasks move to a spare, or the run goes on without
+                    unstopped, lost = self._replace_lost(found)  # them
+                if not self.run.wait(60):
+                    unstopped = unstopped or [t.host for t in self.run.members if not t.ended]
             self._drain()  # the other tasks' ends: those that failed on their own are judged with the first
         failed += [t for t in self._failed if t not in failed]
         self._failed = []
@@ -373,18 +384,18 @@ class Supervisor(Judging, Watchdogs, Elastic):
             why = Left(f"{FAILING} (the last {count} in a row)", Leave.FAILING)
             # A coordinator that answers keeps its backups on its host: it is not moved (training would start over).
             coordinator = any(self._coordinates(t) for t in self.run.members if t.host == host)
-            if self.elastic and verdict.retryable and self.run.spares() and not coordinator:
+            if self.acts and self.elastic and verdict.retryable and self.run.spares() and not coordinator:
                 self._say(SessionKind.HOST_FAILING, words + "; its tasks move to a spare host")
                 self._move(host, self.run.spares()[0], f"{host} caused failure after failure (the last {count} in a "
                                                        "row)")
-            elif self.elastic and verdict.retryable and self._can_leave(host):
+            elif self.acts and self.elastic and verdict.retryable and self._can_leave(host):
                 self._say(SessionKind.HOST_FAILING, words + "; the run goes on without it")
                 self._leave([t for t in self.run.members if t.host == host], why,
                             again="once you take it back (right click on its task in the diagram), once fixed")
             else:
                 self._say(SessionKind.HOST_FAILING, words)
         run_id = self.run.run_id
-        if self.found_failures == OFFER and all(self._ended_before_following(t) for t in failed):
+        if self.found_failures in (OFFER, REPLAY) and all(self._ended_before_following(t) for t in failed):
             self.give_up()  # RESTARTING -> GIVEN_UP: a person decides (the window offers Resume)
             self._say(SessionKind.OFFERED, f"run {run_id} failed while no console followed it; "
                                            + ("Resume starts every task again from their backups" if verdict.retryable

@@ -78,6 +78,10 @@ class Placement:
     def watch(self, run, on_change) -> None:
         """Tell ``on_change(state)`` of the place's own state of the run while it changes (a Slurm job's)."""
 
+    def machine_of(self, task) -> str:
+        """The machine ``task`` (a TaskState) runs on now: its host here; a node where the place picks them."""
+        return task.host
+
     def launched(self, task, record: dict) -> None:
         """A task's launch record: where it runs now, when the place chose it (its address, its attempt)."""
 

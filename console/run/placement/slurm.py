@@ -180,6 +180,17 @@ class SlurmJob(Placement):
 
         threading.Thread(target=watch, name=f"tfcc-job-{run.run_id}", daemon=True).start()
 
+    def machine_of(self, task) -> str:
+        """Its node, from the address its launch gave (a node's samples come under its name); the node planned for
+        it until then."""
+        if task.address and task.address != "?":
+            try:
+                return parse_address(task.address)[0]
+            except (ValueError, AttributeError):
+                pass
+        index = next((i for i, t in enumerate(self.cluster.task_names()) if t == task.name), 0)
+        return NODE.format(index // self.slurm.tasks_per_node)
+
     def launched(self, task, record: dict) -> None:
         """Slurm chose its node: its address is in its TF_CONFIG; the job's script counts its attempts."""
         task.address = launched_address(record) or task.address

@@ -15,7 +15,7 @@ from console import cluster as cl
 from console.store.metrics import MetricsStore
 from console.run.runner import Run
 from console.run.session import RunSession
-from console.run.supervisor import OFFER, RESTART, waiting_report
+from console.run.supervisor import OFFER, REPLAY, RESTART, waiting_report
 from console.states import SessionKind
 from console import text
 from console.text import event_line
@@ -466,15 +466,21 @@ def test_a_run_can_choose_to_stop_at_its_first_non_finite_loss(homes, stop_on_na
         assert "gave_up" not in kinds
 
 
-@pytest.mark.parametrize("found_failures", [OFFER, RESTART])
+@pytest.mark.parametrize("found_failures", [OFFER, RESTART, REPLAY])
 def test_a_failure_from_before_a_session_attached_is_offered_or_restarted(homes, found_failures):
     """The run failed while no console followed it: the window's session names the cause and offers the
-    restart (a person decides); the CLI's attach restarts it as the run's max_restarts says."""
+    restart (a person decides); the CLI's attach restarts it as the run's max_restarts says; a replay of its
+    history (the Runs panel's) says the same as the window, and never reaches the run's tasks but to read them (a
+    person's resume may be starting them again meanwhile)."""
     run = script_run(homes, "away", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", 1)
     run.start()
     assert wait_until(lambda: all(s["phase"] == "failed" for s in run.status()), 30)
     run.detach()
     later = Run.load("away")
+    if found_failures == REPLAY:
+        def acted(*args, **kwargs):
+            raise AssertionError("a replay stopped or started the run's tasks")
+        later.stop_each = later.stop = later.start = later.relaunch = acted
     session = RunSession(later, MetricsStore(), found_failures=found_failures)
     events = []
     session.subscribe(lambda e: events.append((e.kind, e.text)) if e.kind in SessionKind.SUPERVISION else None)

@@ -78,3 +78,19 @@ def test_giving_up_and_a_stop_on_another_thread_never_meet_outside_the_table():
             t.join(10)
         assert errors == [] and supervisor.state == Supervision.STOPPING and supervisor.stop_requested
 
+
+def test_a_stop_between_the_check_and_the_restart_ends_supervision_without_an_edge_outside_the_table():
+    """A task failed; while the supervisor looks (is the run over? has the coordinator finished?), a person's Stop
+    comes on another thread: the restart does not begin, and nothing raises."""
+    supervisor, told = _supervisor(Supervision.WATCHING)
+    supervisor.run.cluster.parameter_server = False
+    supervisor._failed = [SimpleNamespace(name="worker-0", host="here")]
+
+    def stopped_meanwhile():
+        supervisor.stop_asked()
+        return False
+
+    supervisor._coordinator_finished = stopped_meanwhile
+    supervisor._supervise()
+    assert supervisor.state == Supervision.STOPPING and told == [(Supervision.WATCHING, Supervision.STOPPING)]
+

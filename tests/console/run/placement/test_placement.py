@@ -47,3 +47,18 @@ def test_the_same_place_is_the_same_hosts_or_the_same_login_host():
     assert not placement_for(slurm).same_place(hosts, set())
     other = cl.loads(SLURM.replace("login.hpc.example", "login2.hpc.example"))
     assert not placement_for(slurm).same_place(other, set())
+
+
+def test_a_slurm_task_runs_on_the_node_its_launch_named_and_is_planned_on_one_till_then():
+    """Why slow? and the system lane name a Slurm task's machine: the node its launch's address names (its node's
+    samples come under that name), else the node planned for it; never the login host it is followed through."""
+    from console.states import TaskState
+
+    placement = placement_for(cl.loads(SLURM))
+    tasks = [TaskState(name, "login.hpc.example") for name in placement.cluster.task_names()]
+    assert [placement.machine_of(t) for t in tasks] == ["slurm-node-0", "slurm-node-0", "slurm-node-1",
+                                                         "slurm-node-1"]
+    tasks[3].address = "gpu12:8889"
+    assert placement.machine_of(tasks[3]) == "gpu12"
+    hosts = placement_for(hosts_cluster())
+    assert [hosts.machine_of(TaskState(n, h)) for n, h in (("chief-0", "a"), ("worker-0", "b"))] == ["a", "b"]
