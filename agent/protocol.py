@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-PROTOCOL_VERSION = 9  # 2: metrics follow messages carry the file's own lines ("lines"), not records
+PROTOCOL_VERSION = 10  # 2: metrics follow messages carry the file's own lines ("lines"), not records
 # 3: the "system" op streams a host's CPU, memory and GPU load and its tasks' processes
 # 4: "missing_blobs" says which files of a script's workdir a host lacks; "start" takes "workdir"
 # 5: "status" says a task's backups' steps ("backups", a list) and the files of its newest ("backup_files")
@@ -17,6 +17,7 @@ PROTOCOL_VERSION = 9  # 2: metrics follow messages carry the file's own lines ("
 # 8: "start" takes "refresh_work": a resume brings each task's copy of the script's files up to date
 # 9: so does "submit" (its "work_refreshed" maps each task to what changed); a follow's lines are split at line
 #    feeds only (a log's "\r", a progress bar's redraw, stays in its line)
+# 10: "stacks" asks a running task where each of its threads is (STACKS_ASK, STACKS_FILE: trainer/stacks.py)
 
 # --------------------------------------------------------------------------- operations
 # agent/server.py has one handler per op (Server.op_<name>) and its op table is built from them.
@@ -42,8 +43,9 @@ MEASURE = "measure"  # a running task measures where its step time goes, at a st
 SUBMIT = "submit"    # a run's tasks as one Slurm job, submitted from this (login) host
 JOB = "job"          # a Slurm run's job: its state, Slurm's reason, its nodes
 CANCEL = "cancel"    # stop a Slurm run's job
+STACKS = "stacks"    # where each thread of a running task is now: its Python stacks, as the task dumps them
 OPS = (HELLO, START, FOLLOW, STATUS, LIST, STOP, PORTS, LOGS, PROBE, CHECK_PORTS, LISTEN, RELEASE, CONNECT,
-       SYSTEM, REMOVE, MISSING_BLOBS, PAUSE, MEASURE, SUBMIT, JOB, CANCEL)
+       SYSTEM, REMOVE, MISSING_BLOBS, PAUSE, MEASURE, SUBMIT, JOB, CANCEL, STACKS)
 
 # The messages a follow streams: {"id": N, "type": ...}.
 FOLLOWING = "following"  # the first: the offsets it reads from, and when the agent started the task
@@ -116,6 +118,9 @@ SLURM_PORT_BASE = 8888
 # A Slurm job's states (squeue's %T) in which it may still run its tasks; any other is its end (or "GONE").
 SLURM_LIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
                      "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED")
+STACKS_ASK = "stacks.json"    # in a task's folder: {"ask", "asked"}, where its threads are asked for (the stacks op)
+STACKS_FILE = "stacks.txt"    # the task's answer: "tfcc-stacks ASK", faulthandler's dump, "tfcc-stacks-end ASK"
+STACKS_MARK = "tfcc-stacks"   # the answer's first and last lines begin with it
 MEASURE_FILE = "measure.json"  # in a task's folder: {"ask", "at_step", "asked"}, a breakdown asked for (its trainer
                                # takes it away once read; docs/why-slow.md)
 STOP_MARKER = "stop_requested"  # in a task's folder while a stop someone asked for ends it (its trainer reads it)

@@ -481,6 +481,56 @@ def measure(run_id: str, task: str, ask, at_step) -> dict:
     return {"run_id": run_id, "task": task, "ask": ask, "at_step": at_step}
 
 
+# --------------------------------------------------------------------------- where its threads are
+
+STACKS_WAIT = 5.0                 # how long the stacks op waits for a task's answer, at most
+MAX_STACKS_BYTES = 256 * 1024     # the most of an answer said back (faulthandler: 100 threads of 100 frames)
+
+
+def stacks(run_id: str, task: str, wait: float = STACKS_WAIT) -> dict:
+    """Where each thread of a running task is now: its Python stacks as the task itself dumps them (tfcc's trainer
+    and a user's script through the capture watch for the ask: trainer/stacks.py), with ``state`` "answered"; or
+    what keeps it from answering: "stopped" (SIGSTOP: a debugger, Ctrl-Z, a scheduler), "zombie" (ended, not
+    reaped), "silent" (no answer within ``wait`` s: a script run without the capture, or a Python that cannot run
+    its watcher). Never waits longer than ``wait``."""
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 < wait <= 30:
+        raise AgentError(f"stacks: wait must be a number of seconds up to 30, not {wait!r}", protocol.BAD_ARGUMENT)
+    said = status(run_id, task)
+    if said["phase"] != protocol.RUNNING:
+        raise AgentError(f"task {task} of run {run_id} is not running here ({said['phase']}): it is nowhere now",
+                         protocol.NO_SUCH_TASK)
+    folder = task_dir(run_id, task)
+    remote = (folder.parent / protocol.SLURM_JOB_FILE).exists()  # a Slurm node's process: not this host's to look at
+    child = None if remote else (read_json(folder / protocol.CHILD_FILE) or {}).get("pid")
+    answer = {"run_id": run_id, "task": task, "pid": child}
+    state = proc_state(child) if child else None
+    if state in ("T", "t"):
+        return {**answer, "state": "stopped"}
+    if state == "Z":
+        return {**answer, "state": "zombie"}
+    ask = f"{time.time():.6f}-{os.getpid()}"
+    write_json(folder / protocol.STACKS_ASK, {"ask": ask, "asked": time.time()})
+    deadline = time.monotonic() + wait
+    end = f"{protocol.STACKS_MARK}-end {ask}"
+    while time.monotonic() < deadline:
+        text = _answer(folder / protocol.STACKS_FILE)
+        if text.startswith(f"{protocol.STACKS_MARK} {ask}\n") and end in text:
+            body = text.split("\n", 1)[1].rsplit(end, 1)[0]
+            return {**answer, "state": "answered", "stacks": body[:MAX_STACKS_BYTES],
+                    "cut": len(body) > MAX_STACKS_BYTES}
+        time.sleep(0.05)
+    return {**answer, "state": "silent"}
+
+
+def _answer(path: Path) -> str:
+    """A task's answer file as text (its first ``MAX_STACKS_BYTES`` and a little), or "" while there is none."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(MAX_STACKS_BYTES + 4096).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 # --------------------------------------------------------------------------- stop
 
 

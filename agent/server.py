@@ -134,6 +134,10 @@ class Server:
         """Ask a running task to measure where its step time goes (docs/why-slow.md)."""
         return runs.measure(req.get("run_id"), req.get("task"), req.get("ask"), req.get("at_step"))
 
+    def op_stacks(self, req):
+        """Where each thread of a running task is now (its Python stacks), or why it cannot say (runs.stacks)."""
+        return runs.stacks(req.get("run_id"), req.get("task"), req.get("wait", runs.STACKS_WAIT))
+
     def op_submit(self, req):
         """A run's tasks as one Slurm job from this login host (agent/slurm.py)."""
         return slurm.submit(req)

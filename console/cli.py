@@ -33,7 +33,7 @@ import time
 import traceback
 from pathlib import Path
 
-from agent.protocol import FINISHED, SLURM_PORT_BASE, TRAINING
+from agent.protocol import ENDED, FINISHED, SLURM_PORT_BASE, TRAINING
 from console import catalog, checks, export, memory
 from console import cluster as cl
 from console import cluster_fields, speed, text
@@ -254,6 +254,43 @@ def cmd_why_slow(ns) -> int:
         return 0 if verdict.get("kind") != speed.UNMEASURED else 1
     finally:
         session.detach()
+
+
+WHERE_STATES = {"stopped": "stopped (SIGSTOP: a debugger, Ctrl-Z or a job scheduler froze it): it answers no peer",
+                "zombie": "ended, its process not yet reaped", "silent": "no answer within the wait (a script run without "
+                "tfcc's capture, or every thread holding Python)"}
+
+
+def cmd_where(ns) -> int:
+    """Where each task of a running run is now: every thread's Python stack, as the task says it (trainer/stacks.py),
+    or why it cannot say; training goes on undisturbed."""
+    run = Run.load(ns.run, make_asker(False))
+    try:
+        statuses = run.status() if run.members else []
+        if statuses and all(s.get("phase") in ENDED for s in statuses):
+            raise RunError(f"run {run.run_id} has ended: its tasks are nowhere now",
+                           f"tfcc logs {run.run_id} shows how each ended")
+        answers = run.stacks(ns.wait)
+    finally:
+        run.detach()
+    if ns.json:
+        print(json.dumps({"run_id": run.run_id, "tasks": [
+            {"task": t.name, "host": t.host, **({"state": "unreachable", "error": str(a)}
+                                                 if isinstance(a, TfccError) else a)}
+            for t, a in zip(run.members, answers)]}))
+        return 0
+    for task, answer in zip(run.members, answers):
+        if isinstance(answer, TfccError):
+            print(f"==> {task.name} on {task.host}: its host does not answer ({text.printable(str(answer))}) <==")
+            continue
+        state = answer.get("state")
+        if state != "answered":
+            print(f"==> {task.name} on {task.host}: {WHERE_STATES.get(state, text.printable(str(state)))} <==")
+            continue
+        print(f"==> {task.name} on {task.host} <==")
+        said = text.printable(answer.get("stacks") or "")
+        print(said, end="" if said.endswith("\n") or not said else "\n")
+    return 0
 
 
 def make_asker(accept_new: bool):
@@ -558,6 +595,12 @@ def build_parser() -> argparse.ArgumentParser:
     why.add_argument("--wait", type=seconds(0, 3600), default=60.0,
                      help="seconds to wait for the run to be training before asking (default 60)")
     why.set_defaults(func=cmd_why_slow)
+    where = sub.add_parser("where", help="where each task of a running run is now: every thread's stack (a hang)")
+    where.add_argument("run")
+    where.add_argument("--json", action="store_true", help="print every task's answer as one JSON line")
+    where.add_argument("--wait", type=seconds(0.1, 30), default=5.0,
+                       help="seconds each task has to answer (default 5)")
+    where.set_defaults(func=cmd_where)
     stop = sub.add_parser("stop", help="stop every task of a run")
     stop.add_argument("run")
     stop.add_argument("--grace", type=seconds(0, 3600), default=10.0, help="seconds between SIGTERM and SIGKILL")

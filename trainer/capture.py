@@ -57,6 +57,7 @@ if __name__ == "__main__" and __package__ in (None, ""):  # started by its path:
 from agent.protocol import KERAS_REASON_VARIABLE, METRICS, RUN_DIR_VARIABLE, task_name  # noqa: E402
 from trainer.metrics import MetricsWriter  # noqa: E402
 from trainer.strategies import Strategy, strategy_name  # noqa: E402
+from trainer import stacks  # noqa: E402
 from trainer.process import collector_paused, sigterm_back  # noqa: E402
 from trainer.records import (CAPTURED, FROM_PRINT, FROM_SCHEDULE, FROM_SUMMARY, GLOBAL_STEP,  # noqa: E402
                              SCRIPT_WORKLOAD, SUMMARY_STEP, Event, RecordType)
@@ -1042,6 +1043,7 @@ def main(argv: list[str] | None = None) -> None:
     writer = MetricsWriter.shared(Path(os.environ.get(RUN_DIR_VARIABLE, ".")) / METRICS,
                                   {"task_type": config.task.type, "task_index": config.task.index})
     capture = Capture(writer, config)
+    stacks.arm()  # where its threads are, when its agent asks (a hang)
     capture.launched(script)
     for name in _PatchingFinder.NAMES:  # imported already (a sitecustomize): patched now
         if name in sys.modules:

@@ -21,7 +21,7 @@ os.environ["TF_USE_LEGACY_KERAS"] = "1"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from agent.protocol import METRICS, RUN_DIR_VARIABLE, STOP_MARKER  # noqa: E402
-from trainer import slurm, workloads  # noqa: E402  (import no TensorFlow)
+from trainer import slurm, stacks, workloads  # noqa: E402  (import no TensorFlow)
 from trainer.config import parse_options  # noqa: E402
 from trainer.metrics import MetricsWriter  # noqa: E402
 from trainer.plan import check_autoshard, choose_strategy  # noqa: E402
@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"cannot write to --run-dir {str(opts.run_dir)!r} ({why}); give a folder this user can write to")
         return EXIT_BAD_INPUT
     os.environ[RUN_DIR_VARIABLE] = str(opts.run_dir)
+    stacks.arm()  # where its threads are, when its agent asks (a hang)
     cluster = ClusterConfig()
     try:
         if slurm.under_slurm(os.environ):  # srun started this task: every task works out the same TF_CONFIG

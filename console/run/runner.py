@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from agent.protocol import (LOGS, LOST, LOG_MESSAGE, MEASURE, METRICS, METRICS_MESSAGE, NO_SUCH_TASK, STATUS,
+from agent.protocol import (LOGS, LOST, LOG_MESSAGE, MEASURE, METRICS, METRICS_MESSAGE, NO_SUCH_TASK, STACKS, STATUS,
                             SYSTEM_MESSAGE)
 from console import cluster as cl
 from console.errors import RunError, TfccError
@@ -489,6 +489,18 @@ class Run:
                 return exc
 
         return at_once([(t,) for t in tasks], measure)
+
+    def stacks(self, wait: float = 5.0) -> list[dict | TfccError]:
+        """Where each member's threads are now (the stacks op, all hosts at once): each one's answer (``state``:
+        answered with ``stacks``, stopped, zombie, silent), or the error that kept its host from answering."""
+        def ask(task: TaskState) -> dict | TfccError:
+            try:
+                return self.links[task.host].connect().call(STACKS, timeout=wait + 15, run_id=self.run_id,
+                                                            task=task.name, wait=wait)
+            except TfccError as exc:
+                return exc
+
+        return at_once([(t,) for t in self.members], ask)
 
     def logs(self, task: str, max_bytes: int) -> list[tuple[str, str]]:
         """The newest ``max_bytes`` of each of ``task``'s streams, as its host's agent reads them: (stream, text)."""

@@ -16,11 +16,13 @@ from types import SimpleNamespace
 import pytest
 
 from agent import runs
+from console import cluster as cl
 from console.cli import Printer, main
 from console.remote.link import CONNECT_TIMEOUT
 from console.states import TaskState
 from console.states import SessionEvent
-from tests.helpers.waiting import bound, wait_for
+from tests.helpers.cli import tfcc
+from tests.helpers.waiting import bound, wait_for, wait_until
 from trainer.metrics import read_records
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -661,3 +663,55 @@ def test_text_a_host_sent_reaches_the_terminal_shown_not_run(capsys, monkeypatch
     assert err == ("tfcc: error: host h0: \\x1b]0;owned\\x07\\x1b[2Jall is well\nrm -rf ~; check that the host is up "
                    "and reachable, then try again\n")
     assert sys.stdout is not None and not hasattr(sys.stdout, "_stream"), "the streams are back as they were"
+
+
+# A user's script that hangs on one worker: its data never comes (no TensorFlow needed to hang).
+HANGS = """\
+import json, os, threading
+
+ready = threading.Event()
+
+
+def next_batch():
+    ready.wait()  # the data that never comes
+
+
+if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
+    next_batch()
+else:
+    threading.Event().wait(120)
+"""
+
+
+def test_tfcc_where_says_where_each_task_of_a_running_script_is_and_refuses_an_ended_run(homes, capsys):
+    """A user's script, unchanged, under tfcc's capture: ``tfcc where`` prints each task's threads, down to the line
+    of the user's own file where it waits; the run goes on. An ended run and an unknown one: one line each."""
+    from console.run.runner import Run
+
+    script = homes / "hangs.py"
+    script.write_text(HANGS)
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
+                         cl.Training(script=str(script)))
+    run = Run(cluster, "hung")
+    run.start()
+    try:
+        assert wait_until(lambda: all(s["phase"] == "running" for s in run.status()), 30)
+        code, out, err = tfcc(["where", "hung", "--wait", "10"], capsys)
+        assert code == 0, err
+        assert "==> worker-0 on here <==" in out and "==> worker-1 on here <==" in out, out
+        one = out.split("==> worker-1 on here <==")[1]
+        # (the task's own copy of the script: its path as on the user's machine is the grouping's to say, issue 40)
+        assert 'hangs.py", line 7 in next_batch' in one and 'hangs.py", line 11 in <module>' in one, one
+        assert all(s["phase"] == "running" for s in run.status())  # asked, not disturbed
+        code, out, _ = tfcc(["where", "hung", "--json"], capsys)
+        said = json.loads(out.strip().splitlines()[-1])
+        assert [(t["task"], t["state"]) for t in said["tasks"]] == [("worker-0", "answered"), ("worker-1", "answered")]
+    finally:
+        run.stop(grace=1)
+        run.detach()
+    assert wait_until(lambda: all(s["phase"] != "running" for s in Run.load("hung").status()), 30)
+    code, _, err = tfcc(["where", "hung"], capsys)
+    assert code != 0 and "tfcc: error: run hung has ended: its tasks are nowhere now; tfcc logs hung shows how each " \
+                         "ended" in err, err
+    code, _, err = tfcc(["where", "nosuch"], capsys)
+    assert code != 0 and "no run 'nosuch' is known to this console" in err, err
