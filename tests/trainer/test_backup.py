@@ -81,7 +81,8 @@ def test_only_the_newest_backups_stay_those_of_earlier_attempts_too(tmp_path):
 
 # A global batch of 32 whatever the number of workers, at the same learning rate: one worker can take up two's
 # backup and train on as they would have.
-ARGS = ["--epochs", "2", "--global-batch", "32", "--lr-scaling", "none", "--backup-seconds", "1"]
+# Four epochs: room for the kill's backups inside epochs and well before the end, however quick the machine.
+ARGS = ["--epochs", "4", "--global-batch", "32", "--lr-scaling", "none", "--backup-seconds", "1"]
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +96,7 @@ def whole(tmp_path_factory) -> dict[int, float]:
 def killed(tmp_path_factory) -> Path:
     """The same run killed mid-epoch once every task has made 2 backups: its folders, for each test to copy."""
     root = tmp_path_factory.mktemp("killed")
-    _kill_after_backups(root, local_cluster(2), ARGS)
+    _kill_after_backups(root, local_cluster(2), ARGS, mid_epoch=True)
     return root
 
 
@@ -104,12 +105,29 @@ def copy_of(killed: Path, into: Path) -> Path:
     return into
 
 
-def _kill_after_backups(root: Path, cluster: dict, args: list[str], count: int = 2) -> None:
+def _kill_after_backups(root: Path, cluster: dict, args: list[str], count: int = 2, mid_epoch: bool = False) -> None:
+    """Kill every task once each has made ``count`` backups; ``mid_epoch``: and each one's two newest are inside an
+    epoch, five steps or more before training's end (the tests resume from either: a backup can fall on an epoch's
+    end, or near the end on a quick machine; then the next is waited for)."""
     tasks = start_local_tasks(cluster, root, args, env=THREADS)
     run = ClusterRun(tasks)
+
+    def inside(i: int) -> bool:
+        started = run.events(i, "started")
+        per_epoch = started[0].get("steps_per_epoch") if started else None
+        epochs = started[0].get("epochs") if started else None
+        if not isinstance(per_epoch, int) or not isinstance(epochs, int):
+            return False
+        newest = [r.get("global_step") for r in run.events(i, "backed_up")[-2:]]
+        return all(isinstance(n, int) and n % per_epoch != 0 and n <= per_epoch * epochs - 5 for n in newest)
+
+    def ready() -> bool:
+        return all(len(run.events(i, "backed_up")) >= count and (not mid_epoch or inside(i))
+                   for i in range(len(tasks)))
+
     try:
-        wait_until(lambda: all(len(run.events(i, "backed_up")) >= count for i in range(len(tasks))),
-                   180, f"{count} backups on every worker", [t.process for t in tasks])
+        wait_until(ready, 180, f"{count} backups on every worker" + (", the newest inside an epoch" if mid_epoch
+                                                                      else ""), [t.process for t in tasks])
     finally:
         for t in tasks:
             if t.process.poll() is None:
