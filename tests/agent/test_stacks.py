@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent import runs
-from console.remote.channel import AgentClient, AgentRequestError
-from console.remote.local import local_agent
+from console.remote.channel import AgentRequestError
 from tests.helpers.waiting import wait_until
 
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -37,13 +36,6 @@ threading.Thread(target=load_shards, name="loader", daemon=True).start()
 print("waiting", flush=True)
 wait_for_data()
 """
-
-
-@pytest.fixture
-def client(tfcc_home):
-    opened = AgentClient(local_agent())
-    yield opened
-    opened.close()
 
 
 @pytest.fixture

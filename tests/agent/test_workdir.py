@@ -9,8 +9,7 @@ import sys
 import pytest
 
 from agent import protocol, runs, workdir
-from console.remote.channel import AgentClient, AgentRequestError
-from console.remote.local import local_agent
+from console.remote.channel import AgentRequestError
 from tests.helpers.waiting import wait_until
 
 # Writes what it found in its folder to out.txt (a relative path), appends to a file it was shipped with.
@@ -30,13 +29,6 @@ def put_blob(home, data: bytes) -> str:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / sha).write_bytes(data)
     return sha
-
-
-@pytest.fixture
-def client(tfcc_home):
-    opened = AgentClient(local_agent())
-    yield opened
-    opened.close()
 
 
 @pytest.fixture
