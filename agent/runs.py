@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -502,7 +503,10 @@ def stacks(run_id: str, task: str, wait: float = STACKS_WAIT) -> dict:
     folder = task_dir(run_id, task)
     remote = (folder.parent / protocol.SLURM_JOB_FILE).exists()  # a Slurm node's process: not this host's to look at
     child = None if remote else (read_json(folder / protocol.CHILD_FILE) or {}).get("pid")
-    answer = {"run_id": run_id, "task": task, "pid": child}
+    spec = read_json(folder / protocol.SPEC_FILE) or {}
+    # Whose each frame is (console/hangs.py): the task's copy of the user's workdir, tfcc's code on this host.
+    answer = {"run_id": run_id, "task": task, "pid": child, "work": spec.get("cwd") or None,
+              "code": [p for p in spec.get("python_path") or [] if isinstance(p, str)]}
     state = proc_state(child) if child else None
     if state in ("T", "t"):
         return {**answer, "state": "stopped"}
@@ -517,9 +521,38 @@ def stacks(run_id: str, task: str, wait: float = STACKS_WAIT) -> dict:
         if text.startswith(f"{protocol.STACKS_MARK} {ask}\n") and end in text:
             body = text.split("\n", 1)[1].rsplit(end, 1)[0]
             return {**answer, "state": "answered", "stacks": body[:MAX_STACKS_BYTES],
-                    "cut": len(body) > MAX_STACKS_BYTES}
+                    "cut": len(body) > MAX_STACKS_BYTES, "fifos": fifos_read(child) if child else []}
         time.sleep(0.05)
-    return {**answer, "state": "silent"}
+    return {**answer, "state": "silent", "fifos": fifos_read(child) if child else []}
+
+
+# The read calls' numbers, by machine (a thread blocked in one names its file descriptor first).
+READ_CALLS = {"x86_64": (0, 17, 19, 295), "aarch64": (63, 65, 67, 69)}
+MAX_THREADS_LOOKED_AT = 1024
+
+
+def fifos_read(pid: int) -> list[str]:
+    """The named pipes ``pid``'s threads are blocked reading now (Linux: each thread's system call and its first
+    argument, ``/proc/<pid>/task/<tid>/syscall``): an input file that is a FIFO nobody writes stalls TensorFlow's
+    reader in native code, where no Python stack shows it. [] where /proc does not say."""
+    calls = READ_CALLS.get(os.uname().machine, ())
+    found: list[str] = []
+    try:
+        threads = os.listdir(f"/proc/{int(pid)}/task")[:MAX_THREADS_LOOKED_AT]
+    except (OSError, ValueError):
+        return found
+    for tid in threads:
+        try:
+            with open(f"/proc/{int(pid)}/task/{tid}/syscall", encoding="ascii") as f:
+                fields = f.read().split()
+            if len(fields) < 2 or not fields[0].isdigit() or int(fields[0]) not in calls:
+                continue
+            path = os.readlink(f"/proc/{int(pid)}/fd/{int(fields[1], 16)}")
+            if path.startswith("/") and stat.S_ISFIFO(os.stat(path).st_mode) and path not in found:
+                found.append(path)
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 def _answer(path: Path) -> str:

@@ -42,6 +42,7 @@ from console.run.placement import placement_for
 from console.run.runner import Run
 from console.run.session import RunSession
 from console.run.supervisor import WATCHDOG_SECONDS
+from console.run.where import where
 from console.states import RunState, SessionEvent, SessionKind
 from console.store.manifests import check_run_id, new_run_id
 from console.tensorboard import MAX_COPY_BYTES, TensorBoard, check_installed, fetch_logs
@@ -256,40 +257,29 @@ def cmd_why_slow(ns) -> int:
         session.detach()
 
 
-WHERE_STATES = {"stopped": "stopped (SIGSTOP: a debugger, Ctrl-Z or a job scheduler froze it): it answers no peer",
-                "zombie": "ended, its process not yet reaped", "silent": "no answer within the wait (a script run without "
-                "tfcc's capture, or every thread holding Python)"}
-
-
 def cmd_where(ns) -> int:
-    """Where each task of a running run is now: every thread's Python stack, as the task says it (trainer/stacks.py),
-    or why it cannot say; training goes on undisturbed."""
+    """Where each task of a running run is now, grouped (console.hangs: the one that differs, and where in the user's
+    code), then each task's threads; training goes on undisturbed."""
     run = Run.load(ns.run, make_asker(False))
     try:
         statuses = run.status() if run.members else []
         if statuses and all(s.get("phase") in ENDED for s in statuses):
             raise RunError(f"run {run.run_id} has ended: its tasks are nowhere now",
                            f"tfcc logs {run.run_id} shows how each ended")
-        answers = run.stacks(ns.wait)
+        report = where(run, ns.wait)
     finally:
         run.detach()
     if ns.json:
-        print(json.dumps({"run_id": run.run_id, "tasks": [
-            {"task": t.name, "host": t.host, **({"state": "unreachable", "error": str(a)}
-                                                 if isinstance(a, TfccError) else a)}
-            for t, a in zip(run.members, answers)]}))
+        print(json.dumps({"run_id": run.run_id, **report.as_dict()}))
         return 0
-    for task, answer in zip(run.members, answers):
-        if isinstance(answer, TfccError):
-            print(f"==> {task.name} on {task.host}: its host does not answer ({text.printable(str(answer))}) <==")
-            continue
-        state = answer.get("state")
-        if state != "answered":
-            print(f"==> {task.name} on {task.host}: {WHERE_STATES.get(state, text.printable(str(state)))} <==")
-            continue
-        print(f"==> {task.name} on {task.host} <==")
-        said = text.printable(answer.get("stacks") or "")
-        print(said, end="" if said.endswith("\n") or not said else "\n")
+    if report.verdict:
+        print(text.printable(report.verdict))
+    for line in report.lines:
+        print(f"  {text.printable(line)}")
+    for task in report.tasks:
+        print(f"\n==> {task.task} on {task.host} <==")
+        for line in report.stack_lines(task.task):
+            print(text.printable(line))
     return 0
 
 

@@ -264,8 +264,11 @@ class SessionKind:
     SEEDED = "seeded"    # a resume copied the backup the tasks resume from to those that lacked it (console.run.seeding)
     RESIZED = "resized"  # an elastic run went on without some tasks, or took them back (training.elastic)
     CODE_SHIPPED = "code_shipped"  # a person's resume of a script's run: its tasks' copies of its files, brought up to date
+    # Where the tasks were when a stall was seen (console.hangs): ``text`` one line a group, ``message["where"]`` the
+    # report's as_dict() with each task's stack (kept in the run's history).
+    WHERE = "where"
     SUPERVISION = (ALERT, STALLED, FAILURE, HOST_FAILING, RESTARTING, RESTARTED, RESUMED, OFFERED, GAVE_UP, EXPOSED,
-                   SEEDED, RESIZED, CODE_SHIPPED)
+                   SEEDED, RESIZED, CODE_SHIPPED, WHERE)
     ALARMS = (ALERT, STALLED, FAILURE, HOST_FAILING, OFFERED, GAVE_UP, EXPOSED)  # to look at
     # The console's own notes of a run, kept in its history beside what the tasks sent.
     NOTED = (*SUPERVISION, WATCHDOG, JOB)

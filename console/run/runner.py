@@ -490,9 +490,10 @@ class Run:
 
         return at_once([(t,) for t in tasks], measure)
 
-    def stacks(self, wait: float = 5.0) -> list[dict | TfccError]:
-        """Where each member's threads are now (the stacks op, all hosts at once): each one's answer (``state``:
-        answered with ``stacks``, stopped, zombie, silent), or the error that kept its host from answering."""
+    def stacks(self, wait: float = 5.0, tasks: list[TaskState] | None = None) -> list[dict | TfccError]:
+        """Where each member's (or each of ``tasks``') threads are now (the stacks op, all hosts at once): each one's
+        answer (``state``: answered with ``stacks``, stopped, zombie, silent), or the error that kept its host from
+        answering (console.run.where reads them)."""
         def ask(task: TaskState) -> dict | TfccError:
             try:
                 return self.links[task.host].connect().call(STACKS, timeout=wait + 15, run_id=self.run_id,
@@ -500,7 +501,7 @@ class Run:
             except TfccError as exc:
                 return exc
 
-        return at_once([(t,) for t in self.members], ask)
+        return at_once([(t,) for t in (self.members if tasks is None else tasks)], ask)
 
     def logs(self, task: str, max_bytes: int) -> list[tuple[str, str]]:
         """The newest ``max_bytes`` of each of ``task``'s streams, as its host's agent reads them: (stream, text)."""

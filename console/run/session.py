@@ -536,14 +536,15 @@ class RunSession(Breakdowns):
             self.store.set_state(task.name, state, words)
         self._tell(SessionEvent(SessionKind.STATE, task, text=words, message={"state": state}))
 
-    def _say(self, kind: str, words: str) -> None:
-        """A supervision event (a SessionKind), in the store and to listeners. A run given up: its place takes away
-        what would start its tasks again (a Slurm job, whose script would, with nobody following)."""
+    def _say(self, kind: str, words: str, message: dict | None = None) -> None:
+        """A supervision event (a SessionKind), in the store and to listeners (``message``: what it says beside its
+        words). A run given up: its place takes away what would start its tasks again (a Slurm job, whose script
+        would, with nobody following)."""
         if kind == SessionKind.GAVE_UP:
             self.run.placement.given_up(self.run)
         if self.store is not None:
             self.store.note(CONSOLE_TASK, kind, words)
-        self._tell(SessionEvent(kind, text=words, message={"type": kind, "attempt": self.attempt}))
+        self._tell(SessionEvent(kind, text=words, message={**(message or {}), "type": kind, "attempt": self.attempt}))
 
     def _tell(self, event: SessionEvent) -> None:
         if self._detached.is_set():

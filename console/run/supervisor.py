@@ -84,6 +84,9 @@ class Supervisor(Judging, Watchdogs, Elastic):
         self._failed_event: dict[str, str] = {}  # task -> the trainer's own words for its failure
         self._pace: dict[str, Pace] = {}         # task -> its step times (the stall watchdog)
         self._stalled: dict[str, str] = {}       # task -> how it stalled
+        self._located: list = []                 # (when, console.hangs.Report): the stall watchdog's newest asks
+        self._located_at = -math.inf
+        self._hangs: dict[int, tuple] = {}       # attempt -> the places in the user's code where it hung
         self._diverged: set[str] = set()         # tasks whose loss went non-finite (said once)
         self._resumed: set = set()               # attempts whose resumption was said
         self._hosts = HostStreaks()
@@ -402,7 +405,9 @@ class Supervisor(Judging, Watchdogs, Elastic):
                                               else self._start_again("Resume starts every task again from their "
                                                                      "backups")))
             return
-        retryable = verdict.retryable or bool(lost) or bool(self.run.moved)
+        # A hang in the user's code where the attempt before hung too: a restart meets it again (as a code bug).
+        repeats = self.hang_repeats()
+        retryable = (verdict.retryable or bool(lost) or bool(self.run.moved)) and not repeats
         if not retryable or self.restarts_left <= 0 or unstopped:  # RESTARTING -> GIVEN_UP
             self.give_up(GaveUp.CAUSE_REPEATS if not retryable and not unstopped else GaveUp.OTHER)
         if unstopped:  # a restart beside a task that may still run would make two of it
@@ -410,6 +415,11 @@ class Supervisor(Judging, Watchdogs, Elastic):
             self._say(SessionKind.GAVE_UP, f"run {run_id} failed and its tasks on {hosts} could not be stopped for "
                                            f"sure (no answer); once {hosts} answers: tfcc stop {run_id}, then "
                                            f"tfcc resume {run_id}" + self._shrink_hint(unstopped))
+            return
+        if repeats:
+            self._say(SessionKind.GAVE_UP, f"run {run_id} hung at {', '.join(repeats)} in attempt {self.attempt - 1} "
+                                           f"and again in attempt {self.attempt}: a restart would hang there again; "
+                                           + self._start_again(f"tfcc resume {run_id}"))
             return
         if not retryable:
             self._say(SessionKind.GAVE_UP, f"run {run_id} failed; a restart would fail the same way: "

@@ -6,6 +6,7 @@ than its steps take is stalled (a stopped process, a hung collective, a host tha
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 
@@ -13,10 +14,16 @@ from agent.protocol import FINISHED, STARTING, STATUS, TRAINING, parse_task_name
 from console import text
 from console.errors import TfccError
 from console.remote.channel import AgentTimeout
+from console.run.where import WHERE_WAIT, where
 from console.states import Mark, SessionKind, TaskState
 from trainer.records import number
 from trainer.tf_config import EVALUATOR
 
+log = logging.getLogger("console.run.supervisor")
+
+WHERE_EVERY = 10.0       # seconds between the stall watchdog's asks of where the tasks are
+WHERE_APART = 8.0        # two asks at least this far apart that find the same hang call it
+MISMATCH_SECONDS = 20.0  # workers in different distributed calls this long: a hang (an evaluate may just be slow)
 WATCHDOG_SECONDS = 120.0  # how long a cluster may take to form before tfcc says who it waits for
 STALL_FLOOR = 15.0  # seconds without a step that are never a stall, however quick the steps were
 SUSPENDED = "is stopped (SIGSTOP: a debugger, Ctrl-Z or a job scheduler froze it) and answers no peer"
@@ -111,24 +118,75 @@ class Watchdogs:
 
     def _check_stalls(self) -> None:
         """A training task with no new step for far longer than its steps take is stalled (a stopped
-        process, a hung collective, a host that no longer answers): a failure like any other."""
+        process, a hung collective, a host that no longer answers): a failure like any other.
+
+        Once a task has made no step for its patience at the floor (``stall_floor``; a user's script gets the
+        startup watchdog's time before a stall is called without more), every task is asked where it is
+        (console.hangs), again every ``WHERE_EVERY`` s: two asks that find the same tasks stuck at the same places
+        are a hang now; else the stall is called at the task's full patience, with where they are."""
         if self.given_up or self._failed:
             return
         now = time.monotonic()
+        silent: dict[str, float] = {}
+        due = None
         for task in self.run.tasks:
             pace = self._pace.get(task.name)
             if task.phase != TRAINING or pace is None or pace.last_at is None or pace.finished:
                 continue
-            silent = now - pace.last_at
+            took = now - pace.last_at
             floor = max(self.stall_floor, self.watchdog) if task.name in self._captured else self.stall_floor
-            if silent > pace.patience(floor):
-                pace.last_at = None  # said once: what follows is the supervisor's
-                why = self._why_silent(task) or ("it may wait for a collective that a peer never joined, "
-                                                 "or its host is overloaded")
-                self._stall(task, f"made no step for {silent:.0f} s (its steps took {pace.median():.2f} s; its "
-                                  f"last was epoch {text.count(pace.epoch)} step {text.count(pace.index)}): {why}")
-                self._failed.append(task)
-                return
+            if took > pace.patience(self.stall_floor):
+                silent[task.name] = took
+            if took > pace.patience(floor) and due is None:
+                due = task
+        if not silent:
+            self._located.clear()  # what an earlier ask found is of a stall that ended
+            return
+        report = None
+        if due is not None or now - self._located_at >= WHERE_EVERY:
+            report = self._locate(silent)
+        hang = report is not None and report.stuck and any(
+            report.same(earlier) and now - at >= (MISMATCH_SECONDS if report.mismatch else WHERE_APART)
+            for at, earlier in self._located[:-1])
+        if due is None and not hang:
+            return
+        stuck = [t for t in self.run.tasks if report is not None and t.name in report.stuck and t.name in silent]
+        task = stuck[0] if hang and stuck else (due or next(t for t in self.run.tasks if t.name in silent))
+        pace = self._pace[task.name]
+        for other in self.run.tasks:
+            if other.name in silent:
+                self._pace[other.name].last_at = None  # said once: what follows is the supervisor's
+        if report is not None and report.verdict:
+            self._say(SessionKind.WHERE, "where the tasks are: " + "; ".join(report.lines),
+                      {"where": report.as_dict()})
+            if report.places:
+                self._hangs[self.attempt] = report.places
+            why = report.verdict
+            for other in stuck[1:]:
+                self._mark(other, Mark.STALLED, next(g.words for g in report.groups if other.name in g.tasks))
+        else:
+            why = self._why_silent(task) or ("it may wait for a collective that a peer never joined, "
+                                              "or its host is overloaded")
+        self._stall(task, f"made no step for {silent[task.name]:.0f} s (its steps took {pace.median():.2f} s; its "
+                          f"last was epoch {text.count(pace.epoch)} step {text.count(pace.index)}): {why}")
+        self._failed.append(task)
+
+    def _locate(self, silent: dict[str, float]):
+        """Where the tasks are now (console.run.where), kept with when it was asked; None if it could not be had."""
+        self._located_at = time.monotonic()
+        try:
+            report = where(self.run, WHERE_WAIT, silent)
+        except Exception:
+            log.exception("could not ask where the tasks of run %s are", self.run.run_id)
+            return None
+        self._located = (self._located + [(self._located_at, report)])[-3:]
+        return report
+
+    def hang_repeats(self) -> tuple[str, ...]:
+        """The places in the user's code where this attempt hung as the one before it did (a restart would meet
+        the same hang), or ()."""
+        places = self._hangs.get(self.attempt, ())
+        return places if places and self._hangs.get(self.attempt - 1) == places else ()
 
     def _stall(self, task: TaskState, words: str) -> None:
         """``task`` is stalled (``words``: how, and the likely cause): said and shown; the caller judges it."""

@@ -183,6 +183,8 @@ class History:
                         "event": (event.message or {}).get("type", kind), "text": event.text}
             elif kind in SessionKind.NOTED:
                 note = {"kind": NOTE, "time": time.time(), "task": CONSOLE_TASK, "event": kind, "text": event.text}
+                if kind == SessionKind.WHERE:  # each task's stacks, as they were when the run stalled
+                    note["where"] = (event.message or {}).get("where")
                 if kind in CHANGES_STATE:
                     self._update_state()
             elif kind == SessionKind.STATE:

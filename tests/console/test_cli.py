@@ -700,8 +700,7 @@ def test_tfcc_where_says_where_each_task_of_a_running_script_is_and_refuses_an_e
         assert code == 0, err
         assert "==> worker-0 on here <==" in out and "==> worker-1 on here <==" in out, out
         one = out.split("==> worker-1 on here <==")[1]
-        # (the task's own copy of the script: its path as on the user's machine is the grouping's to say, issue 40)
-        assert 'hangs.py", line 7 in next_batch' in one and 'hangs.py", line 11 in <module>' in one, one
+        assert "hangs.py:7 in next_batch" in one and "hangs.py:11 in <module>" in one, one
         assert all(s["phase"] == "running" for s in run.status())  # asked, not disturbed
         code, out, _ = tfcc(["where", "hung", "--json"], capsys)
         said = json.loads(out.strip().splitlines()[-1])

@@ -1,0 +1,533 @@
+"""Where a run's tasks are, in words: every task's stacks (the agent's stacks op) grouped by where they are, one line
+a group, and a verdict when one group differs (Qt-free).
+
+Each task's answer is ``faulthandler``'s dump of its threads (trainer/stacks.py). A frame is the user's own
+(``CODE``: under the task's copy of their workdir, shown as the path in their workdir; tfcc's trainer when it is the
+one that trains), TensorFlow's (``TF``: tensorflow, tf_keras, keras), tfcc's (``TFCC``: the capture, the watcher,
+``runpy``: folded away) or another library's (``LIB``: the standard library, NumPy). A thread is *in the user's code*
+when its innermost user frame calls no TensorFlow (it waits on a lock, a queue, a socket, a sleep), *in TensorFlow*
+when it does (``fit``'s step, ``evaluate``, a ``tf.function``, the input iterator, a server's ``join``, the
+coordinator); a thread of neither is idle. A task is where its main thread is, unless one of its threads waits in the
+user's code where its peers do not: that is where it is stuck, and the others wait for it (a step's collectives
+wait for every worker). A task's process that is stopped, a zombie, silent, or whose host does not answer is
+said as such; a task that reads a named pipe that gives nothing (the agent sees it in ``/proc``) is stuck there.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from agent.protocol import WORK_DIR, parse_task_name
+from trainer.tf_config import CHIEF, PS
+
+CODE, TF, TFCC, LIB = "code", "tf", "tfcc", "lib"
+IN_CODE, IN_TF, IDLE = "in code", "in tf", "idle"  # where a thread is (Place.kind)
+
+# What keeps a task from answering (the stacks op's state, an unreachable host, an ended task).
+ANSWERED, STOPPED, ZOMBIE, SILENT, UNREACHABLE, ENDED = "answered", "stopped", "zombie", "silent", "unreachable", "ended"
+STATE_WORDS = {
+    STOPPED: "is stopped (SIGSTOP: a debugger, Ctrl-Z or a job scheduler froze it) and answers no peer",
+    ZOMBIE: "has ended, its process not yet reaped",
+    SILENT: "gave no answer within the wait (a script run without tfcc's capture, or a thread that holds Python "
+            "in native code)",
+    UNREACHABLE: "cannot be asked: its host does not answer",
+}
+
+_THREAD = re.compile(r'^(?P<current>Current thread|Thread) (?P<ident>0x[0-9a-fA-F]+)(?: "[^"]*")? '
+                     r'\(most recent call first\):\s*$')
+_FRAME = re.compile(r'^\s+File "(?P<path>.*)", line (?P<line>\d+) in (?P<func>.*?)\s*$')
+TF_PACKAGES = frozenset({"tensorflow", "tf_keras", "keras", "tensorflow_core", "tensorflow_estimator"})
+TFCC_FILES = frozenset({"capture.py", "stacks.py", "__main__.py"})  # tfcc's trainer frames around a user's script
+# Frames that only wrap the call a person made (Keras's and TensorFlow's traceback filters).
+WRAPPERS = frozenset({"error_handler", "wrapper", "_method_wrapper", "filter_traceback", "decorated", "wrapped",
+                      "_disallow_inside_tf_function", "inner", "bound_method_wrapper", "new_func", "_call"})
+MAX_SOURCE_BYTES = 2 << 20  # a source file bigger than this is not read for its line
+MAX_SNIPPET = 60
+MAX_STACK_LINES = 400  # of one task's stack, kept with the run's history
+
+
+@dataclass(frozen=True)
+class Frame:
+    path: str   # as the task's host has it
+    line: int
+    func: str
+    kind: str   # CODE | TF | TFCC | LIB
+    shown: str  # the path as the person knows it (a user's: in their workdir; tfcc's trainer: trainer/...)
+    source: str = ""  # the line's text, where the console has the file
+
+    @property
+    def at(self) -> str:
+        return f"{self.shown}:{self.line}"
+
+
+@dataclass
+class Thread:
+    ident: str
+    main: bool
+    frames: list[Frame]  # innermost first, as faulthandler writes them
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where one thread is: ``kind`` IN_CODE (blocked in the user's code at ``at``), IN_TF (in a TensorFlow call
+    ``call`` made from the user's ``at``), or IDLE; ``called_by_tf``: a user's function TensorFlow runs (a
+    generator, a ``py_function``): its step waits for it; ``collective``: a call whose collectives wait for every
+    worker."""
+
+    kind: str
+    at: Frame | None = None
+    call: str = ""
+    collective: bool = False
+    called_by_tf: bool = False
+    main: bool = False
+
+    @property
+    def key(self) -> tuple:
+        return (self.kind, self.at.shown if self.at else "", self.at.line if self.at else 0, self.call)
+
+    def words(self) -> str:
+        """``data.py:42 (`queue.get()`)``, ``fit's step (main.py:57 `model.fit`)``."""
+        if self.kind == IN_CODE:
+            return f"{self.at.at}" + (f" (`{self.call}`)" if self.call else "")
+        where = f" ({self.at.at}" + (f" `{_callee(self)}`" if _callee(self) else "") + ")" if self.at else ""
+        return f"{self.call}{where}"
+
+
+def _callee(place: Place) -> str:
+    """What the user's line calls, as written (``model.fit``), where the console has the line."""
+    return place.at.source and _CALLEE.get(place.call, "") and _named_call(place.at.source, _CALLEE[place.call])
+
+
+_CALLEE = {"fit's step": "fit", "evaluate": "evaluate", "predict": "predict", "a server's join": "join",
+           "the coordinator's join": "join", "the coordinator's fetch": "fetch",
+           "the coordinator's schedule": "schedule"}
+
+
+def _named_call(source: str, name: str) -> str:
+    found = re.search(rf"([A-Za-z_][\w.]*\.{name}|\b{name})\s*\(", source)
+    return found.group(1) if found else ""
+
+
+@dataclass
+class TaskWhere:
+    """One task's answer, read: its state, threads, its main thread's place and the places where its threads wait
+    in the user's code."""
+
+    task: str
+    host: str
+    state: str
+    threads: list[Thread] = field(default_factory=list)
+    main: Place | None = None
+    waits: list[Place] = field(default_factory=list)  # its threads in the user's code (the main one first)
+    fifos: list[str] = field(default_factory=list)    # named pipes its threads read from
+    detail: str = ""                                  # an unreachable host's error, an ended task's end
+    cut: bool = False                                  # its dump was longer than the agent says back
+
+    @property
+    def role(self) -> str:
+        return parse_task_name(self.task)[0]
+
+
+@dataclass
+class Group:
+    tasks: list[str]
+    words: str        # what they do, after their names ("is stuck in data.py:42 (`queue.get()`)")
+    stuck: bool = False
+
+
+@dataclass
+class Report:
+    """A run's tasks grouped by where they are (``read``): ``lines`` one a group; ``verdict`` one line when a group
+    differs ("" when nothing differs); ``stuck`` the tasks named; ``places`` the user's file:line each stuck task
+    waits at (the restart policy compares attempts by it)."""
+
+    tasks: list[TaskWhere]
+    groups: list[Group]
+    verdict: str
+    stuck: list[str]
+    places: tuple[str, ...]
+    mismatch: bool = False  # workers in different distributed calls (each waits for the others)
+
+    @property
+    def lines(self) -> list[str]:
+        return [f"{names_text(g.tasks)} {g.words}" for g in self.groups]
+
+    def stack_lines(self, task: str) -> list[str]:
+        """``task``'s whole stack, thread by thread, innermost first, tfcc's frames folded; paths as the person
+        knows them."""
+        where = next(t for t in self.tasks if t.task == task)
+        if where.state != ANSWERED:
+            return [STATE_WORDS.get(where.state, where.state) + (f" ({where.detail})" if where.detail else "")]
+        lines = []
+        own = [t for t in where.threads if not t.main and _tfcc_thread(t)]
+        for thread in where.threads:
+            if thread in own:
+                continue
+            lines.append(f"{'main thread' if thread.main else 'thread ' + thread.ident}:")
+            folded = 0
+            for frame in thread.frames:
+                if frame.kind == TFCC:
+                    folded += 1
+                    continue
+                if folded:
+                    lines.append(f"    ({folded} frame{'s' * (folded != 1)} of tfcc's capture)")
+                    folded = 0
+                mark = {CODE: "> ", TF: "  ", LIB: "  "}[frame.kind]
+                lines.append(f"  {mark}{frame.at} in {frame.func}" + (f"    {frame.source}" if frame.source else ""))
+            if folded:
+                lines.append(f"    ({folded} frame{'s' * (folded != 1)} of tfcc's capture)")
+        if own:
+            lines.append(f"({len(own)} thread{'s' * (len(own) != 1)} of tfcc's capture)")
+        for fifo in where.fifos:
+            lines.append(f"reads the named pipe {fifo}")
+        if where.cut:
+            lines.append("(cut: the dump was longer than the agent says back)")
+        return lines
+
+    def as_dict(self) -> dict:
+        """What is kept and said of it (the run's history, ``--json``): each task's stack at most ``MAX_STACK_LINES``
+        lines."""
+        def stack(task: str) -> list[str]:
+            lines = self.stack_lines(task)
+            return lines if len(lines) <= MAX_STACK_LINES else \
+                lines[:MAX_STACK_LINES] + [f"({len(lines) - MAX_STACK_LINES} more lines)"]
+
+        return {"verdict": self.verdict, "stuck": self.stuck, "places": list(self.places), "lines": self.lines,
+                "tasks": [{"task": t.task, "host": t.host, "state": t.state, "detail": t.detail,
+                           "place": t.main.words() if t.main else "", "waits": [p.words() for p in t.waits],
+                           "fifos": t.fifos, "stack": stack(t.task)} for t in self.tasks]}
+
+    def same(self, other: "Report | None") -> bool:
+        """Whether ``other`` (an earlier ask) found the same tasks stuck at the same places."""
+        def seen(report: Report) -> tuple:
+            return (tuple(report.stuck), report.places, tuple((tuple(g.tasks), g.stuck) for g in report.groups),
+                    tuple((t.task, t.main.key if t.main else None) for t in report.tasks))
+
+        return other is not None and seen(self) == seen(other)
+
+
+def _tfcc_thread(thread: Thread) -> bool:
+    """A thread tfcc's capture started (its watcher, its reporter): tfcc's frames under the threading module's."""
+    return any(f.kind == TFCC for f in thread.frames) and all(f.kind in (TFCC, LIB) for f in thread.frames)
+
+
+def names_text(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+# ============================================================================ reading an answer
+
+
+def parse(dump: str) -> list[tuple[str, bool, list[tuple[str, int, str]]]]:
+    """faulthandler's dump: each thread's (ident, current, frames innermost first as (path, line, func))."""
+    threads: list = []
+    for line in dump.splitlines():
+        head = _THREAD.match(line)
+        if head:
+            threads.append((head["ident"], head["current"] == "Current thread", []))
+        elif line.startswith("Stack (most recent call first):"):
+            threads.append(("0x0", True, []))
+        else:
+            frame = _FRAME.match(line)
+            if frame and threads:
+                threads[-1][2].append((frame["path"], int(frame["line"]), frame["func"]))
+    return threads
+
+
+class Paths:
+    """Which frames are whose, for one task: its copy of the user's workdir (``work``), tfcc's code on its host
+    (``code``), the user's workdir on this machine (``local``, for each line's text), and whether tfcc's own trainer
+    trains (its frames are then the code)."""
+
+    def __init__(self, work: str | None, code: list[str], local: Path | None, trainer: bool):
+        self.work = _folder(work)
+        self.code = [c for c in (_folder(c) for c in code) if c]
+        self.local = local
+        self.trainer = trainer
+        self.own = Path(__file__).resolve().parent.parent  # tfcc's code here (its trainer's lines)
+
+    def frame(self, path: str, line: int, func: str) -> Frame:
+        kind, shown, local = self._kind(path)
+        return Frame(path, line, func, kind, shown, _source(local, line) if local is not None else "")
+
+    def _kind(self, path: str) -> tuple[str, str, Path | None]:
+        if self.work and path.startswith(self.work):
+            rel = path[len(self.work):]
+            return CODE, rel, (self.local / rel if self.local is not None else None)
+        for code in self.code:
+            if path.startswith(code):
+                rel = path[len(code):]
+                top = PurePosixPath(rel).parts[0] if rel else ""
+                if self.trainer and top == "trainer" and PurePosixPath(rel).name not in TFCC_FILES:
+                    return CODE, rel, self.own / rel
+                return TFCC, rel, None
+        parts = PurePosixPath(path).parts
+        if PurePosixPath(path).name == "runpy.py" or path == "<frozen runpy>":  # how the capture runs a script
+            return TFCC, path, None
+        if any(p in TF_PACKAGES for p in parts[:-1]) and ("site-packages" in parts or "dist-packages" in parts):
+            return TF, _library_path(parts), None
+        return LIB, _library_path(parts), None
+
+
+def _folder(path: str | None) -> str:
+    return (path.rstrip("/") + "/") if isinstance(path, str) and path.strip("/") else ""
+
+
+def _library_path(parts: tuple) -> str:
+    """A library's file from its package on (``tensorflow/python/eager/execute.py``), the standard library's by
+    its name."""
+    for anchor in ("site-packages", "dist-packages"):
+        if anchor in parts:
+            return "/".join(parts[parts.index(anchor) + 1:])
+    return parts[-1] if parts else ""
+
+
+def _source(path: Path, line: int) -> str:
+    try:
+        if path.stat().st_size > MAX_SOURCE_BYTES:
+            return ""
+    except OSError:
+        return ""
+    words = linecache.getline(str(path), line).strip()
+    words = re.sub(r"\s*#.*$", "", words) if "#" in words and "'" not in words and '"' not in words else words
+    return words if len(words) <= MAX_SNIPPET else words[:MAX_SNIPPET - 1] + "…"
+
+
+def place_of(thread: Thread) -> Place:
+    """Where ``thread`` is (tfcc's frames left out)."""
+    frames = [f for f in thread.frames if f.kind != TFCC]
+    for i, frame in enumerate(frames):
+        if frame.kind != CODE:
+            continue
+        inner, outer = frames[:i], frames[i + 1:]
+        called = [f for f in inner if f.kind == TF]
+        if called:
+            call, collective = tf_call(called)
+            return Place(IN_TF, frame, call, collective, main=thread.main)
+        # A user's function that TensorFlow calls (a generator, a py_function, a map's function).
+        by_tf = any(f.kind == TF for f in outer)
+        lib = [f for f in inner if f.kind == LIB]
+        call = frame.source or (f"{PurePosixPath(lib[-1].shown).stem}.{lib[-1].func}" if lib else "")
+        return Place(IN_CODE, frame, call, called_by_tf=by_tf, main=thread.main)
+    called = [f for f in frames if f.kind == TF]
+    if called and thread.main:
+        call, collective = tf_call(called)
+        return Place(IN_TF, None, call, collective, main=True)
+    return Place(IDLE, main=thread.main)
+
+
+def tf_call(frames: list[Frame]) -> tuple[str, bool]:
+    """The TensorFlow call ``frames`` (innermost first) are in, as people name it, and whether its collectives wait
+    for every worker."""
+    for frame in reversed(frames):  # from the call the person made inwards
+        path, func = frame.shown, frame.func
+        if func in WRAPPERS:
+            continue
+        if func in ("fit", "train_on_batch"):
+            return "fit's step", True
+        if func in ("evaluate", "test_on_batch"):
+            return "evaluate", True
+        if func in ("predict", "predict_on_batch"):
+            return "predict", True
+        if path.endswith("server_lib.py") and func == "join":
+            return "a server's join", False
+        if "cluster_coordinator" in path and func in ("join", "fetch", "schedule", "done"):
+            return f"the coordinator's {func}", False
+        if "iterator_ops" in path and func in ("__next__", "get_next", "next"):
+            return "the input iterator", False
+        if ("polymorphic_function" in path or "def_function" in path) and func == "__call__":
+            return "a tf.function", True
+        if "distribute_lib" in path and func in ("run", "reduce", "gather"):
+            return f"strategy.{func}", True
+        if "collective" in path or "all_reduce" in func or "batch_reduce" in func:
+            return "an all-reduce", True
+    name = next((f.func for f in reversed(frames) if f.func not in WRAPPERS), frames[-1].func)
+    return f"TensorFlow's {name}", False
+
+
+def read_task(task: str, host: str, answer: dict | Exception, local: Path | None, trainer: bool) -> TaskWhere:
+    """One task's answer (the stacks op's dict, or the error that kept its host from answering), read."""
+    if isinstance(answer, Exception):
+        return TaskWhere(task, host, UNREACHABLE, detail=str(answer))
+    state = answer.get("state")
+    if state == ENDED:
+        return TaskWhere(task, host, ENDED, detail=str(answer.get("detail") or ""))
+    if state != ANSWERED:
+        return TaskWhere(task, host, state if state in STATE_WORDS else SILENT)
+    code = answer.get("code")
+    paths = Paths(answer.get("work"), code if isinstance(code, list) else [], local, trainer)
+    threads = []
+    for ident, current, frames in parse(str(answer.get("stacks") or "")):
+        read = [paths.frame(*f) for f in frames]
+        outermost = read[-1] if read else None
+        main = outermost is not None and not (PurePosixPath(outermost.path).name == "threading.py"
+                                              and outermost.func == "_bootstrap")
+        threads.append(Thread(ident, main, read))
+    mains = [t for t in threads if t.main]
+    for extra in mains[1:]:
+        extra.main = False
+    threads.sort(key=lambda t: not t.main)
+    places = [place_of(t) for t in threads]
+    main = next((p for p in places if p.main), None)
+    waits = [p for p in places if p.kind == IN_CODE]
+    fifos = [str(f) for f in answer.get("fifos") or [] if isinstance(f, str)]
+    return TaskWhere(task, host, ANSWERED, threads, main, waits, fifos, cut=bool(answer.get("cut")))
+
+
+# ============================================================================ grouping
+
+
+def read(answers: list[tuple[str, str, dict | Exception]], local: Path | None = None, trainer: bool = False,
+         silent: dict[str, float] | None = None) -> Report:
+    """Each task's answer (task, host, answer), grouped and worded. ``local``: the user's workdir on this machine
+    (the lines' text); ``trainer``: tfcc's own trainer trains (its frames are the code); ``silent``: how long each
+    task has made no step (said beside the stuck)."""
+    tasks = [read_task(task, host, answer, local, trainer) for task, host, answer in answers]
+    silent = silent or {}
+    answered = [t for t in tasks if t.state == ANSWERED]
+    common = set.intersection(*({p.key for p in t.waits} for t in answered)) if len(answered) > 1 else set()
+    fifos_common = set.intersection(*(set(t.fifos) for t in answered)) if len(answered) > 1 else set()
+    own: dict[str, list[Place]] = {}
+    for t in answered:
+        mine = [p for p in t.waits if p.key not in common]
+        strong = [p for p in mine if p.main or p.called_by_tf]
+        # A thread of the user's own that waits (an uploader, a watcher) is a cause only beside a strong one, or
+        # when its main thread waits in TensorFlow with nothing else to show.
+        if strong or (mine and t.main is not None and t.main.kind == IN_TF):
+            own[t.task] = strong + [p for p in mine if p not in strong]
+    groups: list[Group] = []
+    stuck: list[str] = []
+    places: list[str] = []
+
+    def add(names: list[str], words: str, is_stuck: bool) -> None:
+        for g in groups:
+            if g.words == words and g.stuck == is_stuck:
+                g.tasks += names
+                return
+        groups.append(Group(list(names), words, is_stuck))
+
+    for t in tasks:
+        took = f", {silent[t.task]:.0f} s without a step" if t.task in silent else ""
+        if t.state in STATE_WORDS:
+            add([t.task], STATE_WORDS[t.state] + (f" ({t.detail})" if t.detail and t.state == UNREACHABLE else ""),
+                True)
+            stuck.append(t.task)
+        elif t.task in own:
+            ps = own[t.task]
+            if len(ps) == 1:
+                words = f"is stuck in {ps[0].words()}{took}"
+            else:
+                words = (f"is stuck in {ps[0].words()}{took}; its other thread{'s' * (len(ps) > 2)} wait"
+                         f"{'s' * (len(ps) == 2)} in " + " and ".join(p.words() for p in ps[1:]))
+            add([t.task], words, True)
+            stuck.append(t.task)
+            places += [p.at.at for p in ps if p.at is not None]
+        elif t.state == ANSWERED and set(t.fifos) - fifos_common:
+            pipes = ", ".join(sorted(set(t.fifos) - fifos_common))
+            where = f" ({t.main.words()})" if t.main and t.main.kind != IDLE else ""
+            add([t.task], f"is stuck reading the named pipe {pipes}, which gives nothing{where}{took}", True)
+            stuck.append(t.task)
+    others = [t for t in tasks if t.task not in stuck and t.state == ANSWERED]
+    ended = [t for t in tasks if t.state == ENDED]
+    mismatch = ""
+    if not stuck and others:
+        calls = {t.main.call for t in others if t.main is not None and t.main.kind == IN_TF and t.main.collective}
+        if len(calls) > 1:
+            # Workers in different distributed calls (evaluate on the chief alone): each waits for the others.
+            odd = _odd_ones(others)
+            for t in odd:
+                add([t.task], f"is in {t.main.words()}", True)
+                stuck.append(t.task)
+                if t.main.at is not None:
+                    places.append(t.main.at.at)
+            rest = [t for t in others if t not in odd]
+            mismatch = (f"{names_text([t.task for t in odd])} {'is' if len(odd) == 1 else 'are'} in "
+                        f"{odd[0].main.words()} while {names_text([t.task for t in rest])} "
+                        f"{'is' if len(rest) == 1 else 'are'} in {rest[0].main.words()}: every worker must make "
+                        "the same distributed calls, in the same order")
+            others = rest
+    for t in others:
+        place = t.main
+        if place is None or place.kind == IDLE:
+            add([t.task], "is in no code of the script's or TensorFlow's (only idle threads)", False)
+        elif place.kind == IN_CODE:
+            add([t.task], f"is in {place.words()}", False)
+        elif t.role == PS or place.call in ("a server's join",):
+            add([t.task], f"serves ({place.words()})", False)
+        elif stuck and place.collective:
+            add([t.task], f"wait{'s'} for {'it' if len(stuck) == 1 else 'them'} in {place.words()}", False)
+        else:
+            add([t.task], f"is in {place.words()}", False)
+    for t in ended:
+        add([t.task], f"has ended ({t.detail})" if t.detail else "has ended", False)
+    for g in groups:  # plural forms of what a group of several does
+        if len(g.tasks) > 1:
+            g.words = _plural(g.words)
+    if mismatch:
+        verdict = mismatch
+    elif stuck:
+        verdict = "; ".join(f"{names_text(g.tasks)} {g.words}" for g in groups if g.stuck or g.words.startswith(
+            "wait")) or ""
+    elif ended and others:
+        waiting = [t for t in others if t.main is not None and t.main.kind == IN_TF and t.role not in (PS,)
+                   and t.main.call not in ("a server's join",)]
+        if waiting:
+            verdict = (f"{names_text([t.task for t in waiting])} {_plural('waits', len(waiting))} in "
+                       f"{waiting[0].main.words()} for {names_text([t.task for t in ended])}, which "
+                       f"{'has' if len(ended) == 1 else 'have'} ended: parameter-server training needs its workers "
+                       "until the coordinator's end" if any(t.role == CHIEF for t in waiting) else
+                       f"{names_text([t.task for t in waiting])} wait in {waiting[0].main.words()} for "
+                       f"{names_text([t.task for t in ended])}, which ended")
+            stuck += [t.task for t in ended]
+        else:
+            verdict = ""
+    else:
+        same = {t.main.key for t in others if t.main is not None}
+        verdict = (f"every task is in {others[0].main.words()}: none is elsewhere in Python; the wait is inside "
+                   "TensorFlow (a peer's host, the network, a native op, the input)"
+                   if len(same) == 1 and others and others[0].main is not None and others[0].main.kind == IN_TF
+                   else "")
+    return Report(tasks, groups, verdict, stuck, tuple(sorted(set(places))), bool(mismatch))
+
+
+def _odd_ones(tasks: list[TaskWhere]) -> list[TaskWhere]:
+    """Of workers in different distributed calls, those elsewhere: not in fit's step, else the fewer, else the
+    chief's group."""
+    by_call: dict[str, list[TaskWhere]] = {}
+    for t in tasks:
+        by_call.setdefault(t.main.call if t.main else "", []).append(t)
+    others = [ts for call, ts in by_call.items() if call != "fit's step"]
+    if len(others) < len(by_call):
+        return [t for ts in others for t in ts]
+    fewest = min(len(ts) for ts in by_call.values())
+    small = [ts for ts in by_call.values() if len(ts) == fewest]
+    return next((ts for ts in small if any(t.role == CHIEF or t.task.endswith("-0") for t in ts)), small[0])
+
+
+def _plural(words: str, n: int = 2) -> str:
+    if n == 1:
+        return words
+    for one, many in (("is ", "are "), ("has ", "have "), ("waits ", "wait "), ("serves ", "serve "),
+                      ("gave ", "gave ")):
+        if words.startswith(one):
+            return many + words[len(one):]
+    return words
+
+
+def local_workdir(cluster) -> Path | None:
+    """The user's workdir on this machine (its files' lines are read from it), or None for tfcc's trainer."""
+    training = cluster.training
+    if training.workdir:
+        return Path(os.path.expanduser(training.workdir))
+    if training.script:
+        return Path(os.path.expanduser(training.script)).parent
+    return None
+
+
+def work_of(task_folder: str) -> str:
+    """A task's copy of the user's workdir, from its folder (where the agent keeps it)."""
+    return str(PurePosixPath(task_folder) / WORK_DIR)

@@ -1,0 +1,173 @@
+"""console.hangs: tasks' stacks grouped by where they are, and the verdict (faulthandler's dumps, written here the way
+a task's watcher writes them; tests/console/run/test_hangs.py runs the seeded hangs for real)."""
+
+from __future__ import annotations
+
+import pytest
+
+from console import hangs
+
+SITE = "/venv/lib/python3.11/site-packages"
+LIB = "/usr/lib/python3.11"
+CODE = "/home/u/.tfcc/dist"
+
+
+def work(task: str) -> str:
+    return f"/home/u/.tfcc/runs/r1/{task}/work"
+
+
+def dump(*threads) -> str:
+    """faulthandler's dump: each thread (main: bool, frames innermost first as (path, line, func))."""
+    out = []
+    for i, (main, frames) in enumerate(threads):
+        out.append(f"{'Current thread' if i == 0 else 'Thread'} 0x00007f{i:010x} (most recent call first):")
+        out += [f'  File "{path}", line {line} in {func}' for path, line, func in frames]
+        outer = [(f"{CODE}/trainer/capture.py", 1062, "main"), ("<frozen runpy>", 291, "run_path")] if main else \
+            [(f"{LIB}/threading.py", 982, "run"), (f"{LIB}/threading.py", 1045, "_bootstrap_inner"),
+             (f"{LIB}/threading.py", 1002, "_bootstrap")]
+        out += [f'  File "{path}", line {line} in {func}' for path, line, func in outer]
+        out.append("")
+    return "\n".join(out)
+
+
+WATCHER = (False, [(f"{LIB}/threading.py", 331, "wait"), (f"{CODE}/trainer/stacks.py", 41, "_watch")])
+FIT = [(f"{SITE}/tensorflow/python/eager/execute.py", 53, "quick_execute"),
+       (f"{SITE}/tensorflow/python/eager/polymorphic_function/polymorphic_function.py", 833, "__call__"),
+       (f"{SITE}/tensorflow/python/util/traceback_utils.py", 150, "error_handler"),
+       (f"{SITE}/tf_keras/src/engine/training.py", 1807, "fit"),
+       (f"{SITE}/tf_keras/src/utils/traceback_utils.py", 65, "error_handler")]
+EVALUATE = [(f"{SITE}/tensorflow/python/eager/execute.py", 53, "quick_execute"),
+            (f"{SITE}/tf_keras/src/engine/training.py", 2200, "evaluate"),
+            (f"{SITE}/tf_keras/src/utils/traceback_utils.py", 65, "error_handler")]
+
+
+def fitting(task: str, line: int = 57) -> tuple:
+    return (True, FIT + [(f"{work(task)}/main.py", line, "main"), (f"{work(task)}/main.py", 90, "<module>")])
+
+
+def answer(task: str, *threads, **more) -> dict:
+    return {"state": "answered", "stacks": dump(*threads), "work": work(task), "code": [CODE], **more}
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    """The user's workdir on this machine: the lines' text comes from here."""
+    (tmp_path / "main.py").write_text("\n" * 56 + "    model.fit(dataset, epochs=args.epochs)\n" + "\n" * 22
+                                      + "    model.evaluate(val)  # the chief alone\n")
+    (tmp_path / "data.py").write_text("\n" * 41 + "        release.wait()  # never set\n")
+    (tmp_path / "uploader.py").write_text("\n" * 13 + "    item = pending.get()\n")
+    return tmp_path
+
+
+def test_a_worker_whose_generator_blocks_is_named_at_its_line_and_the_others_wait_for_it(workdir):
+    """A generator TensorFlow runs (from_generator) blocks in the user's data.py: that worker is stuck there, the
+    others wait for it in fit's step; tfcc's frames are folded and the path is the one in the user's workdir."""
+    generator = (False, [(f"{LIB}/threading.py", 629, "wait"), (f"{work('worker-1')}/data.py", 42, "batches"),
+                         (f"{SITE}/tensorflow/python/ops/script_ops.py", 269, "__call__")])
+    report = hangs.read([
+        ("worker-0", "h0", answer("worker-0", fitting("worker-0"), WATCHER)),
+        ("worker-1", "h1", answer("worker-1", fitting("worker-1"), generator, WATCHER)),
+        ("worker-2", "h2", answer("worker-2", fitting("worker-2"), WATCHER)),
+    ], workdir, silent={"worker-1": 63.2})
+    assert report.stuck == ["worker-1"] and report.places == ("data.py:42",)
+    assert report.verdict == ("worker-1 is stuck in data.py:42 (`release.wait()`), 63 s without a step; worker-0 and "
+                              "worker-2 wait for it in fit's step (main.py:57 `model.fit`)")
+    assert report.lines == ["worker-1 is stuck in data.py:42 (`release.wait()`), 63 s without a step",
+                            "worker-0 and worker-2 wait for it in fit's step (main.py:57 `model.fit`)"]
+    stack = report.stack_lines("worker-1")
+    assert stack[0] == "main thread:" and "  > main.py:57 in main    model.fit(dataset, epochs=args.epochs)" in stack
+    assert "  > data.py:42 in batches    release.wait()" in stack
+    assert "    (2 frames of tfcc's capture)" in stack and "(1 thread of tfcc's capture)" in stack
+    assert not any("capture.py" in line or "runpy" in line or "stacks.py" in line for line in stack), stack
+    assert "    tf_keras/src/engine/training.py:1807 in fit" in stack
+
+
+def test_a_thread_of_the_users_own_that_waits_on_every_worker_is_no_cause(workdir):
+    """An uploader thread that waits on its queue on every worker is where it always is: not a stuck place."""
+    uploader = (False, [(f"{LIB}/queue.py", 171, "get"), ("{w}/uploader.py", 14, "run")])
+
+    def mine(task):
+        return (False, [(path.replace("{w}", work(task)), line, func) for path, line, func in uploader[1]])
+
+    report = hangs.read([(t, "h", answer(t, fitting(t), mine(t))) for t in ("worker-0", "worker-1")], workdir)
+    assert report.stuck == [] and report.lines == ["worker-0 and worker-1 are in fit's step (main.py:57 `model.fit`)"]
+    assert report.verdict.startswith("every task is in fit's step (main.py:57 `model.fit`): none is elsewhere")
+
+
+def test_two_deadlocked_threads_are_both_named(workdir):
+    """A callback (the main thread) and the user's uploader wait on each other's lock on worker-1 alone."""
+    callback = (True, [(f"{work('worker-1')}/callbacks.py", 20, "on_train_batch_end"),
+                       (f"{SITE}/tf_keras/src/callbacks.py", 300, "on_train_batch_end"),
+                       (f"{SITE}/tf_keras/src/engine/training.py", 1810, "fit"),
+                       (f"{work('worker-1')}/main.py", 57, "main")])
+    uploader = (False, [(f"{work('worker-1')}/uploader.py", 14, "run")])
+    report = hangs.read([("worker-0", "h", answer("worker-0", fitting("worker-0"))),
+                         ("worker-1", "h", answer("worker-1", callback, uploader))], workdir)
+    assert report.stuck == ["worker-1"] and report.places == ("callbacks.py:20", "uploader.py:14")
+    assert report.lines == ["worker-1 is stuck in callbacks.py:20; its other thread waits in uploader.py:14 "
+                            "(`item = pending.get()`)", "worker-0 waits for it in fit's step (main.py:57 `model.fit`)"]
+
+
+def test_the_chief_alone_in_evaluate_is_a_mismatch_of_distributed_calls(workdir):
+    chief = (True, EVALUATE + [(f"{work('worker-0')}/main.py", 80, "main")])
+    report = hangs.read([("worker-0", "h", answer("worker-0", chief)),
+                         ("worker-1", "h", answer("worker-1", fitting("worker-1", 72)))], workdir)
+    assert report.mismatch and report.stuck == ["worker-0"] and report.places == ("main.py:80",)
+    assert report.verdict == ("worker-0 is in evaluate (main.py:80 `model.evaluate`) while worker-1 is in fit's step "
+                              "(main.py:72): every worker must make the same distributed calls, in the same order")
+
+
+def test_a_stopped_task_and_a_host_that_does_not_answer_are_said_as_such(workdir):
+    report = hangs.read([("worker-0", "h0", answer("worker-0", fitting("worker-0"))),
+                         ("worker-1", "h1", {"state": "stopped", "pid": 4}),
+                         ("worker-2", "h2", OSError("h2 does not answer (timed out)"))], workdir)
+    assert report.stuck == ["worker-1", "worker-2"] and report.places == ()
+    assert report.lines == ["worker-1 is stopped (SIGSTOP: a debugger, Ctrl-Z or a job scheduler froze it) and "
+                            "answers no peer",
+                            "worker-2 cannot be asked: its host does not answer (h2 does not answer (timed out))",
+                            "worker-0 waits for them in fit's step (main.py:57 `model.fit`)"]
+    assert report.stack_lines("worker-1") == [hangs.STATE_WORDS["stopped"]]
+
+
+def test_a_worker_reading_a_pipe_that_gives_nothing_is_named(workdir):
+    """TensorFlow's reader blocks in native code: the Python stacks are alike; the agent saw the named pipe."""
+    report = hangs.read([("worker-0", "h", answer("worker-0", fitting("worker-0"))),
+                         ("worker-1", "h", answer("worker-1", fitting("worker-1"), fifos=["/data/stream.fifo"]))],
+                        workdir)
+    assert report.stuck == ["worker-1"]
+    assert report.lines == ["worker-1 is stuck reading the named pipe /data/stream.fifo, which gives nothing (fit's "
+                            "step (main.py:57 `model.fit`))",
+                            "worker-0 waits for it in fit's step (main.py:57 `model.fit`)"]
+
+
+def test_a_coordinator_waiting_for_a_worker_that_ended_names_it():
+    coordinator = (True, [(f"{SITE}/tensorflow/python/distribute/coordinator/cluster_coordinator.py", 1500, "join"),
+                          (f"{work('chief-0')}/main.py", 61, "main")])
+    serving = (True, [(f"{SITE}/tensorflow/python/training/server_lib.py", 250, "join"),
+                      (f"{work('ps-0')}/main.py", 30, "main")])
+    report = hangs.read([("chief-0", "h", answer("chief-0", coordinator)),
+                         ("worker-0", "h", {"state": "ended", "detail": "finished (exit code 0)"}),
+                         ("ps-0", "h", answer("ps-0", serving))], None)
+    assert report.stuck == ["worker-0"]
+    assert report.verdict == ("chief-0 waits in the coordinator's join (main.py:61) for worker-0, which has ended: "
+                              "parameter-server training needs its workers until the coordinator's end")
+    assert report.lines == ["chief-0 is in the coordinator's join (main.py:61)", "ps-0 serves (a server's join "
+                            "(main.py:30))", "worker-0 has ended (finished (exit code 0))"]
+
+
+def test_tfccs_own_trainer_is_the_code_when_it_trains():
+    main = (True, [(f"{SITE}/tensorflow/python/eager/execute.py", 53, "quick_execute"),
+                   (f"{SITE}/tf_keras/src/engine/training.py", 1807, "fit"),
+                   (f"{CODE}/trainer/train.py", 210, "train"), (f"{CODE}/trainer/main.py", 80, "main")])
+    answers = [(t, "h", {"state": "answered", "stacks": dump(main), "work": None, "code": [CODE]})
+               for t in ("worker-0", "worker-1")]
+    report = hangs.read(answers, None, trainer=True)
+    assert report.lines == ["worker-0 and worker-1 are in fit's step (trainer/train.py:210)"], report.lines
+
+
+def test_a_dump_of_garbage_or_nothing_is_read_without_error():
+    report = hangs.read([("worker-0", "h", {"state": "answered", "stacks": "\x00 nonsense\nThread x\n", "work": 3,
+                                             "code": "no"}),
+                         ("worker-1", "h", {"state": "what"})], None)
+    assert report.stuck == ["worker-1"]  # an unknown state is a task that gave no answer
+    assert report.lines[0].startswith("worker-1 gave no answer")
