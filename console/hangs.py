@@ -41,7 +41,9 @@ _THREAD = re.compile(r'^(?P<current>Current thread|Thread) (?P<ident>0x[0-9a-fA-
                      r'\(most recent call first\):\s*$')
 _FRAME = re.compile(r'^\s+File "(?P<path>.*)", line (?P<line>\d+) in (?P<func>.*?)\s*$')
 TF_PACKAGES = frozenset({"tensorflow", "tf_keras", "keras", "tensorflow_core", "tensorflow_estimator"})
-TFCC_FILES = frozenset({"capture.py", "stacks.py", "__main__.py"})  # tfcc's trainer frames around a user's script
+# tfcc's trainer's own machinery (around a user's script, and beside tfcc's trainer): folded away.
+TFCC_FILES = frozenset({"capture.py", "stacks.py", "__main__.py", "metrics.py", "stopping.py", "report.py",
+                        "breakdown.py", "records.py", "process.py"})
 # Frames that only wrap the call a person made (Keras's and TensorFlow's traceback filters).
 WRAPPERS = frozenset({"error_handler", "wrapper", "_method_wrapper", "filter_traceback", "decorated", "wrapped",
                       "_disallow_inside_tf_function", "inner", "bound_method_wrapper", "new_func", "_call"})
@@ -161,7 +163,7 @@ class Report:
         knows them."""
         where = next(t for t in self.tasks if t.task == task)
         if where.state != ANSWERED:
-            return [STATE_WORDS.get(where.state, where.state) + (f" ({where.detail})" if where.detail else "")]
+            return [STATE_WORDS.get(where.state, "has ended") + (f" ({where.detail})" if where.detail else "")]
         lines = []
         own = [t for t in where.threads if not t.main and _tfcc_thread(t)]
         for thread in where.threads:
@@ -174,14 +176,14 @@ class Report:
                     folded += 1
                     continue
                 if folded:
-                    lines.append(f"    ({folded} frame{'s' * (folded != 1)} of tfcc's capture)")
+                    lines.append(f"    ({folded} frame{'s' * (folded != 1)} of tfcc's own)")
                     folded = 0
                 mark = {CODE: "> ", TF: "  ", LIB: "  "}[frame.kind]
                 lines.append(f"  {mark}{frame.at} in {frame.func}" + (f"    {frame.source}" if frame.source else ""))
             if folded:
-                lines.append(f"    ({folded} frame{'s' * (folded != 1)} of tfcc's capture)")
+                lines.append(f"    ({folded} frame{'s' * (folded != 1)} of tfcc's own)")
         if own:
-            lines.append(f"({len(own)} thread{'s' * (len(own) != 1)} of tfcc's capture)")
+            lines.append(f"({len(own)} thread{'s' * (len(own) != 1)} of tfcc's own)")
         for fifo in where.fifos:
             lines.append(f"reads the named pipe {fifo}")
         if where.cut:
@@ -211,8 +213,8 @@ class Report:
 
 
 def _tfcc_thread(thread: Thread) -> bool:
-    """A thread tfcc's capture started (its watcher, its reporter): tfcc's frames under the threading module's."""
-    return any(f.kind == TFCC for f in thread.frames) and all(f.kind in (TFCC, LIB) for f in thread.frames)
+    """A thread tfcc started (its watcher, its metrics writer, its stop's watch): tfcc's frames, no user's."""
+    return any(f.kind == TFCC for f in thread.frames) and all(f.kind != CODE for f in thread.frames)
 
 
 def names_text(names: list[str]) -> str:
@@ -298,16 +300,16 @@ def _source(path: Path, line: int) -> str:
 
 
 def place_of(thread: Thread) -> Place:
-    """Where ``thread`` is (tfcc's frames left out)."""
+    """Where ``thread`` is (tfcc's frames left out): in the user's code where its innermost user frame calls no
+    TensorFlow; else in the outermost TensorFlow call the user's code made (``fit``, not the step function it runs),
+    at the user's frame that made it."""
     frames = [f for f in thread.frames if f.kind != TFCC]
     for i, frame in enumerate(frames):
         if frame.kind != CODE:
             continue
         inner, outer = frames[:i], frames[i + 1:]
-        called = [f for f in inner if f.kind == TF]
-        if called:
-            call, collective = tf_call(called)
-            return Place(IN_TF, frame, call, collective, main=thread.main)
+        if any(f.kind == TF for f in inner):
+            return _tf_place(frames, i, thread.main)
         # A user's function that TensorFlow calls (a generator, a py_function, a map's function).
         by_tf = any(f.kind == TF for f in outer)
         lib = [f for f in inner if f.kind == LIB]
@@ -318,6 +320,27 @@ def place_of(thread: Thread) -> Place:
         call, collective = tf_call(called)
         return Place(IN_TF, None, call, collective, main=True)
     return Place(IDLE, main=thread.main)
+
+
+def _tf_place(frames: list[Frame], innermost: int, main: bool) -> Place:
+    """A thread whose user code calls TensorFlow: the outermost call people name (``fit``, not the step function
+    tfcc's or Keras's code runs inside it), at the user's frame that made it; else the innermost call."""
+    boundaries = [j for j in range(len(frames) - 1, innermost - 1, -1)
+                  if frames[j].kind == CODE and j > 0 and frames[j - 1].kind == TF]
+    found = None
+    for j in boundaries:  # outermost first
+        k = j - 1
+        while k >= 0 and frames[k].kind != CODE:
+            k -= 1
+        call, collective = tf_call([f for f in frames[k + 1:j] if f.kind == TF])
+        found = found or (call, collective, frames[j])
+        if not call.startswith(UNNAMED):
+            return Place(IN_TF, frames[j], call, collective, main=main)
+    call, collective, at = found
+    return Place(IN_TF, at, call, collective, main=main)
+
+
+UNNAMED = "TensorFlow's "
 
 
 def tf_call(frames: list[Frame]) -> tuple[str, bool]:
@@ -346,7 +369,7 @@ def tf_call(frames: list[Frame]) -> tuple[str, bool]:
         if "collective" in path or "all_reduce" in func or "batch_reduce" in func:
             return "an all-reduce", True
     name = next((f.func for f in reversed(frames) if f.func not in WRAPPERS), frames[-1].func)
-    return f"TensorFlow's {name}", False
+    return f"{UNNAMED}{name}", False
 
 
 def read_task(task: str, host: str, answer: dict | Exception, local: Path | None, trainer: bool) -> TaskWhere:
@@ -486,11 +509,12 @@ def read(answers: list[tuple[str, str, dict | Exception]], local: Path | None = 
         else:
             verdict = ""
     else:
+        # Asked of a stalled run: all alike in TensorFlow means the wait is where no Python stack shows it.
         same = {t.main.key for t in others if t.main is not None}
         verdict = (f"every task is in {others[0].main.words()}: none is elsewhere in Python; the wait is inside "
                    "TensorFlow (a peer's host, the network, a native op, the input)"
-                   if len(same) == 1 and others and others[0].main is not None and others[0].main.kind == IN_TF
-                   else "")
+                   if silent and len(same) == 1 and others and others[0].main is not None
+                   and others[0].main.kind == IN_TF else "")
     return Report(tasks, groups, verdict, stuck, tuple(sorted(set(places))), bool(mismatch))
 
 

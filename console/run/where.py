@@ -24,7 +24,7 @@ def where(run, wait: float = WHERE_WAIT, silent: dict[str, float] | None = None)
         if task.ended:
             answer = {"state": hangs.ENDED, "detail": text.outcome_text(task.phase, task.exit)}
         elif isinstance(answer, AgentRequestError) and answer.code == NO_SUCH_TASK:
-            answer = {"state": hangs.ENDED, "detail": text.printable(str(answer))}
+            answer = {"state": hangs.ENDED, "detail": "its host says it no longer runs"}
         elif isinstance(answer, TfccError):
             answer = RuntimeError(text.printable(str(answer)))
         said.append((task.name, run.placement.machine_of(task) or task.host, answer))

@@ -714,3 +714,44 @@ def test_tfcc_where_says_where_each_task_of_a_running_script_is_and_refuses_an_e
                          "ended" in err, err
     code, _, err = tfcc(["where", "nosuch"], capsys)
     assert code != 0 and "no run 'nosuch' is known to this console" in err, err
+
+
+def _step_times(folder: Path) -> list[tuple[float, float]]:
+    """(when it was written, its step_time) of each timed step in a task's metrics file so far."""
+    path = folder / "metrics.jsonl"
+    return [(r["time"], r["step_time"]) for r in (read_records(path) if path.exists() else [])
+            if r.get("type") == "step" and isinstance(r.get("step_time"), (int, float)) and "time" in r]
+
+
+@pytest.mark.slow
+def test_tfcc_where_on_a_healthy_run_says_each_place_and_the_steps_keep_their_pace(homes, capsys):
+    """tfcc's trainer, two workers training: ``tfcc where`` asked again and again prints each worker in fit's step at
+    the trainer's line, says no verdict (nothing differs), and the steps taken meanwhile keep their pace."""
+    from console.run.runner import Run
+
+    cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
+                         cl.Training(epochs=200))
+    run = Run(cluster, "calm")
+    run.start()
+    try:
+        folder = task_dirs(homes, "calm")[0]
+        assert wait_until(lambda: len(_step_times(folder)) >= 40, 180), "no steps"
+        before = _step_times(folder)
+        asked_from = time.time()
+        for _ in range(6):
+            code, out, err = tfcc(["where", "calm"], capsys)
+            assert code == 0, err
+            head = out.split("\n==>")[0].strip().splitlines()
+            assert len(head) == 1 and head[0].startswith("worker-0 and worker-1 are in fit's step (trainer/train.py:"), out
+            assert "==> worker-0 on here <==" in out and "> trainer/train.py:" in out, out
+        asked_to = time.time()
+        assert wait_until(lambda: _step_times(folder)[-1][0] > asked_to, 30)
+        during = [took for at, took in _step_times(folder) if asked_from <= at <= asked_to]
+        earlier = sorted(took for _, took in before[10:])
+        during.sort()
+        assert len(during) >= 5, during
+        # The median step while being asked, against the median before (a busy 2-core machine: a generous margin).
+        assert during[len(during) // 2] <= 1.5 * earlier[len(earlier) // 2] + 0.01, (during, earlier)
+    finally:
+        run.stop(grace=1)
+        run.detach()
