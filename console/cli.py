@@ -33,10 +33,10 @@ import time
 import traceback
 from pathlib import Path
 
-from agent.protocol import ENDED, FINISHED, SLURM_PORT_BASE, TRAINING
+from agent.protocol import FINISHED, SLURM_PORT_BASE, TRAINING
 from console import catalog, checks, export, memory
 from console import cluster as cl
-from console import cluster_fields, speed, text
+from console import cluster_fields, hangs, speed, text
 from console.errors import RunError, TfccError, describe, log_to_file, log_to_terminal
 from console.run.placement import placement_for
 from console.run.runner import Run
@@ -262,13 +262,12 @@ def cmd_where(ns) -> int:
     code), then each task's threads; training goes on undisturbed."""
     run = Run.load(ns.run, make_asker(False))
     try:
-        statuses = run.status() if run.members else []
-        if statuses and all(s.get("phase") in ENDED for s in statuses):
-            raise RunError(f"run {run.run_id} has ended: its tasks are nowhere now",
-                           f"tfcc logs {run.run_id} shows how each ended")
-        report = where(run, ns.wait)
+        report = where(run, ns.wait)  # a host that does not answer: its tasks are said so, the others where they are
     finally:
         run.detach()
+    if all(t.state == hangs.ENDED for t in report.tasks):
+        raise RunError(f"run {run.run_id} has ended: its tasks are nowhere now",
+                       f"tfcc logs {run.run_id} shows how each ended")
     if ns.json:
         print(json.dumps({"run_id": run.run_id, **report.as_dict()}))
         return 0
