@@ -386,9 +386,12 @@ def read_task(task: str, host: str, answer: dict | Exception, local: Path | None
     threads = []
     for ident, current, frames in parse(str(answer.get("stacks") or "")):
         read = [paths.frame(*f) for f in frames]
+        # The main thread starts at a module (a script's, or runpy's for python -m and tfcc's capture); a thread
+        # Python started at threading's bootstrap; one TensorFlow's runtime runs Python on (a generator, a
+        # py_function) at TensorFlow's frames.
         outermost = read[-1] if read else None
-        main = outermost is not None and not (PurePosixPath(outermost.path).name == "threading.py"
-                                              and outermost.func == "_bootstrap")
+        main = outermost is not None and (outermost.func == "<module>" or outermost.path == "<frozen runpy>"
+                                          or PurePosixPath(outermost.path).name == "runpy.py")
         threads.append(Thread(ident, main, read))
     mains = [t for t in threads if t.main]
     for extra in mains[1:]:
@@ -408,7 +411,7 @@ def read(answers: list[tuple[str, str, dict | Exception]], local: Path | None = 
          silent: dict[str, float] | None = None) -> Report:
     """Each task's answer (task, host, answer), grouped and worded. ``local``: the user's workdir on this machine
     (the lines' text); ``trainer``: tfcc's own trainer trains (its frames are the code); ``silent``: how long each
-    task has made no step (said beside the stuck)."""
+    task has made no step, when asked of a stalled run (then tasks all alike are a verdict too)."""
     tasks = [read_task(task, host, answer, local, trainer) for task, host, answer in answers]
     silent = silent or {}
     answered = [t for t in tasks if t.state == ANSWERED]
@@ -434,7 +437,6 @@ def read(answers: list[tuple[str, str, dict | Exception]], local: Path | None = 
         groups.append(Group(list(names), words, is_stuck))
 
     for t in tasks:
-        took = f", {silent[t.task]:.0f} s without a step" if t.task in silent else ""
         if t.state in STATE_WORDS:
             add([t.task], STATE_WORDS[t.state] + (f" ({t.detail})" if t.detail and t.state == UNREACHABLE else ""),
                 True)
@@ -442,9 +444,9 @@ def read(answers: list[tuple[str, str, dict | Exception]], local: Path | None = 
         elif t.task in own:
             ps = own[t.task]
             if len(ps) == 1:
-                words = f"is stuck in {ps[0].words()}{took}"
+                words = f"is stuck in {ps[0].words()}"
             else:
-                words = (f"is stuck in {ps[0].words()}{took}; its other thread{'s' * (len(ps) > 2)} wait"
+                words = (f"is stuck in {ps[0].words()}; its other thread{'s' * (len(ps) > 2)} wait"
                          f"{'s' * (len(ps) == 2)} in " + " and ".join(p.words() for p in ps[1:]))
             add([t.task], words, True)
             stuck.append(t.task)
@@ -452,7 +454,7 @@ def read(answers: list[tuple[str, str, dict | Exception]], local: Path | None = 
         elif t.state == ANSWERED and set(t.fifos) - fifos_common:
             pipes = ", ".join(sorted(set(t.fifos) - fifos_common))
             where = f" ({t.main.words()})" if t.main and t.main.kind != IDLE else ""
-            add([t.task], f"is stuck reading the named pipe {pipes}, which gives nothing{where}{took}", True)
+            add([t.task], f"is stuck reading the named pipe {pipes}, which gives nothing{where}", True)
             stuck.append(t.task)
     others = [t for t in tasks if t.task not in stuck and t.state == ANSWERED]
     ended = [t for t in tasks if t.state == ENDED]
