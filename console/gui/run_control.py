@@ -72,6 +72,7 @@ class RunControl(QObject):
             getattr(runs_panel, event).connect(getattr(self, f"_on_runs_panel_{event}"))
         self._runs_found.connect(self._on_self_runs_found)
         diagram.host_asked.connect(self._on_diagram_host_asked)
+        diagram.where_asked.connect(self._on_diagram_where_asked)
         dashboard.speed_view.asked.connect(self._on_speed_view_asked)
         dashboard.where_view.asked.connect(self._on_where_view_asked)
         self.actions_changed.connect(self._on_self_actions_changed)
@@ -145,11 +146,17 @@ class RunControl(QObject):
         self.reported.emit(words)
 
     def _on_self_actions_changed(self) -> None:
-        """While a run goes on its tasks may be asked where they are (beside Why slow?)."""
+        """While a run goes on its tasks may be asked where they are: beside Why slow?, and a task's right click."""
         self.dashboard.where_view.set_available(self.running)
+        self.diagram.set_where_available(self.running)
 
     def _on_where_view_asked(self) -> None:
         self.session.where()  # on a thread: each task's host is asked
+
+    def _on_diagram_where_asked(self, task: str) -> None:
+        """A task's right click in the diagram: where the tasks are, in the Dashboard, ``task``'s stack shown."""
+        self.tabs.setCurrentWidget(self.dashboard)
+        self.dashboard.where_view.ask(task)
 
     def _on_session_located(self, where: dict) -> None:
         self.dashboard.where_view.show_report(where)

@@ -1,7 +1,7 @@
 """The window's "Where are they?" (console/gui/where_view.py): on a real run of a user's script whose worker-1 waits
 for data that never comes, the button asks every task off the window's thread and the view names worker-1 at its
-line of the script, each task's stack a click away; a hang the stall watchdog found (a 'where' event) is shown the
-same way."""
+line of the script, each task's stack a click away; a task's right click in the diagram asks too; a hang the stall
+watchdog found (a 'where' event) is shown the same way."""
 
 from __future__ import annotations
 
@@ -79,6 +79,7 @@ def test_where_are_they_names_the_stuck_worker_at_its_line_and_shows_its_stack(q
     window = window_on(qtbot, gui_homes, cl.Training(script=str(script)))
     view = window.dashboard.where_view
     assert not view.button.isEnabled() and view.isHidden()  # no run yet: nothing to ask
+    assert window.diagram.task_menu("worker-1") is None
     window.act_start.trigger()
     qtbot.waitUntil(lambda: window.session.core is not None, timeout=30_000)
     started = window.session.core
@@ -116,11 +117,21 @@ def test_where_are_they_names_the_stuck_worker_at_its_line_and_shows_its_stack(q
         assert view.stack.height() >= 100 and view.tasks.height() >= 100, size
         save_shot(window, shots, name)
 
+    # A task's right click in the diagram asks again, in the Dashboard, with that task's stack shown.
+    window.tabs.setCurrentWidget(window.diagram)
+    menu = window.diagram.task_menu("worker-0")
+    assert [a.text() for a in menu.actions()] == ["Where are they?"]
+    menu.actions()[0].trigger()
+    assert window.tabs.currentWidget() is window.dashboard and view.status.text() == ASKING
+    qtbot.waitUntil(lambda: not view.waiting, timeout=60_000)
+    assert view.selected_task() == "worker-0" and view.verdict.text() == STUCK_WORDS
+    assert view.stack.toPlainText().startswith(f"worker-0 on here: stuck.py:{STEP_LINE}")
+
     dialogs.answer("QMessageBox.question", QMessageBox.Yes)  # Stop the run? Yes
     window.act_stop.trigger()
     qtbot.waitUntil(lambda: not window.session.active, timeout=60_000)
     qtbot.waitUntil(lambda: not view.button.isEnabled(), timeout=30_000)  # ended: nothing to ask
-    assert not view.again_button.isEnabled()
+    assert not view.again_button.isEnabled() and window.diagram.task_menu("worker-0") is None
     assert view.verdict.text() == STUCK_WORDS  # what was found stays to read
     window.files.dirty = False
     window.close()
