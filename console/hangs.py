@@ -191,14 +191,16 @@ class Report:
         return lines
 
     def as_dict(self) -> dict:
-        """What is kept and said of it (the run's history, ``--json``): each task's stack at most ``MAX_STACK_LINES``
-        lines."""
+        """What is kept and said of it (the run's history, ``--json``, the window's Where are they?): ``lines`` one a
+        group and ``groups`` the same with their tasks and whether they are stuck; each task's stack at most
+        ``MAX_STACK_LINES`` lines."""
         def stack(task: str) -> list[str]:
             lines = self.stack_lines(task)
             return lines if len(lines) <= MAX_STACK_LINES else \
                 lines[:MAX_STACK_LINES] + [f"({len(lines) - MAX_STACK_LINES} more lines)"]
 
         return {"verdict": self.verdict, "stuck": self.stuck, "places": list(self.places), "lines": self.lines,
+                "groups": [{"tasks": g.tasks, "words": g.words, "stuck": g.stuck} for g in self.groups],
                 "tasks": [{"task": t.task, "host": t.host, "state": t.state, "detail": t.detail,
                            "place": t.main.words() if t.main else "", "waits": [p.words() for p in t.waits],
                            "fifos": t.fifos, "stack": stack(t.task)} for t in self.tasks]}

@@ -46,3 +46,6 @@ def compared_color(index: int) -> QColor:
 # The parts of a step in "why is it slow?" (console.speed.PARTS): what to act on warm, compute green, the rest grey.
 STEP_PARTS = {"input": "#E69F00", "compute": "#009E73", "communication": "#56B4E9", "peers": "#D55E00",
               "other": "#BBBBBB"}
+
+# What failed or is stuck, to look at: the failure view, a failed task's badge, Where are they?'s stuck groups.
+ALARM = "#b00020"

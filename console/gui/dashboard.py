@@ -1,6 +1,7 @@
 """The live dashboard: every metric of a run, per worker or once for the cluster, and the system lane.
 
-Each task's progress row (``progress_view``) is above the plots, the events and logs (``events_view``) beside.
+Each task's progress row (``progress_view``) is above the plots, the events and logs (``events_view``) beside, Why
+slow? (``speed_view``) under them; Where are they? (``where_view``) opens over the plots when asked.
 The plots are the Dashboard's parts of one kind of work each: the grid of cards (``plot_grid``), the series and
 their curves (``plot_series``), the frame that draws them (``plot_drawing``), the markers and the read-out at
 the cursor (``plot_readout``); the bars over them are ``reading_aids``.
@@ -36,6 +37,7 @@ from console.gui.progress_view import ProgressView
 from console.gui.reading_aids import CompareChips, ViewControls
 from console.gui.run_header import DETACHED, RunHeader, RunHeaderLine
 from console.gui.speed_view import SpeedView
+from console.gui.where_view import WhereView
 from console.states import Mark
 from console.store.metric_ids import DEFAULT_PLOTS, SYSTEM, X_AXES, plot_of
 from console.store.metrics import MetricsStore
@@ -44,6 +46,7 @@ from trainer.tf_config import TRAINING_ROLES
 
 REFRESH_MS = 33          # at most 30 redraws a second
 SLOW_REFRESH_MS = 250      # progress lines, ETA, straggler marks, the metric list and the events list
+WHERE_SHARE = 0.5         # of the room under the header, the Where view's when it opens (over the plots)
 EVENTS_WIDTH = 330        # the events and logs pane at first (the person resizes it; the window remembers)
 PER_WORKER_AT_START = ("step_time",)  # every training task reports it: its curves are made at Start
 LIVE_PLOTS = ("step_time", "sys:cpu_cores", "sys:memory_gb")  # a live run fills them (training, its agents' samples)
@@ -146,6 +149,9 @@ class Dashboard(PlotGrid, PlotSeries, PlotDrawing, PlotReadout, QWidget):
         self._slow_version = -1
         self.events_view = EventsView()      # the events and each task's log tail
         self.speed_view = SpeedView()        # why is it slow? (asked for: the run control wires it)
+        self.where_view = WhereView()        # where are they? (asked beside Why slow?; opens over the plots)
+        self.speed_view.add_beside(self.where_view.button)
+        self.where_view.opened.connect(self._on_where_view_opened)
 
         lists = QSplitter(Qt.Vertical)  # beside the plots: which plots, and which series in them
         for title, widget in (("Plots", self.metric_list), ("Series", self.series_list)):
@@ -180,10 +186,18 @@ class Dashboard(PlotGrid, PlotSeries, PlotDrawing, PlotReadout, QWidget):
         self.failure_view.log_asked.connect(self._on_failure_view_log_asked)
         self._failure_shown: tuple | None = None  # what the failure view was made from
         left_layout.addWidget(self.failure_view)
-        left_layout.addWidget(self.progress_view)
-        left_layout.addWidget(controls)
-        left_layout.addWidget(self.chip_row)
-        left_layout.addWidget(plots_row, 1)
+        plots = QWidget()  # each task's progress, the reading aids and the plots: under the Where view, when shown
+        plots_layout = QVBoxLayout(plots)
+        plots_layout.setContentsMargins(0, 0, 0, 0)
+        for widget in (self.progress_view, controls, self.chip_row):
+            plots_layout.addWidget(widget)
+        plots_layout.addWidget(plots_row, 1)
+        body = self.body = QSplitter(Qt.Vertical)
+        body.addWidget(self.where_view)
+        body.addWidget(plots)
+        body.setCollapsible(1, False)
+        body.setStretchFactor(1, 1)
+        left_layout.addWidget(body, 1)
         right = self.right = QSplitter(Qt.Vertical)  # beside the plots: what happened, and why it is slow
         right.addWidget(self.events_view)
         right.addWidget(self.speed_view)
@@ -224,6 +238,7 @@ class Dashboard(PlotGrid, PlotSeries, PlotDrawing, PlotReadout, QWidget):
         self.live = live
         self.speed_view.clear(order)
         self.speed_view.set_available(live)
+        self.where_view.clear()
         self._set_store(store, order)
 
     def _set_store(self, store: MetricsStore, order: list[str]) -> None:
@@ -482,6 +497,13 @@ class Dashboard(PlotGrid, PlotSeries, PlotDrawing, PlotReadout, QWidget):
         task, error = next(((t, e) for t, e in found if e is not None), (tasks[0], None))
         whole = diagnosis.last_traceback(self.events_view.stderr_text(task), own=True) if error is not None else ""
         self.failure_view.show_failure(task, failed[task], error, whole)
+
+    def _on_where_view_opened(self) -> None:
+        """The Where view opens over the plots with half the room, its verdict and groups whole (the person drags
+        the line between them)."""
+        total = sum(self.body.sizes()) or self.body.height()
+        want = max(self.where_view.minimumSizeHint().height(), total * WHERE_SHARE)
+        self.body.setSizes([int(want), max(0, int(total - want))])
 
     def _on_failure_view_log_asked(self, task: str) -> None:
         self.events_view.show_log(task)

@@ -55,9 +55,11 @@ STATE_COLOURS = {Mark.FAILED: "#b00020", Mark.STALLED: "#c25e00", Mark.RESTARTIN
 class ClusterDiagram(QWidget):
     """Draws a cluster; ``set_cluster`` follows the settings, ``set_run`` a run's own numbers. An elastic run's
     task offers (right click) to go on without its host, or to take back a host the run went on without:
-    ``host_asked(what, host)`` (``REMOVE_HOST`` or ``TAKE_BACK``)."""
+    ``host_asked(what, host)`` (``REMOVE_HOST`` or ``TAKE_BACK``). While a run goes on (``set_where_available``)
+    every task offers Where are they?: ``where_asked(task)``, that task's stack to be shown."""
 
     host_asked = Signal(str, str)
+    where_asked = Signal(str)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -106,6 +108,7 @@ class ClusterDiagram(QWidget):
         self.split: BatchSplit | None = None
         self.chief: str | None = None
         self.states: dict[str, tuple[str, str]] = {}
+        self.where_available = False  # a run goes on: a task's menu asks where the tasks are
 
     # ------------------------------------------------------------ inputs
 
@@ -124,6 +127,10 @@ class ClusterDiagram(QWidget):
         self._left = frozenset(left) if started is not None else frozenset()
         self._run_cluster = copy.deepcopy(self._cluster) if started is not None else None
         self._redraw()
+
+    def set_where_available(self, available: bool) -> None:
+        """Whether a run goes on whose tasks may be asked where they are (a task's right click)."""
+        self.where_available = available
 
     def set_states(self, states: dict[str, tuple[str, str]]) -> None:
         """Each task's supervision state (stalled, failed with why, restarting): a badge on its box."""
@@ -261,8 +268,7 @@ class ClusterDiagram(QWidget):
         for i, task in enumerate(host.tasks):
             tx, ty = x + PAD + i * (TASK_W + PAD), y + 18 + 2 * PAD
             colour = worker_color(names.index(task.name))
-            item = _TaskItem(task.name, self._on_task_clicked, QRectF(0, 0, TASK_W, TASK_H),
-                             on_menu=self._on_task_menu if self._elastic_run else None)
+            item = _TaskItem(task.name, self._on_task_clicked, QRectF(0, 0, TASK_W, TASK_H), on_menu=self._on_task_menu)
             item.setPos(tx, ty)
             item.setPen(QPen(QColor("#b8860b") if task.is_chief else QColor("#333"), 3 if task.is_chief else 1,
                              Qt.DashLine if task.role == cl.EVALUATOR else Qt.SolidLine))
@@ -331,9 +337,13 @@ class ClusterDiagram(QWidget):
     def task_menu(self, name: str) -> QMenu | None:
         """The menu a right click on task ``name`` opens (None: nothing to offer)."""
         actions = self.host_actions(name)
-        if not actions:
+        where = self.where_available and any(t.name == name for h in self.hosts for t in h.tasks)
+        if not actions and not where:
             return None
         menu = QMenu(self)
+        if where:
+            menu.addAction("Where are they?", lambda: self.where_asked.emit(name)).setToolTip(
+                f"Ask every task where it is now, and show {name}'s stack")
         for words, what, host in actions:
             menu.addAction(words, lambda what=what, host=host: self.host_asked.emit(what, host))
         return menu

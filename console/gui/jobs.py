@@ -22,6 +22,7 @@ from console.errors import TfccError, describe
 from console.run.placement import placement_for
 from console.run.runner import Run
 from console.run.session import RunSession
+from console.run.where import where
 from console.run.supervisor import OFFER, REMOVE_HOST, RESTART, WATCHDOG_SECONDS
 from console.states import SessionEvent, SessionKind
 from console.store.cache import CONSOLE_TASK
@@ -172,6 +173,9 @@ class RunBridge(QObject):
     why_slow_asked = Signal()             # every training task has the ask: the verdict follows
     explained = Signal(dict)              # a breakdown asked for came (console.speed.Verdict.as_dict())
     why_slow_refused = Signal(str)        # the run cannot be asked now: why, and what to do
+    located = Signal(dict)                # where the tasks are, as asked (console.hangs.Report.as_dict())
+    hang_located = Signal(dict)           # where the tasks were when the stall watchdog called a hang (the same)
+    where_refused = Signal(str)           # where the tasks are could not be asked: why, and what to do
 
     def __init__(self, threads: Threads, ask_host_key=None, parent=None):
         super().__init__(parent)
@@ -241,6 +245,30 @@ class RunBridge(QObject):
             log.exception("asking why the run is slow")
             self.why_slow_refused.emit(f"could not ask: {exc}")
 
+    def where(self) -> None:
+        """Ask every task of the run where it is (on a thread: each task's host is asked, for seconds); ``located``
+        brings the report, ``where_refused`` why it could not be had."""
+        core = self.core
+        if core is None or not self.active:
+            self.where_refused.emit("No run is going on: start one, or open a running one from the Runs tab")
+            return
+        self.threads.start("where", self._where, core)
+
+    def _where(self, core: RunSession) -> None:
+        try:
+            said = where(core.run).as_dict()
+        except TfccError as exc:
+            self.where_refused.emit(describe(exc))
+            return
+        except Exception as exc:  # noqa: BLE001 - said in the window; the log has the traceback
+            log.exception("asking where the tasks are")
+            self.where_refused.emit(f"could not ask where the tasks are: {exc}")
+            return
+        if core is self.core:
+            self.located.emit(said)
+        else:  # the window follows another run now (or none): this one's answer is no use to it
+            self.where_refused.emit(f"Run {core.run.run_id} is followed no more: ask again about the run shown")
+
     def start(self, cluster: cl.Cluster, run_id: str | None = None) -> None:
         self.detach()  # a previous run, ended or not: stop following it
         self.store = MetricsStore()
@@ -298,6 +326,10 @@ class RunBridge(QObject):
                 self.task_ended.emit(event.task.name, event.text)
             elif event.kind == SessionKind.WATCHDOG:
                 self.watchdog_fired.emit(event.text)
+            elif event.kind == SessionKind.WHERE:  # a stall the watchdog found: where the tasks were
+                self.supervised.emit(event.kind, event.text)
+                if isinstance(event.message.get("where"), dict):
+                    self.hang_located.emit(event.message["where"])
             elif event.kind in SessionKind.SUPERVISION or event.kind == SessionKind.JOB:
                 self.supervised.emit(event.kind, event.text)  # a Slurm job's state: the status bar too
             elif event.kind == SessionKind.STATE:

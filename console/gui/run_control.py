@@ -65,13 +65,17 @@ class RunControl(QObject):
         self.started_event: dict | None = None  # the run's "started" record, once it came
         for event in ("run_started", "start_failed", "deploy_progressed", "training_started", "logs_received",
                       "task_ended", "watchdog_fired", "supervised", "states_changed", "stopped",
-                      "ended", "why_slow_asked", "explained", "why_slow_refused"):  # _on_session_<event>
+                      "ended", "why_slow_asked", "explained", "why_slow_refused", "located", "hang_located",
+                      "where_refused"):  # _on_session_<event>
             getattr(self.session, event).connect(getattr(self, f"_on_session_{event}"))
         for event in ("open_requested", "history_loaded", "logs_loaded", "comparison_loaded", "running_found"):
             getattr(runs_panel, event).connect(getattr(self, f"_on_runs_panel_{event}"))
         self._runs_found.connect(self._on_self_runs_found)
         diagram.host_asked.connect(self._on_diagram_host_asked)
+        diagram.where_asked.connect(self._on_diagram_where_asked)
         dashboard.speed_view.asked.connect(self._on_speed_view_asked)
+        dashboard.where_view.asked.connect(self._on_where_view_asked)
+        self.actions_changed.connect(self._on_self_actions_changed)
         dashboard.renamed.connect(self._on_dashboard_renamed)
         dashboard.comparison_removed.connect(self._on_dashboard_comparison_removed)
         dashboard.events_view.whole_log_asked.connect(self._on_events_view_whole_log_asked)
@@ -139,6 +143,33 @@ class RunControl(QObject):
 
     def _on_session_why_slow_refused(self, words: str) -> None:
         self.dashboard.speed_view.refused(words)
+        self.reported.emit(words)
+
+    def _on_self_actions_changed(self) -> None:
+        """While a run goes on its tasks may be asked where they are: beside Why slow?, and a task's right click."""
+        self.dashboard.where_view.set_available(self.running)
+        self.diagram.set_where_available(self.running)
+
+    def _on_where_view_asked(self) -> None:
+        self.session.where()  # on a thread: each task's host is asked
+
+    def _on_diagram_where_asked(self, task: str) -> None:
+        """A task's right click in the diagram: where the tasks are, in the Dashboard, ``task``'s stack shown."""
+        self.tabs.setCurrentWidget(self.dashboard)
+        self.dashboard.where_view.ask(task)
+
+    def _on_session_located(self, where: dict) -> None:
+        self.dashboard.where_view.show_report(where)
+        lines = where.get("lines") or []
+        said = where.get("verdict") or (lines[0] if lines else "")
+        self.reported.emit(f"Where are they? {said}" if said else "Where are they? Every task answered")
+
+    def _on_session_hang_located(self, where: dict) -> None:
+        """The stall watchdog called a hang: where the tasks were then (its words are in the status bar already)."""
+        self.dashboard.where_view.show_report(where, found="Found by the stall watchdog (no step for too long)")
+
+    def _on_session_where_refused(self, words: str) -> None:
+        self.dashboard.where_view.refused(words)
         self.reported.emit(words)
 
     def _on_diagram_host_asked(self, what: str, host: str) -> None:

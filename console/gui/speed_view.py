@@ -42,7 +42,7 @@ class SpeedView(QWidget):
         self.status = QLabel("Ask while the run trains.")
         self.status.setWordWrap(True)
         self.status.setTextFormat(Qt.RichText)
-        top = QHBoxLayout()
+        top = self._top = QHBoxLayout()
         top.addWidget(self.button)
         top.addWidget(self.status, 1)
         self.bar_plot = pg.PlotWidget(background="w")
@@ -95,6 +95,10 @@ class SpeedView(QWidget):
     def set_available(self, available: bool) -> None:
         """Whether a run is followed that may be asked (it trains, or will)."""
         self.button.setEnabled(available)
+
+    def add_beside(self, button: QWidget) -> None:
+        """Another ask of the run (Where are they?) beside Why slow?."""
+        self._top.insertWidget(1, button)
 
     def clear(self, order: list[str] | None = None) -> None:
         """A new run (its tasks in cluster order): nothing measured yet."""

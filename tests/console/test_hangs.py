@@ -83,6 +83,10 @@ def test_a_worker_whose_generator_blocks_is_named_at_its_line_and_the_others_wai
     assert "    (2 frames of tfcc's own)" in stack and "(1 thread of tfcc's own)" in stack
     assert not any("capture.py" in line or "runpy" in line or "stacks.py" in line for line in stack), stack
     assert "    tf_keras/src/engine/training.py:1807 in fit" in stack
+    said = report.as_dict()  # what the history keeps and the window shows: each group with whether it is stuck
+    assert said["groups"] == [{"tasks": ["worker-1"], "words": report.groups[0].words, "stuck": True},
+                              {"tasks": ["worker-0", "worker-2"], "words": report.groups[1].words, "stuck": False}]
+    assert [t["stack"] for t in said["tasks"]][1] == stack
 
 
 def test_a_thread_of_the_users_own_that_waits_on_every_worker_is_no_cause(workdir):
