@@ -22,8 +22,9 @@ from trainer.tf_config import EVALUATOR
 log = logging.getLogger("console.run.supervisor")
 
 WHERE_EVERY = 10.0       # seconds between the stall watchdog's asks of where the tasks are
-WHERE_APART = 8.0        # two asks at least this far apart that find the same hang call it
-MISMATCH_SECONDS = 20.0  # workers in different distributed calls this long: a hang (an evaluate may just be slow)
+WHERE_APART = 18.0       # asks that find the same hang for this long call it (a pause at one line may be a task's
+                         # own work: a save, an upload)
+MISMATCH_SECONDS = 30.0  # workers in different distributed calls this long: a hang (an evaluate may just be slow)
 WATCHDOG_SECONDS = 120.0  # how long a cluster may take to form before tfcc says who it waits for
 STALL_FLOOR = 15.0  # seconds without a step that are never a stall, however quick the steps were
 SUSPENDED = "is stopped (SIGSTOP: a debugger, Ctrl-Z or a job scheduler froze it) and answers no peer"
@@ -122,8 +123,9 @@ class Watchdogs:
 
         Once a task has made no step for its patience at the floor (``stall_floor``; a user's script gets the
         startup watchdog's time before a stall is called without more), every task is asked where it is
-        (console.hangs), again every ``WHERE_EVERY`` s: two asks that find the same tasks stuck at the same places
-        are a hang now; else the stall is called at the task's full patience, with where they are."""
+        (console.hangs), again every ``WHERE_EVERY`` s: asks that find the same tasks stuck at the same places for
+        ``WHERE_APART`` s are a hang now; else the stall is called at the task's full patience, with where they
+        are."""
         if self.given_up or self._failed:
             return
         now = time.monotonic()
@@ -145,9 +147,14 @@ class Watchdogs:
         report = None
         if due is not None or now - self._located_at >= WHERE_EVERY:
             report = self._locate(silent)
-        hang = report is not None and report.stuck and any(
-            report.same(earlier) and now - at >= (MISMATCH_SECONDS if report.mismatch else WHERE_APART)
-            for at, earlier in self._located[:-1])
+        hang = False
+        if report is not None and report.stuck:  # every ask back to one this far back found the same
+            for at, earlier in reversed(self._located[:-1]):
+                if not report.same(earlier):
+                    break
+                if now - at >= (MISMATCH_SECONDS if report.mismatch else WHERE_APART):
+                    hang = True
+                    break
         if due is None and not hang:
             return
         stuck = [t for t in self.run.tasks if report is not None and t.name in report.stuck and t.name in silent]
@@ -179,7 +186,7 @@ class Watchdogs:
         except Exception:
             log.exception("could not ask where the tasks of run %s are", self.run.run_id)
             return None
-        self._located = (self._located + [(self._located_at, report)])[-3:]
+        self._located = (self._located + [(self._located_at, report)])[-4:]
         return report
 
     def hang_repeats(self) -> tuple[str, ...]:

@@ -292,3 +292,44 @@ def test_a_package_module_runs_on_slurm_as_python_m_runs_it(slurm, tmp_path, cap
         assert launched["script"] == "trainer.task"
         epochs = [r for r in stream if r.get("task") == task and r.get("type") == "epoch"]
         assert [(r["epoch"], r["loss"], r["captured"]) for r in epochs] == [(0, 0.25 * (index + 1), "print")]
+
+
+def test_a_hang_on_a_slurm_node_is_named_at_the_users_line(slurm, tmp_path, capsys):
+    """Issue 40 on Slurm: a user's script whose worker-1 waits for ever in its generator (tests/data/scripts/hangs/
+    generator_event) on its node; the stall watchdog asks every task where it is through the shared folder and names
+    worker-1 at data.py's line, worker-0 waiting for it in fit; the history keeps the stacks; the run is given up
+    (max_restarts = 0) and the job ends."""
+    import shutil
+
+    folder = tmp_path / "generator_event"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "data" / "scripts" / "hangs" / "generator_event", folder,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    line = next(n for n, text in enumerate((folder / "data.py").read_text().splitlines(), 1)
+                if "tfcc-test: hangs here" in text)
+    fit = next(n for n, text in enumerate((folder / "main.py").read_text().splitlines(), 1) if "model.fit(" in text)
+    path = tmp_path / "hang.toml"
+    path.write_text(f'[training]\nscript = "{folder / "main.py"}"\nmax_restarts = 0\n'
+                    f'[slurm]\nlogin = "{slurm.login.address}"\nuser = "root"\nkey = "{slurm.hosts.client_key}"\n'
+                    f'python = "{sys.executable}"\nnodes = 2\ncpus_per_task = 1\ntime = "10:00"\n')
+    run = Run(cl.load(path), "slurm-hang")
+    run.start()
+    session = RunSession(run)
+    events = Events(session)
+    session.follow()
+    try:
+        wait_for(lambda: events.of(SessionKind.WHERE), 400,
+                 lambda: "no hang named: " + " | ".join(e.text for e in events.all if e.kind in SessionKind.SUPERVISION))
+        assert session.wait(120), f"the run did not end: {[t.phase for t in run.tasks]}"
+    finally:
+        session.detach()
+        run.stop(grace=0)
+    where = events.of(SessionKind.WHERE)[0]
+    assert where.message["where"]["stuck"] == ["worker-1"], where.text
+    assert where.text == (f"where the tasks are: worker-1 is stuck in data.py:{line} (`downloaded.wait()`); "
+                          f"worker-0 waits for it in fit's step (main.py:{fit} `model.fit`)"), where.text
+    stalled = [e.text for e in events.of(SessionKind.STALLED)]
+    assert len(stalled) == 1 and stalled[0].startswith("worker-1 on ") and f"data.py:{line}" in stalled[0], stalled
+    kept = [json.loads(text) for text in (catalog.cache_dir("slurm-hang") / "console.jsonl").read_text().splitlines()]
+    stacks = next(n["where"] for n in kept if n.get("event") == SessionKind.WHERE)["tasks"]
+    assert [t["task"] for t in stacks] == ["worker-0", "worker-1"]
+    assert f"  > data.py:{line} in generate    downloaded.wait()" in stacks[1]["stack"], stacks[1]["stack"]
