@@ -526,17 +526,22 @@ def stacks(run_id: str, task: str, wait: float = STACKS_WAIT) -> dict:
     return {**answer, "state": "silent", "fifos": fifos_read(child) if child else []}
 
 
-# The read calls' numbers, by machine (a thread blocked in one names its file descriptor first).
+# The system calls that wait on a named pipe, by machine: the read calls (their first argument its file descriptor)
+# and the open calls (which argument is the path: a pipe's open waits for its other end).
 READ_CALLS = {"x86_64": (0, 17, 19, 295), "aarch64": (63, 65, 67, 69)}
+OPEN_CALLS = {"x86_64": {2: 0, 257: 1}, "aarch64": {56: 1}}
+AT_FDCWD = -100
 MAX_THREADS_LOOKED_AT = 1024
 
 
-def fifos_read(pid: int) -> list[str]:
-    """The named pipes ``pid``'s threads are blocked reading now (Linux: each thread's system call and its first
-    argument, ``/proc/<pid>/task/<tid>/syscall``): an input file that is a FIFO nobody writes stalls TensorFlow's
-    reader in native code, where no Python stack shows it. [] where /proc does not say."""
-    calls = READ_CALLS.get(os.uname().machine, ())
-    found: list[str] = []
+def fifos_read(pid: int) -> list[dict]:
+    """The named pipes ``pid``'s threads wait on now, each ``{"path", "in": "read" | "open"}`` (Linux: each
+    thread's system call and its arguments, ``/proc/<pid>/task/<tid>/syscall``; an open's path from the process's
+    memory, where this user may read it): an input file that is a FIFO nobody writes stalls TensorFlow's reader
+    in native code, where no Python stack shows it. [] where /proc does not say."""
+    machine = os.uname().machine
+    reads, opens = READ_CALLS.get(machine, ()), OPEN_CALLS.get(machine, {})
+    found: list[dict] = []
     try:
         threads = os.listdir(f"/proc/{int(pid)}/task")[:MAX_THREADS_LOOKED_AT]
     except (OSError, ValueError):
@@ -545,14 +550,35 @@ def fifos_read(pid: int) -> list[str]:
         try:
             with open(f"/proc/{int(pid)}/task/{tid}/syscall", encoding="ascii") as f:
                 fields = f.read().split()
-            if len(fields) < 2 or not fields[0].isdigit() or int(fields[0]) not in calls:
+            if len(fields) < 3 or not fields[0].isdigit():
                 continue
-            path = os.readlink(f"/proc/{int(pid)}/fd/{int(fields[1], 16)}")
-            if path.startswith("/") and stat.S_ISFIFO(os.stat(path).st_mode) and path not in found:
-                found.append(path)
+            call = int(fields[0])
+            if call in reads:
+                path, how = os.readlink(f"/proc/{int(pid)}/fd/{int(fields[1], 16)}"), "read"
+            elif call in opens:
+                path, how = _opened_path(int(pid), fields, opens[call]), "open"
+            else:
+                continue
+            if path.startswith("/") and stat.S_ISFIFO(os.stat(path).st_mode) and \
+                    not any(f["path"] == path for f in found):
+                found.append({"path": path, "in": how})
         except (OSError, ValueError):
             continue
     return found
+
+
+def _opened_path(pid: int, fields: list[str], which: int) -> str:
+    """The path an open call waits on (read from the process's memory), made whole against its folder."""
+    with open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+        mem.seek(int(fields[1 + which], 16))
+        path = mem.read(4096).split(b"\0", 1)[0].decode("utf-8", "replace")
+    if path.startswith("/"):
+        return path
+    folder = int(fields[1], 16) if which == 1 else AT_FDCWD
+    if folder >= 1 << 31:  # an int argument, said in 32 bits (or 64): negative
+        folder -= 1 << (64 if folder >= 1 << 32 else 32)
+    base = os.readlink(f"/proc/{pid}/cwd" if folder == AT_FDCWD else f"/proc/{pid}/fd/{folder}")
+    return os.path.join(base, path)
 
 
 def _answer(path: Path) -> str:

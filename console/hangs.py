@@ -185,7 +185,7 @@ class Report:
         if own:
             lines.append(f"({len(own)} thread{'s' * (len(own) != 1)} of tfcc's own)")
         for fifo in where.fifos:
-            lines.append(f"reads the named pipe {fifo}")
+            lines.append(f"waits on the named pipe {fifo}")
         if where.cut:
             lines.append("(cut: the dump was longer than the agent says back)")
         return lines
@@ -402,7 +402,12 @@ def read_task(task: str, host: str, answer: dict | Exception, local: Path | None
     places = [place_of(t) for t in threads]
     main = next((p for p in places if p.main), None)
     waits = [p for p in places if p.kind == IN_CODE]
-    fifos = [str(f) for f in answer.get("fifos") or [] if isinstance(f, str)]
+    fifos = []
+    for fifo in answer.get("fifos") or []:  # {"path", "in": "read" | "open"} (a bare path: a read)
+        path, how = (fifo, "read") if isinstance(fifo, str) else (fifo.get("path"), fifo.get("in")) \
+            if isinstance(fifo, dict) else (None, None)
+        if isinstance(path, str):
+            fifos.append(path if how != "open" else f"{path} (opening)")
     return TaskWhere(task, host, ANSWERED, threads, main, waits, fifos, cut=bool(answer.get("cut")))
 
 
@@ -454,9 +459,15 @@ def read(answers: list[tuple[str, str, dict | Exception]], local: Path | None = 
             stuck.append(t.task)
             places += [p.at.at for p in ps if p.at is not None]
         elif t.state == ANSWERED and set(t.fifos) - fifos_common:
-            pipes = ", ".join(sorted(set(t.fifos) - fifos_common))
+            pipes = sorted(set(t.fifos) - fifos_common)
             where = f" ({t.main.words()})" if t.main and t.main.kind != IDLE else ""
-            add([t.task], f"is stuck reading the named pipe {pipes}, which gives nothing{where}", True)
+            opening = [p[:-len(" (opening)")] for p in pipes if p.endswith(" (opening)")]
+            reading = [p for p in pipes if not p.endswith(" (opening)")]
+            words = "; ".join(([f"is stuck reading the named pipe {', '.join(reading)}, which gives nothing"]
+                               if reading else []) +
+                              ([f"is stuck opening the named pipe {', '.join(opening)}: nothing opens its other "
+                                "end"] if opening else []))
+            add([t.task], words + where, True)
             stuck.append(t.task)
     others = [t for t in tasks if t.task not in stuck and t.state == ANSWERED]
     ended = [t for t in tasks if t.state == ENDED]

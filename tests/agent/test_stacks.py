@@ -87,3 +87,47 @@ def test_a_task_that_does_not_watch_is_silent_within_the_wait(client, tmp_path):
             assert refused.value.code == "bad-argument"
     finally:
         runs.stop("plain", "worker-0", grace=0.5)
+
+
+# A reader of one named pipe whose writer wrote once and went quiet, and an opener of another that nobody opens.
+PIPES = """\
+import os, threading
+from trainer import stacks
+
+stacks.arm()
+os.mkfifo("quiet.fifo")
+os.mkfifo("unopened.fifo")
+
+
+def feed():
+    with open("quiet.fifo", "w") as pipe:
+        pipe.write("a first line\\n")
+        pipe.flush()
+        threading.Event().wait()
+
+
+threading.Thread(target=feed, daemon=True).start()
+threading.Thread(target=lambda: open("unopened.fifo").read(), daemon=True).start()
+reader = open("quiet.fifo")
+print(reader.readline(), end="", flush=True)
+reader.readline()
+"""
+
+
+def test_a_task_waiting_on_named_pipes_says_which_and_how(client, tmp_path):
+    """Where no Python frame shows it (TensorFlow's reader is native code): the agent names the pipe a thread reads
+    and the one a thread waits to open, by their paths."""
+    script = tmp_path / "pipes.py"
+    script.write_text(PIPES)
+    client.call("start", run_id="pipes", task="worker-0", argv=[sys.executable, str(script)], python_path=[ROOT],
+                cwd=str(tmp_path))
+    try:
+        out = runs.task_dir("pipes", "worker-0") / "stdout.log"
+        assert wait_until(lambda: out.exists() and "a first line" in out.read_text(), 30)
+        said = client.call("stacks", run_id="pipes", task="worker-0", wait=10)
+        assert said["state"] == "answered", said
+        assert sorted(said["fifos"], key=lambda f: f["path"]) == [
+            {"path": str(tmp_path / "quiet.fifo"), "in": "read"}, {"path": str(tmp_path / "unopened.fifo"),
+                                                                   "in": "open"}], said["fifos"]
+    finally:
+        runs.stop("pipes", "worker-0", grace=0.5)
