@@ -428,9 +428,9 @@ def read(answers: list[tuple[str, str, dict | Exception]], local: Path | None = 
     for t in answered:
         mine = [p for p in t.waits if p.key not in common]
         strong = [p for p in mine if p.main or p.called_by_tf]
-        # A thread of the user's own that waits (an uploader, a watcher) is a cause only beside a strong one, or
-        # when its main thread waits in TensorFlow with nothing else to show.
-        if strong or (mine and t.main is not None and t.main.kind == IN_TF):
+        # A thread of the user's own that waits (an uploader between uploads, a watcher between looks) is no cause
+        # by itself; beside a strong one it is said too (a deadlock's other side).
+        if strong:
             own[t.task] = strong + [p for p in mine if p not in strong]
     groups: list[Group] = []
     stuck: list[str] = []
@@ -520,7 +520,7 @@ def read(answers: list[tuple[str, str, dict | Exception]], local: Path | None = 
                        "until the coordinator's end" if any(t.role == CHIEF for t in waiting) else
                        f"{names_text([t.task for t in waiting])} wait in {waiting[0].main.words()} for "
                        f"{names_text([t.task for t in ended])}, which ended")
-            stuck += [t.task for t in ended]
+            stuck += [t.task for t in waiting + ended]
         else:
             verdict = ""
     else:

@@ -217,7 +217,8 @@ class Watchdogs:
 
     def _name_the_suspended(self, failed: list[TaskState]) -> None:
         """Tasks whose process is stopped (SIGSTOP) look alive to everyone but their peers, which fail
-        for losing them: name each as what stalled, before the stop ends them."""
+        for losing them: name each as what stalled, before the stop ends them, with where every task is."""
+        named = False
         for task in self.run.tasks:
             if task in failed or task.ended or task.phase == STARTING:
                 continue
@@ -227,3 +228,8 @@ class Watchdogs:
                         if pace is not None and pace.index is not None else "; it made no step yet")
                 self._stall(task, f"{SUSPENDED}{last}")
                 failed.append(task)
+                named = True
+        report = self._locate({}) if named else None
+        if report is not None and report.verdict:
+            self._say(SessionKind.WHERE, "where the tasks are: " + "; ".join(report.lines),
+                      {"where": report.as_dict()})

@@ -159,7 +159,7 @@ def test_a_coordinator_waiting_for_a_worker_that_ended_names_it():
     report = hangs.read([("chief-0", "h", answer("chief-0", coordinator)),
                          ("worker-0", "h", {"state": "ended", "detail": "finished (exit code 0)"}),
                          ("ps-0", "h", answer("ps-0", serving))], None)
-    assert report.stuck == ["worker-0"]
+    assert report.stuck == ["chief-0", "worker-0"]  # the one that waits, and the one it waits for
     assert report.verdict == ("chief-0 waits in the coordinator's join (main.py:61) for worker-0, which has ended: "
                               "parameter-server training needs its workers until the coordinator's end")
     assert report.lines == ["chief-0 is in the coordinator's join (main.py:61)", "ps-0 serves (a server's join "
@@ -182,3 +182,12 @@ def test_a_dump_of_garbage_or_nothing_is_read_without_error():
                          ("worker-1", "h", {"state": "what"})], None)
     assert report.stuck == ["worker-1"]  # an unknown state is a task that gave no answer
     assert report.lines[0].startswith("worker-1 gave no answer")
+
+
+def test_a_thread_of_the_users_own_waiting_on_one_worker_only_is_no_cause(workdir):
+    """worker-0's uploader sleeps between uploads (its own line), the main threads are both in fit: nobody is stuck
+    (a user's thread that waits is no hang by itself)."""
+    sleeping = (False, [(f"{work('worker-0')}/uploader.py", 14, "run")])
+    report = hangs.read([("worker-0", "h", answer("worker-0", fitting("worker-0"), sleeping)),
+                         ("worker-1", "h", answer("worker-1", fitting("worker-1")))], workdir, silent={"worker-1": 30})
+    assert report.stuck == [] and report.lines == ["worker-0 and worker-1 are in fit's step (main.py:57 `model.fit`)"]
