@@ -247,10 +247,16 @@ class Supervisor(Judging, Watchdogs, Elastic):
         # A script's steps from fit keep a pace; its printed, summary or scheduled values do not (what a
         # loop does between them, an evaluation, a save, is its own).
         timed = math.isfinite(number(step.get("step_time"))) and CAPTURED not in step
+        pace = self._pace.get(task.name)
         if timed or task.name not in self._captured:
-            pace = self._pace.get(task.name)
-            if pace is None:
+            if pace is None or pace.untimed:
                 pace = self._pace[task.name] = Pace()
+            pace.step(step, time.monotonic(), self._steps_per_epoch.get(task.name))
+        elif pace is None or pace.untimed:
+            # A custom loop's printed or summary values: their pace is the time between them. What a loop does
+            # between them is its own, so their silence alone is no stall: only where the tasks are can say it is.
+            if pace is None:
+                pace = self._pace[task.name] = Pace(untimed=True)
             pace.step(step, time.monotonic(), self._steps_per_epoch.get(task.name))
         if LOSS not in step and LOSS_AVG not in step:
             return  # a record without a loss (a user's own metrics only) says nothing of divergence

@@ -64,8 +64,9 @@ def waiting_report(run, after: float, stragglers: str = "") -> str | None:
 class Pace:
     """How fast a task makes steps: the stall watchdog waits many of them, never less than a floor."""
 
-    def __init__(self, keep: int = 50, first: float = 0.0):
+    def __init__(self, keep: int = 50, first: float = 0.0, untimed: bool = False):
         self.times: list[float] = []
+        self.untimed = untimed     # its steps carry no time (a loop's printed values): their intervals are its pace
         self.first = first         # patience before the first step (0: none was waited for)
         self.saving = False        # a backup is being written (after its backing_up event)
         self.keep = keep
@@ -76,6 +77,8 @@ class Pace:
 
     def step(self, record: dict, now: float, steps_per_epoch) -> None:
         took = number(record.get("step_time"))
+        if self.untimed:
+            took = now - self.last_at if self.last_at is not None else math.nan
         if math.isfinite(took) and took > 0:
             self.times = (self.times + [took])[-self.keep:]
         self.last_at, self.epoch, self.index = now, record.get("epoch"), record.get("step")
@@ -139,7 +142,7 @@ class Watchdogs:
             floor = max(self.stall_floor, self.watchdog) if task.name in self._captured else self.stall_floor
             if took > pace.patience(self.stall_floor):
                 silent[task.name] = took
-            if took > pace.patience(floor) and due is None:
+            if took > pace.patience(floor) and due is None and not pace.untimed:
                 due = task
         if not silent:
             self._located.clear()  # what an earlier ask found is of a stall that ended

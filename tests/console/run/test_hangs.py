@@ -4,15 +4,20 @@ of the hang, groups the others, keeps the stacks in the run's history, and gives
 
 from __future__ import annotations
 
+import json
 import sys
-from pathlib import Path
 
 import pytest
 
 from console import cluster as cl
 from console.run.runner import Run
+from console.states import SessionKind
+from console.store.cache import cache_dir
+from tests.helpers import hangs
 from tests.helpers.cli import tfcc
 from tests.helpers.waiting import wait_until
+
+VERDICT_SECONDS = 60  # from the hang to the console's words, at most
 
 HUNG = """\
 import json, os, threading
@@ -68,3 +73,55 @@ def test_where_over_ssh_names_the_users_line_and_a_host_gone_in_one_line(ssh_hos
         ssh_hosts.bring_back(b)
         run.stop(grace=1)
         run.detach()
+
+
+@pytest.fixture
+def homes(local_homes):
+    return local_homes
+
+
+def kept_stacks(run_id: str) -> dict:
+    """The 'where' the run's history keeps (console.jsonl)."""
+    notes = [json.loads(line) for line in (cache_dir(run_id) / "console.jsonl").read_text().splitlines()]
+    return next(n["where"] for n in notes if n.get("event") == SessionKind.WHERE)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [k["name"] for k in hangs.kinds()])
+def test_a_seeded_hang_is_named_at_the_users_line_within_a_minute(name, homes, tmp_path):
+    """Each seeded hang under supervision (local tasks): the stall names the stuck task(s) and the user's file:line
+    (or the stopped state, or the pipe), the others are grouped apart, within 60 s of the last step; the run's
+    history keeps every task's stack."""
+    table = hangs.kind(name)
+    seen = hangs.run_seeded(table, tmp_path, f"hang-{name.replace('_', '-')}")
+    assert not seen.wrong(table), seen.wrong(table)
+    assert seen.seconds is not None and seen.seconds <= VERDICT_SECONDS, (seen.seconds, seen.said)
+    kept = kept_stacks(seen.run.run_id)
+    assert kept["stuck"] == seen.where["stuck"] and all(t["stack"] for t in kept["tasks"]), kept
+
+
+@pytest.mark.slow
+def test_a_hang_at_the_same_line_after_a_restart_is_given_up_not_restarted_again(homes, tmp_path):
+    """generator_event with restarts left: the first hang restarts the run (the hang may be chance); the second, at
+    the same line of the user's code, gives the run up with where it hangs."""
+    table = hangs.kind("generator_event")
+    seen = hangs.run_seeded(table, tmp_path, "hang-twice", max_restarts=3, to_the_end=True, timeout=400)
+    kinds = [k for _, k, _ in seen.said]
+    assert kinds.count(SessionKind.RESTARTED) == 1 and kinds.count(SessionKind.WHERE) == 2, seen.said
+    gave_up = [w for _, k, w in seen.said if k == SessionKind.GAVE_UP]
+    assert gave_up == [f"run hang-twice hung at {seen.markers[0]} in attempt 1 and again in attempt 2: a restart "
+                       "would hang there again; fix the cause above, then start the run again with the fixed code "
+                       "(tfcc run with its cluster file, or Deploy & Start)"], seen.said
+
+
+@pytest.mark.slow
+def test_a_seeded_hang_over_the_ssh_test_hosts_is_named(ssh_hosts, ssh_env, tmp_path):
+    """sleep_loop with worker-0 and worker-1 on two SSH test hosts: named at the user's line, the other waiting."""
+    ssh_hosts.known_hosts(ssh_env / "known_hosts")
+    hosts = [cl.Host(name=h.name, address=h.address, user="root", key=str(ssh_hosts.client_key),
+                     python=sys.executable) for h in ssh_hosts.hosts[:2]]
+    table = hangs.kind("sleep_loop")
+    seen = hangs.run_seeded(table, tmp_path, "hang-ssh", hosts=hosts)
+    assert not seen.wrong(table), seen.wrong(table)
+    assert seen.seconds is not None and seen.seconds <= VERDICT_SECONDS, (seen.seconds, seen.said)
+    assert seen.stalled().startswith(f"worker-1 on {hosts[1].name} made no step for "), seen.stalled()

@@ -37,8 +37,9 @@ def report(line: int) -> hangs.Report:
                       None, silent={"worker-1": 20.0})
 
 
-def stalling(homes, monkeypatch, answers: list[hangs.Report]):
-    """A supervised session of a user's script's two tasks, worker-1 silent for 30 s; ``where`` answers in turn."""
+def stalling(homes, monkeypatch, answers: list[hangs.Report], step: str = '"step_time": 0.01'):
+    """A supervised session of a user's script's two tasks, worker-1 silent for 30 s; ``where`` answers in turn.
+    ``step``: what its step records hold besides their place and loss (a time; or a loop's printed values)."""
     cluster = cl.Cluster([cl.Host(name="here", local=True)], [cl.Task(host="here"), cl.Task(host="here")],
                          cl.Training(script="train.py", max_restarts=0))
     session = RunSession(Run(cluster, "asked"), MetricsStore())
@@ -55,7 +56,7 @@ def stalling(homes, monkeypatch, answers: list[hangs.Report]):
         task.change("training")
         session._handle(task, {"type": "metrics", "offset": 1, "lines": [
             '{"type": "event", "event": "started", "epochs": 2, "steps_per_epoch": 50}',
-            '{"type": "step", "epoch": 0, "step": 3, "loss": 0.5, "step_time": 0.01}']})
+            '{"type": "step", "epoch": 0, "step": 3, "loss": 0.5, %s}' % step]})
     sup._pace["worker-1"].last_at -= 30
     return session, events
 
@@ -110,3 +111,24 @@ def test_a_hang_at_the_same_place_in_two_attempts_in_a_row_repeats(homes, monkey
     assert sup.hang_repeats() == ("data.py:42",)
     sup._hangs[2] = ("data.py:50",)
     assert sup.hang_repeats() == ()
+
+
+def test_a_loops_printed_values_are_no_stall_by_their_silence_only_by_where_the_tasks_are(homes, monkeypatch):
+    """A custom loop's printed values have no step time: their silence, however long, calls no stall (the loop may
+    evaluate, save); the asks still run, and a hang they agree on is called."""
+    healthy = hangs.read([(t, "here", {"state": "answered", "stacks": "", "work": "/w", "code": []})
+                          for t in ("worker-0", "worker-1")], None, silent={"worker-1": 200.0})
+    session, events = stalling(homes, monkeypatch, [healthy] * 4 + [report(66)] * 3, step='"captured": "print"')
+    sup = session.supervisor
+    assert sup._pace["worker-1"].untimed
+    sup._pace["worker-1"].last_at -= 170
+    sup.watchdog = 1.0  # its full patience long over
+    for _ in range(4):
+        sup._check_stalls()
+        later(sup, watchdogs.WHERE_APART)
+    assert events == [] and sup._failed == []
+    for _ in range(3):
+        sup._check_stalls()
+        later(sup, watchdogs.WHERE_APART)
+    assert [k for k, _, _ in events] == [SessionKind.WHERE, SessionKind.STALLED]
+    assert "worker-1 is stuck in data.py:66" in events[1][1]
