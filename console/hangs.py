@@ -18,7 +18,7 @@ from __future__ import annotations
 import linecache
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 from agent.protocol import WORK_DIR, parse_task_name
@@ -44,6 +44,7 @@ TF_PACKAGES = frozenset({"tensorflow", "tf_keras", "keras", "tensorflow_core", "
 # tfcc's trainer's own machinery (around a user's script, and beside tfcc's trainer): folded away.
 TFCC_FILES = frozenset({"capture.py", "stacks.py", "__main__.py", "metrics.py", "stopping.py", "report.py",
                         "breakdown.py", "records.py", "process.py"})
+TFCC_STANDS_IN = frozenset({"join"})  # the capture's frames that are a TensorFlow call's (a server's join)
 # Frames that only wrap the call a person made (Keras's and TensorFlow's traceback filters).
 WRAPPERS = frozenset({"error_handler", "wrapper", "_method_wrapper", "filter_traceback", "decorated", "wrapped",
                       "_disallow_inside_tf_function", "inner", "bound_method_wrapper", "new_func", "_call"})
@@ -305,7 +306,9 @@ def place_of(thread: Thread) -> Place:
     """Where ``thread`` is (tfcc's frames left out): in the user's code where its innermost user frame calls no
     TensorFlow; else in the outermost TensorFlow call the user's code made (``fit``, not the step function it runs),
     at the user's frame that made it."""
-    frames = [f for f in thread.frames if f.kind != TFCC]
+    # tfcc's capture stands in for some of TensorFlow's calls (a server's join): those frames count as TensorFlow's.
+    frames = [(replace(f, kind=TF) if f.kind == TFCC and f.func in TFCC_STANDS_IN else f) for f in thread.frames
+              if f.kind != TFCC or f.func in TFCC_STANDS_IN]
     for i, frame in enumerate(frames):
         if frame.kind != CODE:
             continue
@@ -358,7 +361,7 @@ def tf_call(frames: list[Frame]) -> tuple[str, bool]:
             return "evaluate", True
         if func in ("predict", "predict_on_batch"):
             return "predict", True
-        if path.endswith("server_lib.py") and func == "join":
+        if (path.endswith("server_lib.py") or path.endswith("trainer/capture.py")) and func == "join":
             return "a server's join", False
         if "cluster_coordinator" in path and func in ("join", "fetch", "schedule", "done"):
             return f"the coordinator's {func}", False

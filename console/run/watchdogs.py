@@ -221,18 +221,15 @@ class Watchdogs:
     def _name_the_suspended(self, failed: list[TaskState]) -> None:
         """Tasks whose process is stopped (SIGSTOP) look alive to everyone but their peers, which fail
         for losing them: name each as what stalled, before the stop ends them, with where every task is."""
-        named = False
-        for task in self.run.tasks:
-            if task in failed or task.ended or task.phase == STARTING:
-                continue
-            if self._why_silent(task) == SUSPENDED:
-                pace = self._pace.get(task.name)
-                last = (f"; its last step was epoch {text.count(pace.epoch)} step {text.count(pace.index)}"
-                        if pace is not None and pace.index is not None else "; it made no step yet")
-                self._stall(task, f"{SUSPENDED}{last}")
-                failed.append(task)
-                named = True
-        report = self._locate({}) if named else None
-        if report is not None and report.verdict:
+        stopped = [t for t in self.run.tasks if t not in failed and not t.ended and t.phase != STARTING
+                   and self._why_silent(t) == SUSPENDED]
+        report = self._locate({}) if stopped else None
+        if report is not None and report.verdict:  # said first, as the stall watchdog's: then what stalled
             self._say(SessionKind.WHERE, "where the tasks are: " + "; ".join(report.lines),
                       {"where": report.as_dict()})
+        for task in stopped:
+            pace = self._pace.get(task.name)
+            last = (f"; its last step was epoch {text.count(pace.epoch)} step {text.count(pace.index)}"
+                    if pace is not None and pace.index is not None else "; it made no step yet")
+            self._stall(task, f"{SUSPENDED}{last}")
+            failed.append(task)

@@ -154,7 +154,8 @@ def test_a_worker_reading_a_pipe_that_gives_nothing_is_named(workdir):
 def test_a_coordinator_waiting_for_a_worker_that_ended_names_it():
     coordinator = (True, [(f"{SITE}/tensorflow/python/distribute/coordinator/cluster_coordinator.py", 1500, "join"),
                           (f"{work('chief-0')}/main.py", 61, "main")])
-    serving = (True, [(f"{SITE}/tensorflow/python/training/server_lib.py", 250, "join"),
+    # (a ps's server.join(), as tfcc's capture stands in for it)
+    serving = (True, [(f"{LIB}/threading.py", 331, "wait"), (f"{CODE}/trainer/capture.py", 880, "join"),
                       (f"{work('ps-0')}/main.py", 30, "main")])
     report = hangs.read([("chief-0", "h", answer("chief-0", coordinator)),
                          ("worker-0", "h", {"state": "ended", "detail": "finished (exit code 0)"}),
