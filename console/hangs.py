@@ -21,11 +21,12 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
-from agent.protocol import WORK_DIR, parse_task_name
+from agent.protocol import parse_task_name
 from trainer.tf_config import CHIEF, PS
 
 CODE, TF, TFCC, LIB = "code", "tf", "tfcc", "lib"
 IN_CODE, IN_TF, IDLE = "in code", "in tf", "idle"  # where a thread is (Place.kind)
+READ, OPEN = "read", "open"  # how a thread waits on a named pipe (the agent's stacks op says)
 
 # What keeps a task from answering (the stacks op's state, an unreachable host, an ended task).
 ANSWERED, STOPPED, ZOMBIE, SILENT, UNREACHABLE, ENDED = "answered", "stopped", "zombie", "silent", "unreachable", "ended"
@@ -126,7 +127,7 @@ class TaskWhere:
     threads: list[Thread] = field(default_factory=list)
     main: Place | None = None
     waits: list[Place] = field(default_factory=list)  # its threads in the user's code (the main one first)
-    fifos: list[str] = field(default_factory=list)    # named pipes its threads read from
+    fifos: list[tuple[str, str]] = field(default_factory=list)  # named pipes its threads wait on: (path, read | open)
     detail: str = ""                                  # an unreachable host's error, an ended task's end
     cut: bool = False                                  # its dump was longer than the agent says back
 
@@ -185,8 +186,8 @@ class Report:
                 lines.append(f"    ({folded} frame{'s' * (folded != 1)} of tfcc's own)")
         if own:
             lines.append(f"({len(own)} thread{'s' * (len(own) != 1)} of tfcc's own)")
-        for fifo in where.fifos:
-            lines.append(f"waits on the named pipe {fifo}")
+        for path, how in where.fifos:
+            lines.append(f"a thread waits to {how} the named pipe {path}")
         if where.cut:
             lines.append("(cut: the dump was longer than the agent says back)")
         return lines
@@ -204,7 +205,8 @@ class Report:
                 "groups": [{"tasks": g.tasks, "words": g.words, "stuck": g.stuck} for g in self.groups],
                 "tasks": [{"task": t.task, "host": t.host, "state": t.state, "detail": t.detail,
                            "place": t.main.words() if t.main else "", "waits": [p.words() for p in t.waits],
-                           "fifos": t.fifos, "stack": stack(t.task)} for t in self.tasks]}
+                           "fifos": [{"path": path, "in": how} for path, how in t.fifos], "stack": stack(t.task)}
+                          for t in self.tasks]}
 
     def same(self, other: "Report | None") -> bool:
         """Whether ``other`` (an earlier ask) found the same tasks stuck at the same places."""
@@ -406,11 +408,9 @@ def read_task(task: str, host: str, answer: dict | Exception, local: Path | None
     main = next((p for p in places if p.main), None)
     waits = [p for p in places if p.kind == IN_CODE]
     fifos = []
-    for fifo in answer.get("fifos") or []:  # {"path", "in": "read" | "open"} (a bare path: a read)
-        path, how = (fifo, "read") if isinstance(fifo, str) else (fifo.get("path"), fifo.get("in")) \
-            if isinstance(fifo, dict) else (None, None)
-        if isinstance(path, str):
-            fifos.append(path if how != "open" else f"{path} (opening)")
+    for fifo in answer.get("fifos") or []:  # {"path", "in": "read" | "open"}
+        if isinstance(fifo, dict) and isinstance(fifo.get("path"), str):
+            fifos.append((fifo["path"], OPEN if fifo.get("in") == OPEN else READ))
     return TaskWhere(task, host, ANSWERED, threads, main, waits, fifos, cut=bool(answer.get("cut")))
 
 
@@ -464,8 +464,8 @@ def read(answers: list[tuple[str, str, dict | Exception]], local: Path | None = 
         elif t.state == ANSWERED and set(t.fifos) - fifos_common:
             pipes = sorted(set(t.fifos) - fifos_common)
             where = f" ({t.main.words()})" if t.main and t.main.kind != IDLE else ""
-            opening = [p[:-len(" (opening)")] for p in pipes if p.endswith(" (opening)")]
-            reading = [p for p in pipes if not p.endswith(" (opening)")]
+            opening = [path for path, how in pipes if how == OPEN]
+            reading = [path for path, how in pipes if how == READ]
             words = "; ".join(([f"is stuck reading the named pipe {', '.join(reading)}, which gives nothing"]
                                if reading else []) +
                               ([f"is stuck opening the named pipe {', '.join(opening)}: nothing opens its other "
@@ -500,7 +500,7 @@ def read(answers: list[tuple[str, str, dict | Exception]], local: Path | None = 
         elif t.role == PS or place.call in ("a server's join",):
             add([t.task], f"serves ({place.words()})", False)
         elif stuck and place.collective:
-            add([t.task], f"wait{'s'} for {'it' if len(stuck) == 1 else 'them'} in {place.words()}", False)
+            add([t.task], f"waits for {'it' if len(stuck) == 1 else 'them'} in {place.words()}", False)
         else:
             add([t.task], f"is in {place.words()}", False)
     for t in ended:
@@ -512,7 +512,7 @@ def read(answers: list[tuple[str, str, dict | Exception]], local: Path | None = 
         verdict = mismatch
     elif stuck:
         verdict = "; ".join(f"{names_text(g.tasks)} {g.words}" for g in groups if g.stuck or g.words.startswith(
-            "wait")) or ""
+            "wait"))
     elif ended and others:
         waiting = [t for t in others if t.main is not None and t.main.kind == IN_TF and t.role not in (PS,)
                    and t.main.call not in ("a server's join",)]
@@ -568,8 +568,3 @@ def local_workdir(cluster) -> Path | None:
     if training.script:
         return Path(os.path.expanduser(training.script)).parent
     return None
-
-
-def work_of(task_folder: str) -> str:
-    """A task's copy of the user's workdir, from its folder (where the agent keeps it)."""
-    return str(PurePosixPath(task_folder) / WORK_DIR)

@@ -143,7 +143,7 @@ def test_a_stopped_task_and_a_host_that_does_not_answer_are_said_as_such(workdir
 def test_a_worker_reading_a_pipe_that_gives_nothing_is_named(workdir):
     """TensorFlow's reader blocks in native code: the Python stacks are alike; the agent saw the named pipe."""
     report = hangs.read([("worker-0", "h", answer("worker-0", fitting("worker-0"))),
-                         ("worker-1", "h", answer("worker-1", fitting("worker-1"), fifos=["/data/stream.fifo"]))],
+                         ("worker-1", "h", answer("worker-1", fitting("worker-1"), fifos=[{"path": "/data/stream.fifo", "in": "read"}]))],
                         workdir)
     assert report.stuck == ["worker-1"]
     assert report.lines == ["worker-1 is stuck reading the named pipe /data/stream.fifo, which gives nothing (fit's "
