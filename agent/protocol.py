@@ -121,6 +121,9 @@ SLURM_LIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPEND
 STACKS_ASK = "stacks.json"    # in a task's folder: {"ask", "asked"}, where its threads are asked for (the stacks op)
 STACKS_FILE = "stacks.txt"    # the task's answer: "tfcc-stacks ASK", faulthandler's dump, "tfcc-stacks-end ASK"
 STACKS_MARK = "tfcc-stacks"   # the answer's first and last lines begin with it
+# The stacks op's ``state``: the task answered with its stacks, or what kept it from answering.
+WHERE_ANSWERED, WHERE_STOPPED, WHERE_ZOMBIE, WHERE_SILENT = "answered", "stopped", "zombie", "silent"
+PIPE_READ, PIPE_OPEN = "read", "open"  # how a task's thread waits on a named pipe (the stacks op's ``fifos``)
 MEASURE_FILE = "measure.json"  # in a task's folder: {"ask", "at_step", "asked"}, a breakdown asked for (its trainer
                                # takes it away once read; docs/why-slow.md)
 STOP_MARKER = "stop_requested"  # in a task's folder while a stop someone asked for ends it (its trainer reads it)

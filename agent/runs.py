@@ -18,6 +18,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -62,7 +63,7 @@ def task_dir(run_id: str, task: str) -> Path:
 
 def write_json(path: Path, data) -> None:
     """Atomically: a reader never sees half a file."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}-{threading.get_ident()}")  # (two threads may write it)
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(data, f)
         f.flush()
@@ -509,21 +510,31 @@ def stacks(run_id: str, task: str, wait: float = STACKS_WAIT) -> dict:
               "code": [p for p in spec.get("python_path") or [] if isinstance(p, str)]}
     state = proc_state(child) if child else None
     if state in ("T", "t"):
-        return {**answer, "state": "stopped"}
+        return {**answer, "state": protocol.WHERE_STOPPED}
     if state == "Z":
-        return {**answer, "state": "zombie"}
-    ask = f"{time.time():.6f}-{os.getpid()}"
+        return {**answer, "state": protocol.WHERE_ZOMBIE}
+    ask = f"{time.time():017.6f}-{os.getpid():010d}"  # sorts by when it was asked (a later ask: a later dump)
     write_json(folder / protocol.STACKS_ASK, {"ask": ask, "asked": time.time()})
     deadline = time.monotonic() + wait
-    end = f"{protocol.STACKS_MARK}-end {ask}"
+    looked = time.monotonic()
     while time.monotonic() < deadline:
+        if time.monotonic() - looked > 0.5:  # an earlier ask written after this one (asks at once): ask again
+            looked = time.monotonic()
+            left = (read_json(folder / protocol.STACKS_ASK) or {}).get("ask")
+            if not isinstance(left, str) or left < ask:
+                write_json(folder / protocol.STACKS_ASK, {"ask": ask, "asked": time.time()})
+        # The answer to this ask, or to a later one (another console, the window, the watchdog asked meanwhile):
+        # a dump made after this ask was left is as good. Asks are times: a later one sorts after.
         text = _answer(folder / protocol.STACKS_FILE)
-        if text.startswith(f"{protocol.STACKS_MARK} {ask}\n") and end in text:
-            body = text.split("\n", 1)[1].rsplit(end, 1)[0]
-            return {**answer, "state": "answered", "stacks": body[:MAX_STACKS_BYTES],
+        head, _, rest = text.partition("\n")
+        said = head[len(protocol.STACKS_MARK) + 1:] if head.startswith(f"{protocol.STACKS_MARK} ") else ""
+        end = f"{protocol.STACKS_MARK}-end {said}"
+        if said and said >= ask and len(said) == len(ask) and end in rest:
+            body = rest.rsplit(end, 1)[0]
+            return {**answer, "state": protocol.WHERE_ANSWERED, "stacks": body[:MAX_STACKS_BYTES],
                     "cut": len(body) > MAX_STACKS_BYTES, "fifos": fifos_read(child) if child else []}
         time.sleep(0.05)
-    return {**answer, "state": "silent", "fifos": fifos_read(child) if child else []}
+    return {**answer, "state": protocol.WHERE_SILENT, "fifos": fifos_read(child) if child else []}
 
 
 # The system calls that wait on a named pipe, by machine: the read calls (their first argument its file descriptor)
@@ -554,9 +565,9 @@ def fifos_read(pid: int) -> list[dict]:
                 continue
             call = int(fields[0])
             if call in reads:
-                path, how = os.readlink(f"/proc/{int(pid)}/fd/{int(fields[1], 16)}"), "read"
+                path, how = os.readlink(f"/proc/{int(pid)}/fd/{int(fields[1], 16)}"), protocol.PIPE_READ
             elif call in opens:
-                path, how = _opened_path(int(pid), fields, opens[call]), "open"
+                path, how = _opened_path(int(pid), fields, opens[call]), protocol.PIPE_OPEN
             else:
                 continue
             if path.startswith("/") and stat.S_ISFIFO(os.stat(path).st_mode) and \

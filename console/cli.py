@@ -262,10 +262,10 @@ def cmd_where(ns) -> int:
     code), then each task's threads; training goes on undisturbed."""
     run = Run.load(ns.run, make_asker(False))
     try:
-        report = where(run, ns.wait)  # a host that does not answer: its tasks are said so, the others where they are
+        report = where(run, ns.wait, looks=2)  # a host that does not answer: its tasks said so, the others' places
     finally:
         run.detach()
-    if all(t.state == hangs.ENDED for t in report.tasks):
+    if all(t.state == hangs.GONE for t in report.tasks):
         raise RunError(f"run {run.run_id} has ended: its tasks are nowhere now",
                        f"tfcc logs {run.run_id} shows how each ended")
     if ns.json:

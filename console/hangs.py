@@ -15,21 +15,21 @@ said as such; a task that reads a named pipe that gives nothing (the agent sees 
 
 from __future__ import annotations
 
-import linecache
 import os
 import re
+import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
-from agent.protocol import parse_task_name
-from trainer.tf_config import CHIEF, PS
+from agent.protocol import (PIPE_OPEN as OPEN, PIPE_READ as READ, WHERE_ANSWERED as ANSWERED,
+                            WHERE_SILENT as SILENT, WHERE_STOPPED as STOPPED, WHERE_ZOMBIE as ZOMBIE, parse_task_name)
+from trainer.tf_config import CHIEF, EVALUATOR, PS
 
 CODE, TF, TFCC, LIB = "code", "tf", "tfcc", "lib"
 IN_CODE, IN_TF, IDLE = "in code", "in tf", "idle"  # where a thread is (Place.kind)
-READ, OPEN = "read", "open"  # how a thread waits on a named pipe (the agent's stacks op says)
 
-# What keeps a task from answering (the stacks op's state, an unreachable host, an ended task).
-ANSWERED, STOPPED, ZOMBIE, SILENT, UNREACHABLE, ENDED = "answered", "stopped", "zombie", "silent", "unreachable", "ended"
+# Beside the stacks op's states (agent/protocol.py): a host that does not answer, a task that has ended.
+UNREACHABLE, GONE = "unreachable", "ended"
 STATE_WORDS = {
     STOPPED: "is stopped (SIGSTOP: a debugger, Ctrl-Z or a job scheduler froze it) and answers no peer",
     ZOMBIE: "has ended, its process not yet reaped",
@@ -40,7 +40,9 @@ STATE_WORDS = {
 
 _THREAD = re.compile(r'^(?P<current>Current thread|Thread) (?P<ident>0x[0-9a-fA-F]+)(?: "[^"]*")? '
                      r'\(most recent call first\):\s*$')
-_FRAME = re.compile(r'^\s+File "(?P<path>.*)", line (?P<line>\d+) in (?P<func>.*?)\s*$')
+_FRAME = re.compile(r'^\s+File "(?P<path>.*)", line (?P<line>\d+) in (?P<func>.*)$')
+MAX_DUMP_CHARS = 256 * 1024  # of a task's dump read (the agent says no more; a host that says more is cut)
+MAX_LINE_CHARS = 4096        # a longer line of a dump is no frame faulthandler writes
 TF_PACKAGES = frozenset({"tensorflow", "tf_keras", "keras", "tensorflow_core", "tensorflow_estimator"})
 # tfcc's trainer's own machinery (around a user's script, and beside tfcc's trainer): folded away.
 TFCC_FILES = frozenset({"capture.py", "stacks.py", "__main__.py", "metrics.py", "stopping.py", "report.py",
@@ -51,6 +53,7 @@ WRAPPERS = frozenset({"error_handler", "wrapper", "_method_wrapper", "filter_tra
                       "_disallow_inside_tf_function", "inner", "bound_method_wrapper", "new_func", "_call"})
 MAX_SOURCE_BYTES = 2 << 20  # a source file bigger than this is not read for its line
 MAX_SNIPPET = 60
+FIT_STEP, SERVER_JOIN = "fit's step", "a server's join"  # calls people name (tf_call), the grouping asks after
 MAX_STACK_LINES = 400  # of one task's stack, kept with the run's history
 
 
@@ -88,6 +91,7 @@ class Place:
     collective: bool = False
     called_by_tf: bool = False
     main: bool = False
+    frames: tuple = ()  # the thread's whole stack (path, line): a thread that waits shows the same one ask after ask
 
     @property
     def key(self) -> tuple:
@@ -106,7 +110,7 @@ def _callee(place: Place) -> str:
     return place.at.source and _CALLEE.get(place.call, "") and _named_call(place.at.source, _CALLEE[place.call])
 
 
-_CALLEE = {"fit's step": "fit", "evaluate": "evaluate", "predict": "predict", "a server's join": "join",
+_CALLEE = {FIT_STEP: "fit", "evaluate": "evaluate", "predict": "predict", SERVER_JOIN: "join",
            "the coordinator's join": "join", "the coordinator's fetch": "fetch",
            "the coordinator's schedule": "schedule"}
 
@@ -212,7 +216,9 @@ class Report:
         """Whether ``other`` (an earlier ask) found the same tasks stuck at the same places."""
         def seen(report: Report) -> tuple:
             return (tuple(report.stuck), report.places, tuple((tuple(g.tasks), g.stuck) for g in report.groups),
-                    tuple((t.task, t.main.key if t.main else None) for t in report.tasks))
+                    tuple((t.task, t.main.key if t.main else None) for t in report.tasks),
+                    tuple((t.task, tuple((p.key, p.frames) for p in t.waits)) for t in report.tasks
+                          if t.task in report.stuck))
 
         return other is not None and seen(self) == seen(other)
 
@@ -232,7 +238,9 @@ def names_text(names: list[str]) -> str:
 def parse(dump: str) -> list[tuple[str, bool, list[tuple[str, int, str]]]]:
     """faulthandler's dump: each thread's (ident, current, frames innermost first as (path, line, func))."""
     threads: list = []
-    for line in dump.splitlines():
+    for line in dump[:MAX_DUMP_CHARS].splitlines():
+        if len(line) > MAX_LINE_CHARS:
+            continue
         head = _THREAD.match(line)
         if head:
             threads.append((head["ident"], head["current"] == "Current thread", []))
@@ -241,7 +249,7 @@ def parse(dump: str) -> list[tuple[str, bool, list[tuple[str, int, str]]]]:
         else:
             frame = _FRAME.match(line)
             if frame and threads:
-                threads[-1][2].append((frame["path"], int(frame["line"]), frame["func"]))
+                threads[-1][2].append((frame["path"], int(frame["line"]), frame["func"].rstrip()))
     return threads
 
 
@@ -264,13 +272,13 @@ class Paths:
     def _kind(self, path: str) -> tuple[str, str, Path | None]:
         if self.work and path.startswith(self.work):
             rel = path[len(self.work):]
-            return CODE, rel, (self.local / rel if self.local is not None else None)
+            return CODE, rel, _inside(self.local, rel)
         for code in self.code:
             if path.startswith(code):
                 rel = path[len(code):]
                 top = PurePosixPath(rel).parts[0] if rel else ""
                 if self.trainer and top == "trainer" and PurePosixPath(rel).name not in TFCC_FILES:
-                    return CODE, rel, self.own / rel
+                    return CODE, rel, _inside(self.own, rel)
                 return TFCC, rel, None
         parts = PurePosixPath(path).parts
         if PurePosixPath(path).name == "runpy.py" or path == "<frozen runpy>":  # how the capture runs a script
@@ -293,13 +301,36 @@ def _library_path(parts: tuple) -> str:
     return parts[-1] if parts else ""
 
 
-def _source(path: Path, line: int) -> str:
+def _inside(folder: Path | None, rel: str) -> Path | None:
+    """``folder / rel`` where it stays inside ``folder`` (a host names the paths: ``..`` or an absolute one reach
+    no further), else None."""
+    if folder is None:
+        return None
     try:
-        if path.stat().st_size > MAX_SOURCE_BYTES:
+        base = folder.resolve()
+        path = (base / rel).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
+    return path if path.is_relative_to(base) and path != base else None
+
+
+def _source(path: Path, line: int) -> str:
+    """The text of ``line`` of ``path``, a regular file of this machine's (no pipe or device is opened), read anew
+    each time (the person may have edited it) and at most ``MAX_SOURCE_BYTES``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except (OSError, ValueError):
+        return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or line < 1:
             return ""
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            lines = f.read(MAX_SOURCE_BYTES).decode("utf-8", "replace").splitlines()
     except OSError:
         return ""
-    words = linecache.getline(str(path), line).strip()
+    finally:
+        os.close(fd)
+    words = lines[line - 1].strip() if line <= len(lines) else ""
     words = re.sub(r"\s*#.*$", "", words) if "#" in words and "'" not in words and '"' not in words else words
     return words if len(words) <= MAX_SNIPPET else words[:MAX_SNIPPET - 1] + "…"
 
@@ -321,7 +352,8 @@ def place_of(thread: Thread) -> Place:
         by_tf = any(f.kind == TF for f in outer)
         lib = [f for f in inner if f.kind == LIB]
         call = frame.source or (f"{PurePosixPath(lib[-1].shown).stem}.{lib[-1].func}" if lib else "")
-        return Place(IN_CODE, frame, call, called_by_tf=by_tf, main=thread.main)
+        return Place(IN_CODE, frame, call, called_by_tf=by_tf, main=thread.main,
+                     frames=tuple((f.path, f.line) for f in thread.frames))
     called = [f for f in frames if f.kind == TF]
     if called and thread.main:
         call, collective = tf_call(called)
@@ -358,13 +390,13 @@ def tf_call(frames: list[Frame]) -> tuple[str, bool]:
         if func in WRAPPERS:
             continue
         if func in ("fit", "train_on_batch"):
-            return "fit's step", True
+            return FIT_STEP, True
         if func in ("evaluate", "test_on_batch"):
             return "evaluate", True
         if func in ("predict", "predict_on_batch"):
             return "predict", True
         if (path.endswith("server_lib.py") or path.endswith("trainer/capture.py")) and func == "join":
-            return "a server's join", False
+            return SERVER_JOIN, False
         if "cluster_coordinator" in path and func in ("join", "fetch", "schedule", "done"):
             return f"the coordinator's {func}", False
         if "iterator_ops" in path and func in ("__next__", "get_next", "next"):
@@ -383,11 +415,13 @@ def read_task(task: str, host: str, answer: dict | Exception, local: Path | None
     """One task's answer (the stacks op's dict, or the error that kept its host from answering), read."""
     if isinstance(answer, Exception):
         return TaskWhere(task, host, UNREACHABLE, detail=str(answer))
+    if not isinstance(answer, dict):  # a host that says anything: a task that gave no answer
+        return TaskWhere(task, host, SILENT)
     state = answer.get("state")
-    if state == ENDED:
-        return TaskWhere(task, host, ENDED, detail=str(answer.get("detail") or ""))
-    if state != ANSWERED:
-        return TaskWhere(task, host, state if state in STATE_WORDS else SILENT)
+    if state == GONE:
+        return TaskWhere(task, host, GONE, detail=str(answer.get("detail") or ""))
+    if state != ANSWERED or not isinstance(answer.get("stacks", ""), str):
+        return TaskWhere(task, host, state if isinstance(state, str) and state in STATE_WORDS else SILENT)
     code = answer.get("code")
     paths = Paths(answer.get("work"), code if isinstance(code, list) else [], local, trainer)
     threads = []
@@ -418,18 +452,30 @@ def read_task(task: str, host: str, answer: dict | Exception, local: Path | None
 
 
 def read(answers: list[tuple[str, str, dict | Exception]], local: Path | None = None, trainer: bool = False,
-         silent: dict[str, float] | None = None) -> Report:
+         silent: dict[str, float] | None = None, before: "Report | None" = None) -> Report:
     """Each task's answer (task, host, answer), grouped and worded. ``local``: the user's workdir on this machine
     (the lines' text); ``trainer``: tfcc's own trainer trains (its frames are the code); ``silent``: how long each
-    task has made no step, when asked of a stalled run (then tasks all alike are a verdict too)."""
+    task has made no step, when asked of a stalled run (then tasks all alike are a verdict too); ``before``: an
+    ask a moment earlier: a task is stuck only where its thread waited then too, with the same whole stack (one
+    look catches a healthy task in its generator)."""
     tasks = [read_task(task, host, answer, local, trainer) for task, host, answer in answers]
     silent = silent or {}
-    answered = [t for t in tasks if t.state == ANSWERED]
-    common = set.intersection(*({p.key for p in t.waits} for t in answered)) if len(answered) > 1 else set()
-    fifos_common = set.intersection(*(set(t.fifos) for t in answered)) if len(answered) > 1 else set()
+    training = [t for t in tasks if t.role != EVALUATOR]  # an evaluator is a sidecar: no peer waits for it
+    answered = [t for t in training if t.state == ANSWERED]
+    # A place most of the training tasks wait at is where they all are (an uploader's queue); one few are at is not.
+    counts: dict[tuple, int] = {}
+    for t in answered:
+        for key in {p.key for p in t.waits}:
+            counts[key] = counts.get(key, 0) + 1
+    common = {key for key, n in counts.items() if n > len(answered) / 2} if len(answered) > 1 else set()
+    pipes: dict[tuple, int] = {}
+    for t in answered:
+        for pipe in set(t.fifos):
+            pipes[pipe] = pipes.get(pipe, 0) + 1
+    earlier = {t.task: t for t in before.tasks} if before is not None else None
     own: dict[str, list[Place]] = {}
     for t in answered:
-        mine = [p for p in t.waits if p.key not in common]
+        mine = [p for p in t.waits if p.key not in common and _waited(p, t.task, earlier)]
         strong = [p for p in mine if p.main or p.called_by_tf]
         # A thread of the user's own that waits (an uploader between uploads, a watcher between looks) is no cause
         # by itself; beside a strong one it is said too (a deadlock's other side).
@@ -440,100 +486,108 @@ def read(answers: list[tuple[str, str, dict | Exception]], local: Path | None = 
     places: list[str] = []
 
     def add(names: list[str], words: str, is_stuck: bool) -> None:
-        for g in groups:
-            if g.words == words and g.stuck == is_stuck:
+        for g in groups:  # (each stuck task its own line: its words are of one task)
+            if g.words == words and not is_stuck and not g.stuck:
                 g.tasks += names
                 return
         groups.append(Group(list(names), words, is_stuck))
 
-    for t in tasks:
+    for t in training:
         if t.state in STATE_WORDS:
             add([t.task], STATE_WORDS[t.state] + (f" ({t.detail})" if t.detail and t.state == UNREACHABLE else ""),
                 True)
             stuck.append(t.task)
         elif t.task in own:
             ps = own[t.task]
-            if len(ps) == 1:
-                words = f"is stuck in {ps[0].words()}"
-            else:
-                words = (f"is stuck in {ps[0].words()}; its other thread{'s' * (len(ps) > 2)} wait"
-                         f"{'s' * (len(ps) == 2)} in " + " and ".join(p.words() for p in ps[1:]))
+            words = f"is stuck in {ps[0].words()}"
+            if len(ps) > 1:
+                words += (f"; its other thread{'s' * (len(ps) > 2)} wait{'s' * (len(ps) == 2)} in "
+                          + " and ".join(p.words() for p in ps[1:]))
             add([t.task], words, True)
             stuck.append(t.task)
             places += [p.at.at for p in ps if p.at is not None]
-        elif t.state == ANSWERED and set(t.fifos) - fifos_common:
-            pipes = sorted(set(t.fifos) - fifos_common)
+        elif t.state == ANSWERED and any(pipes[p] <= len(answered) / 2 or len(answered) == 1 for p in set(t.fifos)):
+            mine = sorted(p for p in set(t.fifos) if pipes[p] <= len(answered) / 2 or len(answered) == 1)
             where = f" ({t.main.words()})" if t.main and t.main.kind != IDLE else ""
-            opening = [path for path, how in pipes if how == OPEN]
-            reading = [path for path, how in pipes if how == READ]
+            opening = [path for path, how in mine if how == OPEN]
+            reading = [path for path, how in mine if how == READ]
             words = "; ".join(([f"is stuck reading the named pipe {', '.join(reading)}, which gives nothing"]
                                if reading else []) +
                               ([f"is stuck opening the named pipe {', '.join(opening)}: nothing opens its other "
                                 "end"] if opening else []))
             add([t.task], words + where, True)
             stuck.append(t.task)
-    others = [t for t in tasks if t.task not in stuck and t.state == ANSWERED]
-    ended = [t for t in tasks if t.state == ENDED]
+    others = [t for t in training if t.task not in stuck and t.state == ANSWERED]
+    ended = [t for t in training if t.state == GONE]
     mismatch = ""
-    if not stuck and others:
-        calls = {t.main.call for t in others if t.main is not None and t.main.kind == IN_TF and t.main.collective}
-        if len(calls) > 1:
-            # Workers in different distributed calls (evaluate on the chief alone): each waits for the others.
-            odd = _odd_ones(others)
-            for t in odd:
-                add([t.task], f"is in {t.main.words()}", True)
-                stuck.append(t.task)
-                if t.main.at is not None:
-                    places.append(t.main.at.at)
-            rest = [t for t in others if t not in odd]
-            mismatch = (f"{names_text([t.task for t in odd])} {'is' if len(odd) == 1 else 'are'} in "
-                        f"{odd[0].main.words()} while {names_text([t.task for t in rest])} "
-                        f"{'is' if len(rest) == 1 else 'are'} in {rest[0].main.words()}: every worker must make "
-                        "the same distributed calls, in the same order")
-            others = rest
-    for t in others:
+    in_calls = [t for t in others if t.main is not None and t.main.kind == IN_TF and t.main.collective]
+    if not stuck and len({t.main.call for t in in_calls}) > 1:
+        # Workers in different distributed calls (evaluate on the chief alone): each waits for the others.
+        odd = _odd_ones(in_calls)
+        rest = [t for t in in_calls if t not in odd]
+        for t in odd:
+            add([t.task], f"is in {t.main.words()}", True)
+            stuck.append(t.task)
+            if t.main.at is not None:
+                places.append(t.main.at.at)
+        mismatch = (f"{names_text([t.task for t in odd])} {'is' if len(odd) == 1 else 'are'} in "
+                    f"{odd[0].main.words()} while {names_text([t.task for t in rest])} "
+                    f"{'is' if len(rest) == 1 else 'are'} in {rest[0].main.words()}: every worker must make "
+                    "the same distributed calls, in the same order")
+        others = [t for t in others if t not in odd]
+    for t in others + [t for t in tasks if t.role == EVALUATOR and t.state == ANSWERED]:
         place = t.main
         if place is None or place.kind == IDLE:
             add([t.task], "is in no code of the script's or TensorFlow's (only idle threads)", False)
         elif place.kind == IN_CODE:
             add([t.task], f"is in {place.words()}", False)
-        elif t.role == PS or place.call in ("a server's join",):
+        elif t.role == PS or place.call == SERVER_JOIN:
             add([t.task], f"serves ({place.words()})", False)
-        elif stuck and place.collective:
+        elif stuck and place.collective and t.role != EVALUATOR:
             add([t.task], f"waits for {'it' if len(stuck) == 1 else 'them'} in {place.words()}", False)
         else:
             add([t.task], f"is in {place.words()}", False)
+    for t in tasks:
+        if t.role == EVALUATOR and t.state != ANSWERED:
+            add([t.task], STATE_WORDS.get(t.state, "has ended") + (f" ({t.detail})" if t.detail else ""), False)
     for t in ended:
         add([t.task], f"has ended ({t.detail})" if t.detail else "has ended", False)
     for g in groups:  # plural forms of what a group of several does
         if len(g.tasks) > 1:
             g.words = _plural(g.words)
+    verdict = ""
     if mismatch:
         verdict = mismatch
     elif stuck:
         verdict = "; ".join(f"{names_text(g.tasks)} {g.words}" for g in groups if g.stuck or g.words.startswith(
             "wait"))
     elif ended and others:
-        waiting = [t for t in others if t.main is not None and t.main.kind == IN_TF and t.role not in (PS,)
-                   and t.main.call not in ("a server's join",)]
+        # Tasks that wait in a call that needs every worker (a collective, the coordinator) for one that ended.
+        waiting = [t for t in others if t.main is not None and t.main.kind == IN_TF and t.role != PS
+                   and t.main.call != SERVER_JOIN and (t.main.collective or "coordinator" in t.main.call)]
         if waiting:
-            verdict = (f"{names_text([t.task for t in waiting])} {_plural('waits', len(waiting))} in "
+            needs = ("parameter-server training needs its workers until the coordinator's end"
+                     if any(t.role == PS for t in tasks) else "every worker must take part in every step")
+            verdict = (f"{names_text([t.task for t in waiting])} {_plural('waits ', len(waiting))}in "
                        f"{waiting[0].main.words()} for {names_text([t.task for t in ended])}, which "
-                       f"{'has' if len(ended) == 1 else 'have'} ended: parameter-server training needs its workers "
-                       "until the coordinator's end" if any(t.role == CHIEF for t in waiting) else
-                       f"{names_text([t.task for t in waiting])} wait in {waiting[0].main.words()} for "
-                       f"{names_text([t.task for t in ended])}, which ended")
+                       f"{'has' if len(ended) == 1 else 'have'} ended: {needs}")
             stuck += [t.task for t in waiting + ended]
-        else:
-            verdict = ""
-    else:
+    elif silent and others:
         # Asked of a stalled run: all alike in TensorFlow means the wait is where no Python stack shows it.
         same = {t.main.key for t in others if t.main is not None}
-        verdict = (f"every task is in {others[0].main.words()}: none is elsewhere in Python; the wait is inside "
-                   "TensorFlow (a peer's host, the network, a native op, the input)"
-                   if silent and len(same) == 1 and others and others[0].main is not None
-                   and others[0].main.kind == IN_TF else "")
+        if len(same) == 1 and others[0].main is not None and others[0].main.kind == IN_TF:
+            verdict = (f"every task is in {others[0].main.words()}: none is elsewhere in Python; the wait is inside "
+                       "TensorFlow (a peer's host, the network, a native op, the input)")
     return Report(tasks, groups, verdict, stuck, tuple(sorted(set(places))), bool(mismatch))
+
+
+def _waited(place: Place, task: str, earlier: dict | None) -> bool:
+    """Whether ``place`` is where ``task``'s thread also waited at the ask before (the same whole stack); with no
+    ask before, it is taken as it is."""
+    if earlier is None:
+        return True
+    then = earlier.get(task)
+    return then is not None and any(p.key == place.key and p.frames == place.frames for p in then.waits)
 
 
 def _odd_ones(tasks: list[TaskWhere]) -> list[TaskWhere]:
@@ -541,8 +595,8 @@ def _odd_ones(tasks: list[TaskWhere]) -> list[TaskWhere]:
     chief's group."""
     by_call: dict[str, list[TaskWhere]] = {}
     for t in tasks:
-        by_call.setdefault(t.main.call if t.main else "", []).append(t)
-    others = [ts for call, ts in by_call.items() if call != "fit's step"]
+        by_call.setdefault(t.main.call, []).append(t)
+    others = [ts for call, ts in by_call.items() if call != FIT_STEP]
     if len(others) < len(by_call):
         return [t for ts in others for t in ts]
     fewest = min(len(ts) for ts in by_call.values())

@@ -256,7 +256,7 @@ class RunBridge(QObject):
 
     def _where(self, core: RunSession) -> None:
         try:
-            said = where(core.run).as_dict()
+            said = where(core.run, looks=2).as_dict()  # two looks: one catches a healthy task mid-line
         except TfccError as exc:
             self.where_refused.emit(describe(exc))
             return

@@ -64,7 +64,7 @@ class WhereView(QFrame):
         self.again_button.clicked.connect(self._on_again_button_clicked)
         self.close_button = QPushButton("Close")
         self.close_button.setToolTip("Hide this view (the plots take its room); Where are they? asks again")
-        self.close_button.clicked.connect(self.hide)
+        self.close_button.clicked.connect(self._on_close_button_clicked)
         self.verdict = QLabel()
         self.verdict.setWordWrap(True)
         self.verdict.setTextFormat(Qt.PlainText)
@@ -170,7 +170,9 @@ class WhereView(QFrame):
             state = str(task.get("state", ""))
             item = QListWidgetItem(name + ("   stuck" if name in stuck else "" if state == ANSWERED else f"   {state}"))
             item.setData(Qt.UserRole, name)
-            item.setToolTip(f"{name} on {task.get('host', '')}" + (f": {task['place']}" if task.get("place") else ""))
+            # (a tooltip is rich text: a host's words are escaped)
+            item.setToolTip(html.escape(f"{name} on {task.get('host', '')}"
+                                        + (f": {task['place']}" if task.get("place") else "")))
             if name in stuck:
                 item.setForeground(QColor(ALARM))
             self.tasks.addItem(item)
@@ -222,6 +224,9 @@ class WhereView(QFrame):
         if self.isHidden():
             self.show()
             self.opened.emit()
+
+    def _on_close_button_clicked(self) -> None:
+        self.hide()
 
     def _on_button_clicked(self) -> None:
         self.ask()

@@ -11,7 +11,7 @@ import math
 import time
 
 from agent.protocol import FINISHED, STARTING, STATUS, TRAINING, parse_task_name
-from console import text
+from console import hangs, text
 from console.errors import TfccError
 from console.remote.channel import AgentTimeout
 from console.run.where import WHERE_WAIT, where
@@ -27,7 +27,8 @@ WHERE_APART = 18.0       # asks that find the same hang for this long call it (a
 MISMATCH_SECONDS = 30.0  # workers in different distributed calls this long: a hang (an evaluate may just be slow)
 WATCHDOG_SECONDS = 120.0  # how long a cluster may take to form before tfcc says who it waits for
 STALL_FLOOR = 15.0  # seconds without a step that are never a stall, however quick the steps were
-SUSPENDED = "is stopped (SIGSTOP: a debugger, Ctrl-Z or a job scheduler froze it) and answers no peer"
+SUSPENDED = hangs.STATE_WORDS[hangs.STOPPED]
+SAME_BATCH = 0.05  # seconds: a loop's printed values this close came in one read, not one step each
 
 
 def waiting_report(run, after: float, stragglers: str = "") -> str | None:
@@ -79,6 +80,8 @@ class Pace:
         took = number(record.get("step_time"))
         if self.untimed:
             took = now - self.last_at if self.last_at is not None else math.nan
+            if took < SAME_BATCH:  # values read together (a summary file, a burst of prints): no step's time
+                took = math.nan
         if math.isfinite(took) and took > 0:
             self.times = (self.times + [took])[-self.keep:]
         self.last_at, self.epoch, self.index = now, record.get("epoch"), record.get("step")
@@ -185,7 +188,7 @@ class Watchdogs:
         """Where the tasks are now (console.run.where), kept with when it was asked; None if it could not be had."""
         self._located_at = time.monotonic()
         try:
-            report = where(self.run, WHERE_WAIT, silent)
+            report = where(self.run, WHERE_WAIT, silent, before=self._located[-1][1] if self._located else None)
         except Exception:
             log.exception("could not ask where the tasks of run %s are", self.run.run_id)
             return None

@@ -131,3 +131,14 @@ def test_a_task_waiting_on_named_pipes_says_which_and_how(client, tmp_path):
                                                                    "in": "open"}], said["fifos"]
     finally:
         runs.stop("pipes", "worker-0", grace=0.5)
+
+
+def test_two_asks_at_once_are_both_answered(client, stuck):
+    """The watchdog, the window and ``tfcc where`` may ask at the same moment: the task answers the newest ask, and a
+    dump made after an ask was left answers it too (no ask waits its whole time and calls the task silent)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(3) as pool:
+        said = list(pool.map(lambda _: runs.stacks("hang", "worker-0", wait=10), range(3)))
+    assert [s["state"] for s in said] == ["answered"] * 3, said
+    assert all("wait_for_data" in s["stacks"] for s in said)

@@ -750,8 +750,9 @@ def test_tfcc_where_on_a_healthy_run_says_each_place_and_the_steps_keep_their_pa
         earlier = sorted(took for _, took in before[10:])
         during.sort()
         assert len(during) >= 5, during
-        # The median step while being asked, against the median before (a busy 2-core machine: a generous margin).
-        assert during[len(during) // 2] <= 1.5 * earlier[len(earlier) // 2] + 0.01, (during, earlier)
+        # The median step while being asked, against the median before (a busy 2-core machine: a generous margin;
+        # bench/stacks_readiness.py measures the cost).
+        assert during[len(during) // 2] <= 2 * earlier[len(earlier) // 2] + 0.01, (during, earlier)
     finally:
         run.stop(grace=1)
         run.detach()

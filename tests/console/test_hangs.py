@@ -192,3 +192,78 @@ def test_a_thread_of_the_users_own_waiting_on_one_worker_only_is_no_cause(workdi
     report = hangs.read([("worker-0", "h", answer("worker-0", fitting("worker-0"), sleeping)),
                          ("worker-1", "h", answer("worker-1", fitting("worker-1")))], workdir, silent={"worker-1": 30})
     assert report.stuck == [] and report.lines == ["worker-0 and worker-1 are in fit's step (main.py:57 `model.fit`)"]
+
+
+def generating(task: str, line: int) -> tuple:
+    """A thread TensorFlow runs the user's generator on, waiting at data.py's ``line``."""
+    return (None, [(f"{LIB}/threading.py", 629, "wait"), (f"{work(task)}/data.py", line, "batches"),
+                   (f"{SITE}/tensorflow/python/ops/script_ops.py", 269, "__call__")])
+
+
+def test_of_three_workers_the_one_elsewhere_is_stuck_not_the_two_alike(workdir):
+    report = hangs.read([(t, "h", answer(t, fitting(t), generating(t, line)))
+                         for t, line in (("worker-0", 40), ("worker-1", 50), ("worker-2", 40))], workdir)
+    assert report.stuck == ["worker-1"] and report.places == ("data.py:50",), report.lines
+
+
+def test_one_look_that_a_second_does_not_confirm_names_nobody(workdir):
+    """A person's ask looks twice: a generator caught once at a line (it was reading) is no hang."""
+    def ask(line: int):
+        return hangs.read([("worker-0", "h", answer("worker-0", fitting("worker-0"))),
+                           ("worker-1", "h", answer("worker-1", fitting("worker-1"), generating("worker-1", line)))],
+                          workdir)
+
+    first = ask(42)
+    assert first.stuck == ["worker-1"]
+    moved = hangs.read([("worker-0", "h", answer("worker-0", fitting("worker-0"))),
+                        ("worker-1", "h", answer("worker-1", fitting("worker-1"), generating("worker-1", 44)))],
+                       workdir, before=first)
+    assert moved.stuck == [] and moved.verdict == ""
+    again = hangs.read([("worker-0", "h", answer("worker-0", fitting("worker-0"))),
+                        ("worker-1", "h", answer("worker-1", fitting("worker-1"), generating("worker-1", 42)))],
+                       workdir, before=first)
+    assert again.stuck == ["worker-1"] and again.same(first)
+
+
+def test_an_evaluator_is_a_sidecar_not_a_worker_in_another_call(workdir):
+    evaluating = (True, EVALUATE + [(f"{work('evaluator-0')}/main.py", 80, "main")])
+    report = hangs.read([("worker-0", "h", answer("worker-0", fitting("worker-0"))),
+                         ("worker-1", "h", answer("worker-1", fitting("worker-1"))),
+                         ("evaluator-0", "h", answer("evaluator-0", evaluating))], workdir, silent={"worker-0": 30})
+    assert not report.mismatch and report.stuck == []
+    assert report.lines == ["worker-0 and worker-1 are in fit's step (main.py:57 `model.fit`)",
+                            "evaluator-0 is in evaluate (main.py:80 `model.evaluate`)"]
+    ended = hangs.read([("worker-0", "h", answer("worker-0", fitting("worker-0"))),
+                        ("evaluator-0", "h", {"state": "ended", "detail": "finished (exit code 0)"})], workdir)
+    assert ended.stuck == [] and ended.verdict == "", ended.verdict
+
+
+def test_each_stuck_task_is_its_own_line_and_many_alike_are_worded_as_many(workdir):
+    report = hangs.read([("worker-0", "h", {"state": "stopped"}), ("worker-1", "h", {"state": "stopped"}),
+                         ("worker-2", "h", answer("worker-2", fitting("worker-2"))),
+                         ("worker-3", "h", answer("worker-3", fitting("worker-3")))], workdir)
+    assert report.lines == [f"worker-0 {hangs.STATE_WORDS['stopped']}", f"worker-1 {hangs.STATE_WORDS['stopped']}",
+                            "worker-2 and worker-3 wait for them in fit's step (main.py:57 `model.fit`)"]
+
+
+def test_what_a_hostile_host_says_is_read_as_no_answer_and_cannot_make_it_wait(workdir):
+    """Answers of the wrong types are tasks that gave no answer; a frame's path cannot make the console read outside
+    the user's workdir, nor open a pipe there; a dump's long lines cost nothing."""
+    import os
+    import time
+
+    outside = workdir.parent / "secret.py"  # beside the user's workdir, not in it
+    outside.write_text("password = 'x'\n")
+    os.mkfifo(workdir / "pipe.py")
+    frames = (True, [(f"{work('worker-0')}/../secret.py", 1, "f"), (f"{work('worker-0')}/{outside}", 1, "f"),
+                     (f"{work('worker-0')}/pipe.py", 1, "g"), (f"{work('worker-0')}/main.py", 57, "main")])
+    started = time.monotonic()
+    report = hangs.read([("worker-0", "h", answer("worker-0", frames)),
+                         ("worker-1", "h", ["not", "a", "dict"]), ("worker-2", "h", {"state": ["stopped"]}),
+                         ("worker-3", "h", {"state": "answered", "stacks": {"a": 1}}),
+                         ("worker-4", "h", {"state": "answered", "stacks": "Thread 0x1 (most recent call first):\n"
+                                            + '  File "x", line 1 in ' + " " * 200_000 + "y\n" * 50_000})],
+                        workdir)
+    assert time.monotonic() - started < 5
+    assert "password" not in "\n".join(report.stack_lines("worker-0")), report.stack_lines("worker-0")
+    assert [t.state for t in report.tasks] == ["answered", "silent", "silent", "silent", "answered"]

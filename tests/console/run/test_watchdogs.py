@@ -47,7 +47,7 @@ def stalling(homes, monkeypatch, answers: list[hangs.Report], step: str = '"step
     session.subscribe(lambda e: events.append((e.kind, e.text, e.message)) if e.kind in SessionKind.SUPERVISION
                       else None)
     asked = iter(answers)
-    monkeypatch.setattr(watchdogs, "where", lambda run, wait, silent: next(asked))
+    monkeypatch.setattr(watchdogs, "where", lambda run, wait, silent, before: next(asked))
     sup = session.supervisor
     sup.stall_floor, sup.watchdog = 1.0, 1000.0
     for task in session.run.tasks:
