@@ -106,8 +106,14 @@ class Place:
 
 
 def _callee(place: Place) -> str:
-    """What the user's line calls, as written (``model.fit``), where the console has the line."""
-    return place.at.source and _CALLEE.get(place.call, "") and _named_call(place.at.source, _CALLEE[place.call])
+    """What the user's line calls, as written (``model.fit``; a step function by its name: ``train_step``), where
+    the console has the line."""
+    if not place.at.source:
+        return ""
+    if place.call in _CALLEE:
+        return _named_call(place.at.source, _CALLEE[place.call])
+    found = re.search(r"([A-Za-z_][\w.]*)\s*\(", place.at.source)
+    return found.group(1) if found else ""
 
 
 _CALLEE = {FIT_STEP: "fit", "evaluate": "evaluate", "predict": "predict", SERVER_JOIN: "join",
