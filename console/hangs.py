@@ -474,11 +474,14 @@ def read(answers: list[tuple[str, str, dict | Exception]], local: Path | None = 
         for key in {p.key for p in t.waits}:
             counts[key] = counts.get(key, 0) + 1
     common = {key for key, n in counts.items() if n > len(answered) / 2} if len(answered) > 1 else set()
+    earlier = {t.task: t for t in before.tasks} if before is not None else None
     pipes: dict[tuple, int] = {}
     for t in answered:
+        # (a pipe read at one look may be one that gives, read as it comes: it counts where it was waited on before)
+        waited = set(t.fifos) if earlier is None else set(t.fifos) & set(getattr(earlier.get(t.task), "fifos", ()))
+        t.fifos = [p for p in t.fifos if p in waited]
         for pipe in set(t.fifos):
             pipes[pipe] = pipes.get(pipe, 0) + 1
-    earlier = {t.task: t for t in before.tasks} if before is not None else None
     own: dict[str, list[Place]] = {}
     for t in answered:
         mine = [p for p in t.waits if p.key not in common and _waited(p, t.task, earlier)]

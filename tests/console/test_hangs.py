@@ -267,3 +267,15 @@ def test_what_a_hostile_host_says_is_read_as_no_answer_and_cannot_make_it_wait(w
     assert time.monotonic() - started < 5
     assert "password" not in "\n".join(report.stack_lines("worker-0")), report.stack_lines("worker-0")
     assert [t.state for t in report.tasks] == ["answered", "silent", "silent", "silent", "answered"]
+
+
+def test_a_pipe_read_at_one_look_only_is_one_that_gives(workdir):
+    """A healthy reader of a pipe that is fed waits on it now and then: only a pipe waited on at both looks counts."""
+    def ask(fifos, before=None):
+        return hangs.read([("worker-0", "h", answer("worker-0", fitting("worker-0"))),
+                           ("worker-1", "h", answer("worker-1", fitting("worker-1"), fifos=fifos))], workdir,
+                          before=before)
+
+    pipe = [{"path": "/data/stream.fifo", "in": "read"}]
+    assert ask(pipe, before=ask([])).stuck == []
+    assert ask(pipe, before=ask(pipe)).stuck == ["worker-1"]
