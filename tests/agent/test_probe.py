@@ -19,10 +19,22 @@ ROOT = Path(__file__).resolve().parents[2]
 SMI = Path(__file__).parent / "data" / "nvidia-smi"
 
 
-def test_parse_one_gpu():
-    (gpu,) = probe.parse_nvidia_smi((SMI / "one_gpu.csv").read_text())
-    assert gpu == {"index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-2f1e3c5a-7b9d-4e6f-8a1b-3c5d7e9f1a2b",
-                   "memory_total_mib": 81559, "memory_used_mib": 0, "utilization_percent": 0, "driver": "550.54.15"}
+H100 = {"index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-555bb127-a16e-5c06-74af-0a7da4d2e195",
+        "memory_total_mib": 81559, "driver": "580.159.04"}
+
+
+@pytest.mark.parametrize("recording, used, busy", [("one_gpu_idle.csv", 0, 0), ("one_gpu_load.csv", 20085, 93),
+                                                   ("one_gpu_after.csv", 0, 0)])
+def test_a_real_h100s_output_is_read(recording, used, busy):
+    """nvidia-smi as a real H100 printed it (data/nvidia-smi/h100: idle, under a 20 GB bf16 load, after it)."""
+    (gpu,) = probe.parse_nvidia_smi((SMI / "h100" / recording).read_text())
+    assert gpu == {**H100, "memory_used_mib": used, "utilization_percent": busy}
+
+
+def test_a_real_h100_through_the_probe(tmp_path):
+    """The probe runs nvidia-smi (here one that prints the H100's recording under load) and says its GPU."""
+    result = probe.gpus(fake_nvidia_smi(tmp_path, (SMI / "h100" / "one_gpu_load.csv").read_text(), 0))
+    assert result["gpus"] == [{**H100, "memory_used_mib": 20085, "utilization_percent": 93}]
 
 
 def test_parse_several_gpus():

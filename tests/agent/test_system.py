@@ -154,6 +154,18 @@ def test_gpus_come_from_nvidia_smi_one_query_a_sample(agent_on_path, tfcc_home, 
     assert done <= calls(smi) <= done + 1  # one query a sample (the one under way may have begun)
 
 
+def test_a_real_h100_under_load_is_sampled(agent_on_path, tfcc_home, tmp_path):
+    """The system lane's GPU as a real H100 under a 20 GB bf16 load printed it (data/nvidia-smi/h100)."""
+    smi = fake_nvidia_smi(tmp_path / "bin", (DATA / "nvidia-smi" / "h100" / "one_gpu_load.csv").read_text())
+    client = agent_on_path(smi)
+    client.call("start", run_id="r1", task="worker-0", argv=[sys.executable, "-c", "import signal; signal.pause()"])
+    got = Records()
+    client.system("r1", got, interval=0.2)
+    (record,) = got.wait_for(1)[:1]
+    assert record["gpus"] == [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "utilization_percent": 93,
+                               "memory_used_bytes": 20085 * MIB, "memory_total_bytes": 81559 * MIB}]
+
+
 def test_missing_gpu_fields_are_null(agent_on_path, tfcc_home, tmp_path):
     smi = fake_nvidia_smi(tmp_path / "bin", (DATA / "nvidia-smi" / "na_fields.csv").read_text())
     client = agent_on_path(smi)
