@@ -264,16 +264,22 @@ class Paths:
     (``code``), the user's workdir on this machine (``local``, for each line's text), and whether tfcc's own trainer
     trains (its frames are then the code)."""
 
-    def __init__(self, work: str | None, code: list[str], local: Path | None, trainer: bool):
+    def __init__(self, work: str | None, code: list[str], local: Path | None, trainer: bool,
+                 files: dict | None = None):
         self.work = _folder(work)
         self.code = [c for c in (_folder(c) for c in code) if c]
         self.local = local
         self.trainer = trainer
-        self.own = Path(__file__).resolve().parent.parent  # tfcc's code here (its trainer's lines)
+        self.own = OWN  # tfcc's code here (its trainer's lines)
+        self.files = {} if files is None else files  # file here -> its lines, read once for every task's frames
 
     def frame(self, path: str, line: int, func: str) -> Frame:
         kind, shown, local = self._kind(path)
-        return Frame(path, line, func, kind, shown, _source(local, line) if local is not None else "")
+        if local is None:
+            return Frame(path, line, func, kind, shown)
+        if local not in self.files:
+            self.files[local] = _lines(local)
+        return Frame(path, line, func, kind, shown, _snippet(self.files[local], line))
 
     def _kind(self, path: str) -> tuple[str, str, Path | None]:
         if self.work and path.startswith(self.work):
@@ -292,6 +298,9 @@ class Paths:
         if any(p in TF_PACKAGES for p in parts[:-1]) and ("site-packages" in parts or "dist-packages" in parts):
             return TF, _library_path(parts), None
         return LIB, _library_path(parts), None
+
+
+OWN = Path(__file__).resolve().parent.parent  # tfcc's code on this machine
 
 
 def _folder(path: str | None) -> str:
@@ -320,23 +329,27 @@ def _inside(folder: Path | None, rel: str) -> Path | None:
     return path if path.is_relative_to(base) and path != base else None
 
 
-def _source(path: Path, line: int) -> str:
-    """The text of ``line`` of ``path``, a regular file of this machine's (no pipe or device is opened), read anew
-    each time (the person may have edited it) and at most ``MAX_SOURCE_BYTES``."""
+def _lines(path: Path) -> list[str]:
+    """The lines of ``path``, a regular file of this machine's (no pipe or device is opened), read anew at each ask
+    (the person may have edited it), at most ``MAX_SOURCE_BYTES``; [] where it cannot be read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except (OSError, ValueError):
-        return ""
+        return []
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode) or line < 1:
-            return ""
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
         with os.fdopen(fd, "rb", closefd=False) as f:
-            lines = f.read(MAX_SOURCE_BYTES).decode("utf-8", "replace").splitlines()
+            return f.read(MAX_SOURCE_BYTES).decode("utf-8", "replace").splitlines()
     except OSError:
-        return ""
+        return []
     finally:
         os.close(fd)
-    words = lines[line - 1].strip() if line <= len(lines) else ""
+
+
+def _snippet(lines: list[str], line: int) -> str:
+    """Line ``line`` (1-based) of ``lines`` as a short snippet: its comment left out, cut to ``MAX_SNIPPET``."""
+    words = lines[line - 1].strip() if 1 <= line <= len(lines) else ""
     words = re.sub(r"\s*#.*$", "", words) if "#" in words and "'" not in words and '"' not in words else words
     return words if len(words) <= MAX_SNIPPET else words[:MAX_SNIPPET - 1] + "…"
 
@@ -417,8 +430,10 @@ def tf_call(frames: list[Frame]) -> tuple[str, bool]:
     return f"{UNNAMED}{name}", False
 
 
-def read_task(task: str, host: str, answer: dict | Exception, local: Path | None, trainer: bool) -> TaskWhere:
-    """One task's answer (the stacks op's dict, or the error that kept its host from answering), read."""
+def read_task(task: str, host: str, answer: dict | Exception, local: Path | None, trainer: bool,
+              files: dict | None = None) -> TaskWhere:
+    """One task's answer (the stacks op's dict, or the error that kept its host from answering), read (``files``:
+    the user's files read so far, shared by every task of an ask)."""
     if isinstance(answer, Exception):
         return TaskWhere(task, host, UNREACHABLE, detail=str(answer))
     if not isinstance(answer, dict):  # a host that says anything: a task that gave no answer
@@ -429,7 +444,7 @@ def read_task(task: str, host: str, answer: dict | Exception, local: Path | None
     if state != ANSWERED or not isinstance(answer.get("stacks", ""), str):
         return TaskWhere(task, host, state if isinstance(state, str) and state in STATE_WORDS else SILENT)
     code = answer.get("code")
-    paths = Paths(answer.get("work"), code if isinstance(code, list) else [], local, trainer)
+    paths = Paths(answer.get("work"), code if isinstance(code, list) else [], local, trainer, files)
     threads = []
     for ident, current, frames in parse(str(answer.get("stacks") or "")):
         read = [paths.frame(*f) for f in frames]
@@ -464,7 +479,8 @@ def read(answers: list[tuple[str, str, dict | Exception]], local: Path | None = 
     task has made no step, when asked of a stalled run (then tasks all alike are a verdict too); ``before``: an
     ask a moment earlier: a task is stuck only where its thread waited then too, with the same whole stack (one
     look catches a healthy task in its generator)."""
-    tasks = [read_task(task, host, answer, local, trainer) for task, host, answer in answers]
+    files: dict = {}
+    tasks = [read_task(task, host, answer, local, trainer, files) for task, host, answer in answers]
     silent = silent or {}
     training = [t for t in tasks if t.role != EVALUATOR]  # an evaluator is a sidecar: no peer waits for it
     answered = [t for t in training if t.state == ANSWERED]
