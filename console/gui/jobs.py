@@ -22,8 +22,8 @@ from console.errors import TfccError, describe
 from console.run.placement import placement_for
 from console.run.runner import Run
 from console.run.session import RunSession
-from console.run.where import where
 from console.run.supervisor import OFFER, REMOVE_HOST, RESTART, WATCHDOG_SECONDS
+from console.run.where import where
 from console.states import SessionEvent, SessionKind
 from console.store.cache import CONSOLE_TASK
 from console.store.manifests import new_run_id
