@@ -518,8 +518,14 @@ def stacks(run_id: str, task: str, wait: float = STACKS_WAIT) -> dict:
     deadline = time.monotonic() + wait
     looked = time.monotonic()
     while time.monotonic() < deadline:
-        if time.monotonic() - looked > 0.5:  # an earlier ask written after this one (asks at once): ask again
+        if time.monotonic() - looked > 0.5:
             looked = time.monotonic()
+            late = proc_state(child) if child else None  # stopped (or ended) since the ask: it will not answer
+            if late in ("T", "t"):
+                return {**answer, "state": protocol.WHERE_STOPPED}
+            if late == "Z":
+                return {**answer, "state": protocol.WHERE_ZOMBIE}
+            # An earlier ask written after this one (asks at once): ask again.
             left = (read_json(folder / protocol.STACKS_ASK) or {}).get("ask")
             if not isinstance(left, str) or left < ask:
                 write_json(folder / protocol.STACKS_ASK, {"ask": ask, "asked": time.time()})

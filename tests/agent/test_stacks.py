@@ -142,3 +142,23 @@ def test_two_asks_at_once_are_both_answered(client, stuck):
         said = list(pool.map(lambda _: runs.stacks("hang", "worker-0", wait=10), range(3)))
     assert [s["state"] for s in said] == ["answered"] * 3, said
     assert all("wait_for_data" in s["stacks"] for s in said)
+
+
+def test_a_task_stopped_while_it_is_asked_is_said_stopped_not_silent(client, tmp_path):
+    """SIGSTOP lands a moment after the ask (a busy machine delivers it late, a person presses Ctrl-Z): the ask says
+    stopped, within its wait, rather than silent at its end."""
+    import threading
+
+    script = tmp_path / "plain.py"
+    script.write_text("import time\ntime.sleep(60)\n")  # (no watcher: it would never answer)
+    client.call("start", run_id="late", task="worker-0", argv=[sys.executable, str(script)])
+    folder = runs.task_dir("late", "worker-0")
+    try:
+        assert wait_until(lambda: (folder / "child.json").exists(), 10)
+        pid = runs.read_json(folder / "child.json")["pid"]
+        threading.Timer(1.0, os.kill, args=(pid, signal.SIGSTOP)).start()
+        said = client.call("stacks", run_id="late", task="worker-0", wait=20)
+        os.kill(pid, signal.SIGCONT)
+        assert said["state"] == "stopped" and said["pid"] == pid, said
+    finally:
+        runs.stop("late", "worker-0", grace=0.5)
