@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-PROTOCOL_VERSION = 10  # 2: metrics follow messages carry the file's own lines ("lines"), not records
+PROTOCOL_VERSION = 11  # 2: metrics follow messages carry the file's own lines ("lines"), not records
 # 3: the "system" op streams a host's CPU, memory and GPU load and its tasks' processes
 # 4: "missing_blobs" says which files of a script's workdir a host lacks; "start" takes "workdir"
 # 5: "status" says a task's backups' steps ("backups", a list) and the files of its newest ("backup_files")
@@ -18,6 +18,8 @@ PROTOCOL_VERSION = 10  # 2: metrics follow messages carry the file's own lines (
 # 9: so does "submit" (its "work_refreshed" maps each task to what changed); a follow's lines are split at line
 #    feeds only (a log's "\r", a progress bar's redraw, stays in its line)
 # 10: "stacks" asks a running task where each of its threads is (STACKS_ASK, STACKS_FILE: trainer/stacks.py)
+# 11: "env_status", "env_make", "env_cancel": a Python environment made offline from pushed wheels (agent/envs.py);
+#     "start" and "probe" take "python_env" (the environment a task runs in)
 
 # --------------------------------------------------------------------------- operations
 # agent/server.py has one handler per op (Server.op_<name>) and its op table is built from them.
@@ -44,8 +46,11 @@ SUBMIT = "submit"    # a run's tasks as one Slurm job, submitted from this (logi
 JOB = "job"          # a Slurm run's job: its state, Slurm's reason, its nodes
 CANCEL = "cancel"    # stop a Slurm run's job
 STACKS = "stacks"    # where each thread of a running task is now: its Python stacks, as the task dumps them
+ENV_STATUS = "env_status"  # this host's platform, free disk, and whether it has an environment made (agent/envs.py)
+ENV_MAKE = "env_make"      # make an environment from wheels pushed as blobs, offline: a stream of progress, then END
+ENV_CANCEL = "env_cancel"  # end an env_make (by its request's id): its installer killed, nothing of it left
 OPS = (HELLO, START, FOLLOW, STATUS, LIST, STOP, PORTS, LOGS, PROBE, CHECK_PORTS, LISTEN, RELEASE, CONNECT,
-       SYSTEM, REMOVE, MISSING_BLOBS, PAUSE, MEASURE, SUBMIT, JOB, CANCEL, STACKS)
+       SYSTEM, REMOVE, MISSING_BLOBS, PAUSE, MEASURE, SUBMIT, JOB, CANCEL, STACKS, ENV_STATUS, ENV_MAKE, ENV_CANCEL)
 
 # The messages a follow streams: {"id": N, "type": ...}.
 FOLLOWING = "following"  # the first: the offsets it reads from, and when the agent started the task
@@ -55,6 +60,10 @@ END = "end"              # the last: the task's phase and exit record
 # The messages a system op streams: {"id": N, "type": ...}, then END when the run's tasks here have ended.
 SAMPLING = "sampling"    # the first: the tasks it samples and how often
 SYSTEM_MESSAGE = "system"  # one sample (docs/metrics.md, "system")
+# The messages an env_make streams: {"id": N, "type": PROGRESS, "stage": one of ENV_STAGES, ...}, then END.
+PROGRESS = "progress"
+ENV_PREPARING, ENV_INSTALLING, ENV_CHECKING = "preparing", "installing", "checking"
+ENV_STAGES = (ENV_PREPARING, ENV_INSTALLING, ENV_CHECKING)
 
 # --------------------------------------------------------------------------- task phases
 # The agent reports RUNNING, FINISHED, FAILED or LOST (AGENT_PHASES); the console adds the others.
@@ -127,6 +136,9 @@ PIPE_READ, PIPE_OPEN = "read", "open"  # how a task's thread waits on a named pi
 MEASURE_FILE = "measure.json"  # in a task's folder: {"ask", "at_step", "asked"}, a breakdown asked for (its trainer
                                # takes it away once read; docs/why-slow.md)
 STOP_MARKER = "stop_requested"  # in a task's folder while a stop someone asked for ends it (its trainer reads it)
+ENVS_DIR = "envs"            # <home>/envs/<hash>/: a Python environment tfcc made (agent/envs.py)
+ENV_MARKER = "tfcc-env.json"  # in an environment's folder: what it holds; written last, before it is renamed in
+TOOLS_DIR = "tools"          # <home>/tools/: the installer tfcc pushed (uv), by its content's hash
 BACKUP_DIR = "backup"  # a task's backups in its run folder (tfcc's trainer writes them; a resume needs them)
 # A backup's files: backup-<global step>.index (written last), .data-<shard>-of-<shards>, and .plan.json (the
 # plan it was made under); the checkpoint list ("checkpoint") names the backups TensorFlow's reader sees.
@@ -182,9 +194,12 @@ NO_SUCH_TASK = "no-such-task"
 MISSING_BLOB = "missing-blob"          # a start names a workdir file whose blob is not (whole) on the host
 FIREWALL = "firewall"                  # a start's firewall rules could not be set (agent/firewall.py)
 SLURM = "slurm"                        # Slurm's commands refused or are missing (agent/slurm.py)
+NO_SPACE = "no-space"                  # an environment would not fit in the free disk space
+NO_ENVIRONMENT = "no-environment"      # a start's python_env is not made on this host (tfcc provision makes it)
+INSTALL_FAILED = "install-failed"      # the installer failed, or what it installed is not what was asked
 AGENT_BUG = "agent-bug"                # an unexpected exception in the agent
 ERROR_CODES = (BAD_REQUEST, UNKNOWN_OP, PROTOCOL_MISMATCH, BAD_NAME, BAD_ARGUMENT, TASK_EXISTS, ALREADY_RUNNING,
-               NO_SUCH_TASK, MISSING_BLOB, FIREWALL, SLURM, AGENT_BUG)
+               NO_SUCH_TASK, MISSING_BLOB, FIREWALL, SLURM, NO_SPACE, NO_ENVIRONMENT, INSTALL_FAILED, AGENT_BUG)
 
 
 # --------------------------------------------------------------------------- roles, names and addresses

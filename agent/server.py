@@ -22,13 +22,14 @@ import sys
 import threading
 import time
 
-from agent import __version__, firewall, ports, probe, protocol, runs, slurm, system, workdir
+from agent import __version__, envs, firewall, ports, probe, protocol, runs, slurm, system, workdir
 from agent.protocol import PROTOCOL_VERSION
 from agent.runs import AgentError
 from agent.watch import FolderWatch
 
 FAST_POLL = 0.01  # seconds between a follow's looks while lines come, where it polls (no inotify)
 STREAMING = (protocol.FOLLOW, protocol.SYSTEM)  # ops that answer until their end: stdin's close ends them
+# (an env_make also ends when stdin closes, but it is waited for: its installer is killed and its folder removed)
 
 
 class Server:
@@ -39,6 +40,8 @@ class Server:
         self._lock = threading.Lock()
         self.closed = threading.Event()
         self._going: dict = {}  # a follow's request id -> set while it may send (``pause`` clears it)
+        self.ended = threading.Event()  # stdin closed: the console went away
+        self._cancelled: set = set()    # env_make request ids an env_cancel ended
 
     def send(self, message: dict) -> bool:
         data = (json.dumps(message, separators=(",", ":")) + "\n").encode("utf-8")
@@ -70,6 +73,7 @@ class Server:
             if req.get("op") not in STREAMING:
                 requests.append(worker)
         # stdin closed: answer what was asked, then stop streaming and exit.
+        self.ended.set()
         for worker in requests:
             worker.join(timeout=60)
         self.closed.set()
@@ -116,10 +120,65 @@ class Server:
         }
 
     def op_start(self, req):
+        """Start a task (runs.start); ``python_env`` ({"spec", "required"}): it runs with that environment's
+        Python where this host has it made (agent/envs.py)."""
+        python = envs.python_for(runs.home(), req.get("python_env"))
+        argv = req.get("argv")
+        if python is not None and isinstance(argv, list) and argv:
+            bin_dir = os.path.dirname(python)
+            env = {**(req.get("env") if isinstance(req.get("env"), dict) else {}),
+                   "VIRTUAL_ENV": os.path.dirname(bin_dir),
+                   "PATH": bin_dir + os.pathsep + os.environ.get("PATH", os.defpath)}
+            req = {**req, "argv": [python, *argv[1:]], "env": env}
         return runs.start(req)
 
     def op_status(self, req):
         return runs.status(req.get("run_id"), req.get("task"))
+
+    def op_env_status(self, req):
+        """This host's platform (from ``python``, else the agent's interpreter), the free space where environments
+        go, and the environment made for ``spec`` (its marker), if any (agent/envs.py)."""
+        python = req.get("python")
+        if python is not None and not isinstance(python, str):
+            raise AgentError("env_status: python is an interpreter's path", protocol.BAD_ARGUMENT)
+        spec = req.get("spec")
+        return envs.status(runs.home(), envs.check_hash(spec, "env_status: spec") if spec else None, python)
+
+    def op_env_make(self, req):
+        """Make an environment offline from wheels pushed as blobs (agent/envs.py): ``{"type": "progress",
+        "stage": ...}`` messages as it goes, then an end with its marker (``env``) or why it failed."""
+        rid = req.get("id")
+        first = [True]
+
+        def emit(stage: str, **more) -> None:
+            message = {"id": rid, "type": protocol.PROGRESS, "stage": stage, **more}
+            if first[0]:
+                message["ok"], first[0] = True, False
+            self.send(message)
+
+        def stop() -> bool:
+            return self.ended.is_set() or self.closed.is_set() or rid in self._cancelled
+
+        try:
+            env = envs.make(runs.home(), req, emit, stop)
+        except envs.Cancelled:
+            if not first[0]:
+                self.send({"id": rid, "type": protocol.END, "cancelled": True})
+            return None
+        except AgentError as exc:
+            if first[0]:
+                raise
+            self.send({"id": rid, "type": protocol.END, "error": str(exc), "code": exc.code})
+            return None
+        finally:
+            self._cancelled.discard(rid)
+        self.send({"id": rid, **({"ok": True} if first[0] else {}), "type": protocol.END, "env": env})
+        return None
+
+    def op_env_cancel(self, req):
+        """End an env_make (``make``: its request's id): its installer is killed and nothing of it is left."""
+        self._cancelled.add(req.get("make"))
+        return {}
 
     def op_list(self, req):
         return {"tasks": runs.list_runs()}
@@ -185,11 +244,22 @@ class Server:
         ``firewall_problem`` says why not: asked only then, a sudo that may not would be logged); with
         ``modules`` (top-level names a user's code imports), ``missing_modules``: those this Python lacks."""
         result = probe.probe(runs.home(), with_tensorflow=bool(req.get("tensorflow")))
+        paths = None
+        if req.get("python_env") is not None:  # the environment the tasks run in: its versions, not the agent's
+            spec = (req["python_env"] or {}).get("spec") if isinstance(req["python_env"], dict) else None
+            env = envs.find(runs.home(), envs.check_hash(spec, "probe: python_env's spec"))
+            result["env"] = env
+            if env is not None:
+                paths = [p for p in probe.search_path() if "site-packages" not in p] + envs.site_packages(env)
+                result.update(python=env.get("python_version"), python_executable=env["python"],
+                              tensorflow=probe.package_version("tensorflow", paths)
+                              or probe.package_version("tensorflow-cpu", paths),
+                              tf_keras=probe.package_version("tf-keras", paths))
         modules = req.get("modules")
         if modules is not None:
             if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
                 raise AgentError("probe: modules must be a list of module names", protocol.BAD_ARGUMENT)
-            result["missing_modules"] = probe.missing_modules(modules)
+            result["missing_modules"] = probe.missing_modules(modules, paths)
         if req.get("firewall"):
             command, word = firewall.how()
             result.update(firewall=word if command else None, firewall_problem=None if command else word)

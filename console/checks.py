@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 from agent.protocol import format_address, parse_address
 from console import cluster as cl
-from console import exposure, text, workdir
+from console import environments, exposure, text, workdir
 from console.errors import TfccError, describe
 from console.remote.deploy import make_bundle
 from console.remote.link import HostLink
@@ -32,6 +32,7 @@ from trainer.tf_config import CHIEF, WORKER
 
 log = logging.getLogger("console.checks")
 LISTEN_SECONDS = 60.0
+MAKE_READY = "make-ready"  # a Problem's remedy: tfcc can fix it itself (tfcc provision, the Check's Make ready)
 DOTFILES_SAID = 20  # a workdir row names this many of the dotfiles it ships (all of them in its "dotfiles")
 
 
@@ -42,6 +43,7 @@ class Problem:
     fix: str
     hosts: tuple[str, ...] = ()  # the hosts it concerns (the window marks them), by name
     task: str = ""               # the task it concerns, by name, if one
+    remedy: str = ""             # MAKE_READY where tfcc can fix it itself
 
     def __str__(self) -> str:
         return f"{self.where}: {self.cause}; {self.fix}" if self.fix else f"{self.where}: {self.cause}"
@@ -95,10 +97,17 @@ def consistency(cluster: cl.Cluster, probes: dict[str, dict], keras: tuple[str, 
     used = [h for h in cluster.hosts if h.name in probes and (h.spare or any(t.host == h.name for t in cluster.tasks))]
     for host in used:
         p = probes[host.name]
+        if p.get("env_missing"):  # its tasks run in the [environment], not made there yet: that is its problem
+            continue
+        # tfcc makes the environment where no python of the host's own overrides it (docs/provision.md).
+        makes = not host.python or cluster.environment is not None
         if not p.get("tensorflow"):
             problems.append(Problem(host.name, f"its Python ({p.get('python_executable')}) has no TensorFlow",
-                                    "install it there (pip install 'tensorflow==2.21.*' 'tf-keras==2.21.*') or set "
-                                    f"python for {host.name} to an interpreter that has it", (host.name,)))
+                                    ("make it ready (tfcc provision: tfcc installs it, offline too), install it there "
+                                     "yourself" if makes else "install it there")
+                                    + " (pip install 'tensorflow==2.21.*' 'tf-keras==2.21.*') or set "
+                                    f"python for {host.name} to an interpreter that has it", (host.name,),
+                                    remedy=MAKE_READY if makes else ""))
         elif not p.get("tf_keras") and (why := _needs_tf_keras(cluster, keras)):
             mine = cluster.training.user_code
             problems.append(Problem(host.name, f"its Python ({p.get('python_executable')}) has TensorFlow "
@@ -107,16 +116,20 @@ def consistency(cluster: cl.Cluster, probes: dict[str, dict], keras: tuple[str, 
                                     f"pip install 'tf-keras=={_major_minor(p['tensorflow'])}.*' there"
                                     + (" (or set keras = \"keras3\" in [training] if the script runs under Keras 3)"
                                        if mine and cluster.training.keras == "auto" and not cluster.needs_tf_keras
-                                       else ""), (host.name,)))
+                                       else "") + (", or make it ready (tfcc provision)" if makes else ""),
+                                    (host.name,), remedy=MAKE_READY if makes else ""))
     for key, label in (("tensorflow", "TensorFlow"), ("tf_keras", "tf-keras")):
-        versions = {h.name: probes[h.name].get(key) for h in used if probes[h.name].get(key)}
+        versions = {h.name: probes[h.name].get(key) for h in used
+                    if probes[h.name].get(key) and not probes[h.name].get("env_missing")}
         if len(set(versions.values())) > 1:
             listing = ", ".join(f"{n} has {v}" for n, v in versions.items())
             newest = max(versions.values(), key=lambda v: [int(x) if x.isdigit() else 0 for x in v.split(".")])
             problems.append(Problem("cluster", f"{label} differs between hosts: {listing}",
-                                    f"install the same version everywhere, e.g. {label.lower()}=={newest}",
-                                    tuple(versions)))
-    pythons = {h.name: _major_minor(probes[h.name].get("python")) for h in used}
+                                    "make them ready (tfcc provision: the same versions everywhere) or install the "
+                                    f"same version everywhere, e.g. {label.lower()}=={newest}", tuple(versions),
+                                    remedy=MAKE_READY))
+    pythons = {h.name: _major_minor(probes[h.name].get("python")) for h in used
+               if not probes[h.name].get("env_missing")}
     if len(set(pythons.values())) > 1:
         listing = ", ".join(f"{n} has {v}" for n, v in pythons.items())
         problems.append(Problem("cluster", f"Python differs between hosts: {listing}",
@@ -253,8 +266,9 @@ def missing_imports(cluster: cl.Cluster, probes: dict[str, dict], wanted: dict[s
         problems.append(Problem(hosts[0] if len(hosts) == 1 else "hosts",
                                 f"the code imports {name} ({file}:{line}), which the Python{python} of "
                                 f"{', '.join(hosts)} lacks and its workdir does not hold",
-                                f"install it there (pip install {package}) in the Python that host's python "
-                                "setting names, or drop the import", tuple(hosts)))
+                                f"add \"{package}\" to packages in [environment] and make the hosts ready (tfcc "
+                                f"provision), install it there yourself (pip install {package}), or drop the import",
+                                tuple(hosts), remedy=MAKE_READY))
     return problems
 
 
@@ -420,6 +434,11 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
     if not problems:  # a file that is there: what its code says
         problems = import_problems(cluster) + script_problems(cluster, collected)
         wanted = code_imports(cluster)
+    try:
+        spec = environments.spec_of(cluster)
+    except TfccError as exc:
+        spec = None
+        problems.append(Problem("cluster", exc.cause, exc.fix or ""))
     pool = ThreadPoolExecutor(max_workers=max(4, 2 * len(used)))
     try:
         bundle = make_bundle()  # hashed once, not once per host
@@ -434,9 +453,13 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
             client = links[host.name].connect(bundle)
             stages[host.name] = "probing"
             asked = time.time()
+            in_env = spec is not None and (spec.required or not host.python)  # its tasks run in the environment
             probe = client.call("probe", timeout=left(), firewall=cluster.training.firewall,
-                                **({"modules": sorted(wanted)} if wanted else {}))
+                                **({"modules": sorted(wanted)} if wanted else {}),
+                                **({"python_env": spec.python_env()} if in_env else {}))
             probe["_asked_at"] = asked
+            if in_env and spec.required and not probe.get("env"):
+                probe["env_missing"] = True
             stages[host.name] = "checking ports"
             fixed = [t.port for t in cluster.tasks if t.host == host.name and t.port != "auto"]
             ports = client.call("check_ports", ports=fixed, timeout=left())["ports"] if fixed else []
@@ -479,6 +502,12 @@ def check(cluster: cl.Cluster, deadline: float = 20.0, ask_host_key=None, connec
                                             "stop that process or give the task another port (or port = \"auto\")",
                                             (r.name,)))
         probes = {n: r.probe for n, r in reports.items() if r.probe}
+        missing_env = [n for n, p in probes.items() if p.get("env_missing")]
+        if missing_env:
+            problems.append(Problem(missing_env[0] if len(missing_env) == 1 else "hosts",
+                                    f"the cluster file's [environment] is not made on {', '.join(missing_env)} yet",
+                                    "make the hosts ready (tfcc provision, or Make ready in the window)",
+                                    tuple(missing_env), remedy=MAKE_READY))
         problems += consistency(cluster, probes, keras)
         problems += missing_imports(cluster, probes, wanted)
         problems += firewall_problems(cluster, probes)

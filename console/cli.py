@@ -34,7 +34,7 @@ import traceback
 from pathlib import Path
 
 from agent.protocol import FINISHED, SLURM_PORT_BASE, TRAINING
-from console import catalog, checks, export, memory
+from console import catalog, checks, export, memory, provision
 from console import cluster as cl
 from console import cluster_fields, hangs, speed, text
 from console.errors import RunError, TfccError, describe, log_to_file, log_to_terminal
@@ -395,6 +395,50 @@ def cmd_check(ns) -> int:
     return 0 if report.ready else 1
 
 
+def cmd_provision(ns) -> int:
+    """Make every host ready: the environment the run needs, offline where a host reaches no index
+    (console/provision.py); a line a host as it goes, then each host's result."""
+    cluster = cl.load(ns.cluster) if ns.cluster else cl.default()
+    said: dict[str, tuple] = {}
+    lock = threading.Lock()
+
+    def progress(result) -> None:
+        if ns.json:
+            return
+        key = (result.stage, result.pushed * 10 // max(1, result.to_push) if result.stage == provision.PUSHING else 0)
+        more = {provision.PUSHING: f" {text.size_text(result.pushed)} of {text.size_text(result.to_push)}",
+                provision.INSTALLING: f" {result.installing} packages",
+                provision.RESOLVING: f" for {result.platform}" + (" (GPU build)" if result.gpu else "")}
+        with lock:  # from each host's thread: one line at a time, each change once
+            if said.get(result.name) == key or result.stage in provision.ENDS:
+                return
+            said[result.name] = key
+            print(f"{result.name}: {result.stage}{more.get(result.stage, '')}", flush=True)
+
+    job = provision.Provision(cluster, make_asker(ns.accept_new_host_keys), progress, timeout=ns.deadline)
+    try:
+        report = job.run()
+    except KeyboardInterrupt:
+        job.cancel()
+        raise
+    if ns.json:
+        print(json.dumps(report.as_dict()))
+        return 0 if report.ok else 1
+    print()
+    for r in report.hosts:
+        print(f"{r.name}: {'FAILED: ' if r.stage == provision.FAILED else ''}{r.line}")
+    print(f"\nenvironment {report.spec.key}: {len(report.spec.requirements)} requirements; "
+          f"{text.size_text(report.fetched)} fetched, {text.size_text(report.pushed)} pushed in {report.seconds:.1f} s")
+    for line in report.differs:
+        print(f"differs between hosts: {line}")
+    failed = [r for r in report.hosts if not r.ok]
+    if failed:
+        print(f"{len(failed)} of {len(report.hosts)} host(s) not ready; the others are")
+    elif not report.differs:
+        print("ready: every host has the same versions (tfcc check shows them)")
+    return 0 if report.ok else 1
+
+
 def cmd_logs(ns) -> int:
     run = Run.load(ns.run)
     names = [t.name for t in run.tasks]
@@ -600,6 +644,13 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--deadline", type=seconds(1, 3600), default=20.0, help="seconds each host has to answer")
     check.add_argument("--accept-new-host-keys", action="store_true")
     check.set_defaults(func=cmd_check)
+    prov = sub.add_parser("provision", help="make every host ready: the Python environment the run needs, "
+                                            "installed offline where a host reaches no index")
+    prov.add_argument("cluster", nargs="?", help="a cluster file (TOML); default: the embedded default")
+    prov.add_argument("--json", action="store_true", help="print the report as JSON")
+    prov.add_argument("--deadline", type=seconds(1, 3600), default=20.0, help="seconds each host has to answer")
+    prov.add_argument("--accept-new-host-keys", action="store_true")
+    prov.set_defaults(func=cmd_provision)
     logs = sub.add_parser("logs", help="the end of a run's task logs (stdout and stderr)")
     logs.add_argument("run")
     logs.add_argument("task", nargs="?", help="one task, e.g. worker-1 (default: all)")

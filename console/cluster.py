@@ -23,7 +23,7 @@ import tomli_w
 
 from agent.protocol import name_problem
 from console import PROJECT_ROOT
-from console.cluster_fields import AUTO, HOSTS, SLURM, TASKS, TRAINING, Section
+from console.cluster_fields import AUTO, ENVIRONMENT, HOSTS, SLURM, TASKS, TRAINING, Section
 from console.errors import TfccError
 from console.files import write_atomically
 # Which Keras a user's script gets (KERAS_FLAVOURS): auto gives tf-keras where Keras 3 cannot run fit
@@ -154,6 +154,11 @@ class Slurm:
 # sbatch --time: minutes, minutes:seconds, hours:minutes:seconds, days-hours[:minutes[:seconds]], or no limit.
 SLURM_TIME = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2}"
                         r"|UNLIMITED|INFINITE|unlimited|infinite)$")
+@ENVIRONMENT.dataclass
+class Environment:
+    """The [environment] table: what tfcc installs on each host, offline where need be (console/provision.py)."""
+
+
 _SLURM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # a partition's, account's or QOS's name
 
 
@@ -164,6 +169,9 @@ class Cluster:
     training: Training = field(default_factory=Training)
     # Set: Slurm places the tasks (console.run.placement): no hosts, and each task's host is "" (slurm_tasks).
     slurm: Slurm | None = None
+    # Set: the tasks run in the environment it says, made on each host (tfcc provision). None: in the one tfcc
+    # makes by default where a host has it made, else in the host's Python.
+    environment: Environment | None = None
 
     def host(self, name: str) -> Host:
         return next(h for h in self.hosts if h.name == name)
@@ -349,6 +357,11 @@ def _build(cls, section: Section, data, where: str):
                 _env_name(f"{where}.env", key)
                 if "\0" in text:
                     raise ClusterFileError(f"{where}.env.{key} holds a NUL character; remove it")
+        elif name in ("packages", "find_links"):
+            if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() and not _CONTROL.search(v)
+                                                      for v in value):
+                raise ClusterFileError(f"{where}.{name} must be a list of strings, like {name} = "
+                                       + ("[\"pandas==2.2.3\"]" if name == "packages" else "[\"/srv/wheels\"]"))
         elif name == "secret_env":
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ClusterFileError(f"{where}.secret_env must be a list of names, like secret_env = "
@@ -395,10 +408,10 @@ def loads(text: str, source: str = "cluster file") -> Cluster:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ClusterFileError(f"{source} is not valid TOML: {exc}; correct the file there") from None
-    unknown = sorted(set(data) - {"hosts", "tasks", "training", "slurm"})
+    unknown = sorted(set(data) - {"hosts", "tasks", "training", "slurm", "environment"})
     if unknown:
         raise ClusterFileError(f"{source} has unknown section {unknown[0]!r}; sections are [[hosts]], [[tasks]], "
-                               "[training] and, for a Slurm cluster, [slurm]")
+                               "[training], [environment] and, for a Slurm cluster, [slurm]")
     for section in ("hosts", "tasks"):
         if not isinstance(data.get(section, []), list):
             raise ClusterFileError(f"{source}: {section} must be a list of [[{section}]] tables (double brackets), "
@@ -420,7 +433,9 @@ def loads(text: str, source: str = "cluster file") -> Cluster:
         if f.instead_of and isinstance(data.get("training"), dict) and {f.instead_of, f.name} <= set(data["training"]):
             raise ClusterFileError(f"{source}: [training] sets both {f.instead_of} and {f.name}; keep one of them")
     training = _build(Training, TRAINING, data.get("training", {}), "training")
-    cluster = Cluster(hosts, tasks, training, slurm)
+    environment = _build(Environment, ENVIRONMENT, data["environment"], "environment") if "environment" in data \
+        else None
+    cluster = Cluster(hosts, tasks, training, slurm, environment)
     if slurm is not None and slurm.parameter_servers and training.strategy == Strategy.AUTO:
         training.strategy = Strategy.PARAMETER_SERVER
     validate(cluster)
@@ -582,6 +597,8 @@ def validate(cluster: Cluster) -> None:
         raise ClusterFileError("training.elastic is for hosts of your own; a Slurm job restarts its tasks within its "
                                "allocation, or is submitted again: remove elastic")
     _check_fields("training", TRAINING, t)
+    if cluster.environment is not None:
+        _check_fields("environment", ENVIRONMENT, cluster.environment)
     roles = {role: [t.host for t in cluster.tasks if t.role == role] for role in ROLES}
     if t.strategy == Strategy.PARAMETER_SERVER or roles[PS]:
         if t.strategy not in (Strategy.AUTO, Strategy.PARAMETER_SERVER):
@@ -710,9 +727,11 @@ def _evaluator_rules(cluster: Cluster, roles: dict[str, list[str]]) -> None:
 
 def dumps(cluster: Cluster) -> str:
     """The cluster file's text: each field the declaration says to write (console.cluster_fields)."""
+    environment = {"environment": ENVIRONMENT.table(cluster.environment)} if cluster.environment is not None else {}
     if cluster.slurm is not None:  # its tasks are [slurm]'s: it says them
-        return tomli_w.dumps({"training": TRAINING.table(cluster.training), "slurm": SLURM.table(cluster.slurm)})
-    return tomli_w.dumps({"training": TRAINING.table(cluster.training),
+        return tomli_w.dumps({"training": TRAINING.table(cluster.training), **environment,
+                              "slurm": SLURM.table(cluster.slurm)})
+    return tomli_w.dumps({"training": TRAINING.table(cluster.training), **environment,
                           "hosts": [HOSTS.table(h) for h in cluster.hosts],
                           "tasks": [TASKS.table(t) for t in cluster.tasks]})
 

@@ -232,7 +232,25 @@ SLURM = Section(
           low=0, high=MAX_SLURM_NODES),
 )
 
-SECTIONS = (TRAINING, HOSTS, TASKS, SLURM)  # in the order docs/cluster-file.md tells them
+DEFAULT_INDEX = "https://pypi.org/simple"
+TF_CONSOLE, TF_NONE = "console", "none"  # [environment].tensorflow: this console's TensorFlow stack, or only packages
+GPU_AUTO, GPU_NEVER, GPU_ALWAYS = "auto", "never", "always"
+ENVIRONMENT = Section(
+    "environment", "[environment]: the Python environment tfcc makes on each host (tfcc provision; docs/provision.md)",
+    Field("tensorflow", str, TF_CONSOLE, "console: this console's TensorFlow, tf-keras, NumPy, TensorBoard and "
+                                         "scikit-learn, at its versions; none: only what packages and requirements say",
+          choices=(TF_CONSOLE, TF_NONE), always_written=True),
+    Field("packages", list, [], "more requirements, as pip writes them: [\"pandas==2.2.3\", \"tqdm\"]", item=str,
+          always_written=True),
+    Field("requirements", str, "", "a requirements file, its path relative to the script's folder (or the workdir)"),
+    Field("gpu", str, GPU_AUTO, "TensorFlow's CUDA wheels (tensorflow[and-cuda]): auto where the host has NVIDIA GPUs",
+          choices=(GPU_AUTO, GPU_NEVER, GPU_ALWAYS)),
+    Field("index", str, DEFAULT_INDEX, "the package index this console downloads wheels from (\"\": none, only "
+                                       "find_links)"),
+    Field("find_links", list, [], "folders on this machine that hold wheels (an air-gapped console's)", item=str),
+)
+
+SECTIONS = (TRAINING, HOSTS, TASKS, SLURM, ENVIRONMENT)  # in the order docs/cluster-file.md tells them
 
 
 # --------------------------------------------------------------------------- the doc's table

@@ -109,6 +109,7 @@ class Follow:
         self.done = threading.Event()
         self.end: dict | None = None
         self.error: str | None = None
+        self.code: str | None = None  # the refusal's code (protocol.ERROR_CODES), with ``error``
         self._client: AgentClient | None = None
         self._rid: int | None = None
 
@@ -199,7 +200,7 @@ class AgentClient:
             future = self._pending.pop(rid, None) if follow is None else None
         if follow is not None:
             if message.get("ok") is False:
-                follow.error = message.get("error")
+                follow.error, follow.code = message.get("error"), message.get("code")
                 self._finish_follow(rid, follow)
                 return
             try:
@@ -275,6 +276,10 @@ class AgentClient:
         """The host's load and the run's tasks on it, one ``system`` message about every ``interval`` s,
         until the run's tasks on this host have ended (docs/metrics.md, "system")."""
         return self._stream(on_message, op=SYSTEM, run_id=run_id, interval=interval)
+
+    def stream(self, op: str, on_message: Callable[[dict], None], **params) -> Follow:
+        """An op that answers with a stream of messages until its end (an ``env_make``'s progress)."""
+        return self._stream(on_message, op=op, **params)
 
     def _stream(self, on_message: Callable[[dict], None], **request) -> Follow:
         rid = next(self._ids)

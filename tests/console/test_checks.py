@@ -134,19 +134,21 @@ def test_tf_keras_is_needed_only_where_it_is_used(tmp_path):
     [problem] = checks.consistency(keras2, {"a": {**PROBE, "tf_keras": None}})
     assert problem.cause.endswith("which the script gets (it uses tf.keras (main.py:2), written for Keras 2)")
     assert problem.fix == ("pip install 'tf-keras==2.21.*' there (or set keras = \"keras3\" in [training] if the "
-                           "script runs under Keras 3)")
+                           "script runs under Keras 3), or make it ready (tfcc provision)")
+    assert problem.remedy == checks.MAKE_READY
 
 
 @pytest.mark.parametrize(
     "a, b, expected",
     [
         ({}, {"tensorflow": None, "tf_keras": None},
-         "b: its Python (/usr/bin/python3) has no TensorFlow; install it there (pip install 'tensorflow==2.21.*'"),
+         "b: its Python (/usr/bin/python3) has no TensorFlow; make it ready (tfcc provision: tfcc installs it, "
+         "offline too), install it there yourself (pip install 'tensorflow==2.21.*'"),
         ({}, {"tf_keras": None}, "b: its Python (/usr/bin/python3) has TensorFlow 2.21.0 but no tf-keras; "
                                  "pip install 'tf-keras==2.21.*' there"),
         ({}, {"tensorflow": "2.20.1", "tf_keras": "2.20.1"},
-         "cluster: TensorFlow differs between hosts: a has 2.21.0, b has 2.20.1; install the same version "
-         "everywhere, e.g. tensorflow==2.21.0"),
+         "cluster: TensorFlow differs between hosts: a has 2.21.0, b has 2.20.1; make them ready (tfcc provision: "
+         "the same versions everywhere) or install the same version everywhere, e.g. tensorflow==2.21.0"),
         ({}, {"python": "3.10.12"}, "cluster: Python differs between hosts: a has 3.11, b has 3.10"),
     ],
     ids=["no-tensorflow", "no-tf-keras", "tensorflow-differs", "python-differs"],
@@ -515,7 +517,7 @@ def test_check_names_an_import_a_hosts_python_lacks_and_only_that(tmp_path, monk
     assert not report.ready
     assert [str(p) for p in report.problems] == [
         f"here: the code imports tfcc_missing_pkg (lib/data.py:3), which the Python ({sys.executable}) of here lacks "
-        "and its workdir does not hold; install it there (pip install tfcc_missing_pkg) in the Python that host's "
-        "python setting names, or drop the import"]
+        "and its workdir does not hold; add \"tfcc_missing_pkg\" to packages in [environment] and make the hosts "
+        "ready (tfcc provision), install it there yourself (pip install tfcc_missing_pkg), or drop the import"]
     (project / "lib" / "data.py").write_text("import os\n")
     assert checks.check(local_cluster(cl.Training(script=str(project / "main.py")))).ready

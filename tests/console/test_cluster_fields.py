@@ -31,7 +31,7 @@ SLURM = '[slurm]\nlogin = "login.example"\n'
 # Each field's table in the clusters above ("b" runs no task: its fields change nothing else), and a value that
 # is not its default, with what else it needs set.
 WHERE = {"training": ("training", HOSTS), "hosts": ("hosts[1]", HOSTS), "tasks": ("tasks[0]", HOSTS),
-         "slurm": ("slurm", SLURM)}
+         "slurm": ("slurm", SLURM), "environment": ("environment", HOSTS + "\n[environment]\n")}
 SAMPLES = {
     "training.workload": "synthetic", "training.model_file": "model.py", "training.script": "train.py",
     "training.module": "pkg.task", "training.workdir": ("code", {"training.script": "train.py"}),
@@ -48,13 +48,16 @@ SAMPLES = {
     "slurm.python": "/opt/py/bin/python", "slurm.partition": "gpu", "slurm.nodes": 2, "slurm.tasks_per_node": 2,
     "slurm.gpus_per_task": 1, "slurm.cpus_per_task": 8, "slurm.time": "2:00:00", "slurm.account": "lab",
     "slurm.qos": "high", "slurm.parameter_servers": (1, {"slurm.nodes": 3}),
+    "environment.tensorflow": "none", "environment.packages": ["pandas==2.2.3", "tqdm"],
+    "environment.requirements": "requirements.txt", "environment.gpu": "never", "environment.index": "",
+    "environment.find_links": ["/srv/wheels"],
 }
 FIELDS = [f for section in cf.SECTIONS for f in section]
 
 
 def table_of(cluster: cl.Cluster, section: str):
     return {"training": cluster.training, "hosts": cluster.hosts[1] if len(cluster.hosts) > 1 else None,
-            "tasks": cluster.tasks[0], "slurm": cluster.slurm}[section]
+            "tasks": cluster.tasks[0], "slurm": cluster.slurm, "environment": cluster.environment}[section]
 
 
 def cluster_with(field: cf.Field, value, also: dict | None = None) -> cl.Cluster:
@@ -106,7 +109,8 @@ def _choice_comments(block: str):
 
 @pytest.mark.parametrize("section", cf.SECTIONS, ids=lambda s: s.name)
 def test_the_dataclasses_are_the_declarations(section):
-    cls = {"training": cl.Training, "hosts": cl.Host, "tasks": cl.Task, "slurm": cl.Slurm}[section.name]
+    cls = {"training": cl.Training, "hosts": cl.Host, "tasks": cl.Task, "slurm": cl.Slurm,
+           "environment": cl.Environment}[section.name]
     assert [f.name for f in dataclasses.fields(cls)] == list(section.fields)
     required = {f.name: "x" for f in section if f.required}
     made, other = cls(**required), cls(**required)

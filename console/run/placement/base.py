@@ -39,6 +39,12 @@ class Placement:
         """For each task of the cluster (in order), the name of the host it is followed through."""
         raise NotImplementedError
 
+    def environment_hosts(self) -> list[cl.Host]:
+        """The hosts tfcc makes the run's Python environment on (tfcc provision): where its tasks run, and the
+        spares they may move to."""
+        mine = {h.name for h in self.hosts()}
+        return [h for h in self.cluster.hosts if h.spare or h.name in mine]
+
     def machines(self) -> dict[str, list[int]]:
         """Where the cluster's tasks are planned to run: each machine's name and its tasks' indexes, in order (a
         place that picks the machines names those it will pick, as many as it asks for)."""

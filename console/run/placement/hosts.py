@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import logging
 
-from agent.protocol import CHECK_PORTS, FINISHED, FIREWALL, NOT_STARTED, PORTS, RUNNING, RUNS_DIR, START, STOP, \
-    parse_address, parse_task_name
+from agent.protocol import CHECK_PORTS, FINISHED, FIREWALL, NO_ENVIRONMENT, NOT_STARTED, PORTS, RUNNING, RUNS_DIR, \
+    START, STOP, parse_address, parse_task_name
 from console import cluster as cl
-from console import exposure, text
+from console import environments, exposure, text
 from console.errors import RunError, TfccError
 from console.remote.channel import AgentRequestError, AgentTimeout
 from console.run.launch import at_once, firewall_request, keras_choice, secret_values, task_address, task_command
@@ -92,6 +92,7 @@ class OwnHosts(Placement):
         console = console_id()
         if training.secret_env:  # read at each start: in memory only, to the tasks' environment over the channel
             shipped["secret_env"] = secret_values(run.cluster)
+        environment = environments.spec_of(run.cluster)  # the tasks run in it, where a host has it made
 
         def start(i: int, task, spec: cl.Task) -> None:
             link = run.links[task.host]
@@ -99,13 +100,16 @@ class OwnHosts(Placement):
             argv, env = task_command(run.cluster, spec, link.host.interpreter, link.dist,
                                      workdir.script if workdir is not None else None, keras)
             wall = firewall_request(run.cluster, task.address, configs[i])
+            # A host's own python, set, overrides tfcc's default environment (not an [environment] of the file's).
+            python_env = environment.python_env() if environment.required or not link.host.python else None
             try:
                 reply = link.connect().call(START, run_id=run.run_id, task=task.name, tf_config=configs[i],
                                             console=console, argv=argv, env=env, python_path=[link.dist],
                                             fresh=not resume, **shipped, **({"firewall": wall} if wall else {}),
+                                            **({"python_env": python_env} if python_env else {}),
                                             **({"refresh_work": True} if refresh else {}))
             except AgentRequestError as exc:
-                if exc.code == FIREWALL:
+                if exc.code in (FIREWALL, NO_ENVIRONMENT):
                     raise RunError(f"host {task.host}: {exc}") from None
                 raise
             task.attempt = reply.get("attempt", 1)

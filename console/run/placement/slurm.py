@@ -62,6 +62,11 @@ class SlurmJob(Placement):
     def hosts(self) -> list[cl.Host]:
         return [self.login]
 
+    def environment_hosts(self) -> list[cl.Host]:
+        raise RunError("tfcc makes environments on hosts of its own, not on a Slurm cluster's nodes",
+                       "make the environment on the cluster's shared file system and set python in [slurm] to its "
+                       "interpreter")
+
     def task_hosts(self) -> list[str]:
         return [self.login.name] * len(self.cluster.tasks)
 
