@@ -17,11 +17,12 @@ def _record(data: bytes) -> str:
 
 
 def make_wheel(folder: Path, name: str, version: str, requires=(), payload: int = 0,
-               tag: str = "py3-none-any") -> Path:
+               tag: str = "py3-none-any", files: int = 0) -> Path:
     """``folder/<name>-<version>-<tag>.whl``: a package ``name`` whose ``__version__`` is ``version``, needing
-    ``requires`` (pip's words), with ``payload`` random bytes (stored: a big wheel is big on the wire too)."""
+    ``requires`` (pip's words), with ``payload`` random bytes (stored: a big wheel is big on the wire too) and
+    ``files`` small modules more (an install of many files takes its time, as TensorFlow's 24,000)."""
     folder.mkdir(parents=True, exist_ok=True)
-    module = name.replace("-", "_")
+    module, extra = name.replace("-", "_"), files
     dist = f"{module}-{version}.dist-info"
     files = {
         f"{module}/__init__.py": f"__version__ = {version!r}\n".encode(),
@@ -32,6 +33,8 @@ def make_wheel(folder: Path, name: str, version: str, requires=(), payload: int 
     }
     if payload:
         files[f"{module}/payload.bin"] = os.urandom(payload)
+    for number in range(extra):
+        files[f"{module}/part{number // 1000}/m{number}.py"] = f"N = {number}\n".encode() * 20
     path = folder / f"{module}-{version}-{tag}.whl"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
         lines = []

@@ -1,0 +1,248 @@
+"""Hosts made ready (console/provision.py) on SSH test hosts with no route to any package index and a Python
+without TensorFlow: the Check says what is missing, ``tfcc provision`` makes them ready, the Check is then ready
+with the same versions everywhere, a second provision does nothing; a failure on one host says why in one line
+and leaves the others ready. Small wheels of the tests' own show the mechanics; one slow test installs the real
+TensorFlow and trains on it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from console import checks, cli, provision
+from console import cluster as cl
+from console import environments as envs
+from tests.helpers.testhosts import TestHosts, missing_requirements
+from tests.helpers.wheels import console_stack_stand_ins, make_wheel
+
+BASE = "/usr/bin/python3"  # the hosts' own Python (plain_shell): no TensorFlow
+
+
+@pytest.fixture(scope="module")
+def bare_hosts(tmp_path_factory):
+    """Two test hosts as a fresh machine has them: the system's Python alone, no route out."""
+    problem = missing_requirements()
+    if problem:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the SSH tests: {problem}")
+        pytest.skip(problem)
+    hosts = TestHosts(2, tmp_path_factory.mktemp("bare"), plain_shell=True).up()
+    yield hosts
+    hosts.down()
+
+
+@pytest.fixture
+def hosts(bare_hosts, ssh_env, monkeypatch):
+    bare_hosts.known_hosts(ssh_env / "known_hosts")
+    monkeypatch.setenv(provision.CACHE_VARIABLE, str(ssh_env / "cache"))
+    return bare_hosts
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory) -> Path:
+    """The console's stack as tiny stand-ins at its own versions, and a package the code needs."""
+    folder = tmp_path_factory.mktemp("wheels")
+    console_stack_stand_ins(folder)
+    make_wheel(folder, "tfccdep", "2.0")
+    return folder
+
+
+def cluster_file(folder: Path, hosts: TestHosts, environment: str | None, pythons: dict | None = None) -> Path:
+    lines = ["[training]", 'workload = "digits"', "epochs = 1", ""]
+    if environment is not None:
+        lines += ["[environment]", environment, ""]
+    for h in hosts.hosts:
+        lines += ["[[hosts]]", f'name = "{h.name}"', f'address = "{h.address}"', 'user = "root"',
+                  f'key = "{hosts.client_key}"']
+        if (pythons or {}).get(h.name):
+            lines.append(f'python = "{pythons[h.name]}"')
+        lines.append("")
+    for h in hosts.hosts:
+        lines += ["[[tasks]]", f'host = "{h.name}"', ""]
+    path = folder / "cluster.toml"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+def offline(wheels: Path, packages: str = '["tfccdep==2.0"]', tensorflow: str = "console") -> str:
+    return f'tensorflow = "{tensorflow}"\npackages = {packages}\nindex = ""\nfind_links = ["{wheels}"]'
+
+
+def test_no_host_reaches_an_index(hosts):
+    for h in hosts.hosts:
+        tried = h.exec(BASE, "-c", "import urllib.request; urllib.request.urlopen('https://pypi.org/simple/', "
+                       "timeout=3)", check=False)
+        assert tried.returncode != 0 and ("unreachable" in tried.stderr or "URLError" in tried.stderr), tried.stderr
+
+
+def test_check_says_what_is_missing_then_provision_makes_every_host_ready(hosts, wheels, tmp_path, capsys):
+    path = cluster_file(tmp_path, hosts, offline(wheels))
+    names = [h.name for h in hosts.hosts]
+    before = checks.check(cl.load(path))
+    [missing] = [p for p in before.problems if p.remedy == checks.MAKE_READY]
+    assert str(missing) == (f"hosts: the cluster file's [environment] is not made on {', '.join(names)} yet; make "
+                            "the hosts ready (tfcc provision, or Make ready in the window)")
+    assert missing.hosts == tuple(names)
+
+    assert cli.main(["provision", str(path)]) == 0
+    out = capsys.readouterr().out
+    for name in names:
+        for stage in (provision.RESOLVING, provision.FETCHING, provision.PUSHING, provision.INSTALLING):
+            assert f"{name}: {stage}" in out
+        assert f"{name}: made: 6 packages, Python 3.11" in out
+    assert "0 B fetched" in out and "ready: every host has the same versions" in out
+
+    after = checks.check(cl.load(path))
+    assert after.ready, [str(p) for p in after.problems]
+    spec = envs.spec_of(cl.load(path))
+    for report, h in zip(after.hosts, hosts.hosts):
+        assert (report.probe["tensorflow"], report.probe["tf_keras"]) == ("2.21.0", "2.21.0")
+        env_python = report.probe["python_executable"]
+        assert env_python.startswith(f"{h.tfcc_home}/envs/") and report.probe["env"]["spec"] == spec.key
+        ran = h.exec(env_python, "-c", "import tfccdep, tensorflow; print(tfccdep.__version__)")
+        assert ran.stdout.strip() == "2.0"
+
+    # A second provision finds every host ready: nothing resolved, fetched or pushed.
+    started = time.monotonic()
+    again = provision.provision(cl.load(path))
+    assert time.monotonic() - started < 2
+    assert [h.stage for h in again.hosts] == [provision.READY] * 2 and again.pushed == 0 and again.fetched == 0
+    assert again.ok and again.differs == []
+
+
+def test_a_start_runs_its_task_in_the_environment(hosts, wheels, tmp_path, capsys):
+    """The task of a user's script runs with the environment's Python (where its packages are), the
+    environment's bin first on its PATH."""
+    script = tmp_path / "code" / "show.py"
+    script.parent.mkdir()
+    script.write_text("import os, sys, tfccdep\nprint('python', sys.executable, tfccdep.__version__)\n"
+                      "print('path', os.environ['PATH'].split(':')[0])\n")
+    path = cluster_file(tmp_path, hosts, offline(wheels))
+    text = path.read_text().replace('workload = "digits"', f'script = "{script}"\ncapture = false')
+    path.write_text(text)
+    assert cli.main(["provision", str(path)]) == 0
+    assert cli.main(["run", str(path), "--run-id", "in-env"]) == 0
+    capsys.readouterr()
+    assert cli.main(["logs", "in-env"]) == 0
+    out = capsys.readouterr().out
+    for h in hosts.hosts:
+        assert f"python {h.tfcc_home}/envs/" in out and "/bin/python 2.0" in out
+        assert f"path {h.tfcc_home}/envs/" in out
+
+
+def test_a_host_whose_disk_is_too_small_says_so_and_the_other_is_made(hosts, wheels, tmp_path):
+    h0, h1 = hosts.hosts
+    big = tmp_path / "big"
+    shutil.copytree(wheels, big)
+    make_wheel(big, "tfccbig", "1.0", payload=6 << 20)
+    path = cluster_file(tmp_path, hosts, offline(big, '["tfccbig==1.0"]'))
+    # h1's home is a small disk (its agent and blobs go there too), mounted where its sshd's sessions see it.
+    inside = ["nsenter", "-t", str(h1.sshd.pid), "-m"]
+    subprocess.run([*inside, "mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(h1.tfcc_home)], check=True)
+    try:
+        report = provision.provision(cl.load(path))
+    finally:
+        subprocess.run([*inside, "umount", str(h1.tfcc_home)], check=True)
+    first, second = report.hosts
+    assert first.stage == provision.MADE and first.packages["tfccbig"] == "1.0"
+    assert second.stage == provision.FAILED
+    assert " free in " in second.line and "the environment needs" in second.line
+    assert second.line.endswith("free space there (or set TFCC_HOME on that host to a larger disk), then make it "
+                                "ready again")
+    assert second.pushed == 0 and not report.ok
+
+
+def other_python() -> str | None:
+    """A Python other than the hosts' 3.11 (a host whose platform has no wheel of a package)."""
+    for version in ("3.12", "3.13", "3.10"):
+        found = [Path(f"/usr/bin/python{version}")] + sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin/"
+                                                                              f"python{version}"))
+        for path in found:
+            if path.is_file():
+                return str(path)
+    return None
+
+
+def test_a_host_whose_platform_has_no_wheel_says_so_and_the_other_is_made(hosts, tmp_path):
+    other = other_python()
+    if other is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI needs a Python other than 3.11 for this test (pyenv has them here)")
+        pytest.skip("no Python other than 3.11 here")
+    folder = tmp_path / "native"
+    make_wheel(folder, "tfccnative", "1.0", tag="cp311-cp311-manylinux_2_17_x86_64")
+    h0, h1 = hosts.hosts
+    path = cluster_file(tmp_path, hosts, offline(folder, '["tfccnative==1.0"]', tensorflow="none"),
+                        {h1.name: other})
+    report = provision.provision(cl.load(path))
+    first, second = report.hosts
+    assert first.stage == provision.MADE and first.packages == {"tfccnative": "1.0"}
+    minor = ".".join(subprocess.run([other, "-c", "import platform; print(platform.python_version())"],
+                                    capture_output=True, text=True).stdout.split(".")[:2])
+    assert second.stage == provision.FAILED
+    assert second.line.startswith(f"no set of wheels for its platform ({minor}, x86_64-manylinux_2_")
+    assert "tfccnative" in second.line
+    assert second.line.endswith("add wheels for that platform to find_links, change the versions in [environment], "
+                                "or set python for that host to another Python")
+
+
+def test_a_host_killed_mid_install_says_so_leaves_nothing_in_use_and_is_made_later(hosts, wheels, tmp_path):
+    folder = tmp_path / "many"
+    shutil.copytree(wheels, folder)
+    make_wheel(folder, "tfccmany", "1.0", files=20000)  # an install that takes its time, as TensorFlow's
+    h0, h1 = hosts.hosts
+    path = cluster_file(tmp_path, hosts, offline(folder, '["tfccmany==1.0"]'))
+    installing = threading.Event()
+
+    def progress(result):
+        if result.name == h1.name and result.stage == provision.INSTALLING:
+            installing.set()
+
+    job = provision.Provision(cl.load(path), on_progress=progress)
+    done: list = []
+    worker = threading.Thread(target=lambda: done.append(job.run()))
+    worker.start()
+    try:
+        assert installing.wait(120), "h1 never began to install"
+        hosts.remove(h1)  # the machine dies: its sshd, its agent and the installer with it
+        worker.join(120)
+        assert done, "the provision did not end"
+    finally:
+        if h1.sshd is None:
+            hosts.bring_back(h1)
+    first, second = done[0].hosts
+    assert first.stage == provision.MADE
+    assert second.stage == provision.FAILED
+    assert second.line == (f"the connection to {h1.name} was lost while installing; the half-made environment is not "
+                           "used: make it ready again when the host answers")
+    spec = envs.spec_of(cl.load(path))
+    assert not (h1.tfcc_home / "envs" / f"spec-{spec.key}").exists()  # nothing for a start to find
+    again = provision.provision(cl.load(path))
+    assert [h.stage for h in again.hosts] == [provision.READY, provision.MADE]
+    assert again.hosts[1].packages["tfccmany"] == "1.0"
+    assert not [p for p in (h1.tfcc_home / "envs").iterdir() if p.name.endswith((".tmp", ".wheels"))]
+
+
+@pytest.mark.slow
+def test_the_real_tensorflow_made_ready_air_gapped_then_tfcc_run_trains_digits(hosts, tmp_path, capsys):
+    """No [environment]: tfcc's default, this console's TensorFlow stack, fetched once here from PyPI (the hosts
+    reach no index), pushed, installed; the Check is then ready with the same versions; digits trains there."""
+    path = cluster_file(tmp_path, hosts, None)
+    before = checks.check(cl.load(path))
+    assert {p.where for p in before.problems if p.remedy == checks.MAKE_READY} == {h.name for h in hosts.hosts}
+    assert cli.main(["provision", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "ready: every host has the same versions" in out
+    after = checks.check(cl.load(path))
+    assert after.ready, [str(p) for p in after.problems]
+    versions = {(r.probe["tensorflow"], r.probe["tf_keras"]) for r in after.hosts}
+    assert len(versions) == 1 and versions.pop()[0].startswith("2.21")
+    assert cli.main(["run", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "worker-0: finished (exit code 0)" in out and "worker-1: finished (exit code 0)" in out
