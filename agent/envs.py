@@ -18,6 +18,7 @@ Standard library only, Python 3.9+.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import platform
@@ -28,6 +29,9 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -41,6 +45,8 @@ _WHEEL = re.compile(r"([A-Za-z0-9](?:[A-Za-z0-9._]*[A-Za-z0-9])?)-([A-Za-z0-9_.!
 MAX_WHEELS = 2000
 INSTALL_TIMEOUT = 3600.0  # seconds one installer run may take (TensorFlow's GPU build unpacks 5 GB)
 PROBE_TIMEOUT = 30.0
+REACH_TIMEOUT = 3.0      # seconds a host has to show it reaches the package index
+DOWNLOAD_TIMEOUT = 60.0  # seconds without a byte from the index before a host's download is given up
 
 
 def normalize(name: str) -> str:
@@ -121,12 +127,63 @@ def read_marker(folder: Path) -> dict | None:
     return {**marker, "path": str(folder), "python": str(python)}
 
 
-def status(home: Path, spec: str | None, python: str | None = None) -> dict:
-    """This host's platform, the free space where environments go, and the environment made for ``spec``."""
+def reaches(index) -> dict:
+    """Whether this host reaches the package index at ``index`` (an http(s) URL): any answer of its server counts
+    (a proxy of the host's own too); ``{"reached": bool, "why": what kept it from it}``."""
+    if not isinstance(index, str) or urllib.parse.urlparse(index).scheme not in ("http", "https"):
+        return {"reached": False, "why": "not an http(s) index"}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(index, method="HEAD"), timeout=REACH_TIMEOUT):
+            pass
+    except urllib.error.HTTPError:  # its server answered
+        pass
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return {"reached": False, "why": str(getattr(exc, "reason", None) or exc)[:200]}
+    return {"reached": True, "why": ""}
+
+
+def status(home: Path, spec: str | None, python: str | None = None, index: str | None = None) -> dict:
+    """This host's platform, the free space where environments go, the environment made for ``spec``, and (asked
+    with ``index``) whether this host reaches that package index."""
     folder = envs_dir(home)
     folder.mkdir(parents=True, exist_ok=True)
     return {"platform": platform_facts(python), "disk_free_bytes": shutil.disk_usage(folder).free,
-            "envs": str(folder), "env": find(home, spec) if spec else None}
+            "envs": str(folder), "env": find(home, spec) if spec else None,
+            **({"index": reaches(index)} if index else {})}
+
+
+def download(home: Path, wanted: list, emit, stop) -> None:
+    """Fetch each ``(sha256, url)`` of ``wanted`` into this host's blobs, checked by its hash (a host that reaches
+    the index downloads its wheels itself); ``emit`` says the bytes as they come."""
+    blobs = workdir.blobs_dir(home)
+    blobs.mkdir(parents=True, exist_ok=True)
+    done, said = 0, 0
+    for sha, url in wanted:
+        tmp = blobs / f".download-{uuid.uuid4().hex[:8]}.tmp"
+        digest = hashlib.sha256()
+        try:
+            with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as source, open(tmp, "wb") as out:
+                for chunk in iter(lambda: source.read(1 << 20), b""):
+                    if stop():
+                        raise Cancelled()
+                    digest.update(chunk)
+                    out.write(chunk)
+                    done += len(chunk)
+                    if done - said >= 8 << 20:
+                        emit(protocol.ENV_DOWNLOADING, done=done)
+                        said = done
+            if digest.hexdigest() != sha:
+                raise AgentError(f"{url.rsplit('/', 1)[-1][:100]} from the index does not hold what the lock says (its "
+                                 "sha256 differs); make it ready again", protocol.INSTALL_FAILED)
+            os.replace(tmp, blobs / sha)
+        except (urllib.error.URLError, OSError) as exc:
+            raise AgentError(f"this host could not download {url.rsplit('/', 1)[-1][:100]} "
+                             f"({getattr(exc, 'reason', None) or exc}); make it ready again (a host that reaches no "
+                             "index gets the wheels pushed)", protocol.INSTALL_FAILED) from None
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+    emit(protocol.ENV_DOWNLOADING, done=done)
 
 
 def packages_in(prefix: Path) -> dict:
@@ -316,7 +373,14 @@ def make(home: Path, req: dict, emit, stop) -> dict:
     if free < need:
         raise AgentError(f"{_human(free)} free in {folder}, the environment needs {_human(need)}: free space there "
                          "(or set TFCC_HOME to a larger disk), then make it ready again", protocol.NO_SPACE)
+    urls = req.get("urls") or {}
+    if not isinstance(urls, dict) or not all(isinstance(u, str) and urllib.parse.urlparse(u).scheme in
+                                             ("http", "https") for u in urls.values()):
+        raise AgentError("env_make: urls maps a wheel's sha256 to its http(s) URL", protocol.BAD_ARGUMENT)
     absent = workdir.missing(home, [sha for *_, sha in wheels] + [uv])  # (each checked above)
+    if any(sha in urls for sha in absent):
+        download(home, [(sha, urls[sha]) for sha in absent if sha in urls], emit, stop)
+        absent = workdir.missing(home, absent)
     if absent:
         raise AgentError(f"env_make: {len(absent)} wheel(s) are not on this host (blob {absent[0][:12]}…); push "
                          "them first (tfcc provision does), then make it again", protocol.MISSING_BLOB)

@@ -62,8 +62,9 @@ SAMPLING = "sampling"    # the first: the tasks it samples and how often
 SYSTEM_MESSAGE = "system"  # one sample (docs/metrics.md, "system")
 # The messages an env_make streams: {"id": N, "type": PROGRESS, "stage": one of ENV_STAGES, ...}, then END.
 PROGRESS = "progress"
+ENV_DOWNLOADING = "downloading"  # a host that reaches the index fetches its wheels itself: "done" of "total" bytes
 ENV_PREPARING, ENV_INSTALLING, ENV_CHECKING = "preparing", "installing", "checking"
-ENV_STAGES = (ENV_PREPARING, ENV_INSTALLING, ENV_CHECKING)
+ENV_STAGES = (ENV_DOWNLOADING, ENV_PREPARING, ENV_INSTALLING, ENV_CHECKING)
 
 # --------------------------------------------------------------------------- task phases
 # The agent reports RUNNING, FINISHED, FAILED or LOST (AGENT_PHASES); the console adds the others.

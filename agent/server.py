@@ -137,12 +137,14 @@ class Server:
 
     def op_env_status(self, req):
         """This host's platform (from ``python``, else the agent's interpreter), the free space where environments
-        go, and the environment made for ``spec`` (its marker), if any (agent/envs.py)."""
+        go, the environment made for ``spec`` (its marker), if any, and whether it reaches ``index`` (agent/envs.py)."""
         python = req.get("python")
         if python is not None and not isinstance(python, str):
             raise AgentError("env_status: python is an interpreter's path", protocol.BAD_ARGUMENT)
-        spec = req.get("spec")
-        return envs.status(runs.home(), envs.check_hash(spec, "env_status: spec") if spec else None, python)
+        spec, index = req.get("spec"), req.get("index")
+        if index is not None and not isinstance(index, str):
+            raise AgentError("env_status: index is a package index's URL", protocol.BAD_ARGUMENT)
+        return envs.status(runs.home(), envs.check_hash(spec, "env_status: spec") if spec else None, python, index)
 
     def op_env_make(self, req):
         """Make an environment offline from wheels pushed as blobs (agent/envs.py): ``{"type": "progress",

@@ -415,12 +415,7 @@ def cmd_provision(ns) -> int:
             said[result.name] = key
             print(f"{result.name}: {result.stage}{more.get(result.stage, '')}", flush=True)
 
-    job = provision.Provision(cluster, make_asker(ns.accept_new_host_keys), progress, timeout=ns.deadline)
-    try:
-        report = job.run()
-    except KeyboardInterrupt:
-        job.cancel()
-        raise
+    report = provision.Provision(cluster, make_asker(ns.accept_new_host_keys), progress, timeout=ns.deadline).run()
     if ns.json:
         print(json.dumps(report.as_dict()))
         return 0 if report.ok else 1

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import platformdirs
 
-from agent.protocol import ENV_CANCEL, ENV_MAKE, ENV_STATUS, MISSING_BLOBS, PROBE, PROGRESS
+from agent.protocol import ENV_CANCEL, ENV_MAKE, ENV_STAGES, ENV_STATUS, MISSING_BLOBS, PROBE, PROGRESS
 from console import cluster as cl
 from console import environments as envs
 from console.errors import TfccError, describe
@@ -50,9 +50,9 @@ MARGIN = 1.1                   # an environment needs its wheels and what they u
 
 # A host's way through a provision, as its progress says (in order), and how it ended.
 CONNECTING, RESOLVING, FETCHING, PUSHING = "connecting", "resolving", "fetching", "pushing"
-PREPARING, INSTALLING, CHECKING = "preparing", "installing", "checking"
+DOWNLOADING, PREPARING, INSTALLING, CHECKING = ENV_STAGES  # the host's own (agent/envs.py)
 READY, MADE, FAILED, SKIPPED, CANCELLED = "ready", "made", "failed", "skipped", "cancelled"
-STAGES = (CONNECTING, RESOLVING, FETCHING, PUSHING, PREPARING, INSTALLING, CHECKING)
+STAGES = (CONNECTING, RESOLVING, FETCHING, PUSHING, DOWNLOADING, PREPARING, INSTALLING, CHECKING)
 ENDS = (READY, MADE, FAILED, SKIPPED, CANCELLED)
 
 
@@ -81,6 +81,7 @@ class HostResult:
     packages: dict = field(default_factory=dict)  # what its environment holds: {name: version}
     to_push: int = 0          # bytes it lacked
     pushed: int = 0           # bytes pushed to it so far
+    downloaded: int = 0       # bytes it downloaded itself from the index (a host that reaches one)
     installing: int = 0       # packages being installed
     seconds: float = 0.0
 
@@ -359,8 +360,12 @@ class Provision:
         bundle = make_bundle()
         with ThreadPoolExecutor(max_workers=max(1, len(hosts)), thread_name_prefix="tfcc-provision") as pool:
             futures = [pool.submit(self._host, host, result, bundle) for host, result in zip(hosts, results)]
-            for future in futures:
-                future.result()
+            try:
+                for future in futures:
+                    future.result()
+            except BaseException:  # Ctrl-C: every host's step ends (and its installer), then the pool is left
+                self.cancel()
+                raise
         report = Report(self.spec, results, self.cache.fetched, time.monotonic() - started)
         report.differs = differences(results)
         log.info("provision of %s: %s", self.spec.key, [(r.name, r.stage, r.line) for r in results])
@@ -397,7 +402,8 @@ class Provision:
         spec = self.spec
         client = link.connect(bundle)
         self._check()
-        status = client.call(ENV_STATUS, spec=spec.key, timeout=STATUS_TIMEOUT)
+        asked = {"index": spec.index} if spec.index.startswith(("http://", "https://")) else {}
+        status = client.call(ENV_STATUS, spec=spec.key, timeout=STATUS_TIMEOUT, **asked)
         probe = client.call(PROBE, python_env=spec.python_env(), timeout=STATUS_TIMEOUT)
         facts = status["platform"]
         result.python = probe.get("python_executable") or ""
@@ -422,27 +428,36 @@ class Provision:
         self._said(result, stage=RESOLVING, platform=platform, gpu=gpu)
         wheels = self._lock_for(platform, facts, gpu)
         self._check()
-        self._said(result, stage=FETCHING)
-        files = {w.sha256: self.cache.get(w) for w in wheels}
-        self._check()
         uv = uv_binary()
         if facts.get("machine") != os.uname().machine:
             raise ProvisionError(f"its machine is {facts.get('machine')}, this console's uv is for "
                                  f"{os.uname().machine}", "make the environment there by hand, or provision it from "
                                  "a console of that machine")
         uv_sha = file_sha256(uv)
-        sizes = {w.sha256: files[w.sha256].stat().st_size for w in wheels}
+        # A host that reaches the index (it was asked) downloads the wheels the index has itself; the others get
+        # them pushed, fetched here once.
+        reached = bool((status.get("index") or {}).get("reached"))
+        urls = {w.sha256: w.url for w in wheels if reached and w.url.startswith(("http://", "https://"))}
+        missing = client.call(MISSING_BLOBS, sha256=[w.sha256 for w in wheels] + [uv_sha],
+                              timeout=STATUS_TIMEOUT)["missing"]
+        self._said(result, stage=FETCHING)
+        files = {w.sha256: self.cache.get(w) for w in wheels if w.sha256 not in urls}
+        self._check()
+        sizes = {sha: path.stat().st_size for sha, path in files.items()}
         sizes[uv_sha] = uv.stat().st_size
-        missing = client.call(MISSING_BLOBS, sha256=list(sizes), timeout=STATUS_TIMEOUT)["missing"]
-        unpacked = sum(self._unpacked(files[w.sha256]) for w in wheels)
-        need = int((sum(sizes[s] for s in missing) + unpacked) * MARGIN)
+        # What the wheels unpack to: read from those here; a wheel the host downloads, about four times its size.
+        unpacked = sum(self._unpacked(files[w.sha256]) if w.sha256 in files else 4 * (w.size or 0) for w in wheels)
+        downloads = [sha for sha in missing if sha in urls]
+        download_bytes = sum(w.size or 0 for w in wheels if w.sha256 in downloads)
+        pushes = [sha for sha in missing if sha not in urls]
+        need = int((sum(sizes[s] for s in pushes) + download_bytes + unpacked) * MARGIN)
         free = status.get("disk_free_bytes") or 0
         if free < need:
             raise ProvisionError(f"{size_text(free)} free in {status.get('envs')}, the environment needs "
                                  f"{size_text(need)}", "free space there (or set TFCC_HOME on that host to a larger "
                                                        "disk), then make it ready again")
-        todo = [(sha, files[sha] if sha != uv_sha else uv, sizes[sha]) for sha in missing]
-        self._said(result, stage=PUSHING, to_push=sum(sizes[s] for s in missing), pushed=0)
+        todo = [(sha, files[sha] if sha != uv_sha else uv, sizes[sha]) for sha in pushes]
+        self._said(result, stage=PUSHING, to_push=sum(sizes[s] for s in pushes), pushed=0)
 
         def pushed(sent: int, _total: int) -> None:
             self._said(result, pushed=sent)
@@ -459,10 +474,13 @@ class Provision:
             finally:
                 transfer.close()
         self._check()
-        env = self._install(host, result, client, spec, facts, wheels, uv_sha, int(unpacked * MARGIN))
+        env = self._install(host, result, client, spec, facts, wheels, uv_sha,
+                            int((download_bytes + unpacked) * MARGIN), {sha: urls[sha] for sha in downloads})
+        got = f", {size_text(result.downloaded)} downloaded by the host itself" if result.downloaded else ""
         self._said(result, stage=MADE, python=env["python"], packages=env.get("packages", {}),
                    line=f"made: {len(env.get('packages', {}))} packages, Python {env.get('python_version')}"
-                        + (f", {envs.driver_words(probe)}" if gpu else "") + f", {size_text(result.pushed)} pushed")
+                        + (f", {envs.driver_words(probe)}" if gpu else "") + f", {size_text(result.pushed)} pushed"
+                        + got)
 
     def _unpacked(self, path: Path) -> int:
         key = ("unpacked", str(path))
@@ -488,13 +506,17 @@ class Provision:
             raise ProvisionError(found.cause, found.fix)
         return found
 
-    def _install(self, host, result, client, spec, facts, wheels, uv_sha, need) -> dict:
+    def _install(self, host, result, client, spec, facts, wheels, uv_sha, need, urls) -> dict:
         def on_message(message: dict) -> None:
-            if message.get("type") == PROGRESS and message.get("stage") in STAGES:
+            if message.get("type") != PROGRESS or message.get("stage") not in STAGES:
+                return
+            if message["stage"] == DOWNLOADING:
+                self._said(result, stage=DOWNLOADING, downloaded=int(message.get("done") or 0))
+            else:
                 self._said(result, stage=message["stage"], installing=int(message.get("packages") or 0))
 
         follow = client.stream(ENV_MAKE, on_message, spec=spec.key, hash=env_hash(facts, wheels),
-                               wheels=[[w.filename, w.sha256] for w in wheels], uv=uv_sha, need_bytes=need,
+                               wheels=[[w.filename, w.sha256] for w in wheels], uv=uv_sha, need_bytes=need, urls=urls,
                                **({"python": host.python} if host.python else {}))
         with self._lock:
             self._makes[host.name] = (client, follow._rid)

@@ -18,8 +18,8 @@ import pytest
 from console import checks, cli, provision
 from console import cluster as cl
 from console import environments as envs
-from tests.helpers.testhosts import TestHosts, missing_requirements
-from tests.helpers.wheels import console_stack_stand_ins, make_wheel
+from tests.helpers.testhosts import SUBNET, TestHosts, missing_requirements
+from tests.helpers.wheels import Index, console_stack_stand_ins, make_wheel
 
 BASE = "/usr/bin/python3"  # the hosts' own Python (plain_shell): no TensorFlow
 
@@ -136,6 +136,30 @@ def test_a_start_runs_its_task_in_the_environment(hosts, wheels, tmp_path, capsy
         assert f"path {h.tfcc_home}/envs/" in out
 
 
+def test_a_host_that_reaches_the_index_downloads_itself_and_one_that_does_not_gets_them_pushed(hosts, wheels,
+                                                                                               tmp_path):
+    """Each host is asked whether it reaches the index (not assumed): this machine's agent reaches one served on
+    127.0.0.1 and downloads the wheels itself; a test host (its own 127.0.0.1, no route out) gets them pushed."""
+    h0 = hosts.hosts[0]
+    with Index(wheels) as index:
+        path = cluster_file(tmp_path, hosts, f'packages = ["tfccdep==2.0"]\nindex = "{index.url}"')
+        text = path.read_text().replace(  # this machine, at its address on the test hosts' bridge
+            "[[hosts]]", f'[[hosts]]\nname = "here"\nlocal = true\naddress = "{SUBNET}.1"\n\n[[hosts]]', 1)
+        text = text.replace(f'[[tasks]]\nhost = "{hosts.hosts[1].name}"', '[[tasks]]\nhost = "here"')
+        path.write_text(text)
+        report = provision.provision(cl.load(path))
+    here, there = report.hosts  # (the other test host runs no task here)
+    assert [r.stage for r in report.hosts] == [provision.MADE, provision.MADE], [r.line for r in report.hosts]
+    assert there.name == h0.name
+    size = sum(w.stat().st_size for w in wheels.glob("*.whl") if w.name.split("-")[0] in
+               ("tensorflow", "tf_keras", "numpy", "tensorboard", "scikit_learn", "tfccdep"))
+    assert here.downloaded == size and "downloaded by the host itself" in here.line
+    assert here.pushed == provision.uv_binary().stat().st_size  # the installer alone: the index has no uv
+    assert there.downloaded == 0 and "downloaded" not in there.line
+    assert here.packages == there.packages and report.differs == []
+    assert any(hit.startswith("/files/") for hit in index.hits)
+
+
 def test_a_host_whose_disk_is_too_small_says_so_and_the_other_is_made(hosts, wheels, tmp_path):
     h0, h1 = hosts.hosts
     big = tmp_path / "big"
@@ -227,6 +251,30 @@ def test_a_host_killed_mid_install_says_so_leaves_nothing_in_use_and_is_made_lat
     assert [h.stage for h in again.hosts] == [provision.READY, provision.MADE]
     assert again.hosts[1].packages["tfccmany"] == "1.0"
     assert not [p for p in (h1.tfcc_home / "envs").iterdir() if p.name.endswith((".tmp", ".wheels"))]
+
+
+def test_a_cancelled_provision_ends_every_hosts_step_and_leaves_nothing_in_use(hosts, wheels, tmp_path):
+    folder = tmp_path / "many"
+    shutil.copytree(wheels, folder)
+    make_wheel(folder, "tfccslow", "1.0", files=20000)
+    path = cluster_file(tmp_path, hosts, offline(folder, '["tfccslow==1.0"]'))
+    installing = threading.Event()
+    job = provision.Provision(cl.load(path), on_progress=lambda r: r.stage == provision.INSTALLING
+                              and installing.set())
+    done: list = []
+    worker = threading.Thread(target=lambda: done.append(job.run()))
+    worker.start()
+    assert installing.wait(120), "no host began to install"
+    job.cancel()
+    worker.join(60)
+    assert done, "the provision did not end"
+    assert {r.stage for r in done[0].hosts} == {provision.CANCELLED}
+    assert {r.line for r in done[0].hosts} == {"cancelled: nothing half made is used; make it ready again"}
+    spec = envs.spec_of(cl.load(path))
+    for h in hosts.hosts:
+        assert not (h.tfcc_home / "envs" / f"spec-{spec.key}").exists()
+        left = [p.name for p in (h.tfcc_home / "envs").iterdir() if p.name.endswith((".tmp", ".wheels"))]
+        assert left == [], left  # the agent removed what the installer had made
 
 
 @pytest.mark.slow

@@ -52,3 +52,68 @@ def console_stack_stand_ins(folder: Path) -> list[Path]:
     from console.environments import CONSOLE_STACK
 
     return [make_wheel(folder, name, importlib.metadata.version(name)) for name in CONSOLE_STACK]
+
+
+class Index:
+    """A package index (PEP 503's simple pages) of ``folder``'s wheels at ``http://127.0.0.1:<port>/simple/``,
+    served on a thread while the ``with`` lasts: an index this machine reaches and the test hosts do not."""
+
+    def __init__(self, folder: Path):
+        import http.server
+        import threading
+
+        self.folder = Path(folder)
+        self.hits: list[str] = []
+        index = self
+
+        class Pages(http.server.BaseHTTPRequestHandler):
+            def do_HEAD(self):  # noqa: N802 (http.server's name)
+                self._answer(body=False)
+
+            def do_GET(self):  # noqa: N802
+                self._answer(body=True)
+
+            def _answer(self, body: bool) -> None:
+                index.hits.append(self.path)
+                data, kind = index.page(self.path.split("?")[0])
+                if data is None:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if body:
+                    self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Pages)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/simple/"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def page(self, path: str):
+        wheels = sorted(self.folder.glob("*.whl"))
+        projects: dict = {}
+        for wheel in wheels:
+            projects.setdefault(wheel.name.split("-")[0].replace("_", "-").lower(), []).append(wheel)
+        parts = [p for p in path.split("/") if p]
+        if parts == ["simple"]:
+            links = "".join(f'<a href="{name}/">{name}</a>\n' for name in projects)
+            return f"<html><body>{links}</body></html>".encode(), "text/html"
+        if len(parts) == 2 and parts[0] == "simple" and parts[1].replace("_", "-").lower() in projects:
+            links = "".join(f'<a href="../../files/{w.name}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}">'
+                            f"{w.name}</a>\n" for w in projects[parts[1].replace("_", "-").lower()])
+            return f"<html><body>{links}</body></html>".encode(), "text/html"
+        if len(parts) == 2 and parts[0] == "files" and (self.folder / parts[1]).is_file():
+            return (self.folder / parts[1]).read_bytes(), "application/octet-stream"
+        return None, ""
+
+    def __enter__(self) -> "Index":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
