@@ -756,3 +756,19 @@ def test_tfcc_where_on_a_healthy_run_says_each_place_and_the_steps_keep_their_pa
     finally:
         run.stop(grace=1)
         run.detach()
+
+
+@pytest.mark.parametrize("file, said", [
+    ('[slurm]\nlogin = "login.example"\n', "tfcc: error: tfcc makes environments on hosts of its own, not on a Slurm "
+     "cluster's nodes; make the environment on the cluster's shared file system and set python in [slurm] to its "
+     "interpreter"),
+    ('[environment]\nrequirements = "reqs.txt"\n[[hosts]]\nname = "here"\nlocal = true\n[[tasks]]\nhost = "here"\n',
+     "tfcc: error: reqs.txt line 1 is an option (-r), which tfcc does not read; list requirements only; put an index "
+     "in [environment] index and wheel folders in find_links"),
+])
+def test_tfcc_provision_refuses_what_it_cannot_make_in_one_line(tmp_path, monkeypatch, capsys, file, said):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reqs.txt").write_text("-r other.txt\n")
+    (tmp_path / "cluster.toml").write_text(file)
+    code, out, err = tfcc(["provision", "cluster.toml"], capsys)
+    assert code == 2 and out == "" and err.strip() == said
