@@ -402,25 +402,26 @@ class Provision:
         spec = self.spec
         client = link.connect(bundle)
         self._check()
-        asked = {"index": spec.index} if spec.index.startswith(("http://", "https://")) else {}
-        status = client.call(ENV_STATUS, spec=spec.key, timeout=STATUS_TIMEOUT, **asked)
+        status = client.call(ENV_STATUS, spec=spec.key, timeout=STATUS_TIMEOUT)
         probe = client.call(PROBE, python_env=spec.python_env(), timeout=STATUS_TIMEOUT)
-        facts = status["platform"]
-        result.python = probe.get("python_executable") or ""
-        if status.get("env"):
-            env = status["env"]
-            self._said(result, stage=READY, python=env["python"], packages=env.get("packages", {}),
-                       line=f"ready: has it already ({len(env.get('packages', {}))} packages, Python "
-                            f"{env.get('python_version')})")
-            return
+        facts = status.get("platform") if isinstance(status.get("platform"), dict) else {}
+        result.python = str(probe.get("python_executable") or "")
         if host.python and not spec.required:
             self._said(result, stage=SKIPPED, line=f"skipped: python is set for {host.name} ({host.python}): its "
                                                    "tasks run that interpreter, so tfcc makes nothing there")
+            return
+        if isinstance(status.get("env"), dict):
+            env = status["env"]
+            packages = _packages(env.get("packages"))
+            self._said(result, stage=READY, python=str(env.get("python")), packages=packages,
+                       line=f"ready: has it already ({len(packages)} packages, Python {env.get('python_version')})")
             return
         if not spec.required and console_has(probe):
             self._said(result, stage=READY, line=f"ready: its Python ({result.python}) has TensorFlow "
                                                  f"{probe['tensorflow']} and tf-keras {probe['tf_keras']} already")
             return
+        if spec.index.startswith(("http://", "https://")):  # asked only of a host that needs the wheels
+            status = client.call(ENV_STATUS, spec=spec.key, index=spec.index, timeout=STATUS_TIMEOUT)
         gpu = envs.wants_gpu(spec, probe)
         if gpu and (problem := envs.driver_problem(probe)):
             raise ProvisionError(problem)
@@ -477,7 +478,7 @@ class Provision:
         env = self._install(host, result, client, spec, facts, wheels, uv_sha,
                             int((download_bytes + unpacked) * MARGIN), {sha: urls[sha] for sha in downloads})
         got = f", {size_text(result.downloaded)} downloaded by the host itself" if result.downloaded else ""
-        self._said(result, stage=MADE, python=env["python"], packages=env.get("packages", {}),
+        self._said(result, stage=MADE, python=str(env.get("python")), packages=_packages(env.get("packages")),
                    line=f"made: {len(env.get('packages', {}))} packages, Python {env.get('python_version')}"
                         + (f", {envs.driver_words(probe)}" if gpu else "") + f", {size_text(result.pushed)} pushed"
                         + got)
@@ -537,7 +538,15 @@ class Provision:
             raise Cancelled()
         if end.get("error"):
             raise ProvisionError(end["error"])
+        if not isinstance(end.get("env"), dict):
+            raise ProvisionError(f"{host.name}'s agent ended the make without saying what it made",
+                                 "make it ready again")
         return end["env"]
+
+
+def _packages(value) -> dict:
+    """What a host says its environment holds, as {name: version} strings whatever it sent."""
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
 def differences(results: list[HostResult]) -> list[str]:
