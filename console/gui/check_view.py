@@ -5,9 +5,10 @@ from __future__ import annotations
 import html
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QTableWidgetItem, QTextBrowser, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QTextBrowser, QVBoxLayout, QWidget
 
 from console.checks import Report, skew
+from console.gui.cells import cell
 
 
 def _gb(value) -> str:
@@ -16,15 +17,6 @@ def _gb(value) -> str:
 
 def _seconds(value) -> str:
     return f"{value:+.1f} s" if isinstance(value, (int, float)) else "?"
-
-
-def cell(text: str, tooltip: str = "") -> QTableWidgetItem:
-    """A table cell the person reads but does not edit."""
-    item = QTableWidgetItem(text)
-    item.setFlags(item.flags() & ~Qt.ItemIsEditable)
-    if tooltip:
-        item.setToolTip(tooltip)
-    return item
 
 
 def host_marks(report: Report) -> dict[str, list[str]]:
