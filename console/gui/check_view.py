@@ -1,13 +1,17 @@
-"""The check's report: each host's versions, the problems with their fixes, and the reachability matrix."""
+"""The check's report: each host's versions, the problems with their fixes (Make ready above those it fixes), and
+the reachability matrix."""
 
 from __future__ import annotations
 
 import html
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QTableWidgetItem, QTextBrowser, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QSplitter, QTableWidget, QTextBrowser, QVBoxLayout, QWidget
 
-from console.checks import Report, skew
+from console.checks import MAKE_READY, Report, skew
+from console.gui.cells import cell
+from console.gui.jobs import ProvisionJob
+from console.gui.provision_view import ProvisionView
 
 
 def _gb(value) -> str:
@@ -16,15 +20,6 @@ def _gb(value) -> str:
 
 def _seconds(value) -> str:
     return f"{value:+.1f} s" if isinstance(value, (int, float)) else "?"
-
-
-def cell(text: str, tooltip: str = "") -> QTableWidgetItem:
-    """A table cell the person reads but does not edit."""
-    item = QTableWidgetItem(text)
-    item.setFlags(item.flags() & ~Qt.ItemIsEditable)
-    if tooltip:
-        item.setToolTip(tooltip)
-    return item
 
 
 def host_marks(report: Report) -> dict[str, list[str]]:
@@ -48,12 +43,19 @@ NO_CHECK = ("<h3>No check yet</h3><p><b>Run ▸ Check</b> (Ctrl+K) connects to e
 
 
 class CheckView(QSplitter):
-    """The *Check* tab: a report's details above its reachability matrix, or why there is nothing to check."""
+    """The *Check* tab: Make ready (``provision_view``, over ``provisioner``) and a report's details above its
+    reachability matrix, or why there is nothing to check."""
 
-    def __init__(self, parent=None):
+    def __init__(self, provisioner: ProvisionJob, parent=None):
         super().__init__(Qt.Vertical, parent)
+        self.provision_view = ProvisionView(provisioner)
         self.details = QTextBrowser()
         self.details.setHtml(NO_CHECK)
+        upper = QWidget()
+        upper_layout = QVBoxLayout(upper)
+        upper_layout.setContentsMargins(0, 0, 0, 0)
+        upper_layout.addWidget(self.provision_view)
+        upper_layout.addWidget(self.details, 1)
         self.matrix = QTableWidget()
         self.matrix_note = QLabel("")  # which ports the matrix tried: the run's, or ones free now
         self.matrix_note.setWordWrap(True)
@@ -62,7 +64,7 @@ class CheckView(QSplitter):
         lower_layout.setContentsMargins(0, 0, 0, 0)
         lower_layout.addWidget(self.matrix_note)
         lower_layout.addWidget(self.matrix, 1)
-        self.addWidget(self.details)
+        self.addWidget(upper)
         self.addWidget(lower)
         lower.hide()  # no matrix before a check
         self._lower = lower
@@ -89,7 +91,9 @@ class CheckView(QSplitter):
         files = "".join(f"<tr><td>{html.escape(f['what'].replace('_', ' '))}</td><td>{html.escape(f['path'])}</td>"
                         f"<td>{'ok' if f['ok'] else 'FAILED'}</td></tr>" for f in report.files)
         problems, warnings = ("".join(f"<li><b>{html.escape(p.where)}</b>: {html.escape(p.cause)}.<br><i>Fix:</i> "
-                                      f"{html.escape(p.fix)}</li>" for p in found)
+                                      f"{html.escape(p.fix)}"
+                                      + ("<br><b>Make ready</b> (above) fixes it." if p.remedy == MAKE_READY else "")
+                                      + "</li>" for p in found)
                               for found in (report.problems, report.warnings))
         self.details.setHtml(
             f"<h3>{'Ready to start' if report.ready else 'Not ready'}</h3>"

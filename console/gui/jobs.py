@@ -1,6 +1,6 @@
-"""Background jobs of the window: checks, runs and host-key questions, reported as signals.
+"""Background jobs of the window: checks, Make ready, runs and host-key questions, reported as signals.
 
-Nothing here blocks the UI thread: one-shot work (a check, a stop) runs on a
+Nothing here blocks the UI thread: one-shot work (a check, a provision, a stop) runs on a
 thread of its own, each task of a run is followed by ``Run.follow``'s threads,
 and every result comes back as a Qt signal (emitted from those threads, so Qt
 queues it to the UI thread). Step metrics do not travel as signals at all: they
@@ -18,6 +18,7 @@ from PySide6.QtCore import QObject, Signal
 from agent.protocol import ERROR, FINISHED
 from console import checks
 from console import cluster as cl
+from console import provision
 from console.errors import TfccError, describe
 from console.run.placement import placement_for
 from console.run.runner import Run
@@ -150,6 +151,63 @@ class CheckJob(QObject):
             log.exception("check failed")
             self.failed.emit(str(exc))
             return
+        self.finished.emit(report)
+
+
+class ProvisionJob(QObject):
+    """Make ready (``console.provision.Provision``) on a thread: each host's progress, and the report, as signals.
+
+    ``progressed`` carries a host's ``HostResult`` (a copy) each time it changes, from that host's thread; Qt
+    queues it to the UI thread. ``cancel`` asks the provision to end, on a thread of its own (it tells the hosts)."""
+
+    started = Signal()                   # a provision began (on the UI thread, in ``start``)
+    progressed = Signal(object)          # provision.HostResult
+    finished = Signal(object)            # provision.Report
+    failed = Signal(str)                 # it could not run at all: why, in one line
+
+    def __init__(self, threads: Threads, ask_host_key, parent=None, timeout: float = 20.0):
+        super().__init__(parent)
+        self.threads = threads
+        self.ask_host_key = ask_host_key
+        self.timeout = timeout
+        self._lock = threading.Lock()    # guards the provision going on and a cancel asked before it began
+        self._provision: provision.Provision | None = None
+        self._cancel_asked = False
+
+    def start(self, cluster: cl.Cluster) -> None:
+        """Make ``cluster``'s hosts ready (a copy: the setup goes on editing its own)."""
+        with self._lock:
+            self._cancel_asked = False
+        self.started.emit()
+        self.threads.start("provision", self._run, cluster)
+
+    def cancel(self) -> None:
+        """End the provision going on (nothing half made is used); no wait here."""
+        with self._lock:
+            self._cancel_asked = True
+            job = self._provision
+        if job is not None:
+            self.threads.start("provision-cancel", job.cancel)
+
+    def _run(self, cluster: cl.Cluster) -> None:
+        try:  # made here: its spec may read a requirements file
+            job = provision.Provision(cluster, self.ask_host_key, self.progressed.emit, self.timeout)
+            with self._lock:
+                self._provision = job
+                cancel = self._cancel_asked
+            if cancel:
+                job.cancel()
+            report = job.run()
+        except TfccError as exc:
+            self.failed.emit(describe(exc))
+            return
+        except Exception as exc:  # noqa: BLE001 - one line in the window; the log has the traceback
+            log.exception("make ready failed")
+            self.failed.emit(describe(exc))
+            return
+        finally:
+            with self._lock:
+                self._provision = None
         self.finished.emit(report)
 
 

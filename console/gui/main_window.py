@@ -16,7 +16,7 @@ from console.gui.dashboard import Dashboard
 from console.gui.diagram import ClusterDiagram
 from console.gui.file_actions import FileActions
 from console.gui.host_keys import HostKeyDialogs
-from console.gui.jobs import HostKeyAsker, Threads
+from console.gui.jobs import HostKeyAsker, ProvisionJob, Threads
 from console.gui.run_control import RunControl
 from console.gui.runs_panel import RunsPanel
 from console.gui.setup_form import SetupForm
@@ -51,7 +51,7 @@ class MainWindow(QMainWindow):
         self.dashboard.apply_view(self.profiles.view)  # the reading aids as the person left them
         self._view_saver = QTimer(self, singleShot=True, interval=1000)  # a dragged slider: one save
         self.diagram = ClusterDiagram()
-        self.check_view = CheckView()
+        self.check_view = CheckView(ProvisionJob(self.threads, self.asker, self))
         self.runs_panel = RunsPanel(self.threads, self.asker)
         self.files = FileActions(self, self.profiles, self.threads, self.dashboard, lambda: self.cluster)
         self.tabs = QTabWidget()
@@ -167,6 +167,7 @@ class MainWindow(QMainWindow):
         """Edit ``cluster``, as it is in ``path`` (None: not saved yet)."""
         self.cluster = cluster
         self.setup.set_cluster(cluster)
+        self.check_control.forget()  # Make ready was offered for the hosts of the cluster checked
         self.files.set_path(path)
         self._show_settings()
 
@@ -236,9 +237,9 @@ class MainWindow(QMainWindow):
     def _update_actions(self) -> None:
         running = self.run_control.running
         has_tasks = bool(self.cluster.tasks)
-        self.act_check.setEnabled(has_tasks and not self.checking)
-        detached = self.run_control.detached_from
-        self.act_start.setEnabled(has_tasks and not running and detached is None)
+        self.act_check.setEnabled(has_tasks and not self.check_control.busy)
+        detached, making = self.run_control.detached_from, self.check_control.provisioning  # (Make ready)
+        self.act_start.setEnabled(has_tasks and not running and detached is None and not making)
         self.act_start.setToolTip(
             f"Run {detached} of this profile goes on (detached): open it in the Runs tab to follow it again, and "
             "stop it there before starting another" if detached else
@@ -273,5 +274,6 @@ class MainWindow(QMainWindow):
         for window in list(self.run_control.log_windows):  # the logs opened from here go with the window
             window.close()
         self.session.detach()   # the run goes on; its follow threads end here
+        self.check_control.provisioner.cancel()  # a provision ends with the window: nothing half made is used
         self.threads.join(timeout=10)
         super().closeEvent(event)

@@ -16,7 +16,8 @@ from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QComboBox, QDoubleS
 from console import cluster as cl
 from console.checks import Report
 from console.cluster_fields import TRAINING, Field
-from console.gui.check_view import cell, host_marks
+from console.gui.cells import cell
+from console.gui.check_view import host_marks
 from console.gui.dialogs import HostDialog, ImportDialog, SlurmDialog
 from console.run.placement import placement_for
 from console.diagram_model import picture
