@@ -47,6 +47,7 @@ INSTALL_TIMEOUT = 3600.0  # seconds one installer run may take (TensorFlow's GPU
 PROBE_TIMEOUT = 30.0
 REACH_TIMEOUT = 3.0      # seconds a host has to show it reaches the package index
 DOWNLOAD_TIMEOUT = 60.0  # seconds without a byte from the index before a host's download is given up
+BEAT_SECONDS = 5.0       # an install says it goes on this often (a console that hears nothing for long gives up)
 
 
 def normalize(name: str) -> str:
@@ -142,13 +143,32 @@ def reaches(index) -> dict:
     return {"reached": True, "why": ""}
 
 
+def home_id(home: Path) -> str:
+    """This home's random name, made once: hosts that share a home (one file system) say the same one."""
+    path = home / protocol.HOME_ID_FILE
+    home.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(uuid.uuid4().hex + "\n")
+    for _ in range(50):  # another host's agent may be writing it this moment
+        text = path.read_text(encoding="ascii", errors="replace").strip()
+        if len(text) == 32:
+            return text
+        time.sleep(0.02)
+    return text
+
+
 def status(home: Path, spec: str | None, python: str | None = None, index: str | None = None) -> dict:
     """This host's platform, the free space where environments go, the environment made for ``spec``, and (asked
     with ``index``) whether this host reaches that package index."""
     folder = envs_dir(home)
     folder.mkdir(parents=True, exist_ok=True)
     return {"platform": platform_facts(python), "disk_free_bytes": shutil.disk_usage(folder).free,
-            "envs": str(folder), "env": find(home, spec) if spec else None,
+            "envs": str(folder), "env": find(home, spec) if spec else None, "home_id": home_id(home),
             **({"index": reaches(index)} if index else {})}
 
 
@@ -286,18 +306,23 @@ def _lock(path: Path, stop) -> int:
             time.sleep(0.2)
 
 
-def _run(argv: list, stop, timeout: float = INSTALL_TIMEOUT) -> tuple:
-    """Run the installer; killed (its whole group) when ``stop()`` turns true. (returncode, its last output)."""
+def _run(argv: list, stop, timeout: float = INSTALL_TIMEOUT, beat=None) -> tuple:
+    """Run the installer; killed (its whole group) when ``stop()`` turns true; ``beat()`` every ``BEAT_SECONDS``
+    while it runs (the console hears that the host is there). (returncode, its last output)."""
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env=_installer_env(), start_new_session=True)
     out: list = []
     reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
     reader.start()
     deadline = time.monotonic() + timeout
+    next_beat = time.monotonic() + BEAT_SECONDS
     try:
         while proc.poll() is None:
             if stop() or time.monotonic() > deadline:
                 raise Cancelled()
+            if beat is not None and time.monotonic() >= next_beat:
+                beat()
+                next_beat = time.monotonic() + BEAT_SECONDS
             try:
                 proc.wait(0.2)
             except subprocess.TimeoutExpired:
@@ -342,10 +367,29 @@ def _tool(home: Path, sha: str) -> Path:
 
 
 def _remove_stale(folder: Path, env_hash: str) -> None:
-    """What an earlier make of this environment left (cut short): its lock is ours now, so nobody builds there."""
+    """What earlier makes left (cut short: a cancel the agent did not live through, a host killed): this
+    environment's (its lock is ours now, so nobody builds there) and any other's whose lock nobody holds."""
+    left: dict = {}
     for entry in folder.iterdir():
-        if entry.name.startswith(f".{env_hash}.") and entry.name.endswith((".tmp", ".wheels")):
-            shutil.rmtree(entry, ignore_errors=True)
+        name = entry.name
+        if name.startswith(".") and name.endswith((".tmp", ".wheels")) and _HASH.fullmatch(name[1:].split(".")[0]):
+            left.setdefault(name[1:].split(".")[0], []).append(entry)
+    for made, entries in left.items():
+        fd = None
+        if made != env_hash:
+            try:
+                fd = os.open(folder / f".{made}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # another make builds it now
+                if fd is not None:
+                    os.close(fd)
+                continue
+        try:
+            for entry in entries:
+                shutil.rmtree(entry, ignore_errors=True)
+        finally:
+            if fd is not None:
+                os.close(fd)
 
 
 def make(home: Path, req: dict, emit, stop) -> dict:
@@ -423,7 +467,8 @@ def _build(home, tmp, house, target, spec, env_hash, wheels, uv, python, emit, s
     emit(protocol.ENV_INSTALLING, packages=len(wheels))
     code, said = _run([tool, "pip", "sync", "--no-config", "--offline", "--no-index", "--find-links", str(house),
                        "--require-hashes", "--no-cache", "--link-mode", "copy", "--python", str(tmp / "bin" / "python"),
-                       "--quiet", str(house / "requirements.txt")], stop)
+                       "--quiet", str(house / "requirements.txt")], stop,
+                      beat=lambda: emit(protocol.ENV_INSTALLING, packages=len(wheels)))
     if code != 0:
         raise AgentError(f"the install failed: {_installer_line(said)}", protocol.INSTALL_FAILED)
     emit(protocol.ENV_CHECKING, packages=len(wheels))

@@ -140,6 +140,7 @@ STOP_MARKER = "stop_requested"  # in a task's folder while a stop someone asked 
 ENVS_DIR = "envs"            # <home>/envs/<hash>/: a Python environment tfcc made (agent/envs.py)
 ENV_MARKER = "tfcc-env.json"  # in an environment's folder: what it holds; written last, before it is renamed in
 TOOLS_DIR = "tools"          # <home>/tools/: the installer tfcc pushed (uv), by its content's hash
+HOME_ID_FILE = "home-id"     # <home>/home-id: a random name of this home (hosts that share a home say the same)
 BACKUP_DIR = "backup"  # a task's backups in its run folder (tfcc's trainer writes them; a resume needs them)
 # A backup's files: backup-<global step>.index (written last), .data-<shard>-of-<shards>, and .plan.json (the
 # plan it was made under); the checkpoint list ("checkpoint") names the backups TensorFlow's reader sees.

@@ -47,6 +47,8 @@ RESOLVE_TIMEOUT = 300.0
 FETCH_TIMEOUT = 60.0           # seconds without a byte from the index before a download is given up
 STATUS_TIMEOUT = 30.0
 MARGIN = 1.1                   # an environment needs its wheels and what they unpack to, and a tenth more
+PUSH_STEP = 1 << 20            # a push's progress is said every this many bytes
+SILENCE = 60.0                 # a make that says nothing this long (it beats every 5 s) is on a host gone
 
 # A host's way through a provision, as its progress says (in order), and how it ended.
 CONNECTING, RESOLVING, FETCHING, PUSHING = "connecting", "resolving", "fetching", "pushing"
@@ -174,11 +176,22 @@ def _first_reason(text: str) -> str:
     return said[:500] if said else "uv said nothing"
 
 
-def lock(spec: envs.Spec, requirements: list[str], platform: str, facts: dict, cancel: threading.Event) -> list[Wheel]:
-    """The exact wheels of ``requirements`` for one platform (``uv pip compile``), from the cache when it was
-    resolved before; a refusal names the package and the platform."""
+def _folder_listing(folder: str) -> list:
+    """The wheels a find_links folder holds now (name, size, time of change): a lock resolved from it is kept only
+    while it holds the same."""
+    try:
+        return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in Path(folder).expanduser().glob("*.whl"))
+    except OSError:
+        return []
+
+
+def lock(spec: envs.Spec, requirements: list[str], platform: str, facts: dict,
+         cancel: threading.Event) -> tuple[list[Wheel], Path]:
+    """The exact wheels of ``requirements`` for one platform (``uv pip compile``), and the lock's file: from the
+    cache when it was resolved before from the same sources; a refusal names the package and the platform."""
     python = ".".join(str(facts.get("python", "")).split(".")[:2])
-    key = hashlib.sha256(repr((requirements, spec.index, spec.find_links, platform)).encode()).hexdigest()[:24]
+    sources = (spec.index, [(f, _folder_listing(f)) for f in spec.find_links])
+    key = hashlib.sha256(repr((requirements, sources, platform)).encode()).hexdigest()[:24]
     cached = cache_dir() / "locks" / f"{key}.pylock.toml"
     if not cached.exists():
         cached.parent.mkdir(parents=True, exist_ok=True)
@@ -187,6 +200,7 @@ def lock(spec: envs.Spec, requirements: list[str], platform: str, facts: dict, c
         try:
             (work / "requirements.in").write_text("".join(r + "\n" for r in requirements), encoding="utf-8")
             argv = [str(uv_binary()), "pip", "compile", "--no-config", "--quiet", "--only-binary", ":all:",
+                    "--cache-dir", str(cache_dir() / "uv"),
                     "--python-version", python, "--python-platform", envs.uv_platform(facts),
                     "--no-header", "-o", str(work / "pylock.toml"), str(work / "requirements.in")]
             argv += ["--default-index", spec.index] if spec.index else ["--no-index"]
@@ -215,7 +229,7 @@ def lock(spec: envs.Spec, requirements: list[str], platform: str, facts: dict, c
             os.replace(work / "pylock.toml", cached)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    return read_lock(cached)
+    return read_lock(cached), cached
 
 
 def read_lock(path: Path) -> list[Wheel]:
@@ -336,6 +350,8 @@ class Provision:
         self._lock = threading.Lock()
         self._platform_locks: dict = {}
         self._makes: dict = {}       # host name -> (client, its env_make's request id)
+        self._homes: dict = {}       # a host's home id -> the lock its pushes hold (hosts that share a home)
+        self.silence = SILENCE       # seconds a host's make may say nothing before it is taken for lost
 
     def cancel(self) -> None:
         self.cancelled.set()
@@ -425,63 +441,94 @@ class Provision:
         gpu = envs.wants_gpu(spec, probe)
         if gpu and (problem := envs.driver_problem(probe)):
             raise ProvisionError(problem)
-        platform = envs.platform_key(facts, gpu)
-        self._said(result, stage=RESOLVING, platform=platform, gpu=gpu)
-        wheels = self._lock_for(platform, facts, gpu)
-        self._check()
         uv = uv_binary()
         if facts.get("machine") != os.uname().machine:
             raise ProvisionError(f"its machine is {facts.get('machine')}, this console's uv is for "
                                  f"{os.uname().machine}", "make the environment there by hand, or provision it from "
                                  "a console of that machine")
+        platform = envs.platform_key(facts, gpu)
+        self._said(result, stage=RESOLVING, platform=platform, gpu=gpu)
+        wheels = self._lock_for(platform, facts, gpu)
+        self._check()
         uv_sha = file_sha256(uv)
         # A host that reaches the index (it was asked) downloads the wheels the index has itself; the others get
         # them pushed, fetched here once.
         reached = bool((status.get("index") or {}).get("reached"))
         urls = {w.sha256: w.url for w in wheels if reached and w.url.startswith(("http://", "https://"))}
-        missing = client.call(MISSING_BLOBS, sha256=[w.sha256 for w in wheels] + [uv_sha],
-                              timeout=STATUS_TIMEOUT)["missing"]
+        everything = [w.sha256 for w in wheels] + [uv_sha]
+        missing = client.call(MISSING_BLOBS, sha256=everything, timeout=STATUS_TIMEOUT)["missing"]
         self._said(result, stage=FETCHING)
-        files = {w.sha256: self.cache.get(w) for w in wheels if w.sha256 not in urls}
+        try:
+            files = {w.sha256: self.cache.get(w) for w in wheels if w.sha256 in missing and w.sha256 not in urls}
+        except ProvisionError:
+            self._forget_lock(platform)  # resolved anew next time (a find_links wheel rebuilt, an index changed)
+            raise
+        files[uv_sha] = uv
         self._check()
-        sizes = {sha: path.stat().st_size for sha, path in files.items()}
-        sizes[uv_sha] = uv.stat().st_size
-        # What the wheels unpack to: read from those here; a wheel the host downloads, about four times its size.
-        unpacked = sum(self._unpacked(files[w.sha256]) if w.sha256 in files else 4 * (w.size or 0) for w in wheels)
-        downloads = [sha for sha in missing if sha in urls]
-        download_bytes = sum(w.size or 0 for w in wheels if w.sha256 in downloads)
-        pushes = [sha for sha in missing if sha not in urls]
-        need = int((sum(sizes[s] for s in pushes) + download_bytes + unpacked) * MARGIN)
-        free = status.get("disk_free_bytes") or 0
-        if free < need:
-            raise ProvisionError(f"{size_text(free)} free in {status.get('envs')}, the environment needs "
-                                 f"{size_text(need)}", "free space there (or set TFCC_HOME on that host to a larger "
-                                                       "disk), then make it ready again")
-        todo = [(sha, files[sha] if sha != uv_sha else uv, sizes[sha]) for sha in pushes]
-        self._said(result, stage=PUSHING, to_push=sum(sizes[s] for s in pushes), pushed=0)
-
-        def pushed(sent: int, _total: int) -> None:
-            self._said(result, pushed=sent)
-            self._check()
-
-        if todo:
-            transfer = link.transport.files()
-            try:
-                upload_blobs(todo, transfer, link.home, pushed)
-            except OSError as exc:
-                raise ProvisionError(f"cannot push the wheels to {link.home}/blobs ({exc.strerror or exc})",
-                                     "check the free disk space and the permissions there, then make it ready "
-                                     "again") from None
-            finally:
-                transfer.close()
+        # Hosts that share a home push into it one at a time: the second finds what the first pushed.
+        with self._home_lock(str(status.get("home_id") or host.name)):
+            missing = client.call(MISSING_BLOBS, sha256=everything, timeout=STATUS_TIMEOUT)["missing"]
+            sizes = {sha: files[sha].stat().st_size for sha in missing if sha in files}
+            unpacked = sum(self._unpacked_estimate(w) for w in wheels)
+            downloads = [sha for sha in missing if sha in urls]
+            download_bytes = sum(w.size or 0 for w in wheels if w.sha256 in downloads)
+            pushes = [sha for sha in missing if sha not in urls and sha in files]
+            need = int((sum(sizes.values()) + download_bytes + unpacked) * MARGIN)
+            free = status.get("disk_free_bytes") or 0
+            if free < need:
+                raise ProvisionError(f"{size_text(free)} free in {status.get('envs')}, the environment needs "
+                                     f"{size_text(need)}", "free space there (or set TFCC_HOME on that host to a "
+                                                           "larger disk), then make it ready again")
+            self._said(result, stage=PUSHING, to_push=sum(sizes.values()), pushed=0)
+            self._push(link, result, [(sha, files[sha], sizes[sha]) for sha in pushes])
         self._check()
         env = self._install(host, result, client, spec, facts, wheels, uv_sha,
                             int((download_bytes + unpacked) * MARGIN), {sha: urls[sha] for sha in downloads})
         got = f", {size_text(result.downloaded)} downloaded by the host itself" if result.downloaded else ""
-        self._said(result, stage=MADE, python=str(env.get("python")), packages=_packages(env.get("packages")),
-                   line=f"made: {len(env.get('packages', {}))} packages, Python {env.get('python_version')}"
+        packages = _packages(env.get("packages"))
+        self._said(result, stage=MADE, python=str(env.get("python")), packages=packages,
+                   line=f"made: {len(packages)} packages, Python {env.get('python_version')}"
                         + (f", {envs.driver_words(probe)}" if gpu else "") + f", {size_text(result.pushed)} pushed"
                         + got)
+
+    def _push(self, link: HostLink, result: HostResult, todo: list) -> None:
+        """Push ``todo`` ((sha256, file, size) each) as blobs, its bytes said as they go; a cancel ends it there."""
+        if not todo:
+            return
+
+        def pushed(sent: int, _total: int) -> None:
+            if sent - result.pushed >= PUSH_STEP or sent == result.to_push:
+                self._said(result, pushed=sent)
+            self._check()
+
+        transfer = link.transport.files()
+        try:
+            upload_blobs(todo, transfer, link.home, pushed, in_chunks=True)
+        except OSError as exc:
+            raise ProvisionError(f"cannot push the wheels to {link.home}/blobs ({exc.strerror or exc})",
+                                 "check the free disk space and the permissions there, then make it ready "
+                                 "again") from None
+        finally:
+            transfer.close()
+        self._said(result, pushed=result.to_push)
+
+    def _home_lock(self, home: str) -> threading.Lock:
+        with self._lock:
+            return self._homes.setdefault(home, threading.Lock())
+
+    def _forget_lock(self, platform: str) -> None:
+        with self._lock:
+            found = self._locks.pop(platform, None)
+        if isinstance(found, tuple):
+            found[1].unlink(missing_ok=True)
+
+    def _unpacked_estimate(self, wheel: Wheel) -> int:
+        """What a wheel unpacks to: read from its file here (the cache's, or a find_links folder's); one that only
+        the host downloads, about four times its size."""
+        here = self.cache.path(wheel)
+        if not here.exists() and wheel.url.startswith("file:"):
+            here = Path(urllib.request.url2pathname(urllib.parse.urlparse(wheel.url).path))
+        return self._unpacked(here) if here.exists() else 4 * (wheel.size or 0)
 
     def _unpacked(self, path: Path) -> int:
         key = ("unpacked", str(path))
@@ -505,26 +552,33 @@ class Provision:
             found = self._locks[platform]
         if isinstance(found, ProvisionError):
             raise ProvisionError(found.cause, found.fix)
-        return found
+        return found[0]
 
     def _install(self, host, result, client, spec, facts, wheels, uv_sha, need, urls) -> dict:
+        """The host's agent makes the environment (env_make), its progress said as it comes; its marker."""
+        heard = [time.monotonic()]
+
         def on_message(message: dict) -> None:
+            heard[0] = time.monotonic()
             if message.get("type") != PROGRESS or message.get("stage") not in STAGES:
                 return
             if message["stage"] == DOWNLOADING:
                 self._said(result, stage=DOWNLOADING, downloaded=int(message.get("done") or 0))
-            else:
+            elif message["stage"] != result.stage:
                 self._said(result, stage=message["stage"], installing=int(message.get("packages") or 0))
 
         follow = client.stream(ENV_MAKE, on_message, spec=spec.key, hash=env_hash(facts, wheels),
                                wheels=[[w.filename, w.sha256] for w in wheels], uv=uv_sha, need_bytes=need, urls=urls,
                                **({"python": host.python} if host.python else {}))
         with self._lock:
-            self._makes[host.name] = (client, follow._rid)
+            self._makes[host.name] = (client, follow.rid)
         if self.cancelled.is_set():
-            client.notify(ENV_CANCEL, make=follow._rid)
+            client.notify(ENV_CANCEL, make=follow.rid)
         while not follow.done.wait(0.5):
-            pass
+            if time.monotonic() - heard[0] > self.silence:  # the host went away without a word (no FIN, no RST)
+                raise ProvisionError(f"{host.name} said nothing for {self.silence:.0f} s while "
+                                     f"{result.stage if result.stage in STAGES else 'installing'}; the half-made "
+                                     "environment is not used", "make it ready again when the host answers")
         if follow.error is not None and follow.end is None:
             if self.cancelled.is_set():
                 raise Cancelled()
@@ -537,7 +591,7 @@ class Provision:
         if end.get("cancelled"):
             raise Cancelled()
         if end.get("error"):
-            raise ProvisionError(end["error"])
+            raise ProvisionError(str(end["error"]))
         if not isinstance(end.get("env"), dict):
             raise ProvisionError(f"{host.name}'s agent ended the make without saying what it made",
                                  "make it ready again")

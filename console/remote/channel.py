@@ -113,6 +113,11 @@ class Follow:
         self._client: AgentClient | None = None
         self._rid: int | None = None
 
+    @property
+    def rid(self) -> int | None:
+        """Its request's id (what a cancel of it names)."""
+        return self._rid
+
     def pause(self, paused: bool = True) -> None:
         """Ask the agent to hold this follow (``paused``) or let it go on, waiting for nothing (the channel's
         reader may ask: what the follow sent meanwhile still comes, then nothing until it goes on)."""

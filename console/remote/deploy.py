@@ -85,11 +85,14 @@ def deploy(bundle: Bundle, files, home: str, on_progress=None) -> tuple[str, int
     return target, sent
 
 
-def upload_blobs(blobs: list[tuple[str, Path, int]], files, home: str, on_progress=None) -> int:
+def upload_blobs(blobs: list[tuple[str, Path, int]], files, home: str, on_progress=None,
+                 in_chunks: bool = False) -> int:
     """Put each (sha256, local file, size) at ``<home>/blobs/<sha256>``; returns the bytes uploaded.
 
     Each goes into a temporary folder first and is renamed into place once whole; the folder
     is removed whatever happens. The agent checks each blob's content when it copies it.
+    ``on_progress(sent, total)`` after each file, or with ``in_chunks`` as each file goes (a big wheel's
+    copy is followed, and an ``on_progress`` that raises ends it there).
     """
     if not blobs:
         return 0
@@ -100,7 +103,10 @@ def upload_blobs(blobs: list[tuple[str, Path, int]], files, home: str, on_progre
     files.makedirs(tmp)
     try:
         for sha, local, size in blobs:
-            files.put(local, f"{tmp}/{sha}")
+            if in_chunks and on_progress:
+                files.put(local, f"{tmp}/{sha}", lambda done, before=sent: on_progress(before + done, total))
+            else:
+                files.put(local, f"{tmp}/{sha}")
             files.rename(f"{tmp}/{sha}", f"{folder}/{sha}")
             sent += size
             if on_progress:

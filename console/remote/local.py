@@ -76,8 +76,17 @@ class LocalFiles:
         for folder in makedirs_private(path):
             os.makedirs(folder, mode=0o700, exist_ok=True)
 
-    def put(self, local: Path, remote: str) -> None:
-        shutil.copyfile(local, remote)
+    def put(self, local: Path, remote: str, progress=None) -> None:
+        """Copy ``local`` to ``remote``; ``progress(bytes so far)`` as it goes (it may raise to end the copy)."""
+        if progress is None:
+            shutil.copyfile(local, remote)
+            return
+        done = 0
+        with open(local, "rb") as source, open(remote, "wb") as target:
+            for chunk in iter(lambda: source.read(1 << 20), b""):
+                target.write(chunk)
+                done += len(chunk)
+                progress(done)
 
     def get(self, remote: str, local: Path, limit: int) -> int:
         try:

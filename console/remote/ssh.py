@@ -35,6 +35,7 @@ from console.remote.transport import (UNSAFE_OWNER, UNSAFE_WRITABLE, CopyBudget,
 
 CONNECT_TIMEOUT = 10.0
 COMMAND_TIMEOUT = 30.0
+SFTP_TIMEOUT = 60.0  # seconds an SFTP copy waits for its host's answer before it fails (a host gone mid-copy)
 # (hostname, key type, "SHA256:...") -> accept?
 AskHostKey = Callable[[str, str, str], bool]
 
@@ -415,7 +416,9 @@ class SSHConnection:
     def files(self) -> "SFTPFiles":
         client = self.connect()
         try:
-            return SFTPFiles(client.open_sftp())
+            sftp = client.open_sftp()
+            sftp.get_channel().settimeout(SFTP_TIMEOUT)  # a host gone mid-copy fails the copy, never hangs it
+            return SFTPFiles(sftp)
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise self._dropped(exc) from None
 
@@ -505,10 +508,15 @@ class SFTPFiles:
             parts.append(path)
             path = posixpath.dirname(path)
         for p in reversed(parts):
-            self.sftp.mkdir(p, mode=0o700)
+            try:
+                self.sftp.mkdir(p, mode=0o700)
+            except OSError:
+                if not self.exists(p):  # not another upload (a host sharing this home) that made it meanwhile
+                    raise
 
-    def put(self, local: Path, remote: str) -> None:
-        self.sftp.put(str(local), remote)
+    def put(self, local: Path, remote: str, progress=None) -> None:
+        """Copy ``local`` to ``remote``; ``progress(bytes so far)`` as it goes (it may raise to end the copy)."""
+        self.sftp.put(str(local), remote, callback=(lambda done, _total: progress(done)) if progress else None)
 
     def get(self, remote: str, local: Path, limit: int) -> int:
         size = self.size(remote)  # a regular file, not a link: its size as listed, and no more, is read

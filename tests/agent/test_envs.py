@@ -161,3 +161,28 @@ def test_a_refused_make_through_the_protocol_says_why_with_its_code(client, tfcc
     follow = client.stream(protocol.ENV_MAKE, lambda m: None, **asked)
     assert follow.done.wait(30)
     assert follow.code == protocol.NO_SPACE and "free space there" in follow.error
+
+
+def test_a_make_removes_what_killed_makes_of_other_environments_left_unless_one_is_building(tfcc_home, request_for):
+    folder = tfcc_home / "envs"
+    folder.mkdir(parents=True)
+    other, building = "b" * 16, "c" * 16
+    left = [folder / f".{other}.0123456789ab.tmp", folder / f".{other}.0123456789ab.wheels"]
+    busy = folder / f".{building}.0123456789ab.tmp"
+    for path in [*left, busy]:
+        path.mkdir()
+    import fcntl
+
+    held = os.open(folder / f".{building}.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)  # a make of that one is under way
+    try:
+        envs.make(tfcc_home, request_for(), lambda *a, **k: None, lambda: False)
+    finally:
+        os.close(held)
+    assert not any(p.exists() for p in left) and busy.exists()
+
+
+def test_a_home_has_one_name_whichever_host_asks(tfcc_home):
+    first = envs.home_id(tfcc_home)
+    assert len(first) == 32 and envs.home_id(tfcc_home) == first
+    assert envs.status(tfcc_home, None)["home_id"] == first

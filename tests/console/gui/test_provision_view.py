@@ -177,13 +177,13 @@ def test_cancel_while_pushing_leaves_the_host_not_ready_and_says_cancelled(qtbot
     paused, cancelled = threading.Event(), threading.Event()
     real_upload, real_cancel = provision.upload_blobs, provision.Provision.cancel
 
-    def upload_blobs(blobs, files, home, on_progress):
+    def upload_blobs(blobs, files, home, on_progress, **how):
         def progress(sent, total):
             on_progress(sent, total)
             if sent >= total // 3 and not paused.is_set():
                 paused.set()
                 assert cancelled.wait(60), "nobody cancelled"
-        return real_upload(blobs, files, home, progress)
+        return real_upload(blobs, files, home, progress, **how)
 
     def cancel(self):
         real_cancel(self)
