@@ -44,6 +44,7 @@ class Problem:
     hosts: tuple[str, ...] = ()  # the hosts it concerns (the window marks them), by name
     task: str = ""               # the task it concerns, by name, if one
     remedy: str = ""             # MAKE_READY where tfcc can fix it itself
+    package: str = ""            # a module the code imports that a host lacks: the package Make ready offers to add
 
     def __str__(self) -> str:
         return f"{self.where}: {self.cause}; {self.fix}" if self.fix else f"{self.where}: {self.cause}"
@@ -268,7 +269,7 @@ def missing_imports(cluster: cl.Cluster, probes: dict[str, dict], wanted: dict[s
                                 f"{', '.join(hosts)} lacks and its workdir does not hold",
                                 f"add \"{package}\" to packages in [environment] and make the hosts ready (tfcc "
                                 f"provision), install it there yourself (pip install {package}), or drop the import",
-                                tuple(hosts), remedy=MAKE_READY))
+                                tuple(hosts), remedy=MAKE_READY, package=package))
     return problems
 
 

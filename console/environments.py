@@ -136,6 +136,18 @@ def spec_of(cluster: cl.Cluster) -> Spec:
                 cluster.environment is not None)
 
 
+def add_packages(cluster: cl.Cluster, packages: list[str]) -> list[str]:
+    """Add ``packages`` (pip's words) to ``cluster``'s ``[environment]``, in place (made with its defaults if the
+    cluster has none: this console's stack and these); those it did not list already."""
+    env = cluster.environment if cluster.environment is not None else cl.Environment()
+    listed = {normalize(_NAME.match(p)[1]) for p in env.packages if _NAME.match(p)}
+    added = [p for p in dict.fromkeys(packages) if _NAME.match(p) and normalize(_NAME.match(p)[1]) not in listed]
+    if added:
+        env.packages = [*env.packages, *added]
+        cluster.environment = env
+    return added
+
+
 def wants_gpu(spec: Spec, probe: dict) -> bool:
     """Whether a host with ``probe`` gets TensorFlow's CUDA wheels."""
     return spec.gpu == GPU_ALWAYS or (spec.gpu == GPU_AUTO and bool(probe.get("gpus")))

@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QTabWidget
 
 from console import checks
 from console import cluster as cl
+from console import environments
 from console.gui.check_view import CheckView
 from console.gui.jobs import CheckJob, HostKeyAsker, Threads
 from console.gui.setup_form import SetupForm
@@ -91,9 +92,12 @@ class CheckControl(QObject):
 
     # ------------------------------------------------------------ Make ready (console.provision)
 
-    def _on_provision_view_asked(self) -> None:
+    def _on_provision_view_asked(self, packages: list) -> None:
         if self.busy or self.cluster is None:  # the button shows only after a check's report: a late click
             return
+        if packages:  # the code's imports a host lacks, offered and left ticked: the cluster's [environment] too
+            environments.add_packages(self.cluster, packages)
+            self.setup.add_packages(packages)
         self.provisioning = True
         self.progressed.emit(0, 0, "making the hosts ready")
         self.reported.emit("Making the hosts ready…")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import (QAbstractItemView, QFrame, QHBoxLayout, QHeaderView, QLabel, QProgressBar,
-                               QPushButton, QTableWidget, QVBoxLayout)
+from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QFrame, QHBoxLayout, QHeaderView, QLabel,
+                               QProgressBar, QPushButton, QTableWidget, QVBoxLayout, QWidget)
 
 from console import provision as pv
 from console.checks import Problem
@@ -20,7 +20,8 @@ HINT = ("Make ready makes the Python environment the run needs on every host: th
         "already is left as it is.")
 # Each stage of a host's provision in words (the ends in bold in the table: how it ended).
 STAGE_WORDS = {pv.CONNECTING: "connecting", pv.RESOLVING: "resolving the versions", pv.FETCHING: "fetching the wheels",
-               pv.PUSHING: "pushing the wheels", pv.PREPARING: "preparing the environment",
+               pv.PUSHING: "pushing the wheels", pv.DOWNLOADING: "downloading the wheels itself",
+               pv.PREPARING: "preparing the environment",
                pv.INSTALLING: "installing", pv.CHECKING: "reading the versions back",
                pv.READY: "ready (had it)", pv.MADE: "made", pv.FAILED: "FAILED", pv.SKIPPED: "skipped",
                pv.CANCELLED: "cancelled"}
@@ -34,6 +35,8 @@ def stage_text(result: pv.HostResult) -> str:
     words = STAGE_WORDS.get(result.stage, result.stage)
     if result.stage == pv.INSTALLING and result.installing:
         return f"installing {result.installing} packages"
+    if result.stage == pv.DOWNLOADING and result.downloaded:
+        return f"{words} ({size_text(result.downloaded)})"
     if result.stage == pv.RESOLVING and result.platform:
         return f"{words} for {result.platform}" + (" (GPU build)" if result.gpu else "")
     return words
@@ -71,7 +74,7 @@ class ProvisionView(QFrame):
     ``asked`` says the person asked to make the hosts ready (the check control starts ``job`` for the cluster it
     checked); Cancel cancels ``job``. Rows follow ``job``'s signals, one per host."""
 
-    asked = Signal()  # Make ready was clicked
+    asked = Signal(list)  # Make ready was clicked: the packages offered that the person left ticked (pip's words)
 
     def __init__(self, job: ProvisionJob, parent=None):
         super().__init__(parent)
@@ -87,6 +90,9 @@ class ProvisionView(QFrame):
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setToolTip("End the provision on every host: nothing half made is used")
         self.cancel_button.clicked.connect(self._on_cancel_button_clicked)
+        self.offers = QWidget()  # a module the code imports that a host lacks: its package, ticked, to add
+        self.offers_layout = QHBoxLayout(self.offers)
+        self.offers_layout.setContentsMargins(0, 0, 0, 0)
         self.status = QLabel()
         self.status.setWordWrap(True)
         self.status.setTextFormat(Qt.PlainText)  # the hosts' words among them: shown, never read as markup
@@ -110,6 +116,7 @@ class ProvisionView(QFrame):
         layout.setContentsMargins(6, 4, 6, 4)
         layout.setSpacing(4)
         layout.addLayout(top)
+        layout.addWidget(self.offers)
         layout.addWidget(self.table)
         for event in ("started", "progressed", "finished", "failed"):  # _on_job_<event>
             getattr(job, event).connect(getattr(self, f"_on_job_{event}"))
@@ -121,6 +128,19 @@ class ProvisionView(QFrame):
         """The last check's report: ``fixable``, the problems Make ready fixes (none: nothing offered)."""
         self.fixable = list(fixable)
         self.checking = False
+        while self.offers_layout.count():
+            item = self.offers_layout.takeAt(0)
+            if item.widget() is not None:  # (the stretch after the boxes is none)
+                item.widget().deleteLater()
+        for package in dict.fromkeys(p.package for p in self.fixable if p.package):
+            box = QCheckBox(f"add {package} to [environment]")
+            box.setChecked(True)
+            box.setToolTip(f"The code imports it and a host lacks it: Make ready installs {package} with the rest "
+                           "(the cluster then lists it in its [environment]; save the cluster to keep it)")
+            box.setProperty("package", package)
+            self.offers_layout.addWidget(box)
+        if self.offers_layout.count():
+            self.offers_layout.addStretch(1)
         if not self.running and not self.results:
             self._status(self._offer_text())
         self._show()
@@ -139,8 +159,13 @@ class ProvisionView(QFrame):
 
     # ------------------------------------------------------------------ the person
 
+    def offered(self) -> list[str]:
+        """The packages offered that are ticked."""
+        boxes = (self.offers_layout.itemAt(i).widget() for i in range(self.offers_layout.count()))
+        return [b.property("package") for b in boxes if isinstance(b, QCheckBox) and b.isChecked()]
+
     def _on_button_clicked(self) -> None:
-        self.asked.emit()
+        self.asked.emit(self.offered())
 
     def _on_cancel_button_clicked(self) -> None:
         self.cancel_button.setEnabled(False)
@@ -243,6 +268,7 @@ class ProvisionView(QFrame):
         rows once there are; the whole frame only when any of them is."""
         offered = bool(self.fixable) and not self.running and not self.checking
         self.button.setVisible(offered)
+        self.offers.setVisible(offered and bool(self.offers_layout.count()))
         self.cancel_button.setVisible(self.running)
         self.table.setVisible(bool(self.results))
         self.setVisible(offered or self.running or bool(self.results) or bool(self.status.text()))

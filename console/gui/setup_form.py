@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QComboBox, QDoubleS
                                QTableWidget, QVBoxLayout, QWidget)
 
 from console import cluster as cl
+from console import environments
 from console.checks import Report
 from console.cluster_fields import TRAINING, Field
 from console.gui.cells import cell
@@ -222,6 +223,11 @@ class SetupForm(QWidget):
         self._show_workload_rows()
         self._refresh_tables()
         self._refresh_batch_line()
+
+    def add_packages(self, packages: list[str]) -> None:
+        """Packages the person asked Make ready to add, in the cluster's [environment] (edited: unsaved)."""
+        if environments.add_packages(self.cluster, packages):
+            self.cluster_changed.emit()
 
     def set_report(self, report: Report) -> None:
         """A check of these hosts: its marks on them, and the GPUs it found in the batch line."""

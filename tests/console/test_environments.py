@@ -86,3 +86,12 @@ def test_a_platform_tfcc_cannot_make_for_says_what_to_do(facts, words):
     with pytest.raises(envs.SpecError, match=words) as refused:
         envs.uv_platform(facts)
     assert refused.value.fix
+
+
+def test_packages_the_check_offers_are_added_to_the_environment_once():
+    cluster = cluster_with()
+    assert envs.add_packages(cluster, ["pandas", "tqdm"]) == ["pandas", "tqdm"]
+    assert cluster.environment.packages == ["pandas", "tqdm"] and cluster.environment.tensorflow == "console"
+    assert envs.spec_of(cluster).required and envs.spec_of(cluster).requirements[-2:] == ("pandas", "tqdm")
+    assert envs.add_packages(cluster, ["Pandas", "scikit_learn"]) == ["scikit_learn"]
+    assert cl.loads(cl.dumps(cluster)).environment.packages == ["pandas", "tqdm", "scikit_learn"]

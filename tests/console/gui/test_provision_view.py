@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QApplication, QProgressBar
+from PySide6.QtWidgets import QApplication, QMessageBox, QProgressBar
 
 from console import checks
 from console import cluster as cl
@@ -275,3 +275,37 @@ def test_make_ready_that_cannot_run_says_why_in_one_line_and_is_offered_again(qt
     assert view.status.text().startswith("Make ready could not run: [environment] requirements names /nowhere")
     assert ALARM in view.status.styleSheet()
     assert not view.button.isHidden() and view.cancel_button.isHidden()
+
+
+def test_a_module_the_code_imports_that_the_host_lacks_is_offered_and_installed_with_the_rest(qtbot, homes, shots,
+                                                                                              dialogs):
+    """A user's script imports a package no host has: the Check's problem offers it (ticked) beside Make ready;
+    Make ready adds it to the cluster's [environment] (an edit to save) and installs it with the rest; the check
+    then finds it."""
+    cluster = environment_cluster(homes)
+    make_wheel(homes / "wheels", "tfccextra", "1.0")
+    code = homes / "code"
+    code.mkdir()
+    (code / "train.py").write_text("import tfccextra\nimport tensorflow as tf\nprint(tfccextra.__version__)\n")
+    cluster.training.script = str(code / "train.py")
+    window = window_on(qtbot, homes, cluster)
+    view = window.check_view.provision_view
+    report = checked(qtbot, window)
+    [offered] = [p for p in report.problems if p.package]
+    assert offered.package == "tfccextra" and offered.remedy == checks.MAKE_READY
+    [box] = [view.offers_layout.itemAt(i).widget() for i in range(view.offers_layout.count())
+             if view.offers_layout.itemAt(i).widget() is not None]
+    assert box.isVisible() and box.isChecked() and box.text() == "add tfccextra to [environment]"
+    for size in SIZES:
+        window.resize(*size)
+        QApplication.processEvents()
+        assert on_screen(box, window) and on_screen(view.button, window), size
+        save_shot(window, shots, f"window-make-ready-offered-{size[0]}x{size[1]}")
+    qtbot.mouseClick(view.button, Qt.LeftButton)
+    assert window.cluster.environment.packages == ["tfccdep==2.0", "tfccextra"]
+    assert window.windowTitle().endswith("*") or "*" in window.windowTitle(), window.windowTitle()
+    report = checked_again(qtbot, window, report)
+    assert report.ready, [str(p) for p in report.problems]
+    assert view.results["here"].packages["tfccextra"] == "1.0"
+    dialogs.answer("QMessageBox.question", QMessageBox.Discard)  # the edit is unsaved: closing asks
+    window.close()
