@@ -486,6 +486,9 @@ def _build(home, tmp, house, target, spec, env_hash, wheels, uv, python, emit, s
               "packages": installed, "installer": "uv", "made_at": time.time()}
     with open(tmp / protocol.ENV_MARKER, "w", encoding="utf-8") as f:
         json.dump(marker, f, indent=1, sort_keys=True)
+    if os.path.lexists(target) and read_marker(target) is None:
+        # One made here before whose Python is gone (the base interpreter removed): ours, under our lock.
+        shutil.rmtree(target) if os.path.isdir(target) and not os.path.islink(target) else os.unlink(target)
     try:
         os.rename(tmp, target)
     except OSError:

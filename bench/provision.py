@@ -287,11 +287,11 @@ def main() -> None:
             print(f"{r['hosts']} hosts, {OWN}, then {EXTRA} added to [environment]: {r['changed']['seconds']:.1f} s, "
                   f"pushed per host {', '.join(f'{p / MB:.1f}' for p in r['changed']['pushed'])} MB (its wheel "
                   "alone; a new environment is made from the blobs each host has)")
-        if r["variant"] != OWN:
-            others = r["pushed"][1:]
-            print(f"{r['hosts']} hosts, {r['variant']}: hosts after the first pushed {mb(sum(others))} MB "
-                  f"({'no more bytes' if not any(others) else 'the same blobs again'}; they ended "
-                  f"{', '.join(r['ends'][1:])})")
+        if r["variant"] != OWN:  # one home: one host pushes (whichever got to it first), the others nothing
+            others = sorted(r["pushed"])[:-1]
+            print(f"{r['hosts']} hosts, {r['variant']}: beside the one host that pushed, the others pushed "
+                  f"{mb(sum(others))} MB ({'no more bytes' if not any(others) else 'the same blobs again'}; the "
+                  f"hosts ended {', '.join(r['ends'])})")
 
 
 if __name__ == "__main__":

@@ -129,18 +129,27 @@ class Wheel:
 # --------------------------------------------------------------------------- the installer and its locks
 
 
-def uv_binary() -> Path:
-    """This console's uv (the ``uv`` package's binary): it resolves here and is pushed to hosts of its platform."""
-    try:
-        import uv
+_uv: list = []
+_uv_lock = threading.Lock()
 
-        return Path(uv.find_uv_bin())
-    except (ImportError, FileNotFoundError):
-        found = shutil.which("uv")
-        if found:
-            return Path(found)
-    raise ProvisionError("this console has no uv (the installer tfcc pushes to hosts)",
-                         "install it beside tfcc: pip install uv")
+
+def uv_binary() -> Path:
+    """This console's uv (the ``uv`` package's binary): it resolves here and is pushed to hosts of its platform.
+    Found once, under a lock: ``uv.find_uv_bin`` reads ``sysconfig``, whose first read is not safe from threads
+    (hosts asked at once saw ``EXE`` as None)."""
+    with _uv_lock:
+        if not _uv:
+            try:
+                import uv
+
+                _uv.append(Path(uv.find_uv_bin()))
+            except (ImportError, FileNotFoundError):
+                found = shutil.which("uv")
+                if not found:
+                    raise ProvisionError("this console has no uv (the installer tfcc pushes to hosts)",
+                                         "install it beside tfcc: pip install uv") from None
+                _uv.append(Path(found))
+        return _uv[0]
 
 
 def _quiet_env() -> dict:

@@ -186,3 +186,16 @@ def test_a_home_has_one_name_whichever_host_asks(tfcc_home):
     first = envs.home_id(tfcc_home)
     assert len(first) == 32 and envs.home_id(tfcc_home) == first
     assert envs.status(tfcc_home, None)["home_id"] == first
+
+
+def test_an_environment_whose_python_is_gone_is_made_anew(tfcc_home, request_for, tmp_path):
+    base = tmp_path / "python3"
+    base.symlink_to(os.path.realpath(BASE))  # a Python the host will lose (an upgrade removed it)
+    asked = {**request_for(), "python": str(base)}
+    envs.make(tfcc_home, asked, lambda *a, **k: None, lambda: False)
+    base.unlink()
+    assert envs.find(tfcc_home, SPEC) is None  # its bin/python points nowhere: not found, never used
+    base.symlink_to(os.path.realpath(BASE))
+    os.unlink(tfcc_home / "envs" / HASH / "bin" / "python")
+    again = envs.make(tfcc_home, asked, lambda *a, **k: None, lambda: False)
+    assert again["made"] is True and envs.find(tfcc_home, SPEC)["python"] == again["python"]
