@@ -9,13 +9,13 @@ import pytest
 from tests.helpers.testhosts import TestHosts, missing_requirements
 
 
-def _test_hosts(count: int, tmp_path_factory):
+def _test_hosts(count: int, tmp_path_factory, plain_shell: bool = False):
     problem = missing_requirements()
     if problem:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI must run the SSH tests: {problem}")
         pytest.skip(problem)
-    hosts = TestHosts(count, tmp_path_factory.mktemp("hosts"),
+    hosts = TestHosts(count, tmp_path_factory.mktemp("hosts"), plain_shell=plain_shell,
                       env={"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "2"}).up()
     yield hosts
     hosts.down()
@@ -25,6 +25,12 @@ def _test_hosts(count: int, tmp_path_factory):
 def ssh_hosts(tmp_path_factory):
     """Two test hosts, each a network namespace with its own sshd (root only)."""
     yield from _test_hosts(2, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def bare_ssh_hosts(tmp_path_factory):
+    """Two test hosts as a fresh machine has them: the system's Python alone (no TensorFlow), no route out."""
+    yield from _test_hosts(2, tmp_path_factory, plain_shell=True)
 
 
 @pytest.fixture(scope="module")

@@ -18,30 +18,17 @@ import pytest
 from console import checks, cli, provision
 from console import cluster as cl
 from console import environments as envs
-from tests.helpers.testhosts import SUBNET, TestHosts, missing_requirements
+from tests.helpers.testhosts import SUBNET, TestHosts
 from tests.helpers.wheels import Index, console_stack_stand_ins, make_wheel
 
 BASE = "/usr/bin/python3"  # the hosts' own Python (plain_shell): no TensorFlow
 
 
-@pytest.fixture(scope="module")
-def bare_hosts(tmp_path_factory):
-    """Two test hosts as a fresh machine has them: the system's Python alone, no route out."""
-    problem = missing_requirements()
-    if problem:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the SSH tests: {problem}")
-        pytest.skip(problem)
-    hosts = TestHosts(2, tmp_path_factory.mktemp("bare"), plain_shell=True).up()
-    yield hosts
-    hosts.down()
-
-
 @pytest.fixture
-def hosts(bare_hosts, ssh_env, monkeypatch):
-    bare_hosts.known_hosts(ssh_env / "known_hosts")
+def hosts(bare_ssh_hosts, ssh_env, monkeypatch):
+    bare_ssh_hosts.known_hosts(ssh_env / "known_hosts")
     monkeypatch.setenv(provision.CACHE_VARIABLE, str(ssh_env / "cache"))
-    return bare_hosts
+    return bare_ssh_hosts
 
 
 @pytest.fixture(scope="module")

@@ -309,3 +309,34 @@ def test_a_module_the_code_imports_that_the_host_lacks_is_offered_and_installed_
     assert view.results["here"].packages["tfccextra"] == "1.0"
     dialogs.answer("QMessageBox.question", QMessageBox.Discard)  # the edit is unsaved: closing asks
     window.close()
+
+
+@pytest.mark.slow
+def test_make_ready_on_two_ssh_hosts_with_no_route_out(qtbot, bare_ssh_hosts, homes, shots):
+    """Two SSH test hosts whose Python has no TensorFlow and that reach no index: the Check says the environment
+    is not made there, Make ready makes it on both (a row each), and the check is then ready with the same versions
+    on both."""
+    from tests.console.test_provision import cluster_file, offline
+
+    bare_ssh_hosts.known_hosts(homes / "known_hosts")
+    wheels = homes / "wheels"
+    console_stack_stand_ins(wheels)
+    make_wheel(wheels, "tfccdep", "2.0")
+    window = window_on(qtbot, homes, cl.load(cluster_file(homes, bare_ssh_hosts, offline(wheels))))
+    view = window.check_view.provision_view
+    names = [h.name for h in bare_ssh_hosts.hosts]
+    report = checked(qtbot, window)
+    assert [str(p) for p in report.problems if p.remedy == checks.MAKE_READY] == [
+        f"hosts: the cluster file's [environment] is not made on {', '.join(names)} yet; make the hosts ready "
+        "(tfcc provision, or Make ready in the window)"]
+    qtbot.mouseClick(view.button, Qt.LeftButton)
+    report = checked_again(qtbot, window, report)
+    assert [view.table.item(row_of(view, n), 1).text() for n in names] == ["made", "made"]
+    assert report.ready, [str(p) for p in report.problems]
+    versions = {(r.probe["tensorflow"], r.probe["tf_keras"], r.probe["python"]) for r in report.hosts}
+    assert len(versions) == 1, versions
+    for size in SIZES:
+        window.resize(*size)
+        QApplication.processEvents()
+        save_shot(window, shots, f"window-make-ready-ssh-{size[0]}x{size[1]}")
+    window.close()
