@@ -126,9 +126,9 @@ class Server:
         argv = req.get("argv")
         if python is not None and isinstance(argv, list) and argv:
             bin_dir = os.path.dirname(python)
-            env = {**(req.get("env") if isinstance(req.get("env"), dict) else {}),
-                   "VIRTUAL_ENV": os.path.dirname(bin_dir),
-                   "PATH": bin_dir + os.pathsep + os.environ.get("PATH", os.defpath)}
+            given = req.get("env") if isinstance(req.get("env"), dict) else {}
+            path = given.get("PATH") if isinstance(given.get("PATH"), str) else os.environ.get("PATH", os.defpath)
+            env = {**given, "VIRTUAL_ENV": os.path.dirname(bin_dir), "PATH": bin_dir + os.pathsep + path}
             req = {**req, "argv": [python, *argv[1:]], "env": env}
         return runs.start(req)
 
