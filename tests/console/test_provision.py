@@ -6,7 +6,7 @@ TensorFlow and trains on it."""
 
 from __future__ import annotations
 
-import os
+import importlib.metadata
 import shutil
 import subprocess
 import threading
@@ -172,38 +172,47 @@ def test_a_host_whose_disk_is_too_small_says_so_and_the_other_is_made(hosts, whe
     assert second.pushed == 0 and not report.ok
 
 
-def other_python() -> str | None:
-    """A Python other than the hosts' 3.11 (a host whose platform has no wheel of a package)."""
-    for version in ("3.12", "3.13", "3.10"):
-        found = [Path(f"/usr/bin/python{version}")] + sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin/"
-                                                                              f"python{version}"))
-        for path in found:
-            if path.is_file():
-                return str(path)
-    return None
+H100 = Path(__file__).resolve().parents[1] / "agent" / "data" / "nvidia-smi" / "h100" / "one_gpu_idle.csv"
 
 
-def test_a_host_whose_platform_has_no_wheel_says_so_and_the_other_is_made(hosts, tmp_path):
-    other = other_python()
-    if other is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI needs a Python other than 3.11 for this test (pyenv has them here)")
-        pytest.skip("no Python other than 3.11 here")
-    folder = tmp_path / "native"
-    make_wheel(folder, "tfccnative", "1.0", tag="cp311-cp311-manylinux_2_17_x86_64")
+def test_a_gpu_host_gets_the_cuda_build_and_says_so_or_one_line_when_its_wheels_are_missing(hosts, tmp_path):
+    """h1 has an NVIDIA H100 (its nvidia-smi answers as the recorded one did, driver 580.159.04), h0 none: h1's
+    lock asks for TensorFlow's CUDA wheels. With a find_links folder of CPU wheels only, h1 says in one line which
+    wheel its platform lacks and what to do, and h0 is made; with the CUDA wheel added, h1 is made with the GPU
+    build, its line says which and what its driver meets, and the versions do not differ (CUDA's among GPU hosts)."""
     h0, h1 = hosts.hosts
-    path = cluster_file(tmp_path, hosts, offline(folder, '["tfccnative==1.0"]', tensorflow="none"),
-                        {h1.name: other})
-    report = provision.provision(cl.load(path))
-    first, second = report.hosts
-    assert first.stage == provision.MADE and first.packages == {"tfccnative": "1.0"}
-    minor = ".".join(subprocess.run([other, "-c", "import platform; print(platform.python_version())"],
-                                    capture_output=True, text=True).stdout.split(".")[:2])
-    assert second.stage == provision.FAILED
-    assert second.line.startswith(f"no set of wheels for its platform ({minor}, x86_64-manylinux_2_")
-    assert "tfccnative" in second.line
-    assert second.line.endswith("add wheels for that platform to find_links, change the versions in [environment], "
-                                "or set python for that host to another Python")
+    folder = tmp_path / "cpu-only"
+    console_stack_stand_ins(folder)
+    version = importlib.metadata.version("tensorflow")
+    make_wheel(folder, "tensorflow", version, ['nvidia-cudnn-cu12==9.3.0.75; extra == "and-cuda"'],
+               extras=["and-cuda"])  # as TensorFlow's own wheel says its CUDA extra
+    gpu_bin = tmp_path / "gpu-bin"
+    gpu_bin.mkdir()
+    smi = gpu_bin / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\ncat <<'EOF'\n{H100.read_text()}EOF\n")
+    smi.chmod(0o755)
+    make_wheel(folder, "tfccgpu", "1.0")
+    path = cluster_file(tmp_path, hosts, offline(folder, '["tfccgpu==1.0"]'))
+    inside = ["nsenter", "-t", str(h1.sshd.pid), "-m"]  # first on its sessions' PATH, in h1 alone
+    subprocess.run([*inside, "mount", "--bind", str(gpu_bin), "/usr/local/sbin"], check=True)
+    try:
+        first = provision.provision(cl.load(path))
+        make_wheel(folder, "nvidia-cudnn-cu12", "9.3.0.75")  # the folder changed: its lock is resolved anew
+        second = provision.provision(cl.load(path))
+    finally:
+        subprocess.run([*inside, "umount", "--lazy", "/usr/local/sbin"], check=True)
+    cpu, gpu = first.hosts
+    assert cpu.stage == provision.MADE and not cpu.gpu
+    assert gpu.stage == provision.FAILED and gpu.gpu and gpu.platform.endswith("-cuda")
+    assert gpu.line.startswith("no set of wheels for its platform (3.11, x86_64-manylinux_2_"), gpu.line
+    assert "nvidia-cudnn-cu12" in gpu.line
+    assert gpu.line.endswith("add wheels for that platform to find_links, change the versions in [environment], "
+                             "or set python for that host to another Python")
+    cpu, gpu = second.hosts
+    assert cpu.stage == provision.READY and gpu.stage == provision.MADE, [r.line for r in second.hosts]
+    assert gpu.packages["nvidia-cudnn-cu12"] == "9.3.0.75" and "nvidia-cudnn-cu12" not in cpu.packages
+    assert "TensorFlow's CUDA 12 wheels (driver 580.159.04 meets 525.60.13 or newer)" in gpu.line
+    assert gpu.packages["tensorflow"] == cpu.packages["tensorflow"] == version and second.differs == []
 
 
 def test_a_host_killed_mid_install_says_so_leaves_nothing_in_use_and_is_made_later(hosts, wheels, tmp_path):

@@ -17,16 +17,18 @@ def _record(data: bytes) -> str:
 
 
 def make_wheel(folder: Path, name: str, version: str, requires=(), payload: int = 0,
-               tag: str = "py3-none-any", files: int = 0) -> Path:
+               tag: str = "py3-none-any", files: int = 0, extras=()) -> Path:
     """``folder/<name>-<version>-<tag>.whl``: a package ``name`` whose ``__version__`` is ``version``, needing
     ``requires`` (pip's words), with ``payload`` random bytes (stored: a big wheel is big on the wire too) and
-    ``files`` small modules more (an install of many files takes its time, as TensorFlow's 24,000)."""
+    ``files`` small modules more (an install of many files takes its time, as TensorFlow's 24,000); ``extras``: the
+    extras it provides (a requirement of ``requires`` says ``; extra == "and-cuda"`` for one)."""
     folder.mkdir(parents=True, exist_ok=True)
     module, extra = name.replace("-", "_"), files
     dist = f"{module}-{version}.dist-info"
     files = {
         f"{module}/__init__.py": f"__version__ = {version!r}\n".encode(),
         f"{dist}/METADATA": (f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                             + "".join(f"Provides-Extra: {e}\n" for e in extras)
                              + "".join(f"Requires-Dist: {r}\n" for r in requires)).encode(),
         f"{dist}/WHEEL": (f"Wheel-Version: 1.0\nGenerator: tfcc-tests\nRoot-Is-Purelib: "
                           f"{'true' if tag.endswith('any') else 'false'}\nTag: {tag}\n").encode(),
