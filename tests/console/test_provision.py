@@ -18,7 +18,7 @@ import pytest
 from console import checks, cli, provision
 from console import cluster as cl
 from console import environments as envs
-from tests.helpers.testhosts import SUBNET, TestHosts
+from tests.helpers.testhosts import SUBNET
 from tests.helpers.wheels import Index, console_stack_stand_ins, make_wheel
 
 BASE = "/usr/bin/python3"  # the hosts' own Python (plain_shell): no TensorFlow
@@ -40,7 +40,7 @@ def wheels(tmp_path_factory) -> Path:
     return folder
 
 
-def cluster_file(folder: Path, hosts: TestHosts, environment: str | None, pythons: dict | None = None) -> Path:
+def cluster_file(folder: Path, hosts, environment: str | None, pythons: dict | None = None) -> Path:
     lines = ["[training]", 'workload = "digits"', "epochs = 1", ""]
     if environment is not None:
         lines += ["[environment]", environment, ""]
