@@ -47,7 +47,7 @@ INSTALL_TIMEOUT = 3600.0  # seconds one installer run may take (TensorFlow's GPU
 PROBE_TIMEOUT = 30.0
 REACH_TIMEOUT = 3.0      # seconds a host has to show it reaches the package index
 DOWNLOAD_TIMEOUT = 60.0  # seconds without a byte from the index before a host's download is given up
-BEAT_SECONDS = 5.0       # an install says it goes on this often (a console that hears nothing for long gives up)
+BEAT_SECONDS = 5.0       # a make says it goes on this often (agent/server.py; a console that hears nothing gives up)
 
 
 def normalize(name: str) -> str:
@@ -59,8 +59,21 @@ def envs_dir(home: Path) -> Path:
     return home / protocol.ENVS_DIR
 
 
+def fingerprint() -> str:
+    """This host as an environment sees it: its machine, C library, the Python the agent runs (the one environments
+    are made from) and whether it has NVIDIA's driver. Hosts that share a home but differ in any of these each find
+    their own environment for a spec."""
+    try:
+        libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError, AttributeError):
+        libc = ""
+    words = repr((platform.machine(), libc, sys.executable, platform.python_version(),
+                  bool(shutil.which("nvidia-smi"))))
+    return hashlib.sha256(words.encode()).hexdigest()[:12]
+
+
 def _pointer(home: Path, spec: str) -> Path:
-    return envs_dir(home) / f"spec-{spec}"
+    return envs_dir(home) / f"spec-{spec}-{fingerprint()}"
 
 
 def _sha256s(values, what: str) -> list:
@@ -178,6 +191,7 @@ def download(home: Path, wanted: list, emit, stop) -> None:
     blobs = workdir.blobs_dir(home)
     blobs.mkdir(parents=True, exist_ok=True)
     done, said = 0, 0
+    emit(protocol.ENV_DOWNLOADING, done=0)
     for sha, url in wanted:
         tmp = blobs / f".download-{uuid.uuid4().hex[:8]}.tmp"
         digest = hashlib.sha256()
@@ -198,8 +212,7 @@ def download(home: Path, wanted: list, emit, stop) -> None:
             os.replace(tmp, blobs / sha)
         except (urllib.error.URLError, OSError) as exc:
             raise AgentError(f"this host could not download {url.rsplit('/', 1)[-1][:100]} "
-                             f"({getattr(exc, 'reason', None) or exc}); make it ready again (a host that reaches no "
-                             "index gets the wheels pushed)", protocol.INSTALL_FAILED) from None
+                             f"({getattr(exc, 'reason', None) or exc})", protocol.DOWNLOAD_FAILED) from None
         finally:
             if tmp.exists():
                 tmp.unlink()
@@ -306,23 +319,23 @@ def _lock(path: Path, stop) -> int:
             time.sleep(0.2)
 
 
-def _run(argv: list, stop, timeout: float = INSTALL_TIMEOUT, beat=None) -> tuple:
-    """Run the installer; killed (its whole group) when ``stop()`` turns true; ``beat()`` every ``BEAT_SECONDS``
-    while it runs (the console hears that the host is there). (returncode, its last output)."""
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env=_installer_env(), start_new_session=True)
+def _run(argv: list, stop, timeout: float = INSTALL_TIMEOUT) -> tuple:
+    """Run the installer; killed (its whole group) when ``stop()`` turns true. (returncode, its last output)."""
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env=_installer_env(), start_new_session=True)
+    except OSError as exc:  # a home on a noexec disk, say
+        raise AgentError(f"the installer cannot run from {os.path.dirname(argv[0])} ({exc.strerror or exc}); is "
+                         "the tfcc home on a disk mounted noexec? set TFCC_HOME on this host to another folder, then "
+                         "make it ready again", protocol.INSTALL_FAILED) from None
     out: list = []
     reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
     reader.start()
     deadline = time.monotonic() + timeout
-    next_beat = time.monotonic() + BEAT_SECONDS
     try:
         while proc.poll() is None:
             if stop() or time.monotonic() > deadline:
                 raise Cancelled()
-            if beat is not None and time.monotonic() >= next_beat:
-                beat()
-                next_beat = time.monotonic() + BEAT_SECONDS
             try:
                 proc.wait(0.2)
             except subprocess.TimeoutExpired:
@@ -467,8 +480,7 @@ def _build(home, tmp, house, target, spec, env_hash, wheels, uv, python, emit, s
     emit(protocol.ENV_INSTALLING, packages=len(wheels))
     code, said = _run([tool, "pip", "sync", "--no-config", "--offline", "--no-index", "--find-links", str(house),
                        "--require-hashes", "--no-cache", "--link-mode", "copy", "--python", str(tmp / "bin" / "python"),
-                       "--quiet", str(house / "requirements.txt")], stop,
-                      beat=lambda: emit(protocol.ENV_INSTALLING, packages=len(wheels)))
+                       "--quiet", str(house / "requirements.txt")], stop)
     if code != 0:
         raise AgentError(f"the install failed: {_installer_line(said)}", protocol.INSTALL_FAILED)
     emit(protocol.ENV_CHECKING, packages=len(wheels))

@@ -199,9 +199,11 @@ SLURM = "slurm"                        # Slurm's commands refused or are missing
 NO_SPACE = "no-space"                  # an environment would not fit in the free disk space
 NO_ENVIRONMENT = "no-environment"      # a start's python_env is not made on this host (tfcc provision makes it)
 INSTALL_FAILED = "install-failed"      # the installer failed, or what it installed is not what was asked
+DOWNLOAD_FAILED = "download-failed"    # a host that reaches the index could not download a wheel (then it is pushed)
 AGENT_BUG = "agent-bug"                # an unexpected exception in the agent
 ERROR_CODES = (BAD_REQUEST, UNKNOWN_OP, PROTOCOL_MISMATCH, BAD_NAME, BAD_ARGUMENT, TASK_EXISTS, ALREADY_RUNNING,
-               NO_SUCH_TASK, MISSING_BLOB, FIREWALL, SLURM, NO_SPACE, NO_ENVIRONMENT, INSTALL_FAILED, AGENT_BUG)
+               NO_SUCH_TASK, MISSING_BLOB, FIREWALL, SLURM, NO_SPACE, NO_ENVIRONMENT, INSTALL_FAILED, DOWNLOAD_FAILED,
+               AGENT_BUG)
 
 
 # --------------------------------------------------------------------------- roles, names and addresses

@@ -148,33 +148,50 @@ class Server:
 
     def op_env_make(self, req):
         """Make an environment offline from wheels pushed as blobs (agent/envs.py): ``{"type": "progress",
-        "stage": ...}`` messages as it goes, then an end with its marker (``env``) or why it failed."""
+        "stage": ...}`` messages as it goes (and one with ``beat`` every ``envs.BEAT_SECONDS`` whatever it does: the
+        console hears the host is there), then an end with its marker (``env``), why it failed, or ``cancelled``."""
         rid = req.get("id")
-        first = [True]
+        first, stage = [True], [protocol.ENV_PREPARING]
+        lock = threading.Lock()
+        done = threading.Event()
 
-        def emit(stage: str, **more) -> None:
-            message = {"id": rid, "type": protocol.PROGRESS, "stage": stage, **more}
-            if first[0]:
-                message["ok"], first[0] = True, False
-            self.send(message)
+        def emit(now: str, **more) -> None:
+            with lock:
+                message = {"id": rid, "type": protocol.PROGRESS, "stage": now, **more}
+                if first[0]:
+                    message["ok"], first[0] = True, False
+                stage[0] = now
+                self.send(message)
+
+        def beat() -> None:
+            while not done.wait(envs.BEAT_SECONDS):
+                with lock:
+                    if not first[0]:
+                        self.send({"id": rid, "type": protocol.PROGRESS, "stage": stage[0], "beat": True})
 
         def stop() -> bool:
             return self.ended.is_set() or self.closed.is_set() or rid in self._cancelled
 
+        def end(**said) -> None:
+            with lock:
+                self.send({"id": rid, **({"ok": True} if first[0] else {}), "type": protocol.END, **said})
+                first[0] = False
+
+        threading.Thread(target=beat, name="tfcc-env-beat", daemon=True).start()
         try:
             env = envs.make(runs.home(), req, emit, stop)
         except envs.Cancelled:
-            if not first[0]:
-                self.send({"id": rid, "type": protocol.END, "cancelled": True})
+            end(cancelled=True)
             return None
         except AgentError as exc:
             if first[0]:
                 raise
-            self.send({"id": rid, "type": protocol.END, "error": str(exc), "code": exc.code})
+            end(error=str(exc), code=exc.code)
             return None
         finally:
+            done.set()
             self._cancelled.discard(rid)
-        self.send({"id": rid, **({"ok": True} if first[0] else {}), "type": protocol.END, "env": env})
+        end(env=env)
         return None
 
     def op_env_cancel(self, req):
@@ -252,7 +269,9 @@ class Server:
             env = envs.find(runs.home(), envs.check_hash(spec, "probe: python_env's spec"))
             result["env"] = env
             if env is not None:
-                paths = [p for p in probe.search_path() if "site-packages" not in p] + envs.site_packages(env)
+                standard = [p for p in probe.search_path() if p not in ("", ".") and "site-packages" not in p
+                            and "dist-packages" not in p]  # Python's own: nothing the host installed beside it
+                paths = envs.site_packages(env) + standard
                 result.update(python=env.get("python_version"), python_executable=env["python"],
                               tensorflow=probe.package_version("tensorflow", paths)
                               or probe.package_version("tensorflow-cpu", paths),

@@ -125,10 +125,12 @@ def consistency(cluster: cl.Cluster, probes: dict[str, dict], keras: tuple[str, 
         if len(set(versions.values())) > 1:
             listing = ", ".join(f"{n} has {v}" for n, v in versions.items())
             newest = max(versions.values(), key=lambda v: [int(x) if x.isdigit() else 0 for x in v.split(".")])
+            makes = all(not cluster.host(n).python for n in versions) or cluster.environment is not None
             problems.append(Problem("cluster", f"{label} differs between hosts: {listing}",
-                                    "make them ready (tfcc provision: the same versions everywhere) or install the "
-                                    f"same version everywhere, e.g. {label.lower()}=={newest}", tuple(versions),
-                                    remedy=MAKE_READY))
+                                    ("make them ready (tfcc provision: the same versions everywhere) or install the "
+                                     if makes else "install the ")
+                                    + f"same version everywhere, e.g. {label.lower()}=={newest}", tuple(versions),
+                                    remedy=MAKE_READY if makes else ""))
     pythons = {h.name: _major_minor(probes[h.name].get("python")) for h in used
                if not probes[h.name].get("env_missing")}
     if len(set(pythons.values())) > 1:

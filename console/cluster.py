@@ -362,6 +362,10 @@ def _build(cls, section: Section, data, where: str):
                                                       for v in value):
                 raise ClusterFileError(f"{where}.{name} must be a list of strings, like {name} = "
                                        + ("[\"pandas==2.2.3\"]" if name == "packages" else "[\"/srv/wheels\"]"))
+            option = next((v for v in value if name == "packages" and v.strip().startswith("-")), None)
+            if option is not None:
+                raise ClusterFileError(f"{where}.packages holds {option!r}, an option, not a requirement; list "
+                                       "requirements only (an index goes in index, wheel folders in find_links)")
         elif name == "secret_env":
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ClusterFileError(f"{where}.secret_env must be a list of names, like secret_env = "

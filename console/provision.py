@@ -32,7 +32,7 @@ from pathlib import Path
 
 import platformdirs
 
-from agent.protocol import ENV_CANCEL, ENV_MAKE, ENV_STAGES, ENV_STATUS, MISSING_BLOBS, PROBE, PROGRESS
+from agent.protocol import DOWNLOAD_FAILED, ENV_CANCEL, ENV_MAKE, ENV_STAGES, ENV_STATUS, MISSING_BLOBS, PROBE, PROGRESS
 from console import cluster as cl
 from console import environments as envs
 from console.errors import TfccError, describe
@@ -47,6 +47,8 @@ RESOLVE_TIMEOUT = 300.0
 FETCH_TIMEOUT = 60.0           # seconds without a byte from the index before a download is given up
 STATUS_TIMEOUT = 30.0
 MARGIN = 1.1                   # an environment needs its wheels and what they unpack to, and a tenth more
+NETWORK_WORDS = ("Request failed", "error sending request", "dns error", "Could not connect", "timed out",
+                 "Connection refused", "Failed to fetch")  # what uv says when it could not reach the index
 PUSH_STEP = 1 << 20            # a push's progress is said every this many bytes
 SILENCE = 60.0                 # a make that says nothing this long (it beats every 5 s) is on a host gone
 
@@ -64,6 +66,14 @@ class ProvisionError(TfccError):
 
 class Cancelled(Exception):
     """A person cancelled the provision."""
+
+
+class HostDownloadFailed(ProvisionError):
+    """A host that reaches the index could not download a wheel from it: the wheels are pushed instead."""
+
+
+class WheelMismatch(ProvisionError):
+    """A wheel that does not hold what its lock says: the lock is dropped (the next provision resolves anew)."""
 
 
 def cache_dir() -> Path:
@@ -230,6 +240,11 @@ def lock(spec: envs.Spec, requirements: list[str], platform: str, facts: dict,
                 except subprocess.TimeoutExpired:
                     pass
             _, err = proc.communicate()
+            if proc.returncode != 0 and any(w in err for w in NETWORK_WORDS):
+                raise ProvisionError(f"this console could not reach the index {spec.index or '(none)'} to resolve the "
+                                     f"packages: {_first_reason(err)}",
+                                     "check this console's network and proxy (HTTPS_PROXY), or put the wheels in a "
+                                     "find_links folder and set index = \"\" in [environment]")
             if proc.returncode != 0:
                 raise ProvisionError(f"no set of wheels for its platform ({python}, {envs.uv_platform(facts)}): "
                                      f"{_first_reason(err)}",
@@ -300,9 +315,12 @@ class Cache:
                         if on_bytes is not None:
                             on_bytes(len(chunk))
                 if digest.hexdigest() != wheel.sha256:
-                    raise ProvisionError(f"{wheel.filename} from {_where(wheel.url)} does not hold what its lock "
-                                         "says (its sha256 differs)", "make it ready again (it is fetched anew)")
+                    raise WheelMismatch(f"{wheel.filename} from {_where(wheel.url)} does not hold what its lock "
+                                        "says (its sha256 differs)", "make it ready again (its versions are resolved "
+                                        "anew)")
                 os.replace(tmp, target)
+            except WheelMismatch:
+                raise
             except OSError as exc:
                 raise ProvisionError(f"cannot fetch {wheel.filename} from {_where(wheel.url)} "
                                      f"({getattr(exc, 'reason', None) or exc.strerror or exc})",
@@ -325,9 +343,11 @@ def unpacked_size(path: Path) -> int:
 
 
 def env_hash(facts: dict, wheels: list[Wheel]) -> str:
-    """The name of an environment on its hosts: its Python and every wheel's content."""
+    """The name of an environment on its hosts: the Python it is made from (which, and where: hosts that share a
+    home share it only with the same interpreter) and every wheel's content."""
     python = ".".join(str(facts.get("python", "")).split(".")[:2])
-    words = repr((facts.get("implementation"), python, sorted((w.name, w.version, w.sha256) for w in wheels)))
+    words = repr((facts.get("implementation"), python, str(facts.get("python_executable")),
+                  sorted((w.name, w.version, w.sha256) for w in wheels)))
     return hashlib.sha256(words.encode()).hexdigest()[:16]
 
 
@@ -459,17 +479,27 @@ class Provision:
         self._said(result, stage=RESOLVING, platform=platform, gpu=gpu)
         wheels = self._lock_for(platform, facts, gpu)
         self._check()
+        reached = bool((status.get("index") or {}).get("reached"))
+        try:
+            self._deliver(host, result, link, client, status, probe, gpu, platform, wheels, uv, reached)
+        except HostDownloadFailed as exc:  # it reaches the index, yet a download failed: the wheels go from here
+            log.info("%s: %s; pushing the wheels instead", host.name, exc.cause)
+            self._said(result, downloaded=0)
+            self._deliver(host, result, link, client, status, probe, gpu, platform, wheels, uv, False)
+
+    def _deliver(self, host, result, link, client, status, probe, gpu, platform, wheels, uv, reached) -> None:
+        """The wheels to the host (pushed, or downloaded there where it ``reached`` the index), then the make."""
+        facts = status.get("platform") if isinstance(status.get("platform"), dict) else {}
         uv_sha = file_sha256(uv)
         # A host that reaches the index (it was asked) downloads the wheels the index has itself; the others get
         # them pushed, fetched here once.
-        reached = bool((status.get("index") or {}).get("reached"))
         urls = {w.sha256: w.url for w in wheels if reached and w.url.startswith(("http://", "https://"))}
         everything = [w.sha256 for w in wheels] + [uv_sha]
         missing = client.call(MISSING_BLOBS, sha256=everything, timeout=STATUS_TIMEOUT)["missing"]
         self._said(result, stage=FETCHING)
         try:
             files = {w.sha256: self.cache.get(w) for w in wheels if w.sha256 in missing and w.sha256 not in urls}
-        except ProvisionError:
+        except WheelMismatch:
             self._forget_lock(platform)  # resolved anew next time (a find_links wheel rebuilt, an index changed)
             raise
         files[uv_sha] = uv
@@ -491,7 +521,7 @@ class Provision:
             self._said(result, stage=PUSHING, to_push=sum(sizes.values()), pushed=0)
             self._push(link, result, [(sha, files[sha], sizes[sha]) for sha in pushes])
         self._check()
-        env = self._install(host, result, client, spec, facts, wheels, uv_sha,
+        env = self._install(host, result, client, self.spec, facts, wheels, uv_sha,
                             int((download_bytes + unpacked) * MARGIN), {sha: urls[sha] for sha in downloads})
         got = f", {size_text(result.downloaded)} downloaded by the host itself" if result.downloaded else ""
         packages = _packages(env.get("packages"))
@@ -513,10 +543,13 @@ class Provision:
         transfer = link.transport.files()
         try:
             upload_blobs(todo, transfer, link.home, pushed, in_chunks=True)
-        except OSError as exc:
-            raise ProvisionError(f"cannot push the wheels to {link.home}/blobs ({exc.strerror or exc})",
-                                 "check the free disk space and the permissions there, then make it ready "
-                                 "again") from None
+        except (Cancelled, TfccError):
+            raise
+        except Exception as exc:  # OSError, or the SSH connection's own (EOFError, paramiko's): the push ended there
+            raise ProvisionError(f"the push of the wheels to {link.home}/blobs ended: "
+                                 f"{getattr(exc, 'strerror', None) or describe(exc)}",
+                                 "check that the host answers, its free disk space and the permissions there, then "
+                                 "make it ready again") from None
         finally:
             transfer.close()
         self._said(result, pushed=result.to_push)
@@ -569,8 +602,8 @@ class Provision:
 
         def on_message(message: dict) -> None:
             heard[0] = time.monotonic()
-            if message.get("type") != PROGRESS or message.get("stage") not in STAGES:
-                return
+            if message.get("type") != PROGRESS or message.get("stage") not in STAGES or message.get("beat"):
+                return  # (a beat: the host is there)
             if message["stage"] == DOWNLOADING:
                 self._said(result, stage=DOWNLOADING, downloaded=int(message.get("done") or 0))
             elif message["stage"] != result.stage:
@@ -600,7 +633,7 @@ class Provision:
         if end.get("cancelled"):
             raise Cancelled()
         if end.get("error"):
-            raise ProvisionError(str(end["error"]))
+            raise (HostDownloadFailed if end.get("code") == DOWNLOAD_FAILED else ProvisionError)(str(end["error"]))
         if not isinstance(end.get("env"), dict):
             raise ProvisionError(f"{host.name}'s agent ended the make without saying what it made",
                                  "make it ready again")

@@ -95,10 +95,10 @@ class CheckControl(QObject):
     def _on_provision_view_asked(self, packages: list) -> None:
         if self.busy or self.cluster is None:  # the button shows only after a check's report: a late click
             return
+        self.provisioning = True  # (before the edit below: an edit withdraws an offer, not this provision)
         if packages:  # the code's imports a host lacks, offered and left ticked: the cluster's [environment] too
             environments.add_packages(self.cluster, packages)
             self.setup.add_packages(packages)
-        self.provisioning = True
         self.progressed.emit(0, 0, "making the hosts ready")
         self.reported.emit("Making the hosts ready…")
         self.provisioner.start(self.cluster)

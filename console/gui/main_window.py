@@ -179,6 +179,7 @@ class MainWindow(QMainWindow):
 
     def _on_setup_cluster_changed(self) -> None:
         self.files.set_dirty(True)
+        self.check_control.forget()  # Make ready was offered for the cluster as it was checked
         self._show_settings()
 
     def _show_settings(self) -> None:

@@ -54,7 +54,8 @@ def pushed_text(result: pv.HostResult) -> str:
 def summary_text(report: pv.Report) -> str:
     """How a provision ended, in one line."""
     made = sum(1 for h in report.hosts if h.stage == pv.MADE)
-    had = sum(1 for h in report.hosts if h.stage in (pv.READY, pv.SKIPPED))
+    had = sum(1 for h in report.hosts if h.stage == pv.READY)
+    skipped = sum(1 for h in report.hosts if h.stage == pv.SKIPPED)
     moved = (f"{size_text(report.fetched)} fetched, " if report.fetched else "") \
         + f"{size_text(report.pushed)} pushed in {report.seconds:.1f} s"  # (find_links' wheels are not fetched)
     if any(h.stage == pv.CANCELLED for h in report.hosts):
@@ -65,7 +66,11 @@ def summary_text(report: pv.Report) -> str:
                 f"each one's line says why and what to do; the others are ready ({moved}).")
     if report.differs:
         return f"Every host has an environment, but versions differ between them: {'; '.join(report.differs)}."
-    return f"Every host is ready: {made} made, {had} had it already ({moved})."
+    if skipped and not made and not had:
+        return ("Nothing was made: every host's python is set in the cluster file, so its tasks run that interpreter "
+                "(install the packages there, or remove python to let tfcc make the environment).")
+    return (f"Every host is ready: {made} made, {had} had it already"
+            + (f", {skipped} skipped (its python is set)" if skipped else "") + f" ({moved}).")
 
 
 class ProvisionView(QFrame):

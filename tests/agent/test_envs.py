@@ -52,7 +52,8 @@ def test_a_make_installs_exactly_the_wheels_and_a_second_does_nothing(tfcc_home,
     assert ran.stdout.split() == ["1.0", str(tfcc_home / "envs" / HASH)]
     # Nothing else in it (no pip, no setuptools), and nothing of the make left beside it.
     assert envs.packages_in(tfcc_home / "envs" / HASH) == {"tfcctiny": "1.0", "tfccdep": "2.0"}
-    assert sorted(p.name for p in (tfcc_home / "envs").iterdir()) == [f".{HASH}.lock", HASH, f"spec-{SPEC}"]
+    assert sorted(p.name for p in (tfcc_home / "envs").iterdir()) == [f".{HASH}.lock", HASH,
+                                                                       envs._pointer(tfcc_home, SPEC).name]
     assert envs.find(tfcc_home, SPEC)["python"] == env["python"]
     again = envs.make(tfcc_home, request_for(), lambda *a, **k: pytest.fail("a second make did something"),
                       lambda: False)
@@ -99,7 +100,7 @@ def test_what_a_killed_make_left_is_removed_by_the_next(tfcc_home, request_for):
     left = folder / f".{HASH}.0123456789ab.tmp"
     (left / "bin").mkdir(parents=True)
     (left / "bin" / "python").symlink_to(BASE)  # a venv half made: no marker, never found
-    (folder / f"spec-{SPEC}").write_text(HASH + "\n")
+    envs._pointer(tfcc_home, SPEC).write_text(HASH + "\n")
     assert envs.find(tfcc_home, SPEC) is None
     envs.make(tfcc_home, request_for(), lambda *a, **k: None, lambda: False)
     assert not left.exists() and envs.find(tfcc_home, SPEC) is not None
@@ -148,10 +149,11 @@ def test_the_protocol_streams_a_make_and_a_probe_reads_the_environments_versions
     assert done.wait(60) and follow.error is None
     assert [m["stage"] for m in messages[:-1]] == list(protocol.ENV_STAGES[1:])
     assert messages[-1]["env"]["packages"] == {"tfcctiny": "1.0", "tfccdep": "2.0"}
-    probe = client.call(protocol.PROBE, python_env={"spec": SPEC, "required": True}, modules=["tfcctiny", "json",
-                                                                                              "nothere"])
+    probe = client.call(protocol.PROBE, python_env={"spec": SPEC, "required": True},
+                        modules=["tfcctiny", "json", "nothere", "yaml"])
     assert probe["python_executable"] == messages[-1]["env"]["python"] and probe["env"]["hash"] == HASH
-    assert probe["missing_modules"] == ["nothere"]
+    # The environment's own packages and Python's: not what the agent's interpreter has beside (PyYAML, here).
+    assert probe["missing_modules"] == ["nothere", "yaml"]
     assert json.loads((tfcc_home / "envs" / HASH / protocol.ENV_MARKER).read_text())["packages"]["tfccdep"] == "2.0"
     assert client.call(protocol.ENV_STATUS, spec=SPEC)["env"]["hash"] == HASH
 
@@ -199,3 +201,12 @@ def test_an_environment_whose_python_is_gone_is_made_anew(tfcc_home, request_for
     os.unlink(tfcc_home / "envs" / HASH / "bin" / "python")
     again = envs.make(tfcc_home, asked, lambda *a, **k: None, lambda: False)
     assert again["made"] is True and envs.find(tfcc_home, SPEC)["python"] == again["python"]
+
+
+def test_hosts_that_share_a_home_each_find_the_environment_made_for_their_own_python(tfcc_home, request_for,
+                                                                                     monkeypatch):
+    env = envs.make(tfcc_home, request_for(), lambda *a, **k: None, lambda: False)
+    assert envs.find(tfcc_home, SPEC)["python"] == env["python"]
+    monkeypatch.setattr(sys, "executable", "/opt/another/bin/python3")  # another host's Python, the same home
+    assert envs.find(tfcc_home, SPEC) is None
+    assert envs.python_for(tfcc_home, {"spec": SPEC, "required": False}) is None

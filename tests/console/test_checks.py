@@ -521,3 +521,13 @@ def test_check_names_an_import_a_hosts_python_lacks_and_only_that(tmp_path, monk
         "ready (tfcc provision), install it there yourself (pip install tfcc_missing_pkg), or drop the import"]
     (project / "lib" / "data.py").write_text("import os\n")
     assert checks.check(local_cluster(cl.Training(script=str(project / "main.py")))).ready
+
+
+def test_versions_that_differ_on_hosts_whose_python_is_set_are_not_offered_to_make_ready():
+    """Make ready makes nothing on a host whose python is set (without an [environment]): not offered there."""
+    cluster = two_hosts()
+    for host in cluster.hosts:
+        host.python = "/opt/py/bin/python3"
+    [problem] = [p for p in checks.consistency(cluster, {"a": PROBE, "b": {**PROBE, "tensorflow": "2.20.1"}})
+                 if "differs" in p.cause]
+    assert problem.remedy == "" and problem.fix.startswith("install the same version everywhere")

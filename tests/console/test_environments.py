@@ -95,3 +95,8 @@ def test_packages_the_check_offers_are_added_to_the_environment_once():
     assert envs.spec_of(cluster).required and envs.spec_of(cluster).requirements[-2:] == ("pandas", "tqdm")
     assert envs.add_packages(cluster, ["Pandas", "scikit_learn"]) == ["scikit_learn"]
     assert cl.loads(cl.dumps(cluster)).environment.packages == ["pandas", "tqdm", "scikit_learn"]
+
+
+def test_an_option_in_packages_is_refused_as_the_requirements_files_are():
+    with pytest.raises(cl.ClusterFileError, match=r"environment.packages holds '-r ~/x', an option, not a requirement"):
+        cluster_with('packages = ["-r ~/x"]')
