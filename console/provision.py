@@ -14,6 +14,7 @@ leaves nothing half made in use.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -337,7 +338,13 @@ def _where(url: str) -> str:
 
 
 def unpacked_size(path: Path) -> int:
-    """What a wheel unpacks to (its files' sizes, from its zip directory)."""
+    """What a wheel unpacks to (its files' sizes, from its zip directory), read once a session for each file."""
+    info = path.stat()
+    return _unpacked_size(str(path), info.st_size, info.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4096)
+def _unpacked_size(path: str, _size: int, _mtime: int) -> int:
     with zipfile.ZipFile(path) as z:
         return sum(info.file_size for info in z.infolist())
 
@@ -570,17 +577,7 @@ class Provision:
         here = self.cache.path(wheel)
         if not here.exists() and wheel.url.startswith("file:"):
             here = Path(urllib.request.url2pathname(urllib.parse.urlparse(wheel.url).path))
-        return self._unpacked(here) if here.exists() else 4 * (wheel.size or 0)
-
-    def _unpacked(self, path: Path) -> int:
-        key = ("unpacked", str(path))
-        with _hashes_lock:
-            if key in _hashes:
-                return _hashes[key]
-        size = unpacked_size(path)
-        with _hashes_lock:
-            _hashes[key] = size
-        return size
+        return unpacked_size(here) if here.exists() else 4 * (wheel.size or 0)
 
     def _lock_for(self, platform: str, facts: dict, gpu: bool) -> list[Wheel]:
         with self._lock:
